@@ -1,0 +1,122 @@
+"""Every exception aiozklock raises, under one base class.
+
+Like asyncpg's, they also subclass the stdlib exception a caller would naturally catch:
+``LockTimeout`` is a ``TimeoutError``, ``NotLockOwner`` a ``RuntimeError``, and so on.
+"""
+
+from __future__ import annotations
+
+
+class AiozklockError(Exception):
+    """Base class of every aiozklock exception."""
+
+
+class InvalidArgument(AiozklockError, ValueError):
+    """An argument was rejected before any request was sent."""
+
+
+class LockTimeout(AiozklockError, TimeoutError):
+    """The lock was not acquired within the timeout; nothing of ours is left in the queue."""
+
+
+class LockLost(AiozklockError):
+    """The lock was held, and then could no longer be trusted to be ours.
+
+    Raised when an ``async with lock:`` block whose body was cancelled because of the loss
+    exits, or by ``release()`` after a loss. Another contender may hold the lock now.
+    """
+
+
+class NotLockOwner(AiozklockError, RuntimeError):
+    """``release()`` was called by a task that does not hold the lock."""
+
+
+class ClientClosed(AiozklockError, RuntimeError):
+    """The client was closed: pending requests and waiters fail with this, and so does any
+    later use."""
+
+
+class ZooKeeperUnavailable(AiozklockError, ConnectionError):
+    """No ZooKeeper server could be reached (or the session could not be kept alive)."""
+
+
+class ConnectionLoss(ZooKeeperUnavailable):
+    """The connection dropped after the request was sent: the server may or may not have
+    executed it. Non-idempotent requests are never resent blindly; the caller resolves the
+    outcome (the lock recipe looks its node up by GUID)."""
+
+
+class SessionExpired(ZooKeeperUnavailable):
+    """The session the request was bound to is gone (expired on the server, or given up by
+    our own liveness clock); its ephemeral nodes are deleted or about to be."""
+
+
+class ZooKeeperError(AiozklockError):
+    """The server answered with an error code."""
+
+    code: int = 0
+
+    def __init__(self, path: str | None = None, code: int | None = None) -> None:
+        if code is not None:
+            self.code = code
+        self.path = path
+        super().__init__(
+            f"{type(self).__name__} (code {self.code})" + (f": {path}" if path else "")
+        )
+
+
+class NoNodeError(ZooKeeperError):
+    code = -101
+
+
+class NoAuthError(ZooKeeperError):
+    code = -102
+
+
+class BadVersionError(ZooKeeperError):
+    code = -103
+
+
+class NoChildrenForEphemeralsError(ZooKeeperError):
+    code = -108
+
+
+class NodeExistsError(ZooKeeperError):
+    code = -110
+
+
+class NotEmptyError(ZooKeeperError):
+    code = -111
+
+
+class BadArgumentsError(ZooKeeperError):
+    code = -8
+
+
+_ERRORS_BY_CODE: dict[int, type[ZooKeeperError]] = {
+    cls.code: cls
+    for cls in (
+        NoNodeError,
+        NoAuthError,
+        BadVersionError,
+        NoChildrenForEphemeralsError,
+        NodeExistsError,
+        NotEmptyError,
+        BadArgumentsError,
+    )
+}
+
+SESSION_EXPIRED_CODE = -112
+CONNECTION_LOSS_CODE = -4
+
+
+def error_for_code(code: int, path: str | None = None) -> AiozklockError:
+    """The exception for an error code in a reply header."""
+    if code == SESSION_EXPIRED_CODE:
+        return SessionExpired(f"session expired (server reply){': ' + path if path else ''}")
+    if code == CONNECTION_LOSS_CODE:
+        return ConnectionLoss(f"server reported connection loss{': ' + path if path else ''}")
+    cls = _ERRORS_BY_CODE.get(code)
+    if cls is None:
+        return ZooKeeperError(path, code)
+    return cls(path)

@@ -1,0 +1,106 @@
+"""Validation of znode paths and connect strings, done before any request is sent.
+
+The rules are ZooKeeper's own (``PathUtils.validatePath``): checking them here turns what would be
+a server error, a silently rewritten path or a closed connection into a clear ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from aiozklock._exceptions import InvalidArgument
+
+DEFAULT_PORT = 2181
+# ZooKeeper's jute.maxbuffer defaults to 1 MiB; a larger request makes the server drop the
+# connection with no error reply, so we refuse it up front (keeping room for the request frame).
+MAX_DATA_BYTES = 1024 * 1024 - 4096
+
+
+def _invalid_char(ch: str) -> bool:
+    code = ord(ch)
+    return (
+        code == 0
+        or 0x01 <= code <= 0x1F
+        or 0x7F <= code <= 0x9F
+        or 0xD800 <= code <= 0xF8FF
+        or 0xFFF0 <= code <= 0xFFFF
+    )
+
+
+def validate_path(path: object, *, what: str = "path") -> str:
+    """Return ``path`` if it is a valid absolute znode path, else raise ``InvalidArgument``."""
+    if not isinstance(path, str):
+        raise InvalidArgument(f"{what} must be a str, not {type(path).__name__}")
+    if not path.startswith("/"):
+        raise InvalidArgument(f"{what} must be absolute (start with '/'): {path!r}")
+    if path == "/":
+        return path
+    if path.endswith("/"):
+        raise InvalidArgument(f"{what} must not end with '/': {path!r}")
+    for segment in path[1:].split("/"):
+        if not segment:
+            raise InvalidArgument(f"{what} has an empty segment ('//'): {path!r}")
+        if segment in (".", ".."):
+            raise InvalidArgument(f"{what} has a relative segment {segment!r}: {path!r}")
+        for ch in segment:
+            if _invalid_char(ch):
+                raise InvalidArgument(f"{what} has an invalid character {ch!r}: {path!r}")
+    return path
+
+
+def validate_data(data: object, *, what: str = "data") -> bytes:
+    """Return ``data`` as bytes if it fits in one ZooKeeper request."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise InvalidArgument(f"{what} must be bytes, not {type(data).__name__}")
+    raw = bytes(data)
+    if len(raw) > MAX_DATA_BYTES:
+        raise InvalidArgument(
+            f"{what} is {len(raw)} bytes; ZooKeeper accepts at most about 1 MiB per request"
+        )
+    return raw
+
+
+def join(parent: str, child: str) -> str:
+    return f"{parent}/{child}" if parent != "/" else f"/{child}"
+
+
+def parent_of(path: str) -> str:
+    head = path.rpartition("/")[0]
+    return head or "/"
+
+
+def parse_hosts(hosts: object) -> tuple[list[tuple[str, int]], str]:
+    """Parse ``"h1:2181,h2:2181/chroot"`` into ``([(host, port), ...], chroot)``.
+
+    ``chroot`` is ``""`` when absent (or ``/``).
+    """
+    if not isinstance(hosts, str):
+        raise InvalidArgument(f"hosts must be a str like 'zk1:2181,zk2:2181', not {hosts!r}")
+    text = hosts.strip()
+    chroot = ""
+    slash = text.find("/")
+    if slash != -1:
+        text, chroot = text[:slash], text[slash:]
+        validate_path(chroot, what="chroot")
+        if chroot == "/":
+            chroot = ""
+    result: list[tuple[str, int]] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            raise InvalidArgument(f"empty host in {hosts!r}")
+        if item.startswith("["):  # [ipv6]:port
+            host, _, rest = item[1:].partition("]")
+            port_text = rest[1:] if rest.startswith(":") else ""
+        else:
+            host, sep, port_text = item.rpartition(":")
+            if not sep:
+                host, port_text = item, ""
+        if not host:
+            raise InvalidArgument(f"empty host name in {hosts!r}")
+        try:
+            port = int(port_text) if port_text else DEFAULT_PORT
+        except ValueError:
+            raise InvalidArgument(f"bad port {port_text!r} in {hosts!r}") from None
+        if not 0 < port < 65536:
+            raise InvalidArgument(f"port out of range in {hosts!r}")
+        result.append((host, port))
+    return result, chroot

@@ -1,0 +1,296 @@
+"""The narrow seam to ``aiozk.protocol``: typed operations, framing and reply headers.
+
+Everything here is pure (bytes in, values out). An ``Op`` is one request, serialised once, with
+the function that parses its reply; the session adds the xid and the length prefix.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from aiozk import protocol as _jute  # untyped; only the records are used
+
+T = TypeVar("T")
+
+LENGTH = struct.Struct("!i")
+XID_PREFIX = struct.Struct("!ii")  # frame length, xid
+REPLY_HEADER = struct.Struct("!iqi")  # xid, zxid, err
+REPLY_HEADER_SIZE = REPLY_HEADER.size
+
+WATCH_XID = -1
+PING_XID = -2
+AUTH_XID = -4
+SET_WATCHES_XID = -8
+SPECIAL_XIDS = frozenset({PING_XID, AUTH_XID, SET_WATCHES_XID})
+
+NO_NODE = -101
+
+# Java's client splits SetWatches at 128 KiB to stay far below jute.maxbuffer.
+SET_WATCHES_CHUNK = 128 * 1024
+
+
+class Opcode(enum.IntEnum):
+    CREATE = 1
+    DELETE = 2
+    EXISTS = 3
+    GET_DATA = 4
+    SET_DATA = 5
+    GET_CHILDREN = 8
+    PING = 11
+    GET_CHILDREN2 = 12
+    CREATE2 = 15
+    SET_WATCHES = 101
+    CLOSE = -11
+
+
+class CreateMode(enum.IntFlag):
+    PERSISTENT = 0
+    EPHEMERAL = 1
+    SEQUENTIAL = 2
+    CONTAINER = 4
+
+
+class WatchKind(enum.Enum):
+    """Where the server keeps a watch: it decides which events fire it and how it is re-armed."""
+
+    DATA = "data"  # getData, or exists on a node that exists
+    EXIST = "exist"  # exists on a node that does not exist (yet)
+    CHILD = "child"  # getChildren
+
+
+class EventType(enum.IntEnum):
+    SESSION = 0  # not from the server: the session that held the watch is gone or closed
+    CREATED = 1
+    DELETED = 2
+    CHANGED = 3
+    CHILDREN = 4
+
+
+# Which registries an event type fires (ZooKeeper's ZKWatchManager.materialize).
+FIRES: dict[int, tuple[WatchKind, ...]] = {
+    EventType.CREATED: (WatchKind.DATA, WatchKind.EXIST),
+    EventType.DELETED: (WatchKind.DATA, WatchKind.EXIST, WatchKind.CHILD),
+    EventType.CHANGED: (WatchKind.DATA, WatchKind.EXIST),
+    EventType.CHILDREN: (WatchKind.CHILD,),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedEvent:
+    type: EventType
+    path: str
+
+
+Watcher = Callable[[WatchedEvent], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    czxid: int
+    mzxid: int
+    ctime: int
+    mtime: int
+    version: int
+    cversion: int
+    aversion: int
+    ephemeral_owner: int
+    data_length: int
+    num_children: int
+    pzxid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    path: str  # with the sequence suffix, client-side (chroot removed)
+    stat: Stat
+
+
+def _stat(raw: Any) -> Stat:
+    return Stat(
+        raw.created_zxid,
+        raw.last_modified_zxid,
+        raw.created,
+        raw.modified,
+        raw.version,
+        raw.child_version,
+        raw.acl_version,
+        raw.ephemeral_owner,
+        raw.data_length,
+        raw.num_children,
+        raw.last_modified_children,
+    )
+
+
+class Op(Generic[T]):
+    """One request: its serialised body (opcode + payload) and how to read its reply."""
+
+    __slots__ = ("absent_ok", "body", "parse", "path", "watch", "watcher")
+
+    def __init__(
+        self,
+        body: bytes,
+        path: str,
+        parse: Callable[[bytes, int], T],
+        *,
+        watch: WatchKind | None = None,
+        watcher: Watcher | None = None,
+        absent_ok: bool = False,
+    ) -> None:
+        self.body = body
+        self.path = path  # server-side path (chroot included)
+        self.parse = parse
+        self.watch = watch
+        self.watcher = watcher
+        self.absent_ok = absent_ok  # NoNode is an answer (None), not an error
+
+
+def frame(xid: int, body: bytes) -> bytes:
+    return XID_PREFIX.pack(len(body) + 4, xid) + body
+
+
+def _none(buf: bytes, offset: int) -> None:
+    return None
+
+
+OPEN_ACL = [_jute.UNRESTRICTED_ACCESS]  # world:anyone, all permissions
+
+
+def create_op(
+    server_path: str, data: bytes, mode: CreateMode, strip: Callable[[str], str]
+) -> Op[Created]:
+    def parse(buf: bytes, offset: int) -> Created:
+        raw, _ = _jute.Create2Response.parse(buf, offset)
+        return Created(strip(raw.path), _stat(raw.stat))
+
+    body = _jute.Create2Request(
+        path=server_path, data=data, acl=OPEN_ACL, flags=int(mode)
+    ).serialize()
+    return Op(body, server_path, parse)
+
+
+def delete_op(server_path: str, version: int = -1) -> Op[None]:
+    return Op(
+        _jute.DeleteRequest(path=server_path, version=version).serialize(), server_path, _none
+    )
+
+
+def exists_op(server_path: str, watcher: Watcher | None = None) -> Op[Stat | None]:
+    def parse(buf: bytes, offset: int) -> Stat | None:
+        raw, _ = _jute.ExistsResponse.parse(buf, offset)
+        return _stat(raw.stat)
+
+    body = _jute.ExistsRequest(path=server_path, watch=watcher is not None).serialize()
+    return Op(
+        body,
+        server_path,
+        parse,
+        watch=WatchKind.EXIST if watcher else None,
+        watcher=watcher,
+        absent_ok=True,
+    )
+
+
+def get_children_op(server_path: str, watcher: Watcher | None = None) -> Op[list[str]]:
+    def parse(buf: bytes, offset: int) -> list[str]:
+        raw, _ = _jute.GetChildrenResponse.parse(buf, offset)
+        return list(raw.children)
+
+    body = _jute.GetChildrenRequest(path=server_path, watch=watcher is not None).serialize()
+    return Op(body, server_path, parse, watch=WatchKind.CHILD if watcher else None, watcher=watcher)
+
+
+def get_data_op(server_path: str, watcher: Watcher | None = None) -> Op[tuple[bytes, Stat]]:
+    def parse(buf: bytes, offset: int) -> tuple[bytes, Stat]:
+        raw, _ = _jute.GetDataResponse.parse(buf, offset)
+        return (raw.data or b"", _stat(raw.stat))
+
+    body = _jute.GetDataRequest(path=server_path, watch=watcher is not None).serialize()
+    return Op(body, server_path, parse, watch=WatchKind.DATA if watcher else None, watcher=watcher)
+
+
+def set_data_op(server_path: str, data: bytes, version: int = -1) -> Op[Stat]:
+    def parse(buf: bytes, offset: int) -> Stat:
+        raw, _ = _jute.SetDataResponse.parse(buf, offset)
+        return _stat(raw.stat)
+
+    body = _jute.SetDataRequest(path=server_path, data=data, version=version).serialize()
+    return Op(body, server_path, parse)
+
+
+def close_op() -> Op[None]:
+    return Op(_jute.CloseRequest().serialize(), "", _none)
+
+
+PING_FRAME = frame(PING_XID, _jute.PingRequest().serialize())
+
+
+def set_watches_frames(
+    relative_zxid: int, data: list[str], exist: list[str], child: list[str]
+) -> list[bytes]:
+    """SetWatches requests re-arming every watch after a reconnect, split into chunks."""
+    frames: list[bytes] = []
+    lists: tuple[list[str], list[str], list[str]] = ([], [], [])
+    size = 0
+    for index, paths in enumerate((data, exist, child)):
+        for path in paths:
+            lists[index].append(path)
+            size += len(path.encode()) + 4
+            if size >= SET_WATCHES_CHUNK:
+                frames.append(_set_watches_frame(relative_zxid, *lists))
+                lists = ([], [], [])
+                size = 0
+    if any(lists):
+        frames.append(_set_watches_frame(relative_zxid, *lists))
+    return frames
+
+
+def _set_watches_frame(zxid: int, data: list[str], exist: list[str], child: list[str]) -> bytes:
+    body = _jute.SetWatchesRequest(
+        relative_zxid=zxid, data_watches=data, exist_watches=exist, child_watches=child
+    ).serialize()
+    return frame(SET_WATCHES_XID, bytes(body))
+
+
+def connect_frame(last_zxid: int, timeout_ms: int, session_id: int, password: bytes) -> bytes:
+    body: bytes = _jute.ConnectRequest(
+        protocol_version=0,
+        last_seen_zxid=last_zxid,
+        timeout=timeout_ms,
+        session_id=session_id,
+        password=password,
+        read_only=False,
+    ).serialize()
+    return LENGTH.pack(len(body)) + body
+
+
+@dataclass(frozen=True, slots=True)
+class Handshake:
+    timeout_ms: int
+    session_id: int
+    password: bytes
+
+    @property
+    def expired(self) -> bool:
+        # The server answers an expired (or unknown) session with timeout 0 and then closes.
+        return self.timeout_ms <= 0
+
+
+def parse_connect_response(body: bytes) -> Handshake:
+    raw, _ = _jute.ConnectResponse.parse(body, 0)
+    return Handshake(raw.timeout, raw.session_id, raw.password or b"")
+
+
+@dataclass(frozen=True, slots=True)
+class RawWatchEvent:
+    type: int
+    state: int
+    path: str
+
+
+def parse_watch_event(buf: bytes, offset: int) -> RawWatchEvent:
+    raw, _ = _jute.WatchEvent.parse(buf, offset)
+    return RawWatchEvent(raw.type, raw.state, raw.path)

@@ -1,0 +1,694 @@
+"""A ZooKeeper session on anyio streams.
+
+One ``Session`` is one logical ZooKeeper session at a time, kept alive across connections:
+
+* framing and xid matching, many requests in flight (pipelined in one write when asked);
+* its own liveness clock: ``last_heard`` (any frame), pings when idle, and two deadlines —
+  SUSPENDED when nothing was heard for half the negotiated timeout (or at once on EOF/RST),
+  LOST once the session can no longer be alive on the server;
+* reconnect with the same id/password across the host list, re-arming *every* watch with
+  SetWatches before anything else is sent, then telling every listener;
+* no blind resend: a request whose connection died after it was written fails with
+  ``ConnectionLoss`` (outcome unknown); requests not yet written simply wait for a connection;
+* ``generation``: a number that changes whenever the session that owns our ephemeral nodes
+  is gone, so that callers can bind a request to "the session my node lives in".
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import enum
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
+
+from aiozklock._exceptions import (
+    AiozklockError,
+    ClientClosed,
+    ConnectionLoss,
+    SessionExpired,
+    ZooKeeperUnavailable,
+    error_for_code,
+)
+from aiozklock._wire import _protocol as proto
+from aiozklock._wire._protocol import (
+    FIRES,
+    EventType,
+    Op,
+    WatchedEvent,
+    Watcher,
+    WatchKind,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CLOSE_TIMEOUT = 1.0  # close() waits at most this long for the server to confirm
+_STREAM_ERRORS = (
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    OSError,
+)
+
+
+class SessionState(enum.Enum):
+    CONNECTING = "CONNECTING"  # before the first session was established
+    CONNECTED = "CONNECTED"
+    SUSPENDED = "SUSPENDED"  # connection lost or silent; the session may still be alive
+    LOST = "LOST"  # the session is gone; a new one is being established
+    CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    state: SessionState
+    previous: SessionState
+    session_id: int
+    generation: int
+    at: float  # time.monotonic()
+    reason: str
+
+
+StateListener = Callable[[StateChange], None]
+
+
+class _Pending:
+    __slots__ = ("error", "event", "op", "result", "xid")
+
+    def __init__(self, xid: int, op: Op[Any]) -> None:
+        self.xid = xid
+        self.op = op
+        self.event = anyio.Event()
+        self.result: Any = None
+        self.error: AiozklockError | None = None
+
+
+class _HandshakeRejected(Exception):
+    """The server closed the connection during the handshake (e.g. it lags behind our zxid)."""
+
+
+class Session:
+    """The wire-level session. Created and run by the client; not public API."""
+
+    def __init__(
+        self,
+        hosts: Sequence[tuple[str, int]],
+        *,
+        chroot: str = "",
+        session_timeout: float,
+        connect_timeout: float,
+    ) -> None:
+        self._hosts = list(hosts)
+        self._host_index = random.randrange(len(self._hosts))
+        self.chroot = chroot
+        self._requested_timeout_ms = int(session_timeout * 1000)
+        self._connect_timeout = connect_timeout
+        # Negotiated timeout in seconds (the server may clamp what we asked for).
+        self.timeout = session_timeout
+        self.session_id = 0
+        self._password = bytes(16)
+        self.generation = 0
+        self.state = SessionState.CONNECTING
+        self.history: collections.deque[StateChange] = collections.deque(maxlen=64)
+        self.last_zxid = 0
+        now = time.monotonic()
+        self.last_heard = now  # any frame from the server
+        self.last_sent = now
+        self.last_acked_send = now  # send time of the newest request answered
+        self._sent_at: collections.deque[float] = collections.deque()  # per reply, FIFO
+        self._pending: dict[int, _Pending] = {}
+        self._xid = 0
+        self._stream: anyio.abc.ByteStream | None = None
+        self._conn_scope: anyio.CancelScope | None = None
+        self._run_scope: anyio.CancelScope | None = None
+        self._send_lock = anyio.Lock()
+        self._state_event = anyio.Event()
+        self._listeners: list[StateListener] = []
+        self._watches: dict[WatchKind, dict[str, set[Watcher]]] = {k: {} for k in WatchKind}
+        self._closing = False
+        self._finished = anyio.Event()
+        # A session we gave up on by our own clock while the server may still keep it: we
+        # close it explicitly once we can, so its ephemeral nodes go at once.
+        self._stale_session: tuple[int, bytes, float] | None = None
+        self.connections = 0
+
+    # ---------------------------------------------------------------- public surface
+
+    def add_listener(self, listener: StateListener) -> Callable[[], None]:
+        """Call ``listener`` on every state change (synchronously, in the session's task)."""
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return remove
+
+    def state_changed(self) -> anyio.Event:
+        """An event set at the next state change."""
+        return self._state_event
+
+    def watcher_count(self) -> int:
+        return sum(len(cbs) for registry in self._watches.values() for cbs in registry.values())
+
+    def server_path(self, path: str) -> str:
+        if not self.chroot:
+            return path
+        return self.chroot if path == "/" else self.chroot + path
+
+    def client_path(self, server_path: str) -> str:
+        if self.chroot and server_path.startswith(self.chroot):
+            return server_path[len(self.chroot) :] or "/"
+        return server_path
+
+    async def call(
+        self, op: Op[T], *, generation: int | None = None, wait_until: float | None = None
+    ) -> T:
+        """Send one request and return its parsed reply (or raise its error)."""
+        (pending,) = await self._submit((op,), generation, wait_until)
+        await self._await_replies((pending,))
+        if pending.error is not None:
+            raise pending.error
+        result: T = pending.result
+        return result
+
+    async def pipeline(
+        self,
+        ops: Sequence[Op[Any]],
+        *,
+        generation: int | None = None,
+        wait_until: float | None = None,
+    ) -> list[Any]:
+        """Send several requests in one write; return each reply or its exception, in order.
+
+        ZooKeeper executes a session's requests in order, so the replies describe the state
+        after each request in turn.
+        """
+        pendings = await self._submit(ops, generation, wait_until)
+        await self._await_replies(pendings)
+        return [p.error if p.error is not None else p.result for p in pendings]
+
+    async def wait_connected(
+        self, generation: int | None = None, until: float | None = None
+    ) -> None:
+        """Wait until CONNECTED (in ``generation`` if given).
+
+        Raises ``ClientClosed`` once closed, ``SessionExpired`` when ``generation`` is gone,
+        and ``TimeoutError`` at ``until`` (a ``time.monotonic()`` deadline).
+        """
+        while True:
+            if self.state is SessionState.CLOSED or self._closing:
+                raise ClientClosed("the ZooKeeper client is closed")
+            if generation is not None and generation != self.generation:
+                raise SessionExpired(f"session generation {generation} is gone")
+            if self.state is SessionState.CONNECTED:
+                return
+            event = self._state_event
+            if until is None:
+                await event.wait()
+            else:
+                with anyio.move_on_after(until - time.monotonic()):
+                    await event.wait()
+                if not event.is_set():
+                    raise TimeoutError("not connected to ZooKeeper in time")
+
+    # ---------------------------------------------------------------- requests
+
+    async def _submit(
+        self,
+        ops: Sequence[Op[Any]],
+        generation: int | None,
+        wait_until: float | None,
+        *,
+        closing: bool = False,
+    ) -> list[_Pending]:
+        while True:
+            if not closing:
+                await self.wait_connected(generation, wait_until)
+            async with self._send_lock:
+                stream = self._stream
+                if self.state is not SessionState.CONNECTED or stream is None:
+                    if closing:
+                        raise ClientClosed("not connected")
+                    continue  # dropped while we waited for the lock
+                pendings = []
+                chunks = []
+                now = time.monotonic()
+                for op in ops:
+                    self._xid = (self._xid + 1) & 0x7FFFFFFF or 1
+                    pending = _Pending(self._xid, op)
+                    self._pending[self._xid] = pending
+                    pendings.append(pending)
+                    if op.watcher is not None and op.watch is not None:
+                        self._add_watcher(op.watch, op.path, op.watcher)
+                    chunks.append(proto.frame(self._xid, op.body))
+                    self._sent_at.append(now)
+                await self._write_locked(stream, b"".join(chunks) if len(chunks) > 1 else chunks[0])
+                return pendings
+
+    async def _await_replies(self, pendings: Sequence[_Pending]) -> None:
+        try:
+            for pending in pendings:
+                await pending.event.wait()
+        except BaseException:
+            # Cancelled: forget what is still in flight; late replies are then skipped.
+            for pending in pendings:
+                if not pending.event.is_set():
+                    self._forget(pending)
+            raise
+
+    def _forget(self, pending: _Pending) -> None:
+        if self._pending.get(pending.xid) is pending:
+            del self._pending[pending.xid]
+        op = pending.op
+        if op.watcher is not None and op.watch is not None:
+            self._remove_watcher(op.path, op.watcher)
+
+    async def _write_locked(self, stream: anyio.abc.ByteStream, data: bytes) -> None:
+        # Shielded: a write cut in half by a caller's cancellation would corrupt the stream for
+        # every other request. Bounded: a write stuck for half the session timeout means the
+        # connection is dead.
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = time.monotonic() + self.timeout / 2
+            try:
+                await stream.send(data)
+            except _STREAM_ERRORS as exc:
+                self._drop_connection(f"write failed: {exc!r}")
+                return
+        if scope.cancelled_caught:
+            self._drop_connection("write blocked for half the session timeout")
+            return
+        self.last_sent = time.monotonic()
+
+    # ---------------------------------------------------------------- watches
+
+    def _add_watcher(self, kind: WatchKind, path: str, watcher: Watcher) -> None:
+        self._watches[kind].setdefault(path, set()).add(watcher)
+
+    def _remove_watcher(self, path: str, watcher: Watcher) -> None:
+        for registry in self._watches.values():
+            watchers = registry.get(path)
+            if watchers is not None:
+                watchers.discard(watcher)
+                if not watchers:
+                    del registry[path]
+
+    def _settle_watcher(self, pending: _Pending) -> None:
+        """Move a watcher to where the server actually keeps it, or drop it if none was set."""
+        op = pending.op
+        if op.watcher is None or op.watch is None:
+            return
+        if pending.error is not None:
+            self._remove_watcher(op.path, op.watcher)
+        elif op.watch is WatchKind.EXIST and pending.result is not None:
+            # exists() on an existing node leaves a data watch on the server.
+            self._remove_watcher(op.path, op.watcher)
+            self._add_watcher(WatchKind.DATA, op.path, op.watcher)
+
+    def _fire(self, event_type: EventType, server_path: str) -> None:
+        fired: set[Watcher] = set()
+        for kind in FIRES.get(event_type, ()):
+            fired |= self._watches[kind].pop(server_path, set())
+        event = WatchedEvent(event_type, self.client_path(server_path))
+        for watcher in fired:
+            try:
+                watcher(event)
+            except Exception:
+                log.exception("watcher %r raised", watcher)
+
+    def _fire_all_session_gone(self) -> None:
+        registries = [r for r in self._watches.values()]
+        self._watches = {k: {} for k in WatchKind}
+        for registry in registries:
+            for path, watchers in registry.items():
+                event = WatchedEvent(EventType.SESSION, self.client_path(path))
+                for watcher in watchers:
+                    try:
+                        watcher(event)
+                    except Exception:
+                        log.exception("watcher %r raised", watcher)
+
+    # ---------------------------------------------------------------- state
+
+    def _set_state(self, state: SessionState, reason: str) -> None:
+        if state is self.state:
+            return
+        change = StateChange(
+            state, self.state, self.session_id, self.generation, time.monotonic(), reason
+        )
+        self.state = state
+        self.history.append(change)
+        log.info(
+            "session 0x%x: %s -> %s (%s)",
+            self.session_id,
+            change.previous.value,
+            state.value,
+            reason,
+        )
+        event, self._state_event = self._state_event, anyio.Event()
+        event.set()
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:
+                log.exception("state listener %r raised", listener)
+
+    _drop_reason = "connection closed"
+
+    def _drop_connection(self, reason: str) -> None:
+        """Abandon the current connection (callable from any task, synchronously)."""
+        if self._conn_scope is not None and not self._conn_scope.cancel_called:
+            log.info("session 0x%x: dropping connection: %s", self.session_id, reason)
+            self._drop_reason = reason
+            self._conn_scope.cancel()
+
+    def _fail_pending(self, error_factory: Callable[[], AiozklockError]) -> None:
+        pendings = list(self._pending.values())
+        self._pending.clear()
+        self._sent_at.clear()
+        for pending in pendings:
+            pending.error = error_factory()
+            self._settle_watcher(pending)
+            pending.event.set()
+
+    def _session_gone(self, reason: str, *, stale: bool) -> None:
+        """The session that owns our ephemerals is gone (or given up): LOST, new generation."""
+        if stale and self.session_id:
+            self._stale_session = (self.session_id, self._password, time.monotonic() + self.timeout)
+        self._fail_pending(lambda: SessionExpired(reason))
+        self.session_id = 0
+        self._password = bytes(16)
+        self.generation += 1
+        self._set_state(SessionState.LOST, reason)
+        self._fire_all_session_gone()
+
+    # ---------------------------------------------------------------- connection loop
+
+    async def connect_first(self) -> None:
+        """Establish the first session, within ``connect_timeout`` (raises
+        ``ZooKeeperUnavailable``)."""
+        deadline = time.monotonic() + self._connect_timeout
+        attempt = max(self._connect_timeout / len(self._hosts), min(1.0, self._connect_timeout))
+        errors: list[str] = []
+        delay = 0.05
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                hosts = ",".join(f"{h}:{p}" for h, p in self._hosts)
+                raise ZooKeeperUnavailable(
+                    f"no ZooKeeper server answered within {self._connect_timeout:g} s "
+                    f"({hosts}): {'; '.join(errors[-3:]) or 'no answer'}"
+                )
+            try:
+                stream = await self._open(min(attempt, remaining))
+            except (TimeoutError, _HandshakeRejected, *_STREAM_ERRORS) as exc:
+                errors.append(repr(exc))
+                await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+                delay = min(delay * 2, 0.5)
+                continue
+            self._stream = stream
+            return
+
+    async def run(self) -> None:
+        """Serve connections until ``close()``; call after ``connect_first()``."""
+        try:
+            with anyio.CancelScope() as self._run_scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._monitor)
+                    while not self._closing:
+                        stream = self._stream
+                        assert stream is not None
+                        await self._serve(stream)
+                        if self._closing:
+                            break
+                        if not await self._reconnect():
+                            break
+                    tg.cancel_scope.cancel()
+        finally:
+            self._finished.set()
+
+    async def _serve(self, stream: anyio.abc.ByteStream) -> None:
+        self._drop_reason = "connection closed"
+        with anyio.CancelScope() as self._conn_scope:
+            self._set_state(SessionState.CONNECTED, f"connected to {self._current_host()}")
+            try:
+                await self._read_loop(stream)
+            except _STREAM_ERRORS as exc:
+                self._drop_reason = f"connection error: {exc!r}"
+            except Exception:
+                log.exception("session 0x%x: protocol error", self.session_id)
+                self._drop_reason = "protocol error"
+        self._conn_scope = None
+        async with self._send_lock:
+            self._stream = None
+        with anyio.CancelScope(shield=True):
+            await _close_quietly(stream)
+        if self._closing:
+            return
+        self._fail_pending(lambda: ConnectionLoss(f"connection lost: {self._drop_reason}"))
+        self._set_state(SessionState.SUSPENDED, self._drop_reason)
+
+    async def _reconnect(self) -> bool:
+        """Reconnect (same session if still alive, else a new one). False when closing."""
+        delay = 0.0
+        while not self._closing:
+            attempt = min(max(self.timeout / (len(self._hosts) + 1), 0.2), self._connect_timeout)
+            try:
+                self._stream = await self._open(attempt)
+                return True
+            except (TimeoutError, _HandshakeRejected, *_STREAM_ERRORS) as exc:
+                log.debug("reconnect attempt failed: %r", exc)
+            # The first retry is immediate (e.g. a new session right after an expiry answer).
+            await anyio.sleep(delay * (0.5 + random.random() / 2))
+            delay = min(max(delay * 2, 0.02), 0.5)
+        return False
+
+    def _current_host(self) -> str:
+        host, port = self._hosts[self._host_index]
+        return f"{host}:{port}"
+
+    async def _open(self, bound: float) -> anyio.abc.ByteStream:
+        """Connect to the next host and complete a handshake within ``bound`` seconds."""
+        self._host_index = (self._host_index + 1) % len(self._hosts)
+        host, port = self._hosts[self._host_index]
+        with anyio.fail_after(bound):
+            if self._stale_session is not None:
+                await self._close_stale_session(host, port)
+            stream = await anyio.connect_tcp(host, port)
+            try:
+                self.connections += 1
+                session_id, password = self.session_id, self._password
+                await stream.send(
+                    proto.connect_frame(
+                        self.last_zxid, self._requested_timeout_ms, session_id, password
+                    )
+                )
+                handshake = proto.parse_connect_response(await _read_frame(stream))
+            except BaseException:
+                await _close_quietly(stream)
+                raise
+        if handshake.expired:
+            await _close_quietly(stream)
+            if session_id:
+                self._session_gone("session expired (server answer at reconnect)", stale=False)
+            raise _HandshakeRejected("session expired")
+        if session_id != self.session_id:
+            # Our own clock gave the session up while the handshake was in flight.
+            await _close_quietly(stream)
+            raise _HandshakeRejected("session given up during the handshake")
+        new_session = session_id == 0
+        self.session_id = handshake.session_id
+        self._password = handshake.password
+        self.timeout = handshake.timeout_ms / 1000
+        now = time.monotonic()
+        self.last_heard = self.last_sent = self.last_acked_send = now
+        if new_session:
+            log.info("new session 0x%x, timeout %.3f s", self.session_id, self.timeout)
+        else:
+            await self._rearm_watches(stream)
+        return stream
+
+    async def _rearm_watches(self, stream: anyio.abc.ByteStream) -> None:
+        frames = proto.set_watches_frames(
+            self.last_zxid,
+            list(self._watches[WatchKind.DATA]),
+            list(self._watches[WatchKind.EXIST]),
+            list(self._watches[WatchKind.CHILD]),
+        )
+        if frames:
+            self._sent_at.extend(time.monotonic() for _ in frames)
+            await stream.send(b"".join(frames))
+
+    async def _close_stale_session(self, host: str, port: int) -> None:
+        assert self._stale_session is not None
+        session_id, password, give_up_at = self._stale_session
+        if time.monotonic() > give_up_at:
+            self._stale_session = None  # the server has expired it on its own by now
+            return
+        stream = await anyio.connect_tcp(host, port)
+        try:
+            await stream.send(
+                proto.connect_frame(
+                    self.last_zxid, self._requested_timeout_ms, session_id, password
+                )
+            )
+            handshake = proto.parse_connect_response(await _read_frame(stream))
+            if not handshake.expired:
+                await stream.send(proto.frame(1, proto.close_op().body))
+                await _read_frame(stream)
+                log.info("closed session 0x%x that our clock had given up", session_id)
+            self._stale_session = None
+        finally:
+            await _close_quietly(stream)
+
+    async def _read_loop(self, stream: anyio.abc.ByteStream) -> None:
+        buffer = bytearray()
+        length = proto.LENGTH
+        while True:
+            buffer += await stream.receive()
+            self.last_heard = time.monotonic()
+            start = 0
+            available = len(buffer)
+            while available - start >= 4:
+                (size,) = length.unpack_from(buffer, start)
+                end = start + 4 + size
+                if end > available:
+                    break
+                self._on_frame(bytes(buffer[start + 4 : end]))
+                start = end
+            if start:
+                del buffer[:start]
+
+    def _on_frame(self, data: bytes) -> None:
+        xid, zxid, err = proto.REPLY_HEADER.unpack_from(data, 0)
+        if zxid > self.last_zxid:
+            self.last_zxid = zxid
+        if xid == proto.WATCH_XID:
+            event = proto.parse_watch_event(data, proto.REPLY_HEADER_SIZE)
+            if event.type in FIRES:
+                self._fire(EventType(event.type), event.path)
+            return
+        # Replies come in request order: the oldest send time belongs to this reply.
+        if self._sent_at:
+            sent_at = self._sent_at.popleft()
+            if sent_at > self.last_acked_send:
+                self.last_acked_send = sent_at
+        if xid in proto.SPECIAL_XIDS:
+            if err:
+                log.warning("reply with xid %d carried error %d", xid, err)
+            return
+        pending = self._pending.pop(xid, None)
+        if pending is None:
+            return  # the caller was cancelled; the reply is not wanted
+        op = pending.op
+        if err == 0:
+            try:
+                pending.result = op.parse(data, proto.REPLY_HEADER_SIZE)
+            except Exception as exc:
+                pending.error = ConnectionLoss(f"unreadable reply: {exc!r}")
+                pending.event.set()
+                raise
+        elif err == proto.NO_NODE and op.absent_ok:
+            pending.result = None
+        else:
+            pending.error = error_for_code(err, self.client_path(op.path) if op.path else None)
+        self._settle_watcher(pending)
+        pending.event.set()
+        if err == -112:  # the server says our session expired
+            self._drop_connection("server reports session expired")
+
+    async def _monitor(self) -> None:
+        """The liveness clock: pings, SUSPENDED on silence, LOST by our own deadline."""
+        while True:
+            now = time.monotonic()
+            timeout = self.timeout
+            next_at = now + timeout
+            if self.state is SessionState.CONNECTED and self._stream is not None:
+                silence_deadline = self.last_heard + timeout / 2
+                if now >= silence_deadline:
+                    self._drop_connection(
+                        f"nothing heard for {now - self.last_heard:.3f} s"
+                        " (half the session timeout)"
+                    )
+                else:
+                    if now - self.last_sent >= timeout / 3:
+                        await self._send_ping()
+                    next_at = min(silence_deadline, self.last_sent + timeout / 3)
+            elif self.state is SessionState.SUSPENDED:
+                # The server expires the session `timeout` after it last heard from us, and it
+                # heard our newest answered request no earlier than we sent it.
+                lost_at = self.last_acked_send + timeout
+                if now >= lost_at:
+                    self._session_gone(
+                        "no reply within the session timeout (our clock)", stale=True
+                    )
+                else:
+                    next_at = lost_at
+            event = self._state_event
+            with anyio.move_on_after(max(next_at - time.monotonic(), 0.001)):
+                await event.wait()
+
+    async def _send_ping(self) -> None:
+        async with self._send_lock:
+            stream = self._stream
+            if stream is None or self.state is not SessionState.CONNECTED:
+                return
+            self._sent_at.append(time.monotonic())
+            await self._write_locked(stream, proto.PING_FRAME)
+
+    # ---------------------------------------------------------------- close
+
+    async def close(self) -> None:
+        """Close the session on the server (bounded) and fail everything still waiting."""
+        if self._closing:
+            return
+        # Set first: the server closes the connection after answering, and that EOF must not
+        # be taken for a failure to reconnect from.
+        self._closing = True
+        with anyio.CancelScope(shield=True):
+            if self.state is SessionState.CONNECTED:
+                with anyio.move_on_after(CLOSE_TIMEOUT):
+                    try:
+                        pendings = await self._submit((proto.close_op(),), None, None, closing=True)
+                        await self._await_replies(pendings)
+                    except AiozklockError:
+                        pass
+            self._fail_pending(lambda: ClientClosed("the ZooKeeper client was closed"))
+            self._set_state(SessionState.CLOSED, "closed by the client")
+            self._fire_all_session_gone()
+            if self._conn_scope is not None:
+                self._conn_scope.cancel()
+            if self._run_scope is not None:
+                self._run_scope.cancel()
+                with anyio.move_on_after(CLOSE_TIMEOUT):
+                    await self._finished.wait()
+            stream, self._stream = self._stream, None
+            if stream is not None:
+                await _close_quietly(stream)
+
+
+async def _read_frame(stream: anyio.abc.ByteStream) -> bytes:
+    buffer = bytearray()
+    while len(buffer) < 4:
+        chunk = await stream.receive()
+        buffer += chunk
+    (size,) = proto.LENGTH.unpack_from(buffer, 0)
+    if size < 0 or size > 1 << 20:
+        raise _HandshakeRejected(f"bad frame length {size}")
+    while len(buffer) < 4 + size:
+        buffer += await stream.receive()
+    return bytes(buffer[4 : 4 + size])
+
+
+async def _close_quietly(stream: anyio.abc.ByteStream) -> None:
+    with anyio.CancelScope(shield=True), anyio.move_on_after(0.5), contextlib.suppress(Exception):
+        await stream.aclose()
