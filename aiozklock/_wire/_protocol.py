@@ -294,3 +294,24 @@ class RawWatchEvent:
 def parse_watch_event(buf: bytes, offset: int) -> RawWatchEvent:
     raw, _ = _jute.WatchEvent.parse(buf, offset)
     return RawWatchEvent(raw.type, raw.state, raw.path)
+
+
+class CreateContainerRequest(_jute.Create2Request):  # type: ignore[misc]
+    """createContainer (opcode 19): ZooKeeper refuses the container flag on a plain create2."""
+
+    opcode = 19
+
+
+class CreateContainerResponse(_jute.Create2Response):  # type: ignore[misc]
+    opcode = 19
+
+
+def create_container_op(server_path: str, strip: Callable[[str], str]) -> Op[Created]:
+    def parse(buf: bytes, offset: int) -> Created:
+        raw, _ = CreateContainerResponse.parse(buf, offset)
+        return Created(strip(raw.path), _stat(raw.stat))
+
+    body = CreateContainerRequest(
+        path=server_path, data=b"", acl=OPEN_ACL, flags=int(CreateMode.CONTAINER)
+    ).serialize()
+    return Op(body, server_path, parse)

@@ -271,7 +271,7 @@ class Session:
             del self._pending[pending.xid]
         op = pending.op
         if op.watcher is not None and op.watch is not None:
-            self._remove_watcher(op.path, op.watcher)
+            self.remove_watcher(op.path, op.watcher)
 
     async def _write_locked(self, stream: anyio.abc.ByteStream, data: bytes) -> None:
         # Shielded: a write cut in half by a caller's cancellation would corrupt the stream for
@@ -294,7 +294,8 @@ class Session:
     def _add_watcher(self, kind: WatchKind, path: str, watcher: Watcher) -> None:
         self._watches[kind].setdefault(path, set()).add(watcher)
 
-    def _remove_watcher(self, path: str, watcher: Watcher) -> None:
+    def remove_watcher(self, path: str, watcher: Watcher) -> None:
+        """Forget ``watcher`` on the server path ``path`` (the server's watch fires unheard)."""
         for registry in self._watches.values():
             watchers = registry.get(path)
             if watchers is not None:
@@ -308,10 +309,10 @@ class Session:
         if op.watcher is None or op.watch is None:
             return
         if pending.error is not None:
-            self._remove_watcher(op.path, op.watcher)
+            self.remove_watcher(op.path, op.watcher)
         elif op.watch is WatchKind.EXIST and pending.result is not None:
             # exists() on an existing node leaves a data watch on the server.
-            self._remove_watcher(op.path, op.watcher)
+            self.remove_watcher(op.path, op.watcher)
             self._add_watcher(WatchKind.DATA, op.path, op.watcher)
 
     def _fire(self, event_type: EventType, server_path: str) -> None:

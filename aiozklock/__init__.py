@@ -1,0 +1,54 @@
+"""aiozklock: async-first distributed locks on Apache ZooKeeper.
+
+async with aiozklock.connect("zk1:2181,zk2:2181") as zk:
+    async with zk.lock("/locks/orders/157") as lock:  # body is cancelled if the lock is lost
+        await store.write(data, fencing_token=lock.fencing_token)
+"""
+
+from aiozklock._client import LossPolicy as LossPolicy
+from aiozklock._client import ZooKeeperClient as ZooKeeperClient
+from aiozklock._client import connect as connect
+from aiozklock._exceptions import AiozklockError as AiozklockError
+from aiozklock._exceptions import ClientClosed as ClientClosed
+from aiozklock._exceptions import ConnectionLoss as ConnectionLoss
+from aiozklock._exceptions import InvalidArgument as InvalidArgument
+from aiozklock._exceptions import LockLost as LockLost
+from aiozklock._exceptions import LockTimeout as LockTimeout
+from aiozklock._exceptions import NodeExistsError as NodeExistsError
+from aiozklock._exceptions import NoNodeError as NoNodeError
+from aiozklock._exceptions import NotLockOwner as NotLockOwner
+from aiozklock._exceptions import SessionExpired as SessionExpired
+from aiozklock._exceptions import ZooKeeperError as ZooKeeperError
+from aiozklock._exceptions import ZooKeeperUnavailable as ZooKeeperUnavailable
+from aiozklock._recipes._lock import Contender as Contender
+from aiozklock._recipes._lock import Lock as Lock
+from aiozklock._recipes._lock import LockStatistics as LockStatistics
+from aiozklock._wire._protocol import Stat as Stat
+from aiozklock._wire._session import SessionState as SessionState
+from aiozklock._wire._session import StateChange as StateChange
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "AiozklockError",
+    "ClientClosed",
+    "ConnectionLoss",
+    "Contender",
+    "InvalidArgument",
+    "Lock",
+    "LockLost",
+    "LockStatistics",
+    "LockTimeout",
+    "LossPolicy",
+    "NoNodeError",
+    "NodeExistsError",
+    "NotLockOwner",
+    "SessionExpired",
+    "SessionState",
+    "Stat",
+    "StateChange",
+    "ZooKeeperClient",
+    "ZooKeeperError",
+    "ZooKeeperUnavailable",
+    "connect",
+)
