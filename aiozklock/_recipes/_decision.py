@@ -11,11 +11,17 @@ not the name order: names start with per-contender GUIDs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 LOCK_MARKER = "-lock-"
-SEQUENCE_DIGITS = 10
+# ZooKeeper formats the parent's signed 32-bit cversion with %010d: ten ASCII digits, or a
+# sign and nine or ten digits once the counter has wrapped past 2**31 - 1.
+_SEQUENCE = re.compile(r"[0-9]{10}|-[0-9]{9,10}")
+SEQUENCE_DIGITS = 10  # width of a non-negative suffix
+_WRAP = 1 << 32
+_HALF = 1 << 31
 
 
 def node_prefix(guid: str) -> str:
@@ -26,19 +32,12 @@ def node_prefix(guid: str) -> str:
 def is_lock_node(name: str) -> bool:
     """Whether ``name`` looks like a contender's node (other children are ignored)."""
     head, marker, tail = name.rpartition(LOCK_MARKER)
-    return bool(head) and bool(marker) and len(tail) == SEQUENCE_DIGITS and _is_sequence(tail)
-
-
-def _is_sequence(tail: str) -> bool:
-    # ZooKeeper formats the signed 32-bit counter with %010d: after 2**31 creates it wraps to
-    # "-2147483648"-style suffixes, which still have 10 characters after the sign is counted.
-    digits = tail[1:] if tail.startswith("-") else tail
-    return digits.isdigit()
+    return bool(head) and bool(marker) and _SEQUENCE.fullmatch(tail) is not None
 
 
 def sequence_of(name: str) -> int:
-    """The sequence number ZooKeeper appended to ``name``."""
-    return int(name[-SEQUENCE_DIGITS:])
+    """The (signed) sequence number ZooKeeper appended to ``name``."""
+    return int(name.rpartition(LOCK_MARKER)[2])
 
 
 def guid_of(name: str) -> str:
@@ -47,8 +46,17 @@ def guid_of(name: str) -> str:
 
 
 def queue_order(children: Iterable[str]) -> list[str]:
-    """The contenders' nodes in queue order (holder first); non-lock children are dropped."""
-    return sorted((c for c in children if is_lock_node(c)), key=sequence_of)
+    """The contenders' nodes in queue order (holder first); non-lock children are dropped.
+
+    The counter wraps (2**31 - 1 is followed by -2**31, and -1 by 0), so the order is taken
+    modulo 2**32: correct while the live nodes span less than 2**31 sequence numbers, which
+    ephemeral contenders always do.
+    """
+    keys = {c: sequence_of(c) % _WRAP for c in children if is_lock_node(c)}
+    if keys and max(keys.values()) - min(keys.values()) >= _HALF:
+        # The queue straddles the wrap from -1 to 0: the small numbers are the newest.
+        keys = {c: k + _WRAP if k < _HALF else k for c, k in keys.items()}
+    return sorted(keys, key=keys.__getitem__)
 
 
 def nodes_of(children: Iterable[str], guid: str) -> list[str]:

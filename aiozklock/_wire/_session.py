@@ -153,6 +153,11 @@ class Session:
 
         return remove
 
+    @property
+    def password(self) -> bytes:
+        """The session password (with ``session_id``, what re-attaches to the session)."""
+        return self._password
+
     def state_changed(self) -> anyio.Event:
         """An event set at the next state change."""
         return self._state_event

@@ -1,0 +1,57 @@
+"""aiozklock's test kit: real ZooKeeper servers, a fault-injecting proxy, real session
+expiry, a raw observer connection, and a history checker for lock safety.
+
+Server fixtures for pytest live in :mod:`aiozklock.testing.pytest_plugin`.
+"""
+
+from ._expiry import expire_session as expire_session
+from ._history import CriticalSection as CriticalSection
+from ._history import FencedStore as FencedStore
+from ._history import FencedWrite as FencedWrite
+from ._history import History as History
+from ._history import HistoryReport as HistoryReport
+from ._proxy import FaultProxy as FaultProxy
+from ._proxy import ObservedHandshake as ObservedHandshake
+from ._proxy import ObservedRequest as ObservedRequest
+from ._proxy import Opcode as Opcode
+from ._rawclient import NodeStat as NodeStat
+from ._rawclient import RawConnectionClosed as RawConnectionClosed
+from ._rawclient import RawSessionExpired as RawSessionExpired
+from ._rawclient import RawWatchEvent as RawWatchEvent
+from ._rawclient import RawZooKeeperConnection as RawZooKeeperConnection
+from ._rawclient import RawZooKeeperError as RawZooKeeperError
+from ._rawclient import WatchEventType as WatchEventType
+from ._rawclient import ZooKeeperErrorCode as ZooKeeperErrorCode
+from ._server import ZooKeeperCluster as ZooKeeperCluster
+from ._server import ZooKeeperMember as ZooKeeperMember
+from ._server import ZooKeeperStartError as ZooKeeperStartError
+from ._server import ZooKeeperUnavailableForTests as ZooKeeperUnavailableForTests
+from ._server import find_zookeeper_classpath as find_zookeeper_classpath
+from ._server import four_letter_word as four_letter_word
+
+__all__ = (
+    "CriticalSection",
+    "FaultProxy",
+    "FencedStore",
+    "FencedWrite",
+    "History",
+    "HistoryReport",
+    "NodeStat",
+    "ObservedHandshake",
+    "ObservedRequest",
+    "Opcode",
+    "RawConnectionClosed",
+    "RawSessionExpired",
+    "RawWatchEvent",
+    "RawZooKeeperConnection",
+    "RawZooKeeperError",
+    "WatchEventType",
+    "ZooKeeperCluster",
+    "ZooKeeperErrorCode",
+    "ZooKeeperMember",
+    "ZooKeeperStartError",
+    "ZooKeeperUnavailableForTests",
+    "expire_session",
+    "find_zookeeper_classpath",
+    "four_letter_word",
+)

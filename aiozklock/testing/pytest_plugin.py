@@ -1,0 +1,83 @@
+"""pytest plugin: ZooKeeper server fixtures.
+
+Registered through the ``pytest11`` entry point ``aiozklock``; without the package installed
+use ``-p aiozklock.testing.pytest_plugin``. Fixtures:
+
+- ``zk_cluster``: a standalone server, started once per session;
+- ``zk_ensemble``: a 3-node ensemble, started lazily by the first test that asks for it;
+- ``zk_hosts``: the connection string: ``$AIOZKLOCK_ZK_HOSTS`` if set (no local server is
+  started then), else ``zk_cluster.hosts``.
+
+Without a local ZooKeeper and without ``AIOZKLOCK_ZK_HOSTS`` the fixtures fail with
+:class:`~aiozklock.testing.ZooKeeperUnavailableForTests` (never a silent skip: CI must not
+pass by not testing). Process faults (kill, pause) need the local fixtures.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from ._server import ZooKeeperCluster
+
+__all__ = ["ZK_HOSTS_ENV", "zk_cluster", "zk_ensemble", "zk_hosts"]
+
+logger = logging.getLogger(__name__)
+
+ZK_HOSTS_ENV = "AIOZKLOCK_ZK_HOSTS"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "ensemble: needs a 3-node ZooKeeper ensemble started by the harness"
+    )
+    config.addinivalue_line("markers", "slow: fault tests that take several seconds")
+
+
+def _start_cluster(size: int) -> ZooKeeperCluster:
+    # Imported here so that loading the plugin never starts or probes anything.
+    from ._server import ZooKeeperCluster
+
+    return ZooKeeperCluster(size).start()
+
+
+@pytest.fixture(scope="session")
+def zk_cluster() -> Iterator[ZooKeeperCluster]:
+    """A standalone ZooKeeper on a free port of 127.0.0.1, for the whole session.
+
+    Tests that kill, pause or restart it must leave it serving again (``restart()``).
+    """
+    cluster = _start_cluster(1)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
+def zk_ensemble() -> Iterator[ZooKeeperCluster]:
+    """A 3-node ZooKeeper ensemble, started on first use and kept for the session.
+
+    Tests that kill members must restart them (``member.start()``) before finishing.
+    """
+    cluster = _start_cluster(3)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
+def zk_hosts(request: pytest.FixtureRequest) -> str:
+    """``host:port[,host:port...]`` of the servers under test."""
+    hosts = os.environ.get(ZK_HOSTS_ENV, "").strip()
+    if hosts:
+        logger.info("using ZooKeeper at %s from $%s", hosts, ZK_HOSTS_ENV)
+        return hosts
+    cluster: ZooKeeperCluster = request.getfixturevalue("zk_cluster")
+    return cluster.hosts

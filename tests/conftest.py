@@ -1,0 +1,87 @@
+"""Shared fixtures: every test gets its own chroot on the real ZooKeeper under test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import pytest
+
+import aiozklock
+from aiozklock._wire._protocol import get_children_op
+from aiozklock.testing import FaultProxy
+
+pytest_plugins = ("aiozklock.testing.pytest_plugin",)
+
+SESSION_TIMEOUT = 4.0
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Run every ``@pytest.mark.anyio`` test on asyncio and on trio."""
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture
+def chroot() -> str:
+    return f"/test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def hosts(zk_hosts: str, chroot: str) -> str:
+    """The servers under test, rooted in this test's own chroot."""
+    return zk_hosts + chroot
+
+
+@pytest.fixture
+async def zk(hosts: str) -> AsyncIterator[aiozklock.ZooKeeperClient]:
+    async with aiozklock.connect(hosts, session_timeout=SESSION_TIMEOUT) as client:
+        yield client
+
+
+ClientFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def open_client(zk_hosts: str, chroot: str) -> AsyncIterator[Callable[..., Any]]:
+    """``await open_client(proxy=None, **connect_kwargs)``: another client (its own session)
+    in this test's chroot, optionally behind a FaultProxy; all are closed at teardown."""
+    async with AsyncExitStack() as stack:
+
+        async def factory(
+            proxy: FaultProxy | None = None, **kwargs: Any
+        ) -> aiozklock.ZooKeeperClient:
+            kwargs.setdefault("session_timeout", SESSION_TIMEOUT)
+            kwargs.setdefault("connect_timeout", 5.0)
+            address = proxy.address if proxy is not None else zk_hosts
+            client = aiozklock.connect(address + chroot, **kwargs)
+            return await stack.enter_async_context(client)
+
+        yield factory
+
+
+@pytest.fixture
+async def proxy(zk_hosts: str) -> AsyncIterator[FaultProxy]:
+    async with FaultProxy(zk_hosts) as fault_proxy:
+        yield fault_proxy
+
+
+async def wait_for_queue(zk: aiozklock.ZooKeeperClient, path: str, size: int) -> list[str]:
+    """Wait, on a children watch (no polling), until ``path`` has at least ``size`` children."""
+    session = zk.session
+    server_path = session.server_path(path)
+    while True:
+        changed = anyio.Event()
+
+        def wake(_: object, changed: anyio.Event = changed) -> None:
+            changed.set()
+
+        children = await session.call(get_children_op(server_path, wake))
+        if len(children) >= size:
+            session.remove_watcher(server_path, wake)
+            return children
+        await changed.wait()
