@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 
 from aiozklock._exceptions import (
     ClientClosed,
@@ -267,6 +268,8 @@ class Lock:
             self._node = None
             self._token = None
             self._local.release()
+        # The delete was shielded; a cancellation that arrived meanwhile is delivered now.
+        await anyio.lowlevel.checkpoint_if_cancelled()
 
     async def __aenter__(self) -> Lock:
         await self._acquire(None)
@@ -461,11 +464,14 @@ class Lock:
         session = self._session
         prefix = session.server_path(join(self.path, node_prefix(self._guid)))
         parent = session.server_path(self.path)
-        parent_ensured = False
+        # After a NoNode, the parent's containers go in the same write as the retried create:
+        # a missing parent costs one extra round trip.
+        parent_ops: list[Op[Any]] = []
         while True:
             generation = session.generation
             self._node = None
             ops: list[Op[Any]] = [
+                *parent_ops,
                 create_op(
                     prefix,
                     self._identity(),
@@ -476,26 +482,28 @@ class Lock:
             ]
             self._create_unresolved = True
             try:
-                created, children = await session.pipeline(
-                    ops, generation=generation, wait_until=deadline
-                )
+                results = await session.pipeline(ops, generation=generation, wait_until=deadline)
             except SessionExpired:
                 self._create_unresolved = False
                 continue  # the session changed before we could send: bind to the new one
             except TimeoutError:
                 self._create_unresolved = False  # nothing was sent
                 raise
+            created, children = results[-2:]
             if isinstance(created, Created):
                 self._create_unresolved = False
                 self._adopt(created.path.rpartition("/")[2], created.stat, generation)
                 if isinstance(children, list):
                     return children
                 return await self._list(generation, deadline)
-            if isinstance(created, NoNodeError) and not parent_ensured:
+            if isinstance(created, NoNodeError) and not parent_ops:
                 self._create_unresolved = False
-                await self._ensure_parent(generation, deadline)
-                parent_ensured = True
+                parent_ops = self._parent_ops()
                 continue
+            for result in results[: len(parent_ops)]:
+                if isinstance(result, BaseException) and not isinstance(result, NodeExistsError):
+                    self._create_unresolved = False
+                    raise result
             if isinstance(created, SessionExpired):
                 self._create_unresolved = False
                 continue
@@ -549,17 +557,14 @@ class Lock:
         log.info("lock %s: adopted %s after a lost create reply", self.path, adopted)
         return [c for c in children if c not in duplicates]
 
-    async def _ensure_parent(self, generation: int, deadline: float | None) -> None:
-        """Create the lock path and its ancestors (chroot included) as containers, pipelined."""
+    def _parent_ops(self) -> list[Op[Any]]:
+        """Creates of the lock path and its ancestors (chroot included) as containers."""
         session = self._session
         parts = session.server_path(self.path).strip("/").split("/")
-        ops = [
+        return [
             create_container_op("/" + "/".join(parts[: i + 1]), session.client_path)
             for i in range(len(parts))
         ]
-        for result in await session.pipeline(ops, generation=generation, wait_until=deadline):
-            if isinstance(result, BaseException) and not isinstance(result, NodeExistsError):
-                raise result
 
     async def _list(
         self, generation: int, deadline: float | None, *, bind: bool = True

@@ -1,0 +1,357 @@
+"""What the lock puts on the wire, observed through a FaultProxy in front of the client:
+input validation before any request, round trips per acquire and release, lost create replies
+(F1, F2) and cancellation at every await point (F3). Real ZooKeeper, asyncio and trio."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import aiozklock
+from aiozklock._recipes._decision import nodes_of
+from aiozklock.testing import FaultProxy
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(40)]
+
+PATH = "/locks/orders/157"
+ClientFactory = Callable[..., Awaitable[aiozklock.ZooKeeperClient]]
+
+CREATE2 = 15
+GET_CHILDREN = 8
+EXISTS = 3
+DELETE = 2
+PING = 11
+
+
+def requests_except_pings(proxy: FaultProxy) -> list[int]:
+    return [r.opcode for r in proxy.requests if r.opcode != PING]
+
+
+# ------------------------------------------------------------------ validation (F17)
+
+BAD_LOCK_PATHS: list[Any] = [
+    "no-slash",
+    "/a//b",
+    "/a/",
+    "/a/./b",
+    "/a/../b",
+    "/a\x00b",
+    "/a\x1fb",
+    "/zookeeper/locks",
+    "/zookeeper",
+    "/",
+    "",
+    None,
+    b"/bytes",
+]
+
+
+@pytest.mark.parametrize("path", BAD_LOCK_PATHS)
+async def test_bad_lock_path_rejected_before_any_request(
+    proxy: FaultProxy, open_client: ClientFactory, path: Any
+) -> None:
+    client = await open_client(proxy)
+    proxy.reset_counters()
+    with pytest.raises(aiozklock.InvalidArgument) as excinfo:
+        client.lock(path)
+    assert isinstance(excinfo.value, ValueError)
+    assert requests_except_pings(proxy) == []
+
+
+async def test_bad_arguments_rejected_before_any_request(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    lock = client.lock(PATH)
+    proxy.reset_counters()
+    checks: list[Callable[[], object]] = [
+        lambda: client.lock(PATH, identifier=42),  # type: ignore[arg-type]
+        lambda: client.lock(PATH, identifier="x" * 5000),
+        lambda: lock.acquire(timeout=-1),
+        lambda: lock.acquire(timeout=float("nan")),
+        lambda: lock.acquire(timeout="1"),  # type: ignore[arg-type]
+    ]
+    for check in checks:
+        with pytest.raises(aiozklock.InvalidArgument):
+            check()
+    with pytest.raises(aiozklock.InvalidArgument):
+        await client.create("/big", b"x" * (1024 * 1024))
+    with pytest.raises(aiozklock.InvalidArgument):
+        await client.create("relative", b"")
+    assert requests_except_pings(proxy) == []
+    # Unicode paths are valid and round-trip.
+    async with client.lock("/locks/ü-錠") as unicode_lock:
+        assert unicode_lock.is_held
+        assert len(await client.get_children("/locks/ü-錠")) == 1
+
+
+@pytest.mark.parametrize(
+    ("hosts", "kwargs"),
+    [
+        ("", {}),
+        ("host:notaport", {}),
+        ("host:70000", {}),
+        ("h1:2181,,h2:2181", {}),
+        ("h1:2181/chroot/", {}),
+        ("h1:2181/a//b", {}),
+        ("h1:2181", {"session_timeout": 0}),
+        ("h1:2181", {"session_timeout": float("inf")}),
+        ("h1:2181", {"connect_timeout": -1}),
+        ("h1:2181", {"loss_policy": "sometimes"}),
+    ],
+)
+def test_bad_connect_arguments_raise_at_once(hosts: str, kwargs: dict[str, Any]) -> None:
+    with pytest.raises(aiozklock.InvalidArgument):
+        aiozklock.connect(hosts, **kwargs)
+
+
+# ------------------------------------------------------------------ round trips
+
+
+async def test_uncontended_acquire_and_release_take_one_round_trip_each(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    lock = client.lock(PATH)
+    async with lock:  # the parent exists from now on
+        pass
+
+    proxy.reset_counters()
+    await lock.acquire()
+    assert requests_except_pings(proxy) == [CREATE2, GET_CHILDREN]
+    create, listing = (r for r in proxy.requests if r.opcode != PING)
+    assert create.connection_index == listing.connection_index
+    proxy.reset_counters()
+    await lock.release()
+    assert requests_except_pings(proxy) == [DELETE]
+
+    # Pipelined, not sequential: with every request held 0.4 s by the proxy, one round trip
+    # costs about 0.4 s; two would cost at least 0.8 s.
+    proxy.set_delay(0.4)
+    started = time.monotonic()
+    await lock.acquire()
+    acquired_in = time.monotonic() - started
+    started = time.monotonic()
+    await lock.release()
+    released_in = time.monotonic() - started
+    assert acquired_in < 0.75, acquired_in
+    assert released_in < 0.75, released_in
+
+
+async def test_missing_parent_costs_one_extra_round_trip(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    lock = client.lock("/fresh/parent/lock")
+    proxy.reset_counters()
+    await lock.acquire()
+    opcodes = requests_except_pings(proxy)
+    # Attempt 1: create2 + getChildren (NoNode). Attempt 2, one write: the containers, then
+    # create2 + getChildren again.
+    assert opcodes[:2] == [CREATE2, GET_CHILDREN]
+    assert opcodes[-2:] == [CREATE2, GET_CHILDREN]
+    assert set(opcodes[2:-2]) == {19}  # createContainer
+    batches = {r.t for r in proxy.requests if r.opcode != PING}
+    assert len(batches) <= 2 or _two_bursts([r.t for r in proxy.requests if r.opcode != PING])
+    await lock.release()
+
+
+def _two_bursts(times: list[float]) -> bool:
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    return sum(1 for gap in gaps if gap > 0.0005) <= 1
+
+
+# ------------------------------------------------------------------ lost create reply (F1, F2)
+
+
+async def _our_nodes(zk: aiozklock.ZooKeeperClient, lock: aiozklock.Lock) -> list[str]:
+    return nodes_of(await zk.get_children(PATH), lock._guid)
+
+
+async def test_lost_create_reply_uncontended_yields_exactly_one_node(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    lock = client.lock(PATH)
+    await zk.ensure_path(PATH)
+    session_id = client.session_id
+    proxy.arm_drop_after([CREATE2], 1)
+    with anyio.fail_after(10):
+        await lock.acquire()
+    assert proxy.swallowed_replies == 1
+    assert client.session_id == session_id  # same session: the node was adopted, not redone
+    assert proxy.count(CREATE2) == 1  # never resent blindly
+    assert len(await _our_nodes(zk, lock)) == 1
+    assert len(await zk.get_children(PATH)) == 1
+    await lock.release()
+    assert await zk.get_children(PATH) == []
+    # Another client acquires at once.
+    with anyio.fail_after(1):
+        async with zk.lock(PATH):
+            pass
+
+
+async def test_lost_create_reply_contended_keeps_one_node_in_the_queue(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    lock = client.lock(PATH)
+    holder = zk.lock(PATH)
+    await holder.acquire()
+    proxy.arm_drop_after([CREATE2], 1)
+    acquired = anyio.Event()
+    waiting = anyio.Event()  # set once the waiter watches its predecessor (after adoption)
+    lock._before_wait_hook = waiting.set  # type: ignore[method-assign]
+
+    async def waiter() -> None:
+        async with lock:
+            acquired.set()
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        with anyio.fail_after(10):
+            await waiting.wait()
+        assert lock.statistics().node is not None
+        assert len(await _our_nodes(zk, lock)) == 1
+        assert len(await zk.get_children(PATH)) == 2
+        await holder.release()
+        with anyio.fail_after(5):
+            await acquired.wait()
+    assert proxy.swallowed_replies == 1
+    assert proxy.count(CREATE2) == 1
+    assert await zk.get_children(PATH) == []
+
+
+async def test_lost_create_reply_then_timeout_leaves_no_node(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    lock = client.lock(PATH)
+    async with zk.lock(PATH):
+        proxy.arm_drop_after([CREATE2], 1)
+        with pytest.raises(aiozklock.LockTimeout):
+            await lock.acquire(timeout=1.0)
+        assert proxy.swallowed_replies == 1
+        assert await _our_nodes(zk, lock) == []
+        assert len(await zk.get_children(PATH)) == 1
+    async with lock.acquire(timeout=2):  # reusable
+        assert lock.is_held
+    assert await zk.get_children(PATH) == []
+
+
+# ------------------------------------------------------------------ cancellation (F3)
+
+
+async def _cancel_when(
+    run: Callable[[], Awaitable[None]], trigger: Callable[[], Awaitable[None]]
+) -> bool:
+    """Run ``run`` in a scope, cancel it once ``trigger`` returns; True if it was cancelled
+    (and no other exception replaced the cancellation)."""
+    scope = anyio.CancelScope()
+    finished = anyio.Event()
+
+    async def runner() -> None:
+        with scope:
+            await run()
+        finished.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner)
+        await trigger()
+        scope.cancel()
+        with anyio.fail_after(5):
+            await finished.wait()
+    return scope.cancelled_caught
+
+
+@pytest.mark.parametrize("point", ["create-in-flight", "exists-in-flight", "waiting", "relist"])
+async def test_cancelled_acquire_leaves_nothing_behind(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory, point: str
+) -> None:
+    client = await open_client(proxy)
+    lock = client.lock(PATH)
+    await zk.ensure_path(PATH)
+    holder = zk.lock(PATH)
+    await holder.acquire()
+    baseline_watchers = client.session.watcher_count()
+    proxy.set_delay(0.3)  # every request stays in flight 0.3 s
+    waiting = anyio.Event()
+    lock._before_wait_hook = waiting.set  # type: ignore[method-assign]
+
+    async def trigger() -> None:
+        if point == "create-in-flight":
+            await proxy.wait_for_request(CREATE2)
+        elif point == "exists-in-flight":
+            await proxy.wait_for_request(EXISTS)
+        elif point == "waiting":
+            await waiting.wait()
+        else:  # the holder released; the waiter's getChildren after the wake-up is in flight
+            await waiting.wait()
+            proxy.reset_counters()
+            await holder.release()
+            await proxy.wait_for_request(GET_CHILDREN)
+
+    cancelled = await _cancel_when(lock.acquire, trigger)
+    assert cancelled, "the cancellation must propagate, not be swallowed"
+    assert not lock.is_held
+    proxy.set_delay(0)
+    assert await _our_nodes(zk, lock) == []
+    assert client.session.watcher_count() == baseline_watchers
+    if holder.is_held:
+        await holder.release()
+    async with lock.acquire(timeout=2):  # the object stays usable
+        assert lock.is_held
+    assert await zk.get_children(PATH) == []
+
+
+async def test_cancelled_release_still_deletes_the_node(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    lock = client.lock(PATH)
+    await zk.ensure_path(PATH)
+    held = anyio.Event()
+
+    async def acquire_then_release() -> None:
+        await lock.acquire()
+        proxy.set_delay(0.3)
+        proxy.reset_counters()
+        held.set()
+        await lock.release()
+
+    async def trigger() -> None:
+        await held.wait()
+        await proxy.wait_for_request(DELETE)
+
+    cancelled = await _cancel_when(acquire_then_release, trigger)
+    # release() is shielded: it finished deleting, then the cancellation was delivered.
+    assert cancelled
+    assert not lock.is_held
+    assert await zk.get_children(PATH) == []
+    proxy.set_delay(0)
+    async with lock.acquire(timeout=2):
+        assert lock.is_held
+
+
+async def test_cancelled_async_with_body_releases(zk: aiozklock.ZooKeeperClient) -> None:
+    lock = zk.lock(PATH)
+    entered = anyio.Event()
+
+    async def body() -> None:
+        async with lock:
+            entered.set()
+            await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(body)
+        await entered.wait()
+        tg.cancel_scope.cancel()
+    assert await zk.get_children(PATH) == []
+    assert lock.statistics().locked is False
