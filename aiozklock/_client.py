@@ -18,7 +18,7 @@ from aiozklock._wire._paths import parse_hosts, validate_data, validate_path
 from aiozklock._wire._protocol import (
     CreateMode,
     Stat,
-    create_container_op,
+    container_path_ops,
     create_op,
     delete_op,
     exists_op,
@@ -236,12 +236,7 @@ class ZooKeeperClient:
     async def ensure_path(self, path: str) -> None:
         """Create ``path`` and its ancestors (chroot included) as containers, in one round trip."""
         session = self.session
-        parts = session.server_path(validate_path(path)).strip("/").split("/")
-        ops = [
-            create_container_op("/" + "/".join(parts[: i + 1]), session.client_path)
-            for i in range(len(parts))
-            if parts[0]
-        ]
+        ops = container_path_ops(session.server_path(validate_path(path)), session.client_path)
         for result in await session.pipeline(ops):
             if isinstance(result, BaseException) and not isinstance(result, NodeExistsError):
                 raise result

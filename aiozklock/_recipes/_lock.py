@@ -53,7 +53,7 @@ from aiozklock._wire._protocol import (
     CreateMode,
     Op,
     Stat,
-    create_container_op,
+    container_path_ops,
     create_op,
     delete_op,
     exists_op,
@@ -560,11 +560,7 @@ class Lock:
     def _parent_ops(self) -> list[Op[Any]]:
         """Creates of the lock path and its ancestors (chroot included) as containers."""
         session = self._session
-        parts = session.server_path(self.path).strip("/").split("/")
-        return [
-            create_container_op("/" + "/".join(parts[: i + 1]), session.client_path)
-            for i in range(len(parts))
-        ]
+        return list(container_path_ops(session.server_path(self.path), session.client_path))
 
     async def _list(
         self, generation: int, deadline: float | None, *, bind: bool = True

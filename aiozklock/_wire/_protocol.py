@@ -315,3 +315,12 @@ def create_container_op(server_path: str, strip: Callable[[str], str]) -> Op[Cre
         path=server_path, data=b"", acl=OPEN_ACL, flags=int(CreateMode.CONTAINER)
     ).serialize()
     return Op(body, server_path, parse)
+
+
+def container_path_ops(server_path: str, strip: Callable[[str], str]) -> list[Op[Created]]:
+    """createContainer for ``server_path`` and each of its ancestors, top down: pipelined in
+    one write, they create whatever is missing (the rest answer NodeExists)."""
+    parts = server_path.strip("/").split("/")
+    if not parts[0]:
+        return []
+    return [create_container_op("/" + "/".join(parts[: i + 1]), strip) for i in range(len(parts))]
