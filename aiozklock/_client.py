@@ -109,6 +109,7 @@ class ZooKeeperClient:
         self.loss_policy: LossPolicy = loss_policy
         self._session: Session | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._background_scope: anyio.CancelScope | None = None
         self._janitor: Janitor | None = None
         self._policy: _LossPolicy | None = None
         self._closed = False
@@ -125,18 +126,30 @@ class ZooKeeperClient:
             connect_timeout=self.connect_timeout,
         )
         await session.connect_first()
+        self._session = session
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
-        self._session, self._task_group = session, task_group
-        task_group.start_soon(session.run, name="aiozklock session")
-        self._janitor = Janitor(session, lambda job: task_group.start_soon(job))
-        self._policy = _LossPolicy(session, self.loss_policy, self._janitor)
+        self._task_group = task_group
         try:
+            jobs = await task_group.start(self._background, session, name="aiozklock session")
+            self._janitor = Janitor(session, jobs.start_soon)
+            self._policy = _LossPolicy(session, self.loss_policy, self._janitor)
             await session.wait_connected()
         except BaseException:
             await self._shutdown()
             raise
         return self
+
+    async def _background(
+        self, session: Session, *, task_status: anyio.abc.TaskStatus[anyio.abc.TaskGroup]
+    ) -> None:
+        # The session loop and the janitor's jobs live in a child task with its own cancel
+        # scope: close() cancels them, never the task that entered the client.
+        with anyio.CancelScope() as self._background_scope:
+            async with anyio.create_task_group() as jobs:
+                task_status.started(jobs)
+                await session.run()
+                jobs.cancel_scope.cancel()  # janitor jobs: their session is gone
 
     async def __aexit__(
         self,
@@ -158,8 +171,8 @@ class ZooKeeperClient:
         self._closed = True
         if self._session is not None:
             await self._session.close()
-        if self._task_group is not None:
-            self._task_group.cancel_scope.cancel()  # janitor jobs: their session is gone
+        if self._background_scope is not None:
+            self._background_scope.cancel()
 
     async def _shutdown(self) -> None:
         await self.close()
@@ -181,6 +194,16 @@ class ZooKeeperClient:
     @property
     def session_id(self) -> int:
         return self._session.session_id if self._session is not None else 0
+
+    @property
+    def session_password(self) -> bytes:
+        """With ``session_id``, what re-attaches to the session (e.g. ``expire_session``)."""
+        return self._session.password if self._session is not None else b""
+
+    @property
+    def negotiated_timeout(self) -> float:
+        """The session timeout the server granted, in seconds (it may clamp the request)."""
+        return self._session.timeout if self._session is not None else self.session_timeout
 
     def add_listener(self, listener: StateListener) -> None:
         """Call ``listener(change)`` on every session state change."""

@@ -20,6 +20,7 @@ import collections
 import contextlib
 import enum
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -493,6 +494,7 @@ class Session:
             try:
                 self.connections += 1
                 session_id, password = self.session_id, self._password
+                sent_at = time.monotonic()
                 await stream.send(
                     proto.connect_frame(
                         self.last_zxid, self._requested_timeout_ms, session_id, password
@@ -515,8 +517,10 @@ class Session:
         self.session_id = handshake.session_id
         self._password = handshake.password
         self.timeout = handshake.timeout_ms / 1000
-        now = time.monotonic()
-        self.last_heard = self.last_sent = self.last_acked_send = now
+        self.last_heard = time.monotonic()
+        # The server refreshed the session when it read our ConnectRequest, no earlier than we
+        # sent it: the safe base for our own expiry deadline.
+        self.last_sent = self.last_acked_send = sent_at
         if new_session:
             log.info("new session 0x%x, timeout %.3f s", self.session_id, self.timeout)
         else:
@@ -660,26 +664,47 @@ class Session:
         # Set first: the server closes the connection after answering, and that EOF must not
         # be taken for a failure to reconnect from.
         self._closing = True
-        with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2 * CLOSE_TIMEOUT):
+            closed_on_server = False
             if self.state is SessionState.CONNECTED:
                 with anyio.move_on_after(CLOSE_TIMEOUT):
                     try:
                         pendings = await self._submit((proto.close_op(),), None, None, closing=True)
                         await self._await_replies(pendings)
+                        closed_on_server = pendings[0].error is None
                     except AiozklockError:
                         pass
-            self._fail_pending(lambda: ClientClosed("the ZooKeeper client was closed"))
-            self._set_state(SessionState.CLOSED, "closed by the client")
-            self._fire_all_session_gone()
+            # Stop the connection loop first: a reconnect in flight would re-attach the
+            # session, and the server drops the other connection when that happens.
             if self._conn_scope is not None:
                 self._conn_scope.cancel()
             if self._run_scope is not None:
                 self._run_scope.cancel()
                 with anyio.move_on_after(CLOSE_TIMEOUT):
                     await self._finished.wait()
+            if not closed_on_server and self.session_id:
+                # Re-attach just to close: otherwise the session's nodes (a lost lock's node
+                # among them) stay until the server expires it.
+                with anyio.move_on_after(CLOSE_TIMEOUT):
+                    await self._close_session_elsewhere()
+            self._fail_pending(lambda: ClientClosed("the ZooKeeper client was closed"))
+            self._set_state(SessionState.CLOSED, "closed by the client")
+            self._fire_all_session_gone()
             stream, self._stream = self._stream, None
             if stream is not None:
                 await _close_quietly(stream)
+
+    async def _close_session_elsewhere(self) -> None:
+        self._stale_session = (self.session_id, self._password, math.inf)
+        while self._stale_session is not None:
+            for host, port in self._hosts:
+                try:
+                    await self._close_stale_session(host, port)
+                    return
+                except (_HandshakeRejected, *_STREAM_ERRORS) as exc:
+                    # E.g. a re-attach still in the network took the session from us.
+                    log.info("closing session 0x%x via %s:%d: %r", self.session_id, host, port, exc)
+            await anyio.sleep(0.05)
 
 
 async def _read_frame(stream: anyio.abc.ByteStream) -> bytes:

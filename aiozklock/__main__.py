@@ -1,0 +1,338 @@
+"""Command line: ``python -m aiozklock demo`` (also installed as the ``aiozklock`` script).
+
+The demo is the classic race: many workers, each with its own ZooKeeper session, compete for
+one order's lock, hold it briefly while doing a fenced read-modify-write, and record every
+critical section. At the end the history is checked: no two sections overlap and fencing
+tokens strictly increase in grant order. Without ``--hosts`` a throwaway standalone
+ZooKeeper is started from the local install and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import anyio
+
+import aiozklock
+from aiozklock._recipes._lock import validate_lock_path
+from aiozklock.testing import FencedStore, History, HistoryReport
+
+DEFAULT_PATH = "/locks/orders/157"
+_HEAD_ROWS = 12
+_TAIL_ROWS = 6
+
+# Exit codes: 0 the history check passed, 1 it failed (or the run did), 2 cannot run here.
+EXIT_OK, EXIT_FAILED, EXIT_UNAVAILABLE = 0, 1, 2
+
+_INSTALL_HINT = """\
+aiozklock demo: no local ZooKeeper installation found.
+
+Either install one (the demo then starts a throwaway server on a free port):
+    sudo apt-get install zookeeper          # Debian/Ubuntu (brings a Java runtime)
+or set ZOOKEEPER_HOME to an unpacked Apache ZooKeeper release, or point the demo at
+running servers:
+    python -m aiozklock demo --hosts 127.0.0.1:2181     # e.g. `docker compose up -d`
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    holder: str
+    token: int
+    waited: float  # seconds, as reported by Lock.statistics().last_wait
+    entered: float  # time.monotonic()
+
+
+@dataclass
+class Results:
+    grants: list[Grant] = field(default_factory=list)
+    timeouts: int = 0
+    lost: list[str] = field(default_factory=list)  # LockLost messages
+    errors: list[str] = field(default_factory=list)  # anything else that stopped a worker
+    session_ids: set[int] = field(default_factory=set)
+    leftover_nodes: list[str] = field(default_factory=list)
+    elapsed: float = 0.0
+
+
+# ---------------------------------------------------------------------------- the demo
+
+
+class _Race:
+    """What the workers share: the start line, the protected resource, and the records."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.history = History()
+        self.store = FencedStore()
+        self.results = Results()
+        self.start = anyio.Event()
+        self.all_arrived = anyio.Event()
+        self._arrived = 0
+
+    def arrived(self) -> None:
+        """A worker is connected and at the start line (or failed to get there)."""
+        self._arrived += 1
+        if self._arrived == self.args.workers:
+            self.all_arrived.set()
+
+    async def worker(self, name: str) -> None:
+        args, results = self.args, self.results
+        arrived = False
+        try:
+            async with aiozklock.connect(args.hosts) as zk:  # one session per worker
+                results.session_ids.add(zk.session_id)
+                lock = zk.lock(args.path, identifier=name)
+                self.arrived()
+                arrived = True
+                await self.start.wait()
+                for _ in range(args.rounds):
+                    try:
+                        async with lock.acquire(timeout=args.timeout):
+                            await self._critical_section(name, lock)
+                    except aiozklock.LockTimeout:
+                        results.timeouts += 1
+                    except aiozklock.LockLost as exc:
+                        results.lost.append(f"{name}: {exc}")
+        except aiozklock.AiozklockError as exc:
+            results.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+        finally:
+            if not arrived:
+                self.arrived()
+
+    async def _critical_section(self, name: str, lock: aiozklock.Lock) -> None:
+        token = lock.fencing_token
+        waited = lock.statistics().last_wait or 0.0
+        with self.history.section(name, token):
+            self.results.grants.append(Grant(name, token, waited, time.monotonic()))
+            # A read-modify-write of the protected resource: if two holders ever overlapped,
+            # the counter would lose updates and the store would reject stale tokens.
+            value = self.store.value
+            before = value if isinstance(value, int) else 0
+            await anyio.sleep(self.args.hold)
+            self.store.write(name, token, before + 1)
+
+
+async def run_demo(args: argparse.Namespace) -> tuple[Results, History, FencedStore]:
+    """Run the race; raises ``ZooKeeperUnavailable`` if ZooKeeper cannot be reached."""
+    race = _Race(args)
+    width = len(str(args.workers))
+    names = [f"worker-{i:0{width}d}" for i in range(1, args.workers + 1)]
+    # An observer session first: it fails fast if ZooKeeper is unreachable, and checks at the
+    # end that the workers' closed sessions left no lock node behind.
+    async with aiozklock.connect(args.hosts, connect_timeout=5.0) as observer:
+        async with anyio.create_task_group() as tg:
+            for name in names:
+                tg.start_soon(race.worker, name, name=name)
+            await race.all_arrived.wait()  # everyone connected: the race starts at once
+            started = time.monotonic()
+            race.start.set()
+        race.results.elapsed = time.monotonic() - started
+        contenders = await observer.lock(args.path, identifier="demo-observer").contenders()
+        race.results.leftover_nodes = [
+            c.node for c in contenders if c.session_id in race.results.session_ids
+        ]
+    return race.results, race.history, race.store
+
+
+# ---------------------------------------------------------------------------- the report
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}"
+
+
+def _print_report(
+    args: argparse.Namespace,
+    where: str,
+    results: Results,
+    report: HistoryReport,
+    store: FencedStore,
+    out: TextIO,
+) -> bool:
+    def p(line: str = "") -> None:
+        print(line, file=out)
+
+    grants = sorted(results.grants, key=lambda g: g.entered)
+    p(
+        f"aiozklock demo: {args.workers} workers x {args.rounds} rounds on {args.path} "
+        f"(each its own session; timeout {args.timeout:g} s, hold {_ms(args.hold)} ms)"
+    )
+    p(f"ZooKeeper: {where}; backend: {args.backend}")
+    p()
+    p("  grant  holder        fencing token  waited ms")
+    p("  -----  ------------  -------------  ---------")
+    shown: list[tuple[int, Grant] | None] = list(enumerate(grants, 1))
+    if len(grants) > _HEAD_ROWS + _TAIL_ROWS + 1 and not args.all:
+        shown = [*shown[:_HEAD_ROWS], None, *shown[-_TAIL_ROWS:]]
+    for row in shown:
+        if row is None:
+            hidden = len(grants) - _HEAD_ROWS - _TAIL_ROWS
+            p(f"  {'...':>5}  ({hidden} more grants; --all shows every one)")
+            continue
+        index, grant = row
+        p(f"  {index:>5}  {grant.holder:<12}  {grant.token:>13}  {_ms(grant.waited):>9}")
+    p()
+    attempts = args.workers * args.rounds
+    p(
+        f"acquisitions {len(grants)}/{attempts}   timeouts {results.timeouts}   "
+        f"lost {len(results.lost)}   errors {len(results.errors)}   in {results.elapsed:.2f} s"
+    )
+    waits = [g.waited for g in grants]
+    if waits:
+        p(
+            f"wait ms      min {_ms(min(waits))}   median {_ms(statistics.median(waits))}   "
+            f"max {_ms(max(waits))}"
+        )
+    for problem in [*results.lost, *results.errors][:5]:
+        p(f"  ! {problem}")
+    p()
+    counter_ok = store.value == len(store.accepted) == len(grants)
+    checks = [
+        (report.ok, f"history check: {report}"),
+        (
+            not store.rejected and counter_ok,
+            f"fenced store:  {len(store.accepted)} writes accepted, {len(store.rejected)} "
+            f"stale writes rejected, counter = {store.value} (expected {len(grants)})",
+        ),
+        (
+            not results.leftover_nodes,
+            f"cleanup:       {len(results.leftover_nodes)} lock node(s) of closed sessions left",
+        ),
+        (bool(grants), f"progress:      {len(grants)} critical section(s) recorded"),
+    ]
+    for ok, line in checks:
+        p(f"  [{'PASS' if ok else 'FAIL'}] {line}")
+    passed = all(ok for ok, _ in checks)
+    p()
+    p(
+        "PASSED: no two holders overlapped, fencing tokens strictly increased"
+        if passed
+        else "FAILED"
+    )
+    return passed
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aiozklock", description="aiozklock: async distributed locks on ZooKeeper"
+    )
+    parser.add_argument("--version", action="version", version=aiozklock.__version__)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    demo = commands.add_parser(
+        "demo",
+        help="many workers race for one lock; prints the grant order and checks the history",
+        description=(
+            "Workers, each with its own ZooKeeper session, race for one order's lock, hold it "
+            "briefly doing a fenced write, and the recorded history is checked for overlaps "
+            "and token order. Exit code 0 if the check passes, 1 if not, 2 if ZooKeeper is "
+            "not available."
+        ),
+    )
+    demo.add_argument(
+        "--hosts",
+        help="ZooKeeper connection string (host:port,...); default: start a throwaway "
+        "standalone server from the local install",
+    )
+    demo.add_argument("--workers", type=_positive_int, default=20, help="default: %(default)s")
+    demo.add_argument(
+        "--rounds", type=_positive_int, default=5, help="acquisitions per worker (%(default)s)"
+    )
+    demo.add_argument(
+        "--timeout", type=_seconds, default=2.0, help="acquire timeout, s (%(default)s)"
+    )
+    demo.add_argument("--hold", type=_seconds, default=0.01, help="hold time, s (%(default)s)")
+    demo.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    demo.add_argument("--path", default=DEFAULT_PATH, help="lock path (%(default)s)")
+    demo.add_argument("--all", action="store_true", help="list every grant, not just the ends")
+    return parser
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from aiozklock.testing import (
+        ZooKeeperCluster,
+        ZooKeeperStartError,
+        ZooKeeperUnavailableForTests,
+        find_zookeeper_classpath,
+    )
+
+    if args.backend == "trio":
+        try:
+            import trio  # noqa: F401
+        except ImportError:
+            print("--backend trio needs trio: pip install 'aiozklock[trio]'", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+    try:  # bad arguments fail here, before a server is started or contacted
+        validate_lock_path(args.path)
+        if args.hosts:
+            aiozklock.connect(args.hosts)  # validates the connection string; connects on entry
+    except aiozklock.InvalidArgument as exc:
+        print(f"aiozklock demo: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+    cluster: ZooKeeperCluster | None = None
+    if args.hosts:
+        where = args.hosts
+    else:
+        if find_zookeeper_classpath() is None:
+            print(_INSTALL_HINT, file=sys.stderr, end="")
+            return EXIT_UNAVAILABLE
+        print("starting a throwaway ZooKeeper ...", file=sys.stderr, flush=True)
+        try:
+            cluster = ZooKeeperCluster(1).start()
+        except ZooKeeperUnavailableForTests as exc:  # e.g. jars but no java
+            print(f"aiozklock demo: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        except ZooKeeperStartError as exc:
+            print(f"aiozklock demo: ZooKeeper did not start: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        args.hosts = cluster.hosts
+        where = f"embedded standalone at {cluster.hosts}"
+    try:
+        try:
+            results, history, store = anyio.run(run_demo, args, backend=args.backend)
+        except aiozklock.ZooKeeperUnavailable as exc:
+            print(f"aiozklock demo: ZooKeeper unavailable: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        passed = _print_report(args, where, results, history.check(), store, sys.stdout)
+        return EXIT_OK if passed else EXIT_FAILED
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m aiozklock`` and of the ``aiozklock`` console script."""
+    args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        try:
+            return _demo(args)
+        except KeyboardInterrupt:
+            return 130
+    raise AssertionError(f"unknown command {args.command!r}")  # argparse rejects it first
+
+
+if __name__ == "__main__":
+    sys.exit(main())
