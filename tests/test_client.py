@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import aiozklock
@@ -22,7 +23,7 @@ async def test_close_inside_the_block_does_not_cancel_the_caller(hosts: str) -> 
         assert zk.session_password
         assert zk.negotiated_timeout > 0
         await zk.close()
-        await anyio.sleep(0)  # a checkpoint: a stray cancellation would land here
+        await anyio.lowlevel.checkpoint()  # a checkpoint: a stray cancellation would land here
         reached_after_close = True
         assert zk.state is aiozklock.SessionState.CLOSED
         with pytest.raises(aiozklock.ClientClosed):
@@ -40,9 +41,7 @@ async def test_close_while_suspended_closes_the_session_on_the_server(
     await lock.acquire()
     suspended = anyio.Event()
     client.add_listener(
-        lambda change: suspended.set()
-        if change.state is aiozklock.SessionState.SUSPENDED
-        else None
+        lambda change: suspended.set() if change.state is aiozklock.SessionState.SUSPENDED else None
     )
     proxy.blackhole(True, new="hang")
     await proxy.drop_all()
