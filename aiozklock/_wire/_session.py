@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CLOSE_TIMEOUT = 1.0  # close() waits at most this long for the server to confirm
+LOST_MARGIN = 0.1  # LOST this fraction of the timeout before the server may expire us
 _STREAM_ERRORS = (
     anyio.EndOfStream,
     anyio.BrokenResourceError,
@@ -242,7 +243,7 @@ class Session:
                 await self.wait_connected(generation, wait_until)
             async with self._send_lock:
                 stream = self._stream
-                if self.state is not SessionState.CONNECTED or stream is None:
+                if stream is None or (self.state is not SessionState.CONNECTED and not closing):
                     if closing:
                         raise ClientClosed("not connected")
                     continue  # dropped while we waited for the lock
@@ -347,8 +348,8 @@ class Session:
     # ---------------------------------------------------------------- state
 
     def _set_state(self, state: SessionState, reason: str) -> None:
-        if state is self.state:
-            return
+        if state is self.state or self.state is SessionState.CLOSED:
+            return  # CLOSED is final
         change = StateChange(
             state, self.state, self.session_id, self.generation, time.monotonic(), reason
         )
@@ -468,7 +469,11 @@ class Session:
         """Reconnect (same session if still alive, else a new one). False when closing."""
         delay = 0.0
         while not self._closing:
-            attempt = min(max(self.timeout / (len(self._hosts) + 1), 0.2), self._connect_timeout)
+            # Short attempts: a server that accepts but does not answer (frozen, or just
+            # restarted) must not eat the session's remaining life.
+            attempt = min(
+                max(self.timeout / (2 * (len(self._hosts) + 1)), 0.25), self._connect_timeout
+            )
             try:
                 self._stream = await self._open(attempt)
                 return True
@@ -635,8 +640,9 @@ class Session:
                     next_at = min(silence_deadline, self.last_sent + timeout / 3)
             elif self.state is SessionState.SUSPENDED:
                 # The server expires the session `timeout` after it last heard from us, and it
-                # heard our newest answered request no earlier than we sent it.
-                lost_at = self.last_acked_send + timeout
+                # heard our newest answered request no earlier than we sent it. The margin
+                # absorbs our own scheduling delays before holders are told.
+                lost_at = self.last_acked_send + timeout * (1 - LOST_MARGIN)
                 if now >= lost_at:
                     self._session_gone(
                         "no reply within the session timeout (our clock)", stale=True
@@ -658,41 +664,48 @@ class Session:
     # ---------------------------------------------------------------- close
 
     async def close(self) -> None:
-        """Close the session on the server (bounded) and fail everything still waiting."""
+        """Close the session on the server and fail everything still waiting.
+
+        Waiters and holders learn at once; the server round trips that follow are bounded
+        by ``CLOSE_TIMEOUT`` in all.
+        """
         if self._closing:
             return
         # Set first: the server closes the connection after answering, and that EOF must not
         # be taken for a failure to reconnect from.
         self._closing = True
-        with anyio.CancelScope(shield=True), anyio.move_on_after(2 * CLOSE_TIMEOUT):
-            closed_on_server = False
-            if self.state is SessionState.CONNECTED:
-                with anyio.move_on_after(CLOSE_TIMEOUT):
+        stream = self._stream if self.state is SessionState.CONNECTED else None
+        self._fail_pending(lambda: ClientClosed("the ZooKeeper client was closed"))
+        self._set_state(SessionState.CLOSED, "closed by the client")
+        self._fire_all_session_gone()
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(CLOSE_TIMEOUT):
+                closed_on_server = False
+                if stream is not None:
                     try:
                         pendings = await self._submit((proto.close_op(),), None, None, closing=True)
                         await self._await_replies(pendings)
                         closed_on_server = pendings[0].error is None
                     except AiozklockError:
                         pass
-            # Stop the connection loop first: a reconnect in flight would re-attach the
-            # session, and the server drops the other connection when that happens.
-            if self._conn_scope is not None:
-                self._conn_scope.cancel()
-            if self._run_scope is not None:
-                self._run_scope.cancel()
-                with anyio.move_on_after(CLOSE_TIMEOUT):
-                    await self._finished.wait()
-            if not closed_on_server and self.session_id:
-                # Re-attach just to close: otherwise the session's nodes (a lost lock's node
-                # among them) stay until the server expires it.
-                with anyio.move_on_after(CLOSE_TIMEOUT):
+                # Stop the connection loop first: a reconnect in flight would re-attach the
+                # session, and the server drops the other connection when that happens.
+                self._stop_connection_loop()
+                await self._finished.wait()
+                if not closed_on_server and self.session_id:
+                    # Re-attach just to close: otherwise the session's nodes (a lost lock's
+                    # node among them) stay until the server expires it.
                     await self._close_session_elsewhere()
-            self._fail_pending(lambda: ClientClosed("the ZooKeeper client was closed"))
-            self._set_state(SessionState.CLOSED, "closed by the client")
-            self._fire_all_session_gone()
+            self._stop_connection_loop()
             stream, self._stream = self._stream, None
             if stream is not None:
                 await _close_quietly(stream)
+
+    def _stop_connection_loop(self) -> None:
+        if self._conn_scope is not None:
+            self._conn_scope.cancel()
+        if self._run_scope is not None:
+            self._run_scope.cancel()
 
     async def _close_session_elsewhere(self) -> None:
         self._stale_session = (self.session_id, self._password, math.inf)
