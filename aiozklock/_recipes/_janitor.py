@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiozklock._exceptions import (
+    AiozklockError,
     ClientClosed,
     ConnectionLoss,
     NoNodeError,
@@ -35,8 +36,10 @@ class Janitor:
         self._spawn = spawn
         self.pending = 0
 
-    def spawn(self, job: Job) -> None:
-        self._spawn(job)
+    def spawn(self, job: Job, what: str) -> None:
+        """Run a best-effort background job; its errors are logged, never raised into the
+        client's task group (which would take the user's code down with it)."""
+        self._run(job, what)
 
     def delete(self, path: str, generation: int) -> None:
         """Delete ``path`` once possible, unless its session ends first."""
@@ -55,6 +58,8 @@ class Janitor:
                 await job()
             except (SessionExpired, ClientClosed):
                 pass  # the session and its ephemeral nodes are gone
+            except AiozklockError as exc:
+                log.info("janitor job gave up: %s: %r", what, exc)
             except Exception:
                 log.exception("janitor job failed: %s", what)
             finally:

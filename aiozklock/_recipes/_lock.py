@@ -443,7 +443,9 @@ class Lock:
         self._holding = holding
         self._registry.register(holding)  # marks it lost at once if the session is unsafe now
         if contended:
-            self._janitor.spawn(lambda: self._annotate_acquired(holding))
+            self._janitor.spawn(
+                lambda: self._annotate_acquired(holding), f"annotate {holding.path}"
+            )
 
     def _identity(self) -> bytes:
         try:
@@ -694,7 +696,7 @@ class Lock:
                 set_data_op(session.server_path(holding.path), json.dumps(identity).encode()),
                 generation=holding.generation,
             )
-        except (ZooKeeperError, ZooKeeperUnavailable, ValueError):
+        except (ZooKeeperError, SessionExpired, ValueError):
             pass  # released or lost meanwhile: nothing to annotate
 
 
