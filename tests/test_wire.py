@@ -29,6 +29,14 @@ DELETE = 2
 PING = 11
 
 
+async def persistent_lock_path(zk: aiozklock.ZooKeeperClient) -> None:
+    """Create PATH as a persistent node. The lock creates it as a container, which the server
+    reaps when empty (every 60 s, at any moment of a test): the next acquire then pays the
+    extra round trip that re-creates it, which tests counting round trips must not see."""
+    await zk.ensure_path(PATH.rpartition("/")[0])
+    await zk.create(PATH)
+
+
 def requests_except_pings(proxy: FaultProxy) -> list[int]:
     return [r.opcode for r in proxy.requests if r.opcode != PING]
 
@@ -119,8 +127,7 @@ async def test_uncontended_acquire_and_release_take_one_round_trip_each(
 ) -> None:
     client = await open_client(proxy)
     lock = client.lock(PATH)
-    async with lock:  # the parent exists from now on
-        pass
+    await persistent_lock_path(client)
 
     proxy.reset_counters()
     await lock.acquire()
@@ -179,7 +186,7 @@ async def test_lost_create_reply_uncontended_yields_exactly_one_node(
 ) -> None:
     client = await open_client(proxy)
     lock = client.lock(PATH)
-    await zk.ensure_path(PATH)
+    await persistent_lock_path(zk)
     session_id = client.session_id
     proxy.arm_drop_after([CREATE2], 1)
     with anyio.fail_after(10):
@@ -277,7 +284,7 @@ async def test_cancelled_acquire_leaves_nothing_behind(
 ) -> None:
     client = await open_client(proxy)
     lock = client.lock(PATH)
-    await zk.ensure_path(PATH)
+    await persistent_lock_path(zk)
     holder = zk.lock(PATH)
     await holder.acquire()
     baseline_watchers = client.session.watcher_count()
@@ -316,7 +323,7 @@ async def test_cancelled_release_still_deletes_the_node(
 ) -> None:
     client = await open_client(proxy)
     lock = client.lock(PATH)
-    await zk.ensure_path(PATH)
+    await persistent_lock_path(zk)
     held = anyio.Event()
 
     async def acquire_then_release() -> None:

@@ -469,6 +469,9 @@ class Lock:
         # After a NoNode, the parent's containers go in the same write as the retried create:
         # a missing parent costs one extra round trip.
         parent_ops: list[Op[Any]] = []
+        # The server reaps an empty container parent at any moment, even between our own
+        # requests: a NoNode can recur, rarely, so the parent is re-created a few times.
+        parent_attempts = 3
         while True:
             generation = session.generation
             self._node = None
@@ -498,9 +501,10 @@ class Lock:
                 if isinstance(children, list):
                     return children
                 return await self._list(generation, deadline)
-            if isinstance(created, NoNodeError) and not parent_ops:
+            if isinstance(created, NoNodeError) and parent_attempts > 0:
                 self._create_unresolved = False
                 parent_ops = self._parent_ops()
+                parent_attempts -= 1
                 continue
             for result in results[: len(parent_ops)]:
                 if isinstance(result, BaseException) and not isinstance(result, NodeExistsError):
