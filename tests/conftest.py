@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -27,8 +26,8 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def chroot() -> str:
-    return f"/test-{uuid.uuid4().hex[:12]}"
+def chroot(zk_chroot: str) -> str:
+    return zk_chroot
 
 
 @pytest.fixture
@@ -38,9 +37,9 @@ def hosts(zk_hosts: str, chroot: str) -> str:
 
 
 @pytest.fixture
-async def zk(hosts: str) -> AsyncIterator[aiozklock.ZooKeeperClient]:
-    async with aiozklock.connect(hosts, session_timeout=SESSION_TIMEOUT) as client:
-        yield client
+def zk(zk_client: aiozklock.ZooKeeperClient) -> aiozklock.ZooKeeperClient:
+    """The plugin's per-test client (4 s session), in this test's chroot."""
+    return zk_client
 
 
 ClientFactory = Callable[..., Any]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import json
 import math
 
@@ -261,3 +262,23 @@ async def test_waiter_cancelled_leaves_no_node_and_object_stays_usable(
 async def test_infinite_timeout_means_wait_forever(zk: aiozklock.ZooKeeperClient) -> None:
     async with zk.lock(PATH).acquire(timeout=math.inf) as lock:
         assert lock.is_held
+
+
+async def test_acquire_result_is_a_coroutine_and_a_context_manager(
+    zk: aiozklock.ZooKeeperClient,
+) -> None:
+    lock = zk.lock(PATH)
+    unused = lock.acquire()
+    assert isinstance(unused, collections.abc.Coroutine)
+    unused.close()  # never driven: nothing to close, no "never awaited" warning
+    results: list[bool] = []
+
+    async def holder() -> None:
+        await lock.acquire()
+        results.append(lock.is_held)
+        await lock.release()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder)
+    assert results == [True]
+    assert await zk.get_children(PATH) == []

@@ -23,7 +23,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Generator
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
@@ -152,18 +152,36 @@ def _validate_timeout(timeout: object) -> float | None:
     return None if math.isinf(timeout) else float(timeout)
 
 
-class _AcquireContext:
-    """What ``Lock.acquire()`` returns: awaitable, and an async context manager."""
+class _AcquireContext(Coroutine[Any, Any, None]):
+    """What ``Lock.acquire()`` returns: an async context manager, and a coroutine (so that
+    ``await``, ``asyncio.create_task(lock.acquire())`` and ``tg.start_soon(lock.acquire)``
+    all work). The underlying coroutine is created only if it is awaited or driven."""
 
-    __slots__ = ("_lock", "_scope", "_timeout")
+    __slots__ = ("_coro", "_lock", "_scope", "_timeout")
 
     def __init__(self, lock: Lock, timeout: float | None) -> None:
         self._lock = lock
         self._timeout = timeout
         self._scope: anyio.CancelScope | None = None
+        self._coro: Coroutine[Any, Any, None] | None = None
+
+    def _coroutine(self) -> Coroutine[Any, Any, None]:
+        if self._coro is None:
+            self._coro = self._lock._acquire(self._timeout)
+        return self._coro
 
     def __await__(self) -> Generator[Any, None, None]:
-        return self._lock._acquire(self._timeout).__await__()
+        return self._coroutine().__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._coroutine().send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._coroutine().throw(*args)
+
+    def close(self) -> None:
+        if self._coro is not None:
+            self._coro.close()
 
     async def __aenter__(self) -> Lock:
         await self._lock._acquire(self._timeout)

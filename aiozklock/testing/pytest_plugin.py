@@ -6,7 +6,10 @@ use ``-p aiozklock.testing.pytest_plugin``. Fixtures:
 - ``zk_cluster``: a standalone server, started once per session;
 - ``zk_ensemble``: a 3-node ensemble, started lazily by the first test that asks for it;
 - ``zk_hosts``: the connection string: ``$AIOZKLOCK_ZK_HOSTS`` if set (no local server is
-  started then), else ``zk_cluster.hosts``.
+  started then), else ``zk_cluster.hosts``;
+- ``zk_chroot``: a fresh chroot path per test (``/aiozklock-test-<random>``);
+- ``zk_client``: an ``aiozklock`` client rooted in that chroot, closed after the test (an
+  async fixture for anyio tests: ``@pytest.mark.anyio``).
 
 Without a local ZooKeeper and without ``AIOZKLOCK_ZK_HOSTS`` the fixtures fail with
 :class:`~aiozklock.testing.ZooKeeperUnavailableForTests` (never a silent skip: CI must not
@@ -17,15 +20,18 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
+    from aiozklock import ZooKeeperClient
+
     from ._server import ZooKeeperCluster
 
-__all__ = ["ZK_HOSTS_ENV", "zk_cluster", "zk_ensemble", "zk_hosts"]
+__all__ = ["ZK_HOSTS_ENV", "zk_chroot", "zk_client", "zk_cluster", "zk_ensemble", "zk_hosts"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,3 +87,20 @@ def zk_hosts(request: pytest.FixtureRequest) -> str:
         return hosts
     cluster: ZooKeeperCluster = request.getfixturevalue("zk_cluster")
     return cluster.hosts
+
+
+@pytest.fixture
+def zk_chroot() -> str:
+    """A fresh chroot for one test: its nodes cannot collide with any other test's."""
+    return f"/aiozklock-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def zk_client(
+    zk_hosts: str, zk_chroot: str, anyio_backend: object
+) -> AsyncIterator[ZooKeeperClient]:
+    """A client (its own session) rooted in ``zk_chroot``; closed after the test."""
+    import aiozklock
+
+    async with aiozklock.connect(zk_hosts + zk_chroot, session_timeout=4.0) as client:
+        yield client
