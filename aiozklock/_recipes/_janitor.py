@@ -65,7 +65,11 @@ class Janitor:
             finally:
                 self.pending -= 1
 
-        self._spawn(wrapper)
+        try:
+            self._spawn(wrapper)
+        except RuntimeError:  # the client is shutting down: its session, and our nodes, go too
+            self.pending -= 1
+            log.debug("janitor job not started, client closing: %s", what)
 
     async def _delete(self, path: str, generation: int) -> None:
         session = self._session

@@ -32,6 +32,7 @@ import anyio
 import anyio.lowlevel
 
 from aiozklock._exceptions import (
+    AiozklockError,
     ClientClosed,
     ConnectionLoss,
     InvalidArgument,
@@ -42,7 +43,6 @@ from aiozklock._exceptions import (
     NotLockOwner,
     SessionExpired,
     ZooKeeperError,
-    ZooKeeperUnavailable,
 )
 from aiozklock._recipes._decision import decide, node_prefix, nodes_of, queue_order
 from aiozklock._recipes._decision import sequence_of as _sequence_of
@@ -237,7 +237,9 @@ class Lock:
         self._acquisitions = 0
         self._losses = 0
         self._last_wait: float | None = None
-        self._body_scopes: list[anyio.CancelScope] = []
+        # The cancel scopes of ``async with lock:`` bodies, per task: nested ones exit in LIFO
+        # order within their task.
+        self._body_scopes: dict[int, list[anyio.CancelScope]] = {}
 
     # ---------------------------------------------------------------- public API
 
@@ -280,6 +282,7 @@ class Lock:
         try:
             if holding.lost:
                 self._losses += 1
+                self._retire_guid()  # the loss policy left our node to the janitor
                 raise LockLost(f"lock {self.path} was lost: {holding.lost_reason}")
             await self._delete_own_node()
         finally:
@@ -292,7 +295,8 @@ class Lock:
     async def __aenter__(self) -> Lock:
         await self._acquire(None)
         # Only the owning task enters bodies, and nested ones exit in LIFO order: a stack works.
-        self._body_scopes.append(self._enter_body())
+        scopes = self._body_scopes.setdefault(anyio.get_current_task().id, [])
+        scopes.append(self._enter_body())
         return self
 
     async def __aexit__(
@@ -301,7 +305,12 @@ class Lock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        return await self._exit_body(self._body_scopes.pop(), exc_type, exc, tb)
+        task_id = anyio.get_current_task().id
+        scopes = self._body_scopes[task_id]
+        scope = scopes.pop()
+        if not scopes:
+            del self._body_scopes[task_id]
+        return await self._exit_body(scope, exc_type, exc, tb)
 
     @property
     def is_held(self) -> bool:
@@ -565,7 +574,8 @@ class Lock:
                 break
         adopted: str | None = None
         duplicates = []
-        for name, stat in zip(ours, stats, strict=True):
+        # Newest first: the create whose reply we lost is the newest node of ours.
+        for name, stat in reversed(list(zip(ours, stats, strict=True))):
             if not isinstance(stat, Stat):
                 continue
             if adopted is None and stat.ephemeral_owner == session.session_id:
@@ -643,6 +653,7 @@ class Lock:
         for name, result in zip(names, await session.pipeline(ops), strict=True):
             if isinstance(result, BaseException) and not isinstance(result, NoNodeError):
                 self._janitor.delete(join(self.path, name), session.generation)
+                self._retire_guid()
 
     # ---------------------------------------------------------------- release and cleanup
 
@@ -692,7 +703,7 @@ class Lock:
                         done = True
                     except (NoNodeError, SessionExpired):
                         done = True
-                    except (ZooKeeperError, ZooKeeperUnavailable, TimeoutError):
+                    except (AiozklockError, TimeoutError):  # ClientClosed included
                         pass
             elif session.generation != generation or session.state is SessionState.CLOSED:
                 done = True  # the node's session is gone, and the node with it
@@ -700,10 +711,14 @@ class Lock:
             if node is not None:
                 self._janitor.delete(join(self.path, node), generation)
             else:
-                # Sweep by GUID in the background, and never reuse this GUID: the sweep must
-                # not hit a node of a later attempt.
                 self._janitor.delete_guid(self.path, self._guid, generation)
-                self._guid = uuid.uuid4().hex
+            self._retire_guid()
+
+    def _retire_guid(self) -> None:
+        """Take a new GUID once a node of ours is left to the janitor: a later lost create
+        reply must never find (and adopt) the node the janitor is about to delete, and a GUID
+        sweep must never hit a node of a later attempt."""
+        self._guid = uuid.uuid4().hex
 
     async def _annotate_acquired(self, holding: Holding) -> None:
         """Record when a waiter was granted the lock, for ``contenders()`` (best effort)."""

@@ -200,6 +200,8 @@ class Session:
         ZooKeeper executes a session's requests in order, so the replies describe the state
         after each request in turn.
         """
+        if not ops:
+            return []
         pendings = await self._submit(ops, generation, wait_until)
         await self._await_replies(pendings)
         return [p.error if p.error is not None else p.result for p in pendings]
@@ -247,6 +249,8 @@ class Session:
                     if closing:
                         raise ClientClosed("not connected")
                     continue  # dropped while we waited for the lock
+                if generation is not None and generation != self.generation:
+                    raise SessionExpired(f"session generation {generation} is gone")
                 pendings = []
                 chunks = []
                 now = time.monotonic()
@@ -460,10 +464,9 @@ class Session:
             self._stream = None
         with anyio.CancelScope(shield=True):
             await _close_quietly(stream)
-        if self._closing:
-            return
         self._fail_pending(lambda: ConnectionLoss(f"connection lost: {self._drop_reason}"))
-        self._set_state(SessionState.SUSPENDED, self._drop_reason)
+        if not self._closing:
+            self._set_state(SessionState.SUSPENDED, self._drop_reason)
 
     async def _reconnect(self) -> bool:
         """Reconnect (same session if still alive, else a new one). False when closing."""
@@ -505,20 +508,24 @@ class Session:
                         self.last_zxid, self._requested_timeout_ms, session_id, password
                     )
                 )
-                handshake = proto.parse_connect_response(await _read_frame(stream))
+                handshake = _parse_handshake(await _read_frame(stream))
+                if handshake.expired:
+                    if session_id:
+                        self._session_gone(
+                            "session expired (server answer at reconnect)", stale=False
+                        )
+                    raise _HandshakeRejected("session expired")
+                if session_id:
+                    # Same session: re-arm every watch before anything else is sent.
+                    self._sent_at.clear()
+                    await self._rearm_watches(stream)
+                if session_id != self.session_id:
+                    # Our own clock gave the session up while we were reconnecting.
+                    raise _HandshakeRejected("session given up during the handshake")
             except BaseException:
+                self._sent_at.clear()
                 await _close_quietly(stream)
                 raise
-        if handshake.expired:
-            await _close_quietly(stream)
-            if session_id:
-                self._session_gone("session expired (server answer at reconnect)", stale=False)
-            raise _HandshakeRejected("session expired")
-        if session_id != self.session_id:
-            # Our own clock gave the session up while the handshake was in flight.
-            await _close_quietly(stream)
-            raise _HandshakeRejected("session given up during the handshake")
-        new_session = session_id == 0
         self.session_id = handshake.session_id
         self._password = handshake.password
         self.timeout = handshake.timeout_ms / 1000
@@ -526,10 +533,8 @@ class Session:
         # The server refreshed the session when it read our ConnectRequest, no earlier than we
         # sent it: the safe base for our own expiry deadline.
         self.last_sent = self.last_acked_send = sent_at
-        if new_session:
+        if not session_id:
             log.info("new session 0x%x, timeout %.3f s", self.session_id, self.timeout)
-        else:
-            await self._rearm_watches(stream)
         return stream
 
     async def _rearm_watches(self, stream: anyio.abc.ByteStream) -> None:
@@ -556,7 +561,7 @@ class Session:
                     self.last_zxid, self._requested_timeout_ms, session_id, password
                 )
             )
-            handshake = proto.parse_connect_response(await _read_frame(stream))
+            handshake = _parse_handshake(await _read_frame(stream))
             if not handshake.expired:
                 await stream.send(proto.frame(1, proto.close_op().body))
                 await _read_frame(stream)
@@ -683,9 +688,14 @@ class Session:
                 closed_on_server = False
                 if stream is not None:
                     try:
-                        pendings = await self._submit((proto.close_op(),), None, None, closing=True)
-                        await self._await_replies(pendings)
-                        closed_on_server = pendings[0].error is None
+                        # Half the bound: if the connection dies meanwhile, the re-attach
+                        # below still has time.
+                        with anyio.move_on_after(CLOSE_TIMEOUT / 2):
+                            pendings = await self._submit(
+                                (proto.close_op(),), None, None, closing=True
+                            )
+                            await self._await_replies(pendings)
+                            closed_on_server = pendings[0].error is None
                     except AiozklockError:
                         pass
                 # Stop the connection loop first: a reconnect in flight would re-attach the
@@ -718,6 +728,13 @@ class Session:
                     # E.g. a re-attach still in the network took the session from us.
                     log.info("closing session 0x%x via %s:%d: %r", self.session_id, host, port, exc)
             await anyio.sleep(0.05)
+
+
+def _parse_handshake(frame: bytes) -> proto.Handshake:
+    try:
+        return proto.parse_connect_response(frame)
+    except Exception as exc:  # a short or garbled answer: not a ZooKeeper server we can use
+        raise _HandshakeRejected(f"unreadable handshake answer: {exc!r}") from None
 
 
 async def _read_frame(stream: anyio.abc.ByteStream) -> bytes:
