@@ -69,8 +69,10 @@ async def proxy(zk_hosts: str) -> AsyncIterator[FaultProxy]:
         yield fault_proxy
 
 
-async def wait_for_queue(zk: aiozklock.ZooKeeperClient, path: str, size: int) -> list[str]:
-    """Wait, on a children watch (no polling), until ``path`` has at least ``size`` children."""
+async def wait_for_children(
+    zk: aiozklock.ZooKeeperClient, path: str, done: Callable[[list[str]], bool]
+) -> list[str]:
+    """Wait, on children watches (no polling), until ``done(children of path)``."""
     session = zk.session
     server_path = session.server_path(path)
     while True:
@@ -80,7 +82,12 @@ async def wait_for_queue(zk: aiozklock.ZooKeeperClient, path: str, size: int) ->
             changed.set()
 
         children = await session.call(get_children_op(server_path, wake))
-        if len(children) >= size:
+        if done(children):
             session.remove_watcher(server_path, wake)
             return children
         await changed.wait()
+
+
+async def wait_for_queue(zk: aiozklock.ZooKeeperClient, path: str, size: int) -> list[str]:
+    """Wait until ``path`` has at least ``size`` children."""
+    return await wait_for_children(zk, path, lambda children: len(children) >= size)

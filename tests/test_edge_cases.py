@@ -11,8 +11,8 @@ import pytest
 
 import aiozklock
 from aiozklock._recipes._decision import nodes_of
-from aiozklock._wire._protocol import get_children_op
 from aiozklock.testing import FaultProxy
+from tests.conftest import wait_for_children
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -23,19 +23,7 @@ CREATE2 = 15
 
 
 async def wait_until_empty(zk: aiozklock.ZooKeeperClient, path: str) -> None:
-    """Wait on children watches (no polling) until ``path`` has no children."""
-    session = zk.session
-    server_path = session.server_path(path)
-    while True:
-        changed = anyio.Event()
-
-        def wake(_: object, changed: anyio.Event = changed) -> None:
-            changed.set()
-
-        if not await session.call(get_children_op(server_path, wake)):
-            session.remove_watcher(server_path, wake)
-            return
-        await changed.wait()
+    await wait_for_children(zk, path, lambda children: not children)
 
 
 async def test_acquire_in_an_already_cancelled_scope_is_just_cancelled(

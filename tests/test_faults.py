@@ -25,6 +25,7 @@ from aiozklock.testing import (
     FaultProxy,
     History,
     Opcode,
+    RawConnectionClosed,
     RawSessionExpired,
     RawWatchEvent,
     RawZooKeeperConnection,
@@ -758,9 +759,10 @@ async def test_close_fails_pending_waiter_and_ends_the_session(
         assert client.state is SessionState.CLOSED
         with anyio.fail_after(TIMEOUT + 2):  # the observer's task ends
             await deletion.deleted.wait()
-    # The server agrees that the session is over.
+    # The server agrees that the session is over: it will not give it back. It refuses with
+    # an "expired" answer, or (seen once in ~10 runs) by closing the connection unanswered.
     proxy.blackhole(False)
-    with pytest.raises(RawSessionExpired):
+    with pytest.raises((RawSessionExpired, RawConnectionClosed)):
         await RawZooKeeperConnection.open(
             first_host(zk_hosts), session_id=session_id, password=password
         )

@@ -34,7 +34,6 @@ class Janitor:
     def __init__(self, session: Session, spawn: Spawn) -> None:
         self._session = session
         self._spawn = spawn
-        self.pending = 0
 
     def spawn(self, job: Job, what: str) -> None:
         """Run a best-effort background job; its errors are logged, never raised into the
@@ -51,8 +50,6 @@ class Janitor:
         self._run(lambda: self._delete_guid(parent, guid, generation), f"sweep {parent}/{guid}")
 
     def _run(self, job: Job, what: str) -> None:
-        self.pending += 1
-
         async def wrapper() -> None:
             try:
                 await job()
@@ -62,13 +59,10 @@ class Janitor:
                 log.info("janitor job gave up: %s: %r", what, exc)
             except Exception:
                 log.exception("janitor job failed: %s", what)
-            finally:
-                self.pending -= 1
 
         try:
             self._spawn(wrapper)
         except RuntimeError:  # the client is shutting down: its session, and our nodes, go too
-            self.pending -= 1
             log.debug("janitor job not started, client closing: %s", what)
 
     async def _delete(self, path: str, generation: int) -> None:

@@ -120,7 +120,6 @@ class Session:
         self._password = bytes(16)
         self.generation = 0
         self.state = SessionState.CONNECTING
-        self.history: collections.deque[StateChange] = collections.deque(maxlen=64)
         self.last_zxid = 0
         now = time.monotonic()
         self.last_heard = now  # any frame from the server
@@ -141,7 +140,6 @@ class Session:
         # A session we gave up on by our own clock while the server may still keep it: we
         # close it explicitly once we can, so its ephemeral nodes go at once.
         self._stale_session: tuple[int, bytes, float] | None = None
-        self.connections = 0
 
     # ---------------------------------------------------------------- public surface
 
@@ -159,10 +157,6 @@ class Session:
     def password(self) -> bytes:
         """The session password (with ``session_id``, what re-attaches to the session)."""
         return self._password
-
-    def state_changed(self) -> anyio.Event:
-        """An event set at the next state change."""
-        return self._state_event
 
     def watcher_count(self) -> int:
         return sum(len(cbs) for registry in self._watches.values() for cbs in registry.values())
@@ -263,7 +257,16 @@ class Session:
                         self._add_watcher(op.watch, op.path, op.watcher)
                     chunks.append(proto.frame(self._xid, op.body))
                     self._sent_at.append(now)
-                await self._write_locked(stream, b"".join(chunks) if len(chunks) > 1 else chunks[0])
+                try:
+                    await self._write_locked(
+                        stream, b"".join(chunks) if len(chunks) > 1 else chunks[0]
+                    )
+                except BaseException:
+                    # Interrupted (a native asyncio cancel is not stopped by anyio's shield):
+                    # the caller never sees these pendings, so they must not outlive it.
+                    for pending in pendings:
+                        self._forget(pending)
+                    raise
                 return pendings
 
     async def _await_replies(self, pendings: Sequence[_Pending]) -> None:
@@ -322,9 +325,14 @@ class Session:
         if pending.error is not None:
             self.remove_watcher(op.path, op.watcher)
         elif op.watch is WatchKind.EXIST and pending.result is not None:
-            # exists() on an existing node leaves a data watch on the server.
-            self.remove_watcher(op.path, op.watcher)
-            self._add_watcher(WatchKind.DATA, op.path, op.watcher)
+            # exists() on an existing node leaves a data watch on the server. Moved only if
+            # still registered: a caller gone meanwhile has removed it, for good.
+            waiting = self._watches[WatchKind.EXIST].get(op.path)
+            if waiting is not None and op.watcher in waiting:
+                waiting.discard(op.watcher)
+                if not waiting:
+                    del self._watches[WatchKind.EXIST][op.path]
+                self._add_watcher(WatchKind.DATA, op.path, op.watcher)
 
     def _fire(self, event_type: EventType, server_path: str) -> None:
         fired: set[Watcher] = set()
@@ -358,7 +366,6 @@ class Session:
             state, self.state, self.session_id, self.generation, time.monotonic(), reason
         )
         self.state = state
-        self.history.append(change)
         log.info(
             "session 0x%x: %s -> %s (%s)",
             self.session_id,
@@ -500,7 +507,6 @@ class Session:
                 await self._close_stale_session(host, port)
             stream = await anyio.connect_tcp(host, port)
             try:
-                self.connections += 1
                 session_id, password = self.session_id, self._password
                 sent_at = time.monotonic()
                 await stream.send(
