@@ -48,7 +48,10 @@ ClientFactory = Callable[..., Any]
 @pytest.fixture
 async def open_client(zk_hosts: str, chroot: str) -> AsyncIterator[Callable[..., Any]]:
     """``await open_client(proxy=None, **connect_kwargs)``: another client (its own session)
-    in this test's chroot, optionally behind a FaultProxy; all are closed at teardown."""
+    in this test's chroot, optionally behind a FaultProxy; all are closed at teardown.
+
+    Request ``proxy`` *before* ``open_client`` in a test's parameters: fixtures are torn
+    down in reverse order, and the clients must close before the proxy they run through."""
     async with AsyncExitStack() as stack:
 
         async def factory(

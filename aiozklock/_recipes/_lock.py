@@ -314,14 +314,36 @@ class Lock:
 
     @property
     def is_held(self) -> bool:
-        """True if the current task holds the lock and it has not been lost."""
+        """True if the current task holds the lock, it has not been lost, and it is still
+        within ``valid_until``: a cheap check to make right before acting on the resource."""
         holding = self._holding
         if holding is None or holding.lost or self._owner is None:
+            return False
+        if time.monotonic() >= self._session.valid_until:
             return False
         try:
             return self._owner.id == anyio.get_current_task().id
         except RuntimeError:  # not called from a task
             return False
+
+    @property
+    def valid_until(self) -> float:
+        """The ``time.monotonic()`` instant until which the lock is certainly still ours.
+
+        The server cannot expire our session, and so cannot grant the lock to anyone else,
+        earlier than the send time of our newest answered request plus the session timeout;
+        this is that instant less a 10 % margin. It advances with every reply (pings keep it
+        moving while idle), and it catches what no notification can: a process that was
+        paused (GC, SIGSTOP, a swapped-out VM) and resumes after its session may have expired,
+        before its heartbeat has had a chance to notice. ``-inf`` once the lock is lost.
+        Fencing tokens remain the real protection: a write can still be delayed in flight.
+        """
+        holding = self._holding
+        if holding is None:
+            raise NotLockOwner(f"the lock {self.path} is not held, so it has no validity")
+        if holding.lost or holding.generation != self._session.generation:
+            return -math.inf
+        return self._session.valid_until
 
     @property
     def fencing_token(self) -> int:

@@ -158,6 +158,13 @@ class Session:
         """The session password (with ``session_id``, what re-attaches to the session)."""
         return self._password
 
+    @property
+    def valid_until(self) -> float:
+        """The ``time.monotonic()`` instant before which the server cannot have expired this
+        session: it heard our newest answered request no earlier than we sent it, and expires
+        a session ``timeout`` after it last heard from it (less our safety margin)."""
+        return self.last_acked_send + self.timeout * (1 - LOST_MARGIN)
+
     def watcher_count(self) -> int:
         return sum(len(cbs) for registry in self._watches.values() for cbs in registry.values())
 
@@ -653,7 +660,7 @@ class Session:
                 # The server expires the session `timeout` after it last heard from us, and it
                 # heard our newest answered request no earlier than we sent it. The margin
                 # absorbs our own scheduling delays before holders are told.
-                lost_at = self.last_acked_send + timeout * (1 - LOST_MARGIN)
+                lost_at = self.valid_until
                 if now >= lost_at:
                     self._session_gone(
                         "no reply within the session timeout (our clock)", stale=True
