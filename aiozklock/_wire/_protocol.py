@@ -109,6 +109,33 @@ class Created:
     stat: Stat
 
 
+# Hot-path codecs: the lock's requests and replies, encoded and decoded with precompiled
+# structs instead of aiozk's generic record walker. Layouts are jute's (ZooKeeper's
+# zookeeper.jute); tests check every codec against aiozk's records byte for byte.
+_INT = struct.Struct("!i")
+_STAT = struct.Struct("!qqqqiiiqiiq")  # czxid mzxid ctime mtime version cversion aversion
+#                                        ephemeralOwner dataLength numChildren pzxid
+_OPCODE = {opcode: _INT.pack(opcode) for opcode in Opcode}
+_TRUE, _FALSE = b"\x01", b"\x00"
+
+
+def _ustring(value: str) -> bytes:
+    encoded = value.encode()
+    return _INT.pack(len(encoded)) + encoded
+
+
+def _read_ustring(buf: bytes, offset: int) -> tuple[str, int]:
+    (size,) = _INT.unpack_from(buf, offset)
+    offset += 4
+    if size < 0:
+        return "", offset
+    return buf[offset : offset + size].decode(), offset + size
+
+
+def _read_stat(buf: bytes, offset: int) -> Stat:
+    return Stat(*_STAT.unpack_from(buf, offset))
+
+
 def _stat(raw: Any) -> Stat:
     return Stat(
         raw.created_zxid,
@@ -157,50 +184,76 @@ def _none(buf: bytes, offset: int) -> None:
 
 
 OPEN_ACL = [_jute.UNRESTRICTED_ACCESS]  # world:anyone, all permissions
+_OPEN_ACL = _INT.pack(1) + _INT.pack(31) + _ustring("world") + _ustring("anyone")
 
 
 def create_op(
     server_path: str, data: bytes, mode: CreateMode, strip: Callable[[str], str]
 ) -> Op[Created]:
-    def parse(buf: bytes, offset: int) -> Created:
-        raw, _ = _jute.Create2Response.parse(buf, offset)
-        return Created(strip(raw.path), _stat(raw.stat))
+    """create2 (path, data, acl, flags) -> (path, stat)."""
 
-    body = _jute.Create2Request(
-        path=server_path, data=data, acl=OPEN_ACL, flags=int(mode)
-    ).serialize()
+    def parse(buf: bytes, offset: int) -> Created:
+        path, offset = _read_ustring(buf, offset)
+        return Created(strip(path), _read_stat(buf, offset))
+
+    body = b"".join(
+        (
+            _OPCODE[Opcode.CREATE2],
+            _ustring(server_path),
+            _INT.pack(len(data)),
+            data,
+            _OPEN_ACL,
+            _INT.pack(int(mode)),
+        )
+    )
     return Op(body, server_path, parse)
 
 
 def delete_op(server_path: str, version: int = -1) -> Op[None]:
-    return Op(
-        _jute.DeleteRequest(path=server_path, version=version).serialize(), server_path, _none
-    )
+    """delete (path, version) -> nothing."""
+    body = _OPCODE[Opcode.DELETE] + _ustring(server_path) + _INT.pack(version)
+    return Op(body, server_path, _none)
+
+
+def _read_exists(buf: bytes, offset: int) -> Stat | None:
+    return _read_stat(buf, offset)
 
 
 def exists_op(server_path: str, watcher: Watcher | None = None) -> Op[Stat | None]:
-    def parse(buf: bytes, offset: int) -> Stat | None:
-        raw, _ = _jute.ExistsResponse.parse(buf, offset)
-        return _stat(raw.stat)
-
-    body = _jute.ExistsRequest(path=server_path, watch=watcher is not None).serialize()
+    """exists (path, watch) -> stat; NoNode is an answer (None)."""
+    body = _OPCODE[Opcode.EXISTS] + _ustring(server_path) + (_TRUE if watcher else _FALSE)
     return Op(
         body,
         server_path,
-        parse,
+        _read_exists,
         watch=WatchKind.EXIST if watcher else None,
         watcher=watcher,
         absent_ok=True,
     )
 
 
-def get_children_op(server_path: str, watcher: Watcher | None = None) -> Op[list[str]]:
-    def parse(buf: bytes, offset: int) -> list[str]:
-        raw, _ = _jute.GetChildrenResponse.parse(buf, offset)
-        return list(raw.children)
+def _read_children(buf: bytes, offset: int) -> list[str]:
+    (count,) = _INT.unpack_from(buf, offset)
+    offset += 4
+    children = []
+    for _ in range(max(count, 0)):
+        (size,) = _INT.unpack_from(buf, offset)
+        offset += 4
+        children.append(buf[offset : offset + size].decode())
+        offset += size
+    return children
 
-    body = _jute.GetChildrenRequest(path=server_path, watch=watcher is not None).serialize()
-    return Op(body, server_path, parse, watch=WatchKind.CHILD if watcher else None, watcher=watcher)
+
+def get_children_op(server_path: str, watcher: Watcher | None = None) -> Op[list[str]]:
+    """getChildren (path, watch) -> vector<ustring>."""
+    body = _OPCODE[Opcode.GET_CHILDREN] + _ustring(server_path) + (_TRUE if watcher else _FALSE)
+    return Op(
+        body,
+        server_path,
+        _read_children,
+        watch=WatchKind.CHILD if watcher else None,
+        watcher=watcher,
+    )
 
 
 def get_data_op(server_path: str, watcher: Watcher | None = None) -> Op[tuple[bytes, Stat]]:
@@ -291,9 +344,14 @@ class RawWatchEvent:
     path: str
 
 
+_WATCH_EVENT = struct.Struct("!ii")
+
+
 def parse_watch_event(buf: bytes, offset: int) -> RawWatchEvent:
-    raw, _ = _jute.WatchEvent.parse(buf, offset)
-    return RawWatchEvent(raw.type, raw.state, raw.path)
+    """WatcherEvent (type, state, path)."""
+    event_type, state = _WATCH_EVENT.unpack_from(buf, offset)
+    path, _ = _read_ustring(buf, offset + _WATCH_EVENT.size)
+    return RawWatchEvent(event_type, state, path)
 
 
 class CreateContainerRequest(_jute.Create2Request):  # type: ignore[misc]
