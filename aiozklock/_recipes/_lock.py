@@ -196,7 +196,8 @@ class _AcquireContext(Coroutine[Any, Any, None]):
     ) -> bool:
         assert self._scope is not None
         scope, self._scope = self._scope, None
-        return await self._lock._exit_body(scope, exc_type, exc, tb)
+        task_id = anyio.get_current_task().id
+        return await self._lock._exit_body(scope, exc_type, exc, tb, task_id)
 
 
 class Lock:
@@ -226,7 +227,8 @@ class Lock:
         self._registry = registry
         self._janitor = janitor
         self._guid = uuid.uuid4().hex
-        self._local = anyio.Lock()  # one node per lock object: local tasks queue here, FIFO
+        # One node per lock object: local tasks queue here, FIFO.
+        self._local = anyio.Lock(fast_acquire=True)
         self._owner: anyio.TaskInfo | None = None
         self._depth = 0
         self._holding: Holding | None = None
@@ -240,6 +242,7 @@ class Lock:
         # The cancel scopes of ``async with lock:`` bodies, per task: nested ones exit in LIFO
         # order within their task.
         self._body_scopes: dict[int, list[anyio.CancelScope]] = {}
+        self._identity_head: str | None = None  # our node's JSON data, up to the task name
 
     # ---------------------------------------------------------------- public API
 
@@ -266,9 +269,11 @@ class Lock:
         Raises ``NotLockOwner`` if the current task does not hold it, and ``LockLost`` if the
         lock was lost while held (the node is then removed in the background once possible).
         """
-        task = anyio.get_current_task()
+        await self._release(anyio.get_current_task().id)
+
+    async def _release(self, task_id: int) -> None:
         holding = self._holding
-        if self._owner is None or self._owner.id != task.id or holding is None:
+        if self._owner is None or self._owner.id != task_id or holding is None:
             raise NotLockOwner(f"the current task does not hold the lock {self.path}")
         if self._depth > 1:
             self._depth -= 1
@@ -293,9 +298,10 @@ class Lock:
         await anyio.lowlevel.checkpoint_if_cancelled()
 
     async def __aenter__(self) -> Lock:
-        await self._acquire(None)
+        task = anyio.get_current_task()
+        await self._acquire(None, task)
         # Only the owning task enters bodies, and nested ones exit in LIFO order: a stack works.
-        scopes = self._body_scopes.setdefault(anyio.get_current_task().id, [])
+        scopes = self._body_scopes.setdefault(task.id, [])
         scopes.append(self._enter_body())
         return self
 
@@ -310,7 +316,7 @@ class Lock:
         scope = scopes.pop()
         if not scopes:
             del self._body_scopes[task_id]
-        return await self._exit_body(scope, exc_type, exc, tb)
+        return await self._exit_body(scope, exc_type, exc, tb, task_id)
 
     @property
     def is_held(self) -> bool:
@@ -408,6 +414,7 @@ class Lock:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
+        task_id: int,
     ) -> bool:
         holding = self._holding
         swallowed = bool(scope.__exit__(exc_type, exc, tb))
@@ -416,7 +423,7 @@ class Lock:
         cancelled = anyio.get_cancelled_exc_class()
         outer_cancel = exc_type is not None and issubclass(exc_type, cancelled) and not swallowed
         try:
-            await self.release()
+            await self._release(task_id)
         except LockLost:
             if outer_cancel:
                 return False  # the caller's own cancellation must propagate, not be hidden
@@ -425,8 +432,9 @@ class Lock:
 
     # ---------------------------------------------------------------- acquire
 
-    async def _acquire(self, limit: float | None) -> None:
-        task = anyio.get_current_task()
+    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
+        if task is None:
+            task = anyio.get_current_task()
         if self._owner is not None and self._owner.id == task.id:
             assert self._holding is not None
             if self._holding.lost:
@@ -446,7 +454,7 @@ class Lock:
                     "(other tasks of this process were first)"
                 ) from None
         try:
-            await self._acquire_node(deadline)
+            await self._acquire_node(deadline, task.name)
         except BaseException:
             self._local.release()
             raise
@@ -455,14 +463,14 @@ class Lock:
         self._acquisitions += 1
         self._last_wait = time.monotonic() - started
 
-    async def _acquire_node(self, deadline: float | None) -> None:
+    async def _acquire_node(self, deadline: float | None, task_name: str | None) -> None:
         contended = False
         children: list[str] | None = None
         try:
             while True:
                 try:
                     if children is None:
-                        children = await self._enqueue(deadline)
+                        children = await self._enqueue(deadline, task_name)
                     assert self._node is not None
                     decision = decide(children, self._node, self._guid)
                     if decision.stale:
@@ -496,21 +504,15 @@ class Lock:
                 lambda: self._annotate_acquired(holding), f"annotate {holding.path}"
             )
 
-    def _identity(self) -> bytes:
-        try:
-            task_name = anyio.get_current_task().name
-        except RuntimeError:
-            task_name = None
-        data = {
-            "identifier": self.identifier,
-            "host": _HOST,
-            "pid": os.getpid(),
-            "task": task_name,
-            "enqueued_at": time.time(),
-        }
-        return validate_data(json.dumps(data, ensure_ascii=False).encode())
+    def _identity(self, task_name: str | None) -> bytes:
+        if self._identity_head is None:
+            head = {"identifier": self.identifier, "host": _HOST, "pid": os.getpid()}
+            self._identity_head = json.dumps(head, ensure_ascii=False)[:-1]
+        task = json.dumps(task_name, ensure_ascii=False)
+        data = f'{self._identity_head}, "task": {task}, "enqueued_at": {time.time()!r}}}'
+        return validate_data(data.encode())
 
-    async def _enqueue(self, deadline: float | None) -> list[str]:
+    async def _enqueue(self, deadline: float | None, task_name: str | None) -> list[str]:
         """Create our node and list the queue, in one round trip. Returns the children."""
         session = self._session
         prefix = session.server_path(join(self.path, node_prefix(self._guid)))
@@ -528,7 +530,7 @@ class Lock:
                 *parent_ops,
                 create_op(
                     prefix,
-                    self._identity(),
+                    self._identity(task_name),
                     CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL,
                     session.client_path,
                 ),

@@ -3,6 +3,8 @@
 One ``Session`` is one logical ZooKeeper session at a time, kept alive across connections:
 
 * framing and xid matching, many requests in flight (pipelined in one write when asked);
+  requests are written synchronously by the task that makes them (no lock, no task, no
+  yield), so a round trip costs one write and one read;
 * its own liveness clock: ``last_heard`` (any frame), pings when idle, and two deadlines —
   SUSPENDED when nothing was heard for half the negotiated timeout (or at once on EOF/RST),
   LOST once the session can no longer be alive on the server;
@@ -21,7 +23,9 @@ import contextlib
 import enum
 import logging
 import math
+import os
 import random
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -94,6 +98,57 @@ class _Pending:
         self.error: AiozklockError | None = None
 
 
+class _Writer:
+    """The write side of one connection: frames go to the socket synchronously, in order.
+
+    anyio's stream still does the reading (and the closing); writes use a duplicate of the
+    socket's descriptor, so a request is on the wire before its caller first yields. What
+    the kernel does not take at once is kept, in order, and flushed by ``drain``.
+    """
+
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        self._socket = socket.socket(fileno=os.dup(raw.fileno()))
+        self._socket.setblocking(False)
+        self._backlog = bytearray()
+        self._backlog_ready = anyio.Event()
+
+    def write(self, data: bytes) -> None:
+        """Write now, or queue behind what is already waiting (raises ``OSError``)."""
+        if self._backlog:
+            self._backlog += data
+            return
+        try:
+            sent = self._socket.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent < len(data):
+            self._backlog += data[sent:]
+            self._backlog_ready.set()
+
+    async def drain(self) -> None:
+        """Return once everything written so far is in the kernel (raises ``OSError``)."""
+        while self._backlog:
+            await anyio.wait_writable(self._socket)
+            try:
+                sent = self._socket.send(self._backlog)
+            except (BlockingIOError, InterruptedError):
+                continue
+            del self._backlog[:sent]
+
+    async def flush_forever(self, bound: float) -> None:
+        """Drain the backlog whenever there is one; ``TimeoutError`` if it is stuck for
+        ``bound`` seconds (the connection is dead)."""
+        while True:
+            await self._backlog_ready.wait()
+            self._backlog_ready = anyio.Event()
+            with anyio.fail_after(bound):
+                await self.drain()
+
+    def close(self) -> None:
+        self._socket.close()
+
+
 class _HandshakeRejected(Exception):
     """The server closed the connection during the handshake (e.g. it lags behind our zxid)."""
 
@@ -128,10 +183,10 @@ class Session:
         self._sent_at: collections.deque[float] = collections.deque()  # per reply, FIFO
         self._pending: dict[int, _Pending] = {}
         self._xid = 0
-        self._stream: anyio.abc.ByteStream | None = None
+        self._stream: anyio.abc.SocketStream | None = None
+        self._writer: _Writer | None = None  # the current connection's, while it is served
         self._conn_scope: anyio.CancelScope | None = None
         self._run_scope: anyio.CancelScope | None = None
-        self._send_lock = anyio.Lock()
         self._state_event = anyio.Event()
         self._listeners: list[StateListener] = []
         self._watches: dict[WatchKind, dict[str, set[Watcher]]] = {k: {} for k in WatchKind}
@@ -234,52 +289,49 @@ class Session:
     # ---------------------------------------------------------------- requests
 
     async def _submit(
-        self,
-        ops: Sequence[Op[Any]],
-        generation: int | None,
-        wait_until: float | None,
-        *,
-        closing: bool = False,
+        self, ops: Sequence[Op[Any]], generation: int | None, wait_until: float | None
     ) -> list[_Pending]:
         while True:
-            if not closing:
-                await self.wait_connected(generation, wait_until)
-            async with self._send_lock:
-                stream = self._stream
-                if stream is None or (self.state is not SessionState.CONNECTED and not closing):
-                    if closing:
-                        raise ClientClosed("not connected")
-                    continue  # dropped while we waited for the lock
-                if generation is not None and generation != self.generation:
-                    raise SessionExpired(f"session generation {generation} is gone")
-                pendings = []
-                chunks = []
-                now = time.monotonic()
-                for op in ops:
-                    self._xid = (self._xid + 1) & 0x7FFFFFFF or 1
-                    pending = _Pending(self._xid, op)
-                    self._pending[self._xid] = pending
-                    pendings.append(pending)
-                    if op.watcher is not None and op.watch is not None:
-                        self._add_watcher(op.watch, op.path, op.watcher)
-                    chunks.append(proto.frame(self._xid, op.body))
-                    self._sent_at.append(now)
-                try:
-                    await self._write_locked(
-                        stream, b"".join(chunks) if len(chunks) > 1 else chunks[0]
-                    )
-                except BaseException:
-                    # Interrupted (a native asyncio cancel is not stopped by anyio's shield):
-                    # the caller never sees these pendings, so they must not outlive it.
-                    for pending in pendings:
-                        self._forget(pending)
-                    raise
+            pendings = self._send_now(ops, generation)
+            if pendings is not None:
                 return pendings
+            await self.wait_connected(generation, wait_until)
+
+    def _send_now(
+        self, ops: Sequence[Op[Any]], generation: int | None, *, closing: bool = False
+    ) -> list[_Pending] | None:
+        """Write ``ops`` now if connected (None if not). Synchronous: nothing can change the
+        connection or the generation between the checks and the write."""
+        writer = self._writer
+        if writer is None or (self.state is not SessionState.CONNECTED and not closing):
+            return None
+        if generation is not None and generation != self.generation:
+            raise SessionExpired(f"session generation {generation} is gone")
+        pendings = []
+        frames = []
+        now = time.monotonic()
+        for op in ops:
+            self._xid = xid = (self._xid + 1) & 0x7FFFFFFF or 1
+            pending = _Pending(xid, op)
+            self._pending[xid] = pending
+            pendings.append(pending)
+            if op.watcher is not None and op.watch is not None:
+                self._add_watcher(op.watch, op.path, op.watcher)
+            frames.append(proto.frame(xid, op.body))
+            self._sent_at.append(now)
+        try:
+            writer.write(b"".join(frames) if len(frames) > 1 else frames[0])
+        except OSError as exc:
+            # The pendings fail with ConnectionLoss when the connection is torn down.
+            self._drop_connection(f"write failed: {exc!r}")
+        self.last_sent = now
+        return pendings
 
     async def _await_replies(self, pendings: Sequence[_Pending]) -> None:
         try:
-            for pending in pendings:
-                await pending.event.wait()
+            # Replies come in request order, and a dropped connection fails every pending at
+            # once: when the last one is answered, all are.
+            await pendings[-1].event.wait()
         except BaseException:
             # Cancelled: forget what is still in flight; late replies are then skipped.
             for pending in pendings:
@@ -293,22 +345,6 @@ class Session:
         op = pending.op
         if op.watcher is not None and op.watch is not None:
             self.remove_watcher(op.path, op.watcher)
-
-    async def _write_locked(self, stream: anyio.abc.ByteStream, data: bytes) -> None:
-        # Shielded: a write cut in half by a caller's cancellation would corrupt the stream for
-        # every other request. Bounded: a write stuck for half the session timeout means the
-        # connection is dead.
-        with anyio.CancelScope(shield=True) as scope:
-            scope.deadline = time.monotonic() + self.timeout / 2
-            try:
-                await stream.send(data)
-            except _STREAM_ERRORS as exc:
-                self._drop_connection(f"write failed: {exc!r}")
-                return
-        if scope.cancelled_caught:
-            self._drop_connection("write blocked for half the session timeout")
-            return
-        self.last_sent = time.monotonic()
 
     # ---------------------------------------------------------------- watches
 
@@ -435,13 +471,12 @@ class Session:
                     f"({hosts}): {'; '.join(errors[-3:]) or 'no answer'}"
                 )
             try:
-                stream = await self._open(min(attempt, remaining))
+                self._stream, self._writer = await self._open(min(attempt, remaining))
             except (TimeoutError, _HandshakeRejected, *_STREAM_ERRORS) as exc:
                 errors.append(repr(exc))
                 await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
                 delay = min(delay * 2, 0.5)
                 continue
-            self._stream = stream
             return
 
     async def run(self) -> None:
@@ -462,25 +497,35 @@ class Session:
         finally:
             self._finished.set()
 
-    async def _serve(self, stream: anyio.abc.ByteStream) -> None:
+    async def _serve(self, stream: anyio.abc.SocketStream) -> None:
         self._drop_reason = "connection closed"
+        writer = self._writer
+        assert writer is not None
         with anyio.CancelScope() as self._conn_scope:
             self._set_state(SessionState.CONNECTED, f"connected to {self._current_host()}")
             try:
-                await self._read_loop(stream)
-            except _STREAM_ERRORS as exc:
-                self._drop_reason = f"connection error: {exc!r}"
-            except Exception:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._flush, writer)
+                    await self._read_loop(stream)
+            except* TimeoutError:  # before OSError, its base class
+                self._drop_reason = "write blocked for half the session timeout"
+            except* _STREAM_ERRORS as group:
+                self._drop_reason = f"connection error: {group.exceptions[0]!r}"
+            except* Exception:
                 log.exception("session 0x%x: protocol error", self.session_id)
                 self._drop_reason = "protocol error"
         self._conn_scope = None
-        async with self._send_lock:
-            self._stream = None
+        self._stream = self._writer = None
+        writer.close()
         with anyio.CancelScope(shield=True):
             await _close_quietly(stream)
         self._fail_pending(lambda: ConnectionLoss(f"connection lost: {self._drop_reason}"))
         if not self._closing:
             self._set_state(SessionState.SUSPENDED, self._drop_reason)
+
+    async def _flush(self, writer: _Writer) -> None:
+        await writer.flush_forever(self.timeout / 2)
+        # flush_forever returns only by raising: the read loop is cancelled with it.
 
     async def _reconnect(self) -> bool:
         """Reconnect (same session if still alive, else a new one). False when closing."""
@@ -492,7 +537,7 @@ class Session:
                 max(self.timeout / (2 * (len(self._hosts) + 1)), 0.25), self._connect_timeout
             )
             try:
-                self._stream = await self._open(attempt)
+                self._stream, self._writer = await self._open(attempt)
                 return True
             except (TimeoutError, _HandshakeRejected, *_STREAM_ERRORS) as exc:
                 log.debug("reconnect attempt failed: %r", exc)
@@ -505,7 +550,7 @@ class Session:
         host, port = self._hosts[self._host_index]
         return f"{host}:{port}"
 
-    async def _open(self, bound: float) -> anyio.abc.ByteStream:
+    async def _open(self, bound: float) -> tuple[anyio.abc.SocketStream, _Writer]:
         """Connect to the next host and complete a handshake within ``bound`` seconds."""
         self._host_index = (self._host_index + 1) % len(self._hosts)
         host, port = self._hosts[self._host_index]
@@ -513,14 +558,17 @@ class Session:
             if self._stale_session is not None:
                 await self._close_stale_session(host, port)
             stream = await anyio.connect_tcp(host, port)
+            writer = None
             try:
+                writer = _Writer(stream)
                 session_id, password = self.session_id, self._password
                 sent_at = time.monotonic()
-                await stream.send(
+                writer.write(
                     proto.connect_frame(
                         self.last_zxid, self._requested_timeout_ms, session_id, password
                     )
                 )
+                await writer.drain()
                 handshake = _parse_handshake(await _read_frame(stream))
                 if handshake.expired:
                     if session_id:
@@ -531,12 +579,14 @@ class Session:
                 if session_id:
                     # Same session: re-arm every watch before anything else is sent.
                     self._sent_at.clear()
-                    await self._rearm_watches(stream)
+                    await self._rearm_watches(writer)
                 if session_id != self.session_id:
                     # Our own clock gave the session up while we were reconnecting.
                     raise _HandshakeRejected("session given up during the handshake")
             except BaseException:
                 self._sent_at.clear()
+                if writer is not None:
+                    writer.close()
                 await _close_quietly(stream)
                 raise
         self.session_id = handshake.session_id
@@ -548,9 +598,9 @@ class Session:
         self.last_sent = self.last_acked_send = sent_at
         if not session_id:
             log.info("new session 0x%x, timeout %.3f s", self.session_id, self.timeout)
-        return stream
+        return stream, writer
 
-    async def _rearm_watches(self, stream: anyio.abc.ByteStream) -> None:
+    async def _rearm_watches(self, writer: _Writer) -> None:
         frames = proto.set_watches_frames(
             self.last_zxid,
             list(self._watches[WatchKind.DATA]),
@@ -559,7 +609,8 @@ class Session:
         )
         if frames:
             self._sent_at.extend(time.monotonic() for _ in frames)
-            await stream.send(b"".join(frames))
+            writer.write(b"".join(frames))
+            await writer.drain()
 
     async def _close_stale_session(self, host: str, port: int) -> None:
         assert self._stale_session is not None
@@ -654,7 +705,7 @@ class Session:
                     )
                 else:
                     if now - self.last_sent >= timeout / 3:
-                        await self._send_ping()
+                        self._send_ping()
                     next_at = min(silence_deadline, self.last_sent + timeout / 3)
             elif self.state is SessionState.SUSPENDED:
                 # The server expires the session `timeout` after it last heard from us, and it
@@ -671,13 +722,16 @@ class Session:
             with anyio.move_on_after(max(next_at - time.monotonic(), 0.001)):
                 await event.wait()
 
-    async def _send_ping(self) -> None:
-        async with self._send_lock:
-            stream = self._stream
-            if stream is None or self.state is not SessionState.CONNECTED:
-                return
-            self._sent_at.append(time.monotonic())
-            await self._write_locked(stream, proto.PING_FRAME)
+    def _send_ping(self) -> None:
+        writer = self._writer
+        if writer is None or self.state is not SessionState.CONNECTED:
+            return
+        self._sent_at.append(time.monotonic())
+        try:
+            writer.write(proto.PING_FRAME)
+        except OSError as exc:
+            self._drop_connection(f"write failed: {exc!r}")
+        self.last_sent = time.monotonic()
 
     # ---------------------------------------------------------------- close
 
@@ -692,21 +746,21 @@ class Session:
         # Set first: the server closes the connection after answering, and that EOF must not
         # be taken for a failure to reconnect from.
         self._closing = True
-        stream = self._stream if self.state is SessionState.CONNECTED else None
+        connected = self.state is SessionState.CONNECTED
         self._fail_pending(lambda: ClientClosed("the ZooKeeper client was closed"))
         self._set_state(SessionState.CLOSED, "closed by the client")
         self._fire_all_session_gone()
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(CLOSE_TIMEOUT):
                 closed_on_server = False
-                if stream is not None:
+                pendings = None
+                if connected:
+                    pendings = self._send_now((proto.close_op(),), None, closing=True)
+                if pendings is not None:
                     try:
                         # Half the bound: if the connection dies meanwhile, the re-attach
                         # below still has time.
                         with anyio.move_on_after(CLOSE_TIMEOUT / 2):
-                            pendings = await self._submit(
-                                (proto.close_op(),), None, None, closing=True
-                            )
                             await self._await_replies(pendings)
                             closed_on_server = pendings[0].error is None
                     except AiozklockError:
