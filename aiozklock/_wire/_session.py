@@ -18,6 +18,7 @@ One ``Session`` is one logical ZooKeeper session at a time, kept alive across co
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import enum
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+_RECEIVE_SIZE = 65536
 CLOSE_TIMEOUT = 1.0  # close() waits at most this long for the server to confirm
 LOST_MARGIN = 0.1  # LOST this fraction of the timeout before the server may expire us
 _STREAM_ERRORS = (
@@ -98,15 +100,18 @@ class _Pending:
         self.error: AiozklockError | None = None
 
 
-class _Writer:
-    """The write side of one connection: frames go to the socket synchronously, in order.
+class _Connection:
+    """One TCP connection to a server.
 
-    anyio's stream still does the reading (and the closing); writes use a duplicate of the
-    socket's descriptor, so a request is on the wire before its caller first yields. What
-    the kernel does not take at once is kept, in order, and flushed by ``drain``.
+    anyio's stream connects, reads the handshake answer and closes; everything else goes
+    through a duplicate of its descriptor, synchronously: a request is on the wire before its
+    caller first yields, and on asyncio replies are read in the loop's reader callback, with
+    no task switch and no reader (de)registration per reply. What the kernel does not take
+    at once is kept, in order, and flushed by ``drain``.
     """
 
     def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self.stream = stream
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
         self._socket = socket.socket(fileno=os.dup(raw.fileno()))
         self._socket.setblocking(False)
@@ -145,8 +150,51 @@ class _Writer:
             with anyio.fail_after(bound):
                 await self.drain()
 
-    def close(self) -> None:
+    def _receive_now(self) -> bytes | None:
+        """What the kernel has (None if nothing yet); ``EndOfStream`` at EOF."""
+        try:
+            data = self._socket.recv(_RECEIVE_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return None
+        if not data:
+            raise anyio.EndOfStream
+        return data
+
+    async def read_forever(self, on_data: Callable[[bytes], None]) -> None:
+        """Pass every chunk received to ``on_data``; returns only by raising (EOF, a socket
+        error, or what ``on_data`` raised)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            while True:
+                await anyio.wait_readable(self._socket)
+                data = self._receive_now()
+                if data is not None:
+                    on_data(data)
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            try:
+                data = self._receive_now()
+                if data is not None:
+                    on_data(data)
+            except BaseException as exc:  # handed to the awaiting task
+                loop.remove_reader(fd)
+                if not ended.done():
+                    ended.set_exception(exc)
+
+        fd = self._socket.fileno()
+        loop.add_reader(fd, readable)
+        try:
+            await ended
+        finally:
+            loop.remove_reader(fd)
+
+    async def aclose(self) -> None:
         self._socket.close()
+        await _close_quietly(self.stream)
 
 
 class _HandshakeRejected(Exception):
@@ -183,8 +231,8 @@ class Session:
         self._sent_at: collections.deque[float] = collections.deque()  # per reply, FIFO
         self._pending: dict[int, _Pending] = {}
         self._xid = 0
-        self._stream: anyio.abc.SocketStream | None = None
-        self._writer: _Writer | None = None  # the current connection's, while it is served
+        self._conn: _Connection | None = None
+        self._read_buffer = bytearray()  # the current connection's incomplete frame
         self._conn_scope: anyio.CancelScope | None = None
         self._run_scope: anyio.CancelScope | None = None
         self._state_event = anyio.Event()
@@ -302,8 +350,8 @@ class Session:
     ) -> list[_Pending] | None:
         """Write ``ops`` now if connected (None if not). Synchronous: nothing can change the
         connection or the generation between the checks and the write."""
-        writer = self._writer
-        if writer is None or (self.state is not SessionState.CONNECTED and not closing):
+        conn = self._conn
+        if conn is None or (self.state is not SessionState.CONNECTED and not closing):
             return None
         if generation is not None and generation != self.generation:
             raise SessionExpired(f"session generation {generation} is gone")
@@ -320,7 +368,7 @@ class Session:
             frames.append(proto.frame(xid, op.body))
             self._sent_at.append(now)
         try:
-            writer.write(b"".join(frames) if len(frames) > 1 else frames[0])
+            conn.write(b"".join(frames) if len(frames) > 1 else frames[0])
         except OSError as exc:
             # The pendings fail with ConnectionLoss when the connection is torn down.
             self._drop_connection(f"write failed: {exc!r}")
@@ -471,7 +519,7 @@ class Session:
                     f"({hosts}): {'; '.join(errors[-3:]) or 'no answer'}"
                 )
             try:
-                self._stream, self._writer = await self._open(min(attempt, remaining))
+                self._conn = await self._open(min(attempt, remaining))
             except (TimeoutError, _HandshakeRejected, *_STREAM_ERRORS) as exc:
                 errors.append(repr(exc))
                 await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
@@ -486,9 +534,9 @@ class Session:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._monitor)
                     while not self._closing:
-                        stream = self._stream
-                        assert stream is not None
-                        await self._serve(stream)
+                        conn = self._conn
+                        assert conn is not None
+                        await self._serve(conn)
                         if self._closing:
                             break
                         if not await self._reconnect():
@@ -497,16 +545,15 @@ class Session:
         finally:
             self._finished.set()
 
-    async def _serve(self, stream: anyio.abc.SocketStream) -> None:
+    async def _serve(self, conn: _Connection) -> None:
         self._drop_reason = "connection closed"
-        writer = self._writer
-        assert writer is not None
+        self._read_buffer = bytearray()
         with anyio.CancelScope() as self._conn_scope:
             self._set_state(SessionState.CONNECTED, f"connected to {self._current_host()}")
             try:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._flush, writer)
-                    await self._read_loop(stream)
+                    tg.start_soon(conn.flush_forever, self.timeout / 2)
+                    await conn.read_forever(self._on_data)
             except* TimeoutError:  # before OSError, its base class
                 self._drop_reason = "write blocked for half the session timeout"
             except* _STREAM_ERRORS as group:
@@ -515,17 +562,12 @@ class Session:
                 log.exception("session 0x%x: protocol error", self.session_id)
                 self._drop_reason = "protocol error"
         self._conn_scope = None
-        self._stream = self._writer = None
-        writer.close()
+        self._conn = None
         with anyio.CancelScope(shield=True):
-            await _close_quietly(stream)
+            await conn.aclose()
         self._fail_pending(lambda: ConnectionLoss(f"connection lost: {self._drop_reason}"))
         if not self._closing:
             self._set_state(SessionState.SUSPENDED, self._drop_reason)
-
-    async def _flush(self, writer: _Writer) -> None:
-        await writer.flush_forever(self.timeout / 2)
-        # flush_forever returns only by raising: the read loop is cancelled with it.
 
     async def _reconnect(self) -> bool:
         """Reconnect (same session if still alive, else a new one). False when closing."""
@@ -537,7 +579,7 @@ class Session:
                 max(self.timeout / (2 * (len(self._hosts) + 1)), 0.25), self._connect_timeout
             )
             try:
-                self._stream, self._writer = await self._open(attempt)
+                self._conn = await self._open(attempt)
                 return True
             except (TimeoutError, _HandshakeRejected, *_STREAM_ERRORS) as exc:
                 log.debug("reconnect attempt failed: %r", exc)
@@ -550,7 +592,7 @@ class Session:
         host, port = self._hosts[self._host_index]
         return f"{host}:{port}"
 
-    async def _open(self, bound: float) -> tuple[anyio.abc.SocketStream, _Writer]:
+    async def _open(self, bound: float) -> _Connection:
         """Connect to the next host and complete a handshake within ``bound`` seconds."""
         self._host_index = (self._host_index + 1) % len(self._hosts)
         host, port = self._hosts[self._host_index]
@@ -558,17 +600,17 @@ class Session:
             if self._stale_session is not None:
                 await self._close_stale_session(host, port)
             stream = await anyio.connect_tcp(host, port)
-            writer = None
+            conn = None
             try:
-                writer = _Writer(stream)
+                conn = _Connection(stream)
                 session_id, password = self.session_id, self._password
                 sent_at = time.monotonic()
-                writer.write(
+                conn.write(
                     proto.connect_frame(
                         self.last_zxid, self._requested_timeout_ms, session_id, password
                     )
                 )
-                await writer.drain()
+                await conn.drain()
                 handshake = _parse_handshake(await _read_frame(stream))
                 if handshake.expired:
                     if session_id:
@@ -579,15 +621,16 @@ class Session:
                 if session_id:
                     # Same session: re-arm every watch before anything else is sent.
                     self._sent_at.clear()
-                    await self._rearm_watches(writer)
+                    await self._rearm_watches(conn)
                 if session_id != self.session_id:
                     # Our own clock gave the session up while we were reconnecting.
                     raise _HandshakeRejected("session given up during the handshake")
             except BaseException:
                 self._sent_at.clear()
-                if writer is not None:
-                    writer.close()
-                await _close_quietly(stream)
+                if conn is not None:
+                    await conn.aclose()
+                else:
+                    await _close_quietly(stream)
                 raise
         self.session_id = handshake.session_id
         self._password = handshake.password
@@ -598,9 +641,9 @@ class Session:
         self.last_sent = self.last_acked_send = sent_at
         if not session_id:
             log.info("new session 0x%x, timeout %.3f s", self.session_id, self.timeout)
-        return stream, writer
+        return conn
 
-    async def _rearm_watches(self, writer: _Writer) -> None:
+    async def _rearm_watches(self, conn: _Connection) -> None:
         frames = proto.set_watches_frames(
             self.last_zxid,
             list(self._watches[WatchKind.DATA]),
@@ -609,8 +652,8 @@ class Session:
         )
         if frames:
             self._sent_at.extend(time.monotonic() for _ in frames)
-            writer.write(b"".join(frames))
-            await writer.drain()
+            conn.write(b"".join(frames))
+            await conn.drain()
 
     async def _close_stale_session(self, host: str, port: int) -> None:
         assert self._stale_session is not None
@@ -634,23 +677,22 @@ class Session:
         finally:
             await _close_quietly(stream)
 
-    async def _read_loop(self, stream: anyio.abc.ByteStream) -> None:
-        buffer = bytearray()
+    def _on_data(self, data: bytes) -> None:
+        self.last_heard = time.monotonic()
+        buffer = self._read_buffer
+        buffer += data
         length = proto.LENGTH
-        while True:
-            buffer += await stream.receive()
-            self.last_heard = time.monotonic()
-            start = 0
-            available = len(buffer)
-            while available - start >= 4:
-                (size,) = length.unpack_from(buffer, start)
-                end = start + 4 + size
-                if end > available:
-                    break
-                self._on_frame(bytes(buffer[start + 4 : end]))
-                start = end
-            if start:
-                del buffer[:start]
+        start = 0
+        available = len(buffer)
+        while available - start >= 4:
+            (size,) = length.unpack_from(buffer, start)
+            end = start + 4 + size
+            if end > available:
+                break
+            self._on_frame(bytes(buffer[start + 4 : end]))
+            start = end
+        if start:
+            del buffer[:start]
 
     def _on_frame(self, data: bytes) -> None:
         xid, zxid, err = proto.REPLY_HEADER.unpack_from(data, 0)
@@ -696,7 +738,7 @@ class Session:
             now = time.monotonic()
             timeout = self.timeout
             next_at = now + timeout
-            if self.state is SessionState.CONNECTED and self._stream is not None:
+            if self.state is SessionState.CONNECTED and self._conn is not None:
                 silence_deadline = self.last_heard + timeout / 2
                 if now >= silence_deadline:
                     self._drop_connection(
@@ -723,12 +765,12 @@ class Session:
                 await event.wait()
 
     def _send_ping(self) -> None:
-        writer = self._writer
-        if writer is None or self.state is not SessionState.CONNECTED:
+        conn = self._conn
+        if conn is None or self.state is not SessionState.CONNECTED:
             return
         self._sent_at.append(time.monotonic())
         try:
-            writer.write(proto.PING_FRAME)
+            conn.write(proto.PING_FRAME)
         except OSError as exc:
             self._drop_connection(f"write failed: {exc!r}")
         self.last_sent = time.monotonic()
@@ -774,9 +816,9 @@ class Session:
                     # node among them) stay until the server expires it.
                     await self._close_session_elsewhere()
             self._stop_connection_loop()
-            stream, self._stream = self._stream, None
-            if stream is not None:
-                await _close_quietly(stream)
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await conn.aclose()
 
     def _stop_connection_loop(self) -> None:
         if self._conn_scope is not None:
