@@ -9,8 +9,7 @@ import anyio.lowlevel
 import pytest
 
 import aiozklock
-from aiozklock.testing import FaultProxy
-from tests.conftest import wait_for_queue
+from aiozklock.testing import FaultProxy, Opcode
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -62,27 +61,18 @@ async def test_close_while_suspended_closes_the_session_on_the_server(
 async def test_close_while_a_background_job_runs_raises_nothing(
     zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, chroot: str
 ) -> None:
-    # A contended acquisition starts a best-effort background job (recording acquired_at);
-    # closing the client while its request is in flight must not raise out of the block.
-    holder = zk.lock(PATH)
-    await holder.acquire()
+    # A lock lost to a dropped connection leaves its node to the janitor, which deletes it
+    # once reconnected; closing the client while that delete is in flight must not raise
+    # out of the block.
     async with aiozklock.connect(proxy.address + chroot, session_timeout=4.0) as client:
         lock = client.lock(PATH)
-        acquired = anyio.Event()
-
-        async def waiter() -> None:
-            await lock.acquire()
-            acquired.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(waiter)
-            await wait_for_queue(zk, PATH, 2)
-            await holder.release()
-            with anyio.fail_after(5):
-                await acquired.wait()
-            proxy.set_delay(0.3)  # the background job's requests stay in flight
-            proxy.reset_counters()
-            await proxy.wait_for_request(4)  # its getData
+        await lock.acquire()
+        proxy.set_delay(0.3)  # the janitor's delete stays in flight after the reconnect
+        proxy.reset_counters()
+        await proxy.drop_all()
+        with anyio.fail_after(5):
+            await proxy.wait_for_request(Opcode.DELETE)
+        assert not lock.statistics().locked  # lost, and left to the janitor
     # Leaving the client closed it with the job in flight, and nothing was raised.
     assert client.state is aiozklock.SessionState.CLOSED
     assert await zk.get_children(PATH) == []

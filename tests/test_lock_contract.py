@@ -184,7 +184,7 @@ async def test_contenders_report_identity_and_unicode_round_trips(
         assert holder.fencing_token == lock.fencing_token
         assert holder.session_id == zk.session_id
         assert holder.pid is not None
-        assert holder.acquired_at is not None
+        assert holder.enqueued_at is not None
         data, _ = await zk.get_data(f"{PATH}/{holder.node}")
         assert json.loads(data.decode())["identifier"] == "wörker-ß-錠"
     assert await lock.contenders() == []

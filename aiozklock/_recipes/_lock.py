@@ -42,7 +42,6 @@ from aiozklock._exceptions import (
     NoNodeError,
     NotLockOwner,
     SessionExpired,
-    ZooKeeperError,
 )
 from aiozklock._recipes._decision import decide, node_prefix, nodes_of, queue_order
 from aiozklock._recipes._decision import sequence_of as _sequence_of
@@ -59,7 +58,6 @@ from aiozklock._wire._protocol import (
     exists_op,
     get_children_op,
     get_data_op,
-    set_data_op,
 )
 from aiozklock._wire._session import Session, SessionState
 
@@ -130,7 +128,6 @@ class Contender:
     pid: int | None
     task: str | None
     enqueued_at: float | None  # Unix time
-    acquired_at: float | None  # Unix time; None while waiting
 
 
 def validate_lock_path(path: object) -> str:
@@ -464,7 +461,6 @@ class Lock:
         self._last_wait = time.monotonic() - started
 
     async def _acquire_node(self, deadline: float | None, task_name: str | None) -> None:
-        contended = False
         children: list[str] | None = None
         try:
             while True:
@@ -482,7 +478,6 @@ class Lock:
                         break
                     else:
                         assert decision.predecessor is not None
-                        contended = True
                         children = await self._wait_for(decision.predecessor, deadline)
                 except SessionExpired:
                     children = None  # our node's session is gone: queue again in the new one
@@ -499,10 +494,6 @@ class Lock:
         holding = Holding(join(self.path, self._node), self._node_generation, self._token)
         self._holding = holding
         self._registry.register(holding)  # marks it lost at once if the session is unsafe now
-        if contended:
-            self._janitor.spawn(
-                lambda: self._annotate_acquired(holding), f"annotate {holding.path}"
-            )
 
     def _identity(self, task_name: str | None) -> bytes:
         if self._identity_head is None:
@@ -744,22 +735,6 @@ class Lock:
         sweep must never hit a node of a later attempt."""
         self._guid = uuid.uuid4().hex
 
-    async def _annotate_acquired(self, holding: Holding) -> None:
-        """Record when a waiter was granted the lock, for ``contenders()`` (best effort)."""
-        session = self._session
-        try:
-            data, _ = await session.call(
-                get_data_op(session.server_path(holding.path)), generation=holding.generation
-            )
-            identity = json.loads(data.decode() or "{}")
-            identity["acquired_at"] = time.time()
-            await session.call(
-                set_data_op(session.server_path(holding.path), json.dumps(identity).encode()),
-                generation=holding.generation,
-            )
-        except (ZooKeeperError, SessionExpired, ValueError):
-            pass  # released or lost meanwhile: nothing to annotate
-
 
 def _contender(name: str, data: bytes, stat: Stat, is_holder: bool) -> Contender:
     try:
@@ -768,10 +743,6 @@ def _contender(name: str, data: bytes, stat: Stat, is_holder: bool) -> Contender
             identity = {}
     except ValueError:
         identity = {}
-    acquired_at = identity.get("acquired_at")
-    if is_holder and acquired_at is None:
-        # An uncontended holder was granted the lock when its node was created.
-        acquired_at = stat.ctime / 1000
     return Contender(
         node=name,
         sequence=_sequence_of(name),
@@ -783,7 +754,6 @@ def _contender(name: str, data: bytes, stat: Stat, is_holder: bool) -> Contender
         pid=identity.get("pid"),
         task=identity.get("task"),
         enqueued_at=identity.get("enqueued_at"),
-        acquired_at=acquired_at,
     )
 
 
