@@ -152,6 +152,24 @@ async def test_uncontended_acquire_and_release_take_one_round_trip_each(
 
 
 async def test_missing_parent_costs_one_extra_round_trip(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    # Persistent, so the server never reaps it (a container that never had a child is not
+    # reaped either: the chroot is safe until then).
+    await zk.ensure_path("/")
+    await zk.create("/existing")
+    lock = client.lock("/existing/lock")
+    proxy.reset_counters()
+    await lock.acquire()
+    # Attempt 1: create2 + getChildren (NoNode). Attempt 2, one write: the lock path's
+    # container (only: its parent exists), then create2 + getChildren again.
+    assert requests_except_pings(proxy) == [CREATE2, GET_CHILDREN, 19, CREATE2, GET_CHILDREN]
+    assert _bursts(proxy) == 2
+    await lock.release()
+
+
+async def test_missing_ancestors_cost_two_extra_round_trips(
     proxy: FaultProxy, open_client: ClientFactory
 ) -> None:
     client = await open_client(proxy)
@@ -159,19 +177,20 @@ async def test_missing_parent_costs_one_extra_round_trip(
     proxy.reset_counters()
     await lock.acquire()
     opcodes = requests_except_pings(proxy)
-    # Attempt 1: create2 + getChildren (NoNode). Attempt 2, one write: the containers, then
-    # create2 + getChildren again.
-    assert opcodes[:2] == [CREATE2, GET_CHILDREN]
+    # Attempt 2 tries the lock path's container alone; it fails NoNode, so attempt 3
+    # creates the whole chain (chroot included) in one write with the create.
+    assert opcodes[:5] == [CREATE2, GET_CHILDREN, 19, CREATE2, GET_CHILDREN]
     assert opcodes[-2:] == [CREATE2, GET_CHILDREN]
-    assert set(opcodes[2:-2]) == {19}  # createContainer
-    batches = {r.t for r in proxy.requests if r.opcode != PING}
-    assert len(batches) <= 2 or _two_bursts([r.t for r in proxy.requests if r.opcode != PING])
+    assert set(opcodes[5:-2]) == {19}  # createContainer
+    assert len(opcodes[5:-2]) >= 4  # the chroot, /fresh, /fresh/parent, the lock path
+    assert _bursts(proxy) == 3
     await lock.release()
 
 
-def _two_bursts(times: list[float]) -> bool:
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    return sum(1 for gap in gaps if gap > 0.0005) <= 1
+def _bursts(proxy: FaultProxy) -> int:
+    """Writes the client made: requests that reached the proxy together form one."""
+    times = [r.t for r in proxy.requests if r.opcode != PING]
+    return 1 + sum(1 for a, b in itertools.pairwise(times) if b - a > 0.0005)
 
 
 # ------------------------------------------------------------------ lost create reply (F1, F2)

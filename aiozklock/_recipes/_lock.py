@@ -508,8 +508,10 @@ class Lock:
         session = self._session
         prefix = session.server_path(join(self.path, node_prefix(self._guid)))
         parent = session.server_path(self.path)
-        # After a NoNode, the parent's containers go in the same write as the retried create:
-        # a missing parent costs one extra round trip.
+        # After a NoNode, the lock path's container goes in the same write as the retried
+        # create: a missing lock path costs one extra round trip. Only that container at first
+        # (its ancestors usually exist, and even a create that fails NodeExists is a logged
+        # transaction on the server); the whole chain if its parent is missing too.
         parent_ops: list[Op[Any]] = []
         # The server reaps an empty container parent at any moment, even between our own
         # requests: a NoNode can recur, rarely, so the parent is re-created a few times.
@@ -545,7 +547,8 @@ class Lock:
                 return await self._list(generation, deadline)
             if isinstance(created, NoNodeError) and parent_attempts > 0:
                 self._create_unresolved = False
-                parent_ops = self._parent_ops()
+                ancestors_missing = bool(parent_ops) and isinstance(results[-3], NoNodeError)
+                parent_ops = self._parent_ops(whole_chain=ancestors_missing)
                 parent_attempts -= 1
                 continue
             for result in results[: len(parent_ops)]:
@@ -606,10 +609,12 @@ class Lock:
         log.info("lock %s: adopted %s after a lost create reply", self.path, adopted)
         return [c for c in children if c not in duplicates]
 
-    def _parent_ops(self) -> list[Op[Any]]:
-        """Creates of the lock path and its ancestors (chroot included) as containers."""
+    def _parent_ops(self, *, whole_chain: bool) -> list[Op[Any]]:
+        """Creates of the lock path, and of its ancestors (chroot included) if
+        ``whole_chain``, as containers."""
         session = self._session
-        return list(container_path_ops(session.server_path(self.path), session.client_path))
+        ops = container_path_ops(session.server_path(self.path), session.client_path)
+        return ops if whole_chain else ops[-1:]
 
     async def _list(
         self, generation: int, deadline: float | None, *, bind: bool = True
