@@ -3,12 +3,15 @@
 #
 #   bash .ci/dev.sh demo [demo options]   # workers race for one lock on a throwaway ZooKeeper
 #   bash .ci/dev.sh test [pytest args]    # ruff check, ruff format --check, mypy, pytest
+#   bash .ci/dev.sh bench [run.py args]   # aiozklock vs aiozk, kazoo, Curator (--quick: ~1 min)
 #   bash .ci/dev.sh setup                 # only install what is missing
 #
 # It installs what it needs: ZooKeeper and a Java runtime from apt (unless $ZOOKEEPER_HOME or
 # Debian's jars are there), python3-venv if needed, and the package with its dev dependency
 # group into .venv. A second run skips the install while pyproject.toml is unchanged (the
-# stamp is .venv/.aiozklock-installed). Works without stdin and with CI=true.
+# stamp is .venv/.aiozklock-installed). Works without stdin and with CI=true. 'bench' also
+# installs the 'bench' group (stamp .venv/.aiozklock-bench-installed) and, for the Curator
+# column, Debian's libcurator-recipes-java and a JDK (javac) when apt has them.
 #
 # Environment: PYTHON (interpreter for .venv, >= 3.11; default: the first of python3,
 # python3.13, python3.12, python3.11 that is recent enough), ZOOKEEPER_HOME,
@@ -29,7 +32,7 @@ say() { printf '%s==> %s%s\n' "$BOLD" "$*" "$PLAIN" >&2; }
 die() { printf 'dev.sh: error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,7s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+    sed -n '2,8s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
     exit 2
 }
 
@@ -97,6 +100,23 @@ ensure_zookeeper() {
     fi
 }
 
+have_curator() { [ -f /usr/share/java/curator-recipes.jar ]; }
+
+ensure_curator() {  # optional: without it the benchmarks skip the Curator column, with a note
+    local packages=()
+    have_curator || packages+=(libcurator-recipes-java)
+    command -v javac >/dev/null 2>&1 || packages+=(default-jdk-headless)
+    [ "${#packages[@]}" -gt 0 ] || return 0
+    local package
+    for package in "${packages[@]}"; do
+        if ! apt_has "$package"; then
+            say "apt has no $package: the benchmarks will skip Apache Curator"
+            return 0
+        fi
+    done
+    apt_install "${packages[@]}"
+}
+
 # ---------------------------------------------------------------- python and .venv
 
 python_ok() {  # python_ok EXE: EXE runs and is >= MIN_PYTHON
@@ -137,10 +157,11 @@ make_venv() {
     "$python" -m venv "$VENV" || die "'$python -m venv' fails even after installing ${packages[*]}"
 }
 
-install_requirements_without_group() {
+install_requirements_without_group() {  # install_requirements_without_group GROUP
     # pip < 25.1 has no --group: resolve the PEP 735 group from pyproject.toml ourselves.
     local requirements
-    requirements="$("$VENV/bin/python" - <<'EOF'
+    requirements="$("$VENV/bin/python" - "$1" <<'EOF'
+import sys
 import tomllib
 
 groups = tomllib.load(open("pyproject.toml", "rb")).get("dependency-groups", {})
@@ -152,7 +173,7 @@ def resolve(name, seen=()):
         else:
             yield item
 
-print("\n".join(dict.fromkeys(resolve("dev"))))
+print("\n".join(dict.fromkeys(resolve(sys.argv[1]))))
 EOF
 )"
     local args=()
@@ -191,9 +212,28 @@ Ubuntu 24.04 have it as python3) and run again, e.g.: PYTHON=python3.12 bash .ci
         "$VENV/bin/python" -m pip install -q -e . --group dev
     else
         say "this pip has no --group: installing the 'dev' group from pyproject.toml by hand"
-        install_requirements_without_group
+        install_requirements_without_group dev
     fi
     stamp_value >"$STAMP"
+}
+
+ensure_bench_group() {  # the benchmark-only peers and tools, on top of ensure_venv
+    local stamp="$VENV/.aiozklock-bench-installed"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$(stamp_value)" ]; then
+        return 0
+    fi
+    say "installing the bench dependency group (kazoo, matplotlib, py-spy, trio) into .venv"
+    rm -f "$stamp"
+    local pip_help
+    pip_help="$("$VENV/bin/python" -m pip install --help 2>/dev/null || true)"
+    if grep -q -- '--group' <<<"$pip_help"; then
+        "$VENV/bin/python" -m pip install -q -e . --group bench \
+            || die "could not install the bench dependency group into .venv"
+    else
+        install_requirements_without_group bench \
+            || die "could not install the bench dependency group into .venv"
+    fi
+    stamp_value >"$stamp"
 }
 
 # ---------------------------------------------------------------- commands
@@ -247,6 +287,17 @@ main() {
             [ -n "${AIOZKLOCK_ZK_HOSTS:-}" ] || ensure_zookeeper
             ensure_venv "$command"
             run_tests "$@"
+            ;;
+        bench)
+            local arg needs_local_zk=1
+            for arg in "$@"; do
+                case "$arg" in --hosts | --hosts=* | -h | --help) needs_local_zk=0 ;; esac
+            done
+            [ "$needs_local_zk" -eq 0 ] || ensure_zookeeper
+            ensure_curator
+            ensure_venv "$command"
+            ensure_bench_group
+            exec "$VENV/bin/python" benchmarks/run.py "$@"
             ;;
         setup)
             ensure_zookeeper

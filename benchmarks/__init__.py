@@ -1,0 +1,1 @@
+"""aiozklock's benchmarks against aiozk, kazoo and Apache Curator: see benchmarks/README.md."""

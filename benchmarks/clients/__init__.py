@@ -1,0 +1,1 @@
+"""One module per Python client library: ``SCENARIOS`` and ``run(scenario, params, gate)``."""

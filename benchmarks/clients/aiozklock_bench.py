@@ -1,0 +1,173 @@
+"""aiozklock's scenarios, on asyncio or trio (``backend=``), through the public API only
+(plus the wire session for the raw floor)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
+from functools import partial
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+import aiozklock
+from aiozklock._wire._protocol import Created, CreateMode, Op, create_op, delete_op
+from benchmarks.common import SESSION_TIMEOUT, Gate, Params, Result, current_rss_kib, peak_rss_kib
+
+Scenario = Callable[[Params, Gate], Coroutine[Any, Any, Result]]
+
+
+def connect(params: Params) -> aiozklock.ZooKeeperClient:
+    return aiozklock.connect(params.hosts, session_timeout=SESSION_TIMEOUT)
+
+
+async def cycle(lock: aiozklock.Lock) -> None:
+    async with lock:
+        pass
+
+
+async def uncontended(params: Params, gate: Gate) -> Result:
+    async with connect(params) as zk:
+        lock = zk.lock(params.path)
+        for _ in range(params.warmup):
+            await cycle(lock)
+        await gate.aready()
+        latencies = []
+        cpu_start = time.process_time_ns()
+        wall_start = time.monotonic_ns()
+        for _ in range(params.iterations):
+            start = time.monotonic_ns()
+            async with lock:
+                pass
+            latencies.append(time.monotonic_ns() - start)
+        wall = time.monotonic_ns() - wall_start
+        cpu = time.process_time_ns() - cpu_start
+        gate.measured()
+    return {"latencies_ns": latencies, "wall_ns": wall, "cpu_ns": cpu}
+
+
+async def contended(params: Params, gate: Gate) -> Result:
+    """``sessions`` sessions, one task each, loop on one lock until ``duration`` is over."""
+    async with AsyncExitStack() as stack:
+        locks = []
+        for _ in range(params.sessions):
+            zk = await stack.enter_async_context(connect(params))
+            locks.append(zk.lock(params.path))
+        for lock in locks:
+            for _ in range(params.warmup):
+                await cycle(lock)
+        await gate.aready()
+        intervals: list[tuple[int, int]] = []
+        counter = 0  # a broken lock would lose increments across the checkpoint
+        deadline = time.monotonic_ns() + int(params.duration * 1e9)
+
+        async def contend(lock: aiozklock.Lock) -> None:
+            nonlocal counter
+            while True:
+                async with lock:
+                    enter = time.monotonic_ns()
+                    value = counter
+                    await anyio.lowlevel.checkpoint()
+                    counter = value + 1
+                    exit_ = time.monotonic_ns()
+                intervals.append((enter, exit_))
+                if exit_ >= deadline:
+                    return
+
+        async with anyio.create_task_group() as tasks:
+            for lock in locks:
+                tasks.start_soon(contend, lock)
+        gate.measured()
+    return {"intervals": intervals, "counter": counter}
+
+
+async def many(params: Params, gate: Gate) -> Result:
+    """``locks`` distinct locks acquired at once by one session (one task per lock, as the
+    lock is owned by a task), then all released."""
+    async with connect(params) as zk:
+        await cycle(zk.lock(f"{params.path}/warm-up"))
+        locks = [zk.lock(f"{params.path}/lock-{i}") for i in range(params.locks)]
+        await gate.aready()
+        rss_before = current_rss_kib()
+        held = 0
+        all_held = anyio.Event()
+        release_now = anyio.Event()
+
+        async def hold(lock: aiozklock.Lock) -> None:
+            nonlocal held
+            await lock.acquire()
+            held += 1
+            if held == len(locks):
+                all_held.set()
+            await release_now.wait()
+            await lock.release()
+
+        start = time.monotonic_ns()
+        async with anyio.create_task_group() as tasks:
+            for lock in locks:
+                tasks.start_soon(hold, lock)
+            await all_held.wait()
+            acquired = time.monotonic_ns()
+            release_now.set()
+        released = time.monotonic_ns()
+        gate.measured()
+    return {
+        "acquire_ns": acquired - start,
+        "release_ns": released - acquired,
+        "held": held,
+        "rss_before_kib": rss_before,
+        "peak_rss_kib": peak_rss_kib(),
+    }
+
+
+async def floor(params: Params, gate: Gate) -> Result:
+    """The raw floor from our own wire: create+delete of a persistent node, no recipe."""
+    async with connect(params) as zk:
+        session = zk.session
+
+        def create(name: str) -> Op[Created]:
+            server_path = session.server_path(f"{params.path}/{name}")
+            return create_op(server_path, b"", CreateMode.PERSISTENT, session.client_path)
+
+        def delete(name: str) -> Op[None]:
+            return delete_op(session.server_path(f"{params.path}/{name}"))
+
+        for i in range(params.warmup):
+            await session.call(create(f"w{i}"))
+            await session.call(delete(f"w{i}"))
+        await gate.aready()
+        latencies = []
+        for i in range(params.pairs):
+            start = time.monotonic_ns()
+            await session.call(create(f"n{i}"))
+            await session.call(delete(f"n{i}"))
+            latencies.append(time.monotonic_ns() - start)
+        errors = 0
+        start = time.monotonic_ns()
+        for first in range(0, params.pairs, params.batch):
+            names = [f"p{i}" for i in range(first, min(first + params.batch, params.pairs))]
+            results = await session.pipeline([create(name) for name in names])
+            results += await session.pipeline([delete(name) for name in names])
+            errors += sum(isinstance(result, BaseException) for result in results)
+        wall = time.monotonic_ns() - start
+        gate.measured()
+    return {
+        "pair_latencies_ns": latencies,
+        "pipelined_pairs": params.pairs,
+        "pipelined_ns": wall,
+        "errors": errors,
+    }
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "uncontended": uncontended,
+    "contended": contended,
+    "many": many,
+    "floor": floor,
+}
+
+
+def run(scenario: str, params: Params, gate: Gate) -> Result:
+    return anyio.run(partial(SCENARIOS[scenario], params, gate), backend=params.backend)

@@ -1,0 +1,122 @@
+"""What every benchmark worker shares: its parameters, the ready/go gate, and memory probes.
+
+A worker runs one scenario of one client library in its own process. The protocol, shared
+with the Java driver (``curator/CuratorBench.java``): after its setup (connect, warm-up) the
+worker prints ``{"event": "ready"}``, waits for one line on stdin, measures, prints
+``{"event": "measured"}`` (before any teardown traffic: the runner reads the wire counts
+then), and finally ``{"event": "result", ...}`` as one JSON line. Every time is
+``time.monotonic_ns()`` (CLOCK_MONOTONIC, like Java's ``System.nanoTime()`` on Linux), so
+the critical sections of several processes can be merged on one time line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import sys
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import anyio
+
+#: The same session timeout for every client (seconds).
+SESSION_TIMEOUT = 10.0
+
+Result = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Params:
+    """A scenario's parameters, passed on the command line as ``key=value`` words."""
+
+    hosts: str
+    path: str  # the lock path, or the parent of the scenario's nodes
+    warmup: int = 0  # uncontended cycles (or create+delete pairs) before "ready"
+    iterations: int = 0  # measured uncontended cycles
+    sessions: int = 1  # contended: sessions in this process, one task/thread each
+    duration: float = 0.0  # contended: seconds of contention after "go"
+    locks: int = 0  # many: distinct locks held at once
+    threads: int = 100  # many, kazoo: threads acquiring (its locks are not thread-bound)
+    pairs: int = 0  # floor: create+delete pairs
+    batch: int = 100  # floor: pairs in flight at once when pipelined
+    backend: str = "asyncio"  # aiozklock: the anyio backend
+    profile: bool = False  # profile the measured part with cProfile (top functions in result)
+
+    def to_words(self) -> list[str]:
+        return [f"{field.name}={getattr(self, field.name)}" for field in dataclasses.fields(self)]
+
+    @classmethod
+    def from_words(cls, words: list[str]) -> Params:
+        types = {field.name: field.type for field in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for word in words:
+            name, sep, value = word.partition("=")
+            if not sep or name not in types:
+                raise SystemExit(f"unknown parameter {word!r}; known: {', '.join(types)}")
+            kind = types[name]
+            if kind == "bool":
+                values[name] = value == "True"
+            elif kind == "int":
+                values[name] = int(value)
+            elif kind == "float":
+                values[name] = float(value)
+            else:
+                values[name] = value
+        return cls(**values)
+
+
+class Gate:
+    """The ready/go handshake with the runner. ``Gate(None)`` never waits (for tests)."""
+
+    def __init__(self, stdin: TextIO | None, stdout: TextIO | None = None) -> None:
+        self._stdin = stdin
+        self._stdout = stdout
+        self.on_go: list[Any] = []  # callbacks run right after "go" (e.g. start a profiler)
+
+    def ready(self) -> None:
+        """Block until the runner says go (threaded clients: their threads keep pinging)."""
+        self._announce()
+        if self._stdin is not None and not self._stdin.readline():
+            raise SystemExit("stdin closed before 'go'")
+        self._went()
+
+    async def aready(self) -> None:
+        """Wait for go in a thread, so that the event loop keeps the sessions alive."""
+        self._announce()
+        if self._stdin is not None:
+            stdin = self._stdin
+            if not await anyio.to_thread.run_sync(stdin.readline):
+                raise SystemExit("stdin closed before 'go'")
+        self._went()
+
+    def measured(self) -> None:
+        """The measured part is over (teardown, e.g. closing sessions, comes after)."""
+        if self._stdout is not None:
+            emit(self._stdout, {"event": "measured"})
+
+    def _announce(self) -> None:
+        if self._stdout is not None:
+            emit(self._stdout, {"event": "ready"})
+
+    def _went(self) -> None:
+        for callback in self.on_go:
+            callback()
+
+
+def emit(stream: TextIO, message: Result) -> None:
+    stream.write(json.dumps(message) + "\n")
+    stream.flush()
+
+
+def current_rss_kib() -> int:
+    with open("/proc/self/statm") as statm:
+        resident_pages = int(statm.read().split()[1])
+    return resident_pages * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def peak_rss_kib() -> int:
+    """The process's peak resident set size (``ru_maxrss`` is in KiB on Linux)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // 1024 if sys.platform == "darwin" else peak

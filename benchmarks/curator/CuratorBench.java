@@ -1,0 +1,346 @@
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.lang.management.ManagementFactory;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.retry.RetryNTimes;
+import org.apache.zookeeper.CreateMode;
+import org.apache.zookeeper.KeeperException;
+import org.apache.zookeeper.ZooDefs;
+import org.apache.zookeeper.ZooKeeper;
+
+/**
+ * Apache Curator's side of aiozklock's benchmarks (benchmarks/run.py compiles it at run time).
+ *
+ * <p>Usage: {@code java CuratorBench SCENARIO key=value...}, the same scenarios and parameters as
+ * {@code python -m benchmarks.worker}. After its setup (connect, warm-up) it prints {@code
+ * {"event": "ready"}}, waits for a line on stdin, measures, prints {@code {"event":
+ * "measured"}} and then one JSON result line.
+ * Times are System.nanoTime(), which is CLOCK_MONOTONIC on Linux like Python's
+ * time.monotonic_ns(), so intervals from several processes can be merged.
+ */
+public final class CuratorBench {
+    private static final int SESSION_TIMEOUT_MS = 10_000;
+    private static final BufferedReader STDIN =
+            new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+
+    private final Map<String, String> params;
+    private final List<CuratorFramework> clients = new ArrayList<>();
+
+    /** A plain field on purpose: a broken lock would lose increments. */
+    private long sharedCounter;
+
+    private CuratorBench(Map<String, String> params) {
+        this.params = params;
+    }
+
+    public static void main(String[] args) throws Exception {
+        Map<String, String> params = new HashMap<>();
+        for (int i = 1; i < args.length; i++) {
+            int eq = args[i].indexOf('=');
+            params.put(args[i].substring(0, eq), args[i].substring(eq + 1));
+        }
+        CuratorBench bench = new CuratorBench(params);
+        int status = 1;
+        try {
+            String result = switch (args[0]) {
+                case "uncontended" -> bench.uncontended();
+                case "contended" -> bench.contended();
+                case "many" -> bench.many();
+                case "floor" -> bench.floor();
+                default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
+            };
+            System.out.println("{\"event\": \"result\", " + result + "}");
+            System.out.flush();
+            status = 0;
+        } finally {
+            bench.closeAll();
+            System.exit(status); // do not wait for Curator's non-daemon threads
+        }
+    }
+
+    // ------------------------------------------------------------------ scenarios
+
+    private String uncontended() throws Exception {
+        InterProcessMutex mutex = new InterProcessMutex(connect(), param("path"));
+        for (int i = 0; i < intParam("warmup"); i++) {
+            cycle(mutex);
+        }
+        ready();
+        int iterations = intParam("iterations");
+        long[] latencies = new long[iterations];
+        long cpu0 = processCpuNanos();
+        long wall0 = System.nanoTime();
+        for (int i = 0; i < iterations; i++) {
+            long start = System.nanoTime();
+            cycle(mutex);
+            latencies[i] = System.nanoTime() - start;
+        }
+        long wall = System.nanoTime() - wall0;
+        long cpu = processCpuNanos() - cpu0;
+        measured();
+        return "\"latencies_ns\": " + json(latencies) + ", \"wall_ns\": " + wall
+                + ", \"cpu_ns\": " + cpu;
+    }
+
+    private String contended() throws Exception {
+        int sessions = intParam("sessions");
+        List<InterProcessMutex> mutexes = new ArrayList<>();
+        for (CuratorFramework client : connect(sessions)) {
+            mutexes.add(new InterProcessMutex(client, param("path")));
+        }
+        for (InterProcessMutex mutex : mutexes) {
+            for (int i = 0; i < intParam("warmup"); i++) {
+                cycle(mutex);
+            }
+        }
+        List<long[]> intervals = new ArrayList<>();
+        CountDownLatch go = new CountDownLatch(1);
+        List<Thread> threads = new ArrayList<>();
+        long durationNanos = (long) (Double.parseDouble(param("duration")) * 1e9);
+        long[] deadline = new long[1];
+        Throwable[] failure = new Throwable[1];
+        for (InterProcessMutex mutex : mutexes) {
+            Thread thread = new Thread(() -> {
+                try {
+                    go.await();
+                    List<long[]> mine = new ArrayList<>();
+                    while (true) {
+                        mutex.acquire();
+                        long enter = System.nanoTime();
+                        long value = sharedCounter;
+                        Thread.yield();
+                        sharedCounter = value + 1;
+                        long exit = System.nanoTime();
+                        mutex.release();
+                        mine.add(new long[] {enter, exit});
+                        if (exit >= deadline[0]) {
+                            break;
+                        }
+                    }
+                    synchronized (intervals) {
+                        intervals.addAll(mine);
+                    }
+                } catch (Throwable t) {
+                    failure[0] = t;
+                }
+            });
+            thread.start();
+            threads.add(thread);
+        }
+        ready();
+        deadline[0] = System.nanoTime() + durationNanos;
+        go.countDown();
+        for (Thread thread : threads) {
+            thread.join();
+        }
+        measured();
+        if (failure[0] != null) {
+            throw new RuntimeException(failure[0]);
+        }
+        StringBuilder out = new StringBuilder("[");
+        for (long[] interval : intervals) {
+            out.append(out.length() > 1 ? ", " : "")
+                    .append('[').append(interval[0]).append(", ").append(interval[1]).append(']');
+        }
+        return "\"intervals\": " + out.append(']') + ", \"counter\": " + sharedCounter;
+    }
+
+    /** Many distinct locks at once: InterProcessMutex is owned by a thread, so one thread each. */
+    private String many() throws Exception {
+        CuratorFramework client = connect();
+        String root = param("path");
+        cycle(new InterProcessMutex(client, root + "/warm-up"));
+        int locks = intParam("locks");
+        ready();
+        long rssBefore = procStatusKib("VmRSS");
+        CountDownLatch acquired = new CountDownLatch(locks);
+        CountDownLatch releaseNow = new CountDownLatch(1);
+        CountDownLatch released = new CountDownLatch(locks);
+        AtomicInteger held = new AtomicInteger();
+        long start = System.nanoTime();
+        for (int i = 0; i < locks; i++) {
+            InterProcessMutex mutex = new InterProcessMutex(client, root + "/lock-" + i);
+            new Thread(() -> {
+                try {
+                    mutex.acquire();
+                    held.incrementAndGet();
+                    acquired.countDown();
+                    releaseNow.await();
+                    mutex.release();
+                    released.countDown();
+                } catch (Exception e) {
+                    e.printStackTrace();
+                    System.exit(1);
+                }
+            }).start();
+        }
+        acquired.await();
+        long allHeld = System.nanoTime();
+        releaseNow.countDown();
+        released.await();
+        long end = System.nanoTime();
+        measured();
+        return "\"acquire_ns\": " + (allHeld - start) + ", \"release_ns\": " + (end - allHeld)
+                + ", \"held\": " + held.get() + ", \"rss_before_kib\": " + rssBefore
+                + ", \"peak_rss_kib\": " + procStatusKib("VmHWM");
+    }
+
+    /** The raw floor: ZooKeeper's own Java client under Curator, without any recipe. */
+    private String floor() throws Exception {
+        ZooKeeper zk = connect().getZookeeperClient().getZooKeeper();
+        String root = param("path");
+        int pairs = intParam("pairs");
+        int batch = intParam("batch");
+        for (int i = 0; i < intParam("warmup"); i++) {
+            createThenDelete(zk, root + "/w" + i);
+        }
+        ready();
+        long[] latencies = new long[pairs];
+        for (int i = 0; i < pairs; i++) {
+            long start = System.nanoTime();
+            createThenDelete(zk, root + "/n" + i);
+            latencies[i] = System.nanoTime() - start;
+        }
+        AtomicInteger errors = new AtomicInteger();
+        long start = System.nanoTime();
+        for (int first = 0; first < pairs; first += batch) {
+            int count = Math.min(batch, pairs - first);
+            CountDownLatch created = new CountDownLatch(count);
+            for (int i = first; i < first + count; i++) {
+                zk.create(root + "/p" + i, new byte[0], ZooDefs.Ids.OPEN_ACL_UNSAFE,
+                        CreateMode.PERSISTENT, (rc, path, ctx, name) -> {
+                            countError(errors, rc);
+                            created.countDown();
+                        }, null);
+            }
+            created.await();
+            CountDownLatch deleted = new CountDownLatch(count);
+            for (int i = first; i < first + count; i++) {
+                zk.delete(root + "/p" + i, -1, (rc, path, ctx) -> {
+                    countError(errors, rc);
+                    deleted.countDown();
+                }, null);
+            }
+            deleted.await();
+        }
+        long wall = System.nanoTime() - start;
+        measured();
+        return "\"pair_latencies_ns\": " + json(latencies) + ", \"pipelined_pairs\": " + pairs
+                + ", \"pipelined_ns\": " + wall + ", \"errors\": " + errors.get();
+    }
+
+    // ------------------------------------------------------------------ helpers
+
+    private CuratorFramework connect() throws InterruptedException {
+        return connect(1).get(0);
+    }
+
+    /** Starts {@code count} clients (sessions) at once, then waits until each is connected. */
+    private List<CuratorFramework> connect(int count) throws InterruptedException {
+        List<CuratorFramework> started = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            CuratorFramework client = CuratorFrameworkFactory.newClient(param("hosts"),
+                    SESSION_TIMEOUT_MS, SESSION_TIMEOUT_MS, new RetryNTimes(3, 100));
+            clients.add(client);
+            client.start();
+            started.add(client);
+        }
+        for (CuratorFramework client : started) {
+            if (!client.blockUntilConnected(30, TimeUnit.SECONDS)) {
+                throw new IllegalStateException("not connected to " + param("hosts"));
+            }
+        }
+        return started;
+    }
+
+    /** Closing a client waits for the server and for Curator's threads: all at once. */
+    private void closeAll() throws InterruptedException {
+        List<Thread> closers = new ArrayList<>();
+        for (CuratorFramework client : clients) {
+            Thread closer = new Thread(client::close);
+            closer.start();
+            closers.add(closer);
+        }
+        for (Thread closer : closers) {
+            closer.join();
+        }
+    }
+
+    private static void cycle(InterProcessMutex mutex) throws Exception {
+        mutex.acquire();
+        mutex.release();
+    }
+
+    private static void createThenDelete(ZooKeeper zk, String path)
+            throws KeeperException, InterruptedException {
+        zk.create(path, new byte[0], ZooDefs.Ids.OPEN_ACL_UNSAFE, CreateMode.PERSISTENT);
+        zk.delete(path, -1);
+    }
+
+    private static void countError(AtomicInteger errors, int rc) {
+        if (rc != KeeperException.Code.OK.intValue()) {
+            errors.incrementAndGet();
+        }
+    }
+
+    private static void ready() throws IOException {
+        System.out.println("{\"event\": \"ready\"}");
+        System.out.flush();
+        if (STDIN.readLine() == null) {
+            throw new IOException("stdin closed before 'go'");
+        }
+    }
+
+    /** The measured part is over: the runner reads the wire counts now, before teardown. */
+    private static void measured() {
+        System.out.println("{\"event\": \"measured\"}");
+        System.out.flush();
+    }
+
+    private static long processCpuNanos() {
+        return ((com.sun.management.OperatingSystemMXBean)
+                ManagementFactory.getOperatingSystemMXBean()).getProcessCpuTime();
+    }
+
+    private static long procStatusKib(String field) throws IOException {
+        for (String line : Files.readAllLines(Paths.get("/proc/self/status"))) {
+            if (line.startsWith(field + ":")) {
+                return Long.parseLong(line.replaceAll("[^0-9]", ""));
+            }
+        }
+        return -1;
+    }
+
+    private String param(String name) {
+        String value = params.get(name);
+        if (value == null) {
+            throw new IllegalArgumentException("missing parameter " + name);
+        }
+        return value;
+    }
+
+    private int intParam(String name) {
+        return Integer.parseInt(param(name));
+    }
+
+    private static String json(long[] values) {
+        StringBuilder out = new StringBuilder("[");
+        for (int i = 0; i < values.length; i++) {
+            out.append(i > 0 ? ", " : "").append(values[i]);
+        }
+        return out.append(']').toString();
+    }
+}

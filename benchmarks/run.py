@@ -1,0 +1,800 @@
+"""Benchmark aiozklock against aiozk, kazoo and Apache Curator, side by side, in one run.
+
+    python benchmarks/run.py --quick                  # about a minute
+    python benchmarks/run.py                          # the full run
+    python benchmarks/run.py --only aiozklock,kazoo --scenarios uncontended,wire
+
+It starts its own ZooKeeper (free port, fsync on) unless --hosts is given, runs every
+scenario of every client in a fresh worker process (``benchmarks/worker.py``, or the Java
+driver ``benchmarks/curator/CuratorBench.java`` compiled now into a temp dir), and writes
+``benchmarks/results/latest.{json,md,png}``. What is measured: benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: make ``benchmarks`` and ``aiozklock`` importable
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import report  # noqa: E402
+from benchmarks.common import Params  # noqa: E402
+from benchmarks.stats import Grants, Summary  # noqa: E402
+
+LIBRARIES = ("aiozklock", "aiozk", "kazoo", "curator")
+SCENARIOS = ("uncontended", "wire", "contended", "processes", "many", "floor")
+CURATOR_JARS = (
+    "curator-recipes",
+    "curator-framework",
+    "curator-client",
+    "guava",
+    "zookeeper",
+    "zookeeper-jute",
+    "slf4j-api",
+)
+JAVA_DIR = Path("/usr/share/java")
+READY_TIMEOUT = 300.0  # setup of a worker: start, connect, warm up (50 JVMs on 2 cores...)
+RESULT_TIMEOUT = 600.0
+EXIT_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    iterations: int  # measured uncontended cycles
+    warmup: int  # uncontended cycles (floor: pairs) before measuring
+    duration: float  # seconds of contention per measurement
+    sessions: tuple[int, ...]  # contenders in one process
+    process_sessions: tuple[int, ...]  # contenders as separate processes
+    contended_warmup: int  # cycles per session before contention starts
+    wire_cycles: int  # uncontended cycles counted on the wire
+    waiters: int  # sessions contending while notifications are counted
+    locks: int  # distinct locks held at once by one session
+    kazoo_threads: int  # threads acquiring those locks with kazoo
+    pairs: int  # raw floor: create+delete pairs, sequential and then pipelined
+    batch: int  # raw floor: pairs in flight at once when pipelined
+    max_jvms: int  # Curator: at most this many JVMs in the process-per-session case
+
+
+QUICK = Settings(
+    iterations=500,
+    warmup=200,
+    duration=0.5,
+    sessions=(2, 10, 50),
+    process_sessions=(2, 10),
+    contended_warmup=2,
+    wire_cycles=100,
+    waiters=50,
+    locks=1000,
+    kazoo_threads=100,
+    pairs=300,
+    batch=100,
+    max_jvms=10,
+)
+FULL = dataclasses.replace(
+    QUICK,
+    iterations=5000,
+    warmup=1000,
+    duration=5.0,
+    process_sessions=(2, 10, 50),
+    contended_warmup=5,
+    wire_cycles=1000,
+    pairs=3000,
+)
+
+
+# ---------------------------------------------------------------- worker processes
+
+
+class WorkerError(RuntimeError):
+    """A worker failed, hung or answered something unexpected."""
+
+
+def worker_env() -> dict[str, str]:
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
+
+
+class Worker:
+    """One worker process (Python or Java) speaking the ready/go protocol of
+    ``benchmarks.common``; :meth:`stop` ends it by its PID if it is still running."""
+
+    def __init__(self, command: Sequence[str], label: str, log_dir: Path) -> None:
+        self.label = label
+        self.log_path = log_dir / f"{label}.log"
+        self._log: IO[str] = open(self.log_path, "w")  # noqa: SIM115 (closed by stop())
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=worker_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def expect(self, event: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise WorkerError(f"{self.label}: no {event!r} within {timeout:.0f} s") from None
+            if line is None:
+                code = self.process.wait()
+                raise WorkerError(
+                    f"{self.label} exited with {code} before {event!r}; its log:\n{self.log_tail()}"
+                )
+            with contextlib.suppress(ValueError):
+                message: dict[str, Any] = json.loads(line)
+                if message.get("event") == event:
+                    return message
+            self._log.write(line)  # anything else it printed
+
+    def go(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+
+    def finish(self) -> None:
+        """Wait for the worker to exit by itself, after its result."""
+        try:
+            self.process.wait(EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise WorkerError(f"{self.label} did not exit after its result") from None
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+        self._log.close()
+
+    def log_tail(self, lines: int = 30) -> str:
+        self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Tap:
+    """The counting proxy (``benchmarks.wire_tap``) in its own process."""
+
+    def __init__(self, upstream: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.wire_tap", upstream],
+            cwd=ROOT,
+            env=worker_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.address = self.process.stdout.readline().strip()
+        if not self.address:
+            self.stop()
+            raise WorkerError("the wire tap did not start")
+
+    def command(self, word: str) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write(word + "\n")
+        self.process.stdin.flush()
+        answer: dict[str, Any] = json.loads(self.process.stdout.readline())
+        return answer
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait()
+
+
+# ---------------------------------------------------------------- clients
+
+
+@dataclass(frozen=True)
+class Driver:
+    """One column of the table: how to start its worker, and what it takes part in."""
+
+    column: str
+    library: str
+    command: tuple[str, ...]  # takes SCENARIO key=value...
+    scenarios: frozenset[str] = frozenset(SCENARIOS)
+    extra: tuple[tuple[str, Any], ...] = ()  # fixed Params fields (e.g. the anyio backend)
+
+    @property
+    def is_jvm(self) -> bool:
+        return self.library == "curator"
+
+
+def python_driver(library: str, column: str | None = None, **extra: Any) -> Driver:
+    command = (sys.executable, "-m", "benchmarks.worker", library)
+    scenarios = frozenset({"uncontended"}) if extra else frozenset(SCENARIOS)
+    return Driver(column or library, library, command, scenarios, tuple(extra.items()))
+
+
+def compile_curator(build_dir: Path) -> Driver | str:
+    """The Curator driver compiled into ``build_dir``, or why it cannot be."""
+    java, javac = shutil.which("java"), shutil.which("javac")
+    if java is None or javac is None:
+        return "Curator skipped: no java/javac (a JDK) on PATH"
+    jars = [JAVA_DIR / f"{name}.jar" for name in CURATOR_JARS]
+    missing = [jar.name for jar in jars if not jar.is_file()]
+    if missing:
+        install = "apt-get install libcurator-recipes-java"
+        return f"Curator skipped: missing {', '.join(missing)} ({install})"
+    logging_jar = next(
+        (
+            jar
+            for jar in (JAVA_DIR / "slf4j-nop.jar", JAVA_DIR / "slf4j-simple.jar")
+            if jar.is_file()
+        ),
+        None,
+    )
+    classpath = os.pathsep.join(
+        str(jar) for jar in [*jars, *([logging_jar] if logging_jar else [])]
+    )
+    source = ROOT / "benchmarks" / "curator" / "CuratorBench.java"
+    compiled = subprocess.run(
+        [javac, "-implicit:none", "-cp", classpath, "-d", str(build_dir), str(source)],
+        capture_output=True,
+        text=True,
+    )
+    if compiled.returncode != 0:
+        return f"Curator skipped: javac failed:\n{compiled.stderr[-2000:]}"
+    command = (java, "-cp", f"{build_dir}{os.pathsep}{classpath}", "CuratorBench")
+    return Driver("Curator", "curator", command)
+
+
+# ---------------------------------------------------------------- the run
+
+
+class Bench:
+    """Runs the scenarios and gathers metric values, raw summaries and notes."""
+
+    def __init__(self, settings: Settings, hosts: str, log_dir: Path) -> None:
+        self.settings = settings
+        self.hosts = hosts
+        self.log_dir = log_dir
+        self.root = f"/aiozklock-bench-{os.getpid()}-{int(time.time())}"
+        self.values: dict[str, dict[str, float]] = {}
+        self.flags: dict[str, dict[str, str]] = {}  # column -> metric -> why it is suspect
+        self.raw: dict[str, dict[str, Any]] = {}
+        self.notes: list[str] = []
+        self.wire_counts: dict[str, Any] = {}
+        self._labels = 0
+
+    # -- plumbing
+
+    def record(self, driver: Driver, **values: float) -> None:
+        self.values.setdefault(driver.column, {}).update(values)
+
+    def keep(self, driver: Driver, scenario: str, raw: Any) -> None:
+        self.raw.setdefault(driver.column, {})[scenario] = raw
+
+    def flag(self, driver: Driver, keys: Sequence[str], why: str) -> None:
+        for key in keys:
+            self.flags.setdefault(driver.column, {})[key] = why
+        self.notes.append(f"⚠ {driver.column}: {why}")
+
+    def path(self, driver: Driver, name: str) -> str:
+        """A fresh persistent node for one scenario (the lock path, or a parent)."""
+        slug = re.sub(r"[^a-z0-9]+", "-", driver.column.lower()).strip("-")
+        path = f"{self.root}/{slug}/{name}"
+        create_paths(self.hosts, [path])
+        return path
+
+    def run_workers(
+        self,
+        driver: Driver,
+        scenario: str,
+        params: Params,
+        count: int = 1,
+        tap: Tap | None = None,
+    ) -> list[dict[str, Any]]:
+        """Start ``count`` workers, let them all go at once, and return their results.
+
+        With a ``tap``, its counts are reset at "go" and read, into ``self.wire_counts``,
+        once every worker has measured (before their teardown traffic)."""
+        params = dataclasses.replace(params, **dict(driver.extra))
+        command = [*driver.command, scenario, *params.to_words()]
+        with ExitStack() as stack:
+            workers = []
+            for _ in range(count):
+                self._labels += 1
+                label = f"{self._labels:03d}-{driver.library}-{scenario}"
+                worker = Worker(command, label, self.log_dir)
+                stack.callback(worker.stop)
+                workers.append(worker)
+            for worker in workers:
+                worker.expect("ready", READY_TIMEOUT)
+            if tap is not None:
+                tap.command("reset")
+            for worker in workers:
+                worker.go()
+            for worker in workers:
+                worker.expect("measured", RESULT_TIMEOUT)
+            if tap is not None:
+                self.wire_counts = tap.command("counts")
+            results = [worker.expect("result", EXIT_TIMEOUT) for worker in workers]
+            for worker in workers:
+                worker.finish()
+        return results
+
+    def params(self, path: str, **fields: Any) -> Params:
+        return Params(hosts=self.hosts, path=path, **fields)
+
+    # -- scenarios
+
+    def uncontended(self, driver: Driver) -> None:
+        s = self.settings
+        params = self.params(
+            self.path(driver, "uncontended"), warmup=s.warmup, iterations=s.iterations
+        )
+        (result,) = self.run_workers(driver, "uncontended", params)
+        latency = Summary.of_ns(result["latencies_ns"])
+        self.record(
+            driver,
+            cycle_median_us=latency.median_us,
+            cycle_p99_us=latency.p99_us,
+            cycles_per_s=latency.n / (result["wall_ns"] / 1e9),
+            cpu_per_cycle_us=result["cpu_ns"] / 1000 / latency.n,
+        )
+        self.keep(driver, "uncontended", {"latency": latency.as_dict(), **_without_samples(result)})
+
+    def wire(self, driver: Driver, tap: Tap) -> None:
+        """Requests and round trips per uncontended cycle, and watch notifications per
+        release with ``waiters`` sessions, counted by the tap (never timed)."""
+        s = self.settings
+        on_wire = dataclasses.replace(self.params(""), hosts=tap.address)
+        params = dataclasses.replace(
+            on_wire, path=self.path(driver, "wire-uncontended"), warmup=10, iterations=s.wire_cycles
+        )
+        self.run_workers(driver, "uncontended", params, tap=tap)
+        cycles = self.wire_counts
+        self.record(
+            driver,
+            requests_per_cycle=cycles["requests"] / s.wire_cycles,
+            round_trips_per_cycle=cycles["round_trips"] / s.wire_cycles,
+        )
+        params = dataclasses.replace(
+            on_wire,
+            path=self.path(driver, "wire-contended"),
+            sessions=s.waiters,
+            warmup=1,
+            duration=s.duration,
+        )
+        (result,) = self.run_workers(driver, "contended", params, tap=tap)
+        contention = self.wire_counts
+        grants = self.check_grants(
+            driver, result["intervals"], result["counter"], ["notifications_per_release"]
+        )
+        self.record(
+            driver,
+            notifications_per_release=contention["notifications"] / grants.count,
+            requests_per_grant=contention["requests"] / grants.count,
+        )
+        self.keep(
+            driver,
+            "wire",
+            {
+                "uncontended_cycles": s.wire_cycles,
+                "uncontended": cycles,
+                "contended_grants": grants.count,
+                "contended": contention,
+            },
+        )
+
+    def contended(self, driver: Driver, sessions: int, *, processes: bool) -> None:
+        s = self.settings
+        name = f"{'processes' if processes else 'sessions'}-{sessions}"
+        params = self.params(
+            self.path(driver, name), warmup=s.contended_warmup, duration=s.duration
+        )
+        if processes:
+            results = self.run_workers(driver, "contended", params, count=sessions)
+            counter = None  # separate processes: only the time line can show an overlap
+        else:
+            params = dataclasses.replace(params, sessions=sessions)
+            results = self.run_workers(driver, "contended", params)
+            counter = results[0]["counter"]
+        intervals = [interval for result in results for interval in result["intervals"]]
+        prefix = "proc_" if processes else ""
+        keys = [f"{prefix}contended_{sessions}_per_s", f"{prefix}handoff_{sessions}_median_us"]
+        grants = self.check_grants(driver, intervals, counter, keys)
+        self.record(
+            driver, **dict(zip(keys, (grants.per_second, grants.handoff.median_us), strict=True))
+        )
+        self.keep(driver, f"contended-{name}", grants.as_dict())
+
+    def check_grants(
+        self, driver: Driver, intervals: list[list[int]], counter: int | None, keys: list[str]
+    ) -> Grants:
+        grants = Grants.of(intervals)
+        if grants.overlaps:
+            self.flag(
+                driver,
+                keys,
+                f"mutual exclusion violated: {grants.overlaps} overlapping critical sections",
+            )
+        if counter is not None and counter != grants.count:
+            self.flag(
+                driver,
+                keys,
+                f"shared counter is {counter} after {grants.count} grants (lost updates)",
+            )
+        return grants
+
+    def many(self, driver: Driver) -> None:
+        s = self.settings
+        params = self.params(self.path(driver, "many"), locks=s.locks, threads=s.kazoo_threads)
+        (result,) = self.run_workers(driver, "many", params)
+        keys = ["many_acquire_ms", "many_release_ms", "many_peak_rss_mib", "many_rss_growth_mib"]
+        values = (
+            result["acquire_ns"] / 1e6,
+            result["release_ns"] / 1e6,
+            result["peak_rss_kib"] / 1024,
+            (result["peak_rss_kib"] - result["rss_before_kib"]) / 1024,
+        )
+        self.record(driver, **dict(zip(keys, values, strict=True)))
+        if result["held"] != s.locks:
+            self.flag(driver, keys, f"only {result['held']} of {s.locks} locks were held at once")
+        self.keep(driver, "many", result)
+
+    def floor(self, driver: Driver) -> None:
+        s = self.settings
+        params = self.params(
+            self.path(driver, "floor"), warmup=min(s.warmup, 200), pairs=s.pairs, batch=s.batch
+        )
+        (result,) = self.run_workers(driver, "floor", params)
+        pair = Summary.of_ns(result["pair_latencies_ns"])
+        self.record(
+            driver,
+            floor_pair_median_us=pair.median_us,
+            floor_pipelined_per_s=result["pipelined_pairs"] / (result["pipelined_ns"] / 1e9),
+        )
+        if result["errors"]:
+            self.flag(
+                driver, ["floor_pipelined_per_s"], f"{result['errors']} pipelined requests failed"
+            )
+        self.keep(driver, "floor", {"pair": pair.as_dict(), **_without_samples(result)})
+
+    def profile(self, driver: Driver) -> str:
+        """cProfile of the uncontended cycle (top functions by own time)."""
+        s = self.settings
+        params = self.params(
+            self.path(driver, "profile"), warmup=s.warmup, iterations=s.iterations, profile=True
+        )
+        (result,) = self.run_workers(driver, "uncontended", params)
+        text: str = result["profile"]
+        return text
+
+
+def _without_samples(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if not k.endswith("latencies_ns") and k != "event"}
+
+
+def create_paths(hosts: str, paths: Sequence[str]) -> None:
+    """Create persistent nodes (and their parents) with aiozklock, ignoring existing ones."""
+    import anyio
+
+    import aiozklock
+
+    async def create() -> None:
+        async with aiozklock.connect(hosts) as zk:
+            for path in paths:
+                parts = path.strip("/").split("/")
+                for depth in range(1, len(parts) + 1):
+                    with contextlib.suppress(aiozklock.NodeExistsError):
+                        await zk.create("/" + "/".join(parts[:depth]))
+
+    anyio.run(create)
+
+
+def run_scenario(bench: Bench, scenario: str, drivers: Sequence[Driver]) -> None:
+    """One scenario for every client in turn (scenario-major, so that a change of the
+    machine's load during the run hits the clients of one row alike)."""
+    settings = bench.settings
+
+    def attempt(driver: Driver, what: str, run: Callable[[], None]) -> None:
+        if scenario not in driver.scenarios:
+            return
+        say(f"{what}: {driver.column}")
+        try:
+            run()
+        except WorkerError as exc:
+            bench.notes.append(f"{driver.column}, {what}: failed: {exc}")
+            say(f"  FAILED: {exc}")
+
+    if scenario == "wire":
+        tap = Tap(bench.hosts)
+        try:
+            for driver in drivers:
+                attempt(driver, "wire counts", partial(bench.wire, driver, tap))
+        finally:
+            tap.stop()
+        return
+    for driver in drivers:
+        if scenario == "uncontended":
+            attempt(driver, scenario, partial(bench.uncontended, driver))
+        elif scenario == "many":
+            attempt(driver, scenario, partial(bench.many, driver))
+        elif scenario == "floor":
+            attempt(driver, scenario, partial(bench.floor, driver))
+        else:
+            processes = scenario == "processes"
+            for n in settings.process_sessions if processes else settings.sessions:
+                if processes and driver.is_jvm and n > settings.max_jvms:
+                    bench.notes.append(
+                        f"Curator, {n} processes: not run (more than --max-jvms "
+                        f"{settings.max_jvms} JVMs)"
+                    )
+                    continue
+                run = partial(bench.contended, driver, n, processes=processes)
+                attempt(driver, f"{scenario} N={n}", run)
+
+
+# ---------------------------------------------------------------- machine and versions
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "load_average_at_start": os.getloadavg(),
+    }
+    with contextlib.suppress(OSError):
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+        info["cpu"] = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in cpuinfo.splitlines()
+                if line.startswith("model name")
+            ),
+            None,
+        )
+        meminfo = Path("/proc/meminfo").read_text().splitlines()[0]
+        info["memory_kib"] = int(meminfo.split()[1])
+    java = shutil.which("java")
+    if java:
+        answer = subprocess.run([java, "-version"], capture_output=True, text=True)
+        info["java"] = answer.stderr.splitlines()[0] if answer.stderr else None
+    return info
+
+
+def versions(hosts: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name in ("aiozklock", "aiozk", "kazoo", "anyio", "trio"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[name] = importlib.metadata.version(name)
+    git = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True
+    )
+    found["aiozklock_git"] = git.stdout.strip() or None
+    with contextlib.suppress(OSError, KeyError, zipfile.BadZipFile):
+        with zipfile.ZipFile(JAVA_DIR / "curator-recipes.jar") as jar:
+            pom = jar.read("META-INF/maven/org.apache.curator/curator-recipes/pom.properties")
+        found["curator"] = next(
+            line.split("=", 1)[1]
+            for line in pom.decode().splitlines()
+            if line.startswith("version=")
+        )
+    with contextlib.suppress(OSError):
+        from aiozklock.testing import four_letter_word
+
+        srvr = four_letter_word(hosts.split(",")[0], "srvr")
+        found["zookeeper"] = srvr.splitlines()[0].split(":", 1)[1].strip().split("-")[0]
+    return found
+
+
+# ---------------------------------------------------------------- command line
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="short run (about a minute)")
+    parser.add_argument("--only", help=f"comma-separated clients, of: {','.join(LIBRARIES)}")
+    parser.add_argument("--scenarios", help=f"comma-separated, of: {','.join(SCENARIOS)}")
+    parser.add_argument("--no-trio", action="store_true", help="skip aiozklock on trio")
+    parser.add_argument("--hosts", help="use these ZooKeeper servers instead of starting one")
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also cProfile aiozklock's uncontended cycle (not timed)",
+    )
+
+    def ints(text: str) -> tuple[int, ...]:
+        return tuple(int(n) for n in text.split(","))
+
+    options: list[tuple[str, Callable[[str], Any], str]] = [
+        ("iterations", int, "uncontended cycles measured"),
+        ("warmup", int, "uncontended cycles before measuring"),
+        ("duration", float, "seconds of contention per measurement"),
+        ("sessions", ints, "contending sessions in one process, e.g. 2,10,50"),
+        ("process-sessions", ints, "contending processes, e.g. 2,10,50"),
+        ("waiters", int, "sessions while counting notifications"),
+        ("locks", int, "distinct locks held at once"),
+        ("pairs", int, "raw floor: create+delete pairs"),
+        ("batch", int, "raw floor: pairs in flight when pipelined"),
+        ("max-jvms", int, "Curator: cap on JVMs for one-session-per-process"),
+    ]
+    for name, kind, help_text in options:
+        parser.add_argument(f"--{name}", type=kind, help=help_text)
+    args = parser.parse_args(argv)
+    settings = QUICK if args.quick else FULL
+    overrides = {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(Settings)
+        if getattr(args, field.name, None) is not None
+    }
+    return args, dataclasses.replace(settings, **overrides)
+
+
+def choose(text: str | None, known: Sequence[str], what: str) -> list[str]:
+    if text is None:
+        return list(known)
+    chosen = [item.strip() for item in text.split(",") if item.strip()]
+    unknown = sorted(set(chosen) - set(known))
+    if unknown:
+        raise SystemExit(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(known)})")
+    return chosen
+
+
+@contextlib.contextmanager
+def zookeeper(hosts: str | None) -> Iterator[str]:
+    if hosts:
+        yield hosts
+        return
+    from aiozklock.testing import ZooKeeperCluster
+
+    cluster = ZooKeeperCluster(1).start()
+    try:
+        yield cluster.hosts
+    finally:
+        cluster.close()
+
+
+def main(argv: Sequence[str]) -> int:
+    args, settings = parse_args(argv)
+    libraries = choose(args.only, LIBRARIES, "clients")
+    scenarios = choose(args.scenarios, SCENARIOS, "scenarios")
+    started = datetime.datetime.now(datetime.UTC)
+    clock = time.monotonic()
+    machine = machine_info()
+    log_dir = args.output / "logs"  # one log per worker (ignored by git: results/.gitignore)
+    shutil.rmtree(log_dir, ignore_errors=True)
+    log_dir.mkdir(parents=True)
+    with ExitStack() as stack:
+        build_dir = Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="aiozklock-bench-"))
+        )
+        notes: list[str] = []
+        drivers: list[Driver] = []
+        for library in libraries:
+            if library == "curator":
+                curator = compile_curator(build_dir)
+                if isinstance(curator, str):
+                    notes.append(curator)
+                else:
+                    drivers.append(curator)
+                continue
+            drivers.append(python_driver(library))
+            if library == "aiozklock" and not args.no_trio:
+                drivers.append(python_driver("aiozklock", "aiozklock (trio)", backend="trio"))
+        hosts = stack.enter_context(zookeeper(args.hosts))
+        bench = Bench(settings, hosts, log_dir)
+        bench.notes += notes
+        say(f"ZooKeeper at {hosts}; clients: {', '.join(d.column for d in drivers)}")
+        for scenario in scenarios:
+            run_scenario(bench, scenario, drivers)
+        profile = None
+        if args.profile and "aiozklock" in libraries:
+            say("profile: aiozklock (cProfile of the uncontended cycle, not timed)")
+            try:
+                profile = bench.profile(python_driver("aiozklock"))
+            except WorkerError as exc:
+                bench.notes.append(f"profile failed: {exc}")
+        machine["load_average_at_end"] = os.getloadavg()
+        found_versions = versions(hosts)
+    columns = [d.column for d in drivers]
+    document: dict[str, Any] = {
+        "date": started.isoformat(timespec="seconds"),
+        "mode": "quick" if args.quick else "full",
+        "elapsed_s": round(time.monotonic() - clock, 1),
+        "zookeeper": args.hosts or "started by the runner: 1 server, fsync on",
+        "machine": machine,
+        "versions": found_versions,
+        "settings": dataclasses.asdict(settings),
+        "columns": columns,
+        "metrics": bench.values,
+        "flags": bench.flags,
+        "raw": bench.raw,
+        "notes": bench.notes,
+        "profile": profile,
+    }
+    rows = report.metrics(settings.sessions, settings.process_sessions, settings.waiters)
+    table = report.markdown(rows, columns, bench.values, bench.flags)
+    write_outputs(args.output, document, table)
+    print(table)
+    if bench.notes:
+        print("\n" + report.notes_markdown(bench.notes))
+    if profile:
+        print(f"\n{profile}")
+    return 0
+
+
+def write_outputs(output: Path, document: dict[str, Any], table: str) -> None:
+    """latest.json (everything), latest.md (the table and its context), latest.png."""
+    (output / "latest.json").write_text(json.dumps(report.jsonable(document), indent=1) + "\n")
+    machine, versions = document["machine"], document["versions"]
+    load = machine["load_average_at_start"][0], machine["load_average_at_end"][0]
+    lines = [
+        f"# aiozklock benchmarks ({document['mode']} run, {document['date']})",
+        "",
+        f"Machine: {machine.get('cpu')}, {machine['cpus']} CPUs, Python {machine['python']}, "
+        f"{machine.get('java')}; load average {load[0]:.2f} at start, {load[1]:.2f} at end. "
+        f"ZooKeeper: {document['zookeeper']}. "
+        f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items())}.",
+        "",
+        "Ratios: how many times better aiozklock (asyncio) is than the peer, whichever the "
+        'direction of the metric ("Better" column): **> 1.00x means aiozklock is better**.',
+        "",
+        table,
+    ]
+    if document["notes"]:
+        lines += ["", "Notes:", "", report.notes_markdown(document["notes"])]
+    lines += ["", f"Settings: `{json.dumps(document['settings'])}`", ""]
+    (output / "latest.md").write_text("\n".join(lines))
+    sessions = document["settings"]["sessions"]
+    report.chart(output / "latest.png", document["columns"], document["metrics"], sessions)
+    if document["profile"]:
+        (output / "profile-aiozklock.txt").write_text(document["profile"])
+
+
+_STARTED = time.monotonic()
+
+
+def say(message: str) -> None:
+    print(f"[bench {time.monotonic() - _STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
