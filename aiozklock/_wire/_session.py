@@ -323,7 +323,7 @@ class Session:
                 raise ClientClosed("the ZooKeeper client is closed")
             if generation is not None and generation != self.generation:
                 raise SessionExpired(f"session generation {generation} is gone")
-            if self.state is SessionState.CONNECTED:
+            if self.state is SessionState.CONNECTED and self._conn is not None:
                 return
             event = self._state_event
             if until is None:
@@ -563,11 +563,13 @@ class Session:
                 self._drop_reason = "protocol error"
         self._conn_scope = None
         self._conn = None
-        with anyio.CancelScope(shield=True):
-            await conn.aclose()
+        # Before the first yield: nobody may see CONNECTED without a connection (``_submit``
+        # would spin without yielding: no connection to write to, yet "connected").
         self._fail_pending(lambda: ConnectionLoss(f"connection lost: {self._drop_reason}"))
         if not self._closing:
             self._set_state(SessionState.SUSPENDED, self._drop_reason)
+        with anyio.CancelScope(shield=True):
+            await conn.aclose()
 
     async def _reconnect(self) -> bool:
         """Reconnect (same session if still alive, else a new one). False when closing."""
