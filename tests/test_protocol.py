@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from aiozk import protocol as jute
 from aiozk.protocol.stat import Stat as JuteStat
 from hypothesis import given
@@ -96,3 +97,19 @@ def test_children_reply_parses_like_aiozk(children: list[str]) -> None:
 def test_watch_event_parses_like_aiozk(event_type: int, state: int, path: str) -> None:
     wire = render(jute.WatchEvent(type=event_type, state=state, path=path))
     assert proto.parse_watch_event(wire, 0) == proto.RawWatchEvent(event_type, state, path)
+
+
+def test_malformed_replies_are_rejected_not_truncated() -> None:
+    children = render(jute.GetChildrenResponse(children=["lock-0000000001abc", "lock-0000000002"]))
+    parse_children = proto.get_children_op("/x").parse
+    with pytest.raises(ValueError, match="length"):
+        parse_children(children[:-5], 0)  # the second name is cut short
+    with pytest.raises(ValueError, match="length"):
+        parse_children(struct.pack("!ii", 1, -5), 0)  # a negative name length
+    with pytest.raises(ValueError, match="vector"):
+        parse_children(struct.pack("!i", -2), 0)
+    assert parse_children(struct.pack("!i", -1), 0) == []  # a null vector: no children
+    created = render(jute.Create2Response(path="/a/lock-1", stat=jute_stat((0,) * 11)))
+    parse_created = proto.create_op("/x", b"", proto.CreateMode.PERSISTENT, str).parse
+    with pytest.raises(ValueError, match="length"):
+        parse_created(struct.pack("!i", 100) + created[4:10], 0)

@@ -381,3 +381,19 @@ async def test_cancelled_async_with_body_releases(zk: aiozklock.ZooKeeperClient)
         tg.cancel_scope.cancel()
     assert await zk.get_children(PATH) == []
     assert lock.statistics().locked is False
+
+
+async def test_a_caller_cancelled_before_its_request_sends_nothing(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    # Requests are written without yielding; an already cancelled caller must not get a
+    # side effect it cannot see (an ephemeral node it never learns about).
+    client = await open_client(proxy)
+    proxy.reset_counters()
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await client.create("/cancelled", ephemeral=True)
+    assert scope.cancelled_caught
+    await client.exists("/")  # a later request: the cancelled one would have gone first
+    assert requests_except_pings(proxy) == [EXISTS]
+    assert await zk.exists("/cancelled") is None

@@ -224,8 +224,7 @@ class Lock:
         self._registry = registry
         self._janitor = janitor
         self._guid = uuid.uuid4().hex
-        # One node per lock object: local tasks queue here, FIFO.
-        self._local = anyio.Lock(fast_acquire=True)
+        self._local = anyio.Lock()  # one node per lock object: local tasks queue here, FIFO
         self._owner: anyio.TaskInfo | None = None
         self._depth = 0
         self._holding: Holding | None = None

@@ -127,9 +127,12 @@ def _ustring(value: str) -> bytes:
 def _read_ustring(buf: bytes, offset: int) -> tuple[str, int]:
     (size,) = _INT.unpack_from(buf, offset)
     offset += 4
-    if size < 0:
+    if size == -1:  # null
         return "", offset
-    return buf[offset : offset + size].decode(), offset + size
+    end = offset + size
+    if size < 0 or end > len(buf):
+        raise ValueError(f"bad string length {size} at offset {offset}")
+    return buf[offset:end].decode(), end
 
 
 def _read_stat(buf: bytes, offset: int) -> Stat:
@@ -235,12 +238,17 @@ def exists_op(server_path: str, watcher: Watcher | None = None) -> Op[Stat | Non
 def _read_children(buf: bytes, offset: int) -> list[str]:
     (count,) = _INT.unpack_from(buf, offset)
     offset += 4
+    if count < -1:
+        raise ValueError(f"bad vector length {count}")
     children = []
-    for _ in range(max(count, 0)):
+    for _ in range(count):  # -1 (null): none
         (size,) = _INT.unpack_from(buf, offset)
         offset += 4
-        children.append(buf[offset : offset + size].decode())
-        offset += size
+        end = offset + size
+        if size < 0 or end > len(buf):
+            raise ValueError(f"bad child name length {size} at offset {offset}")
+        children.append(buf[offset:end].decode())
+        offset = end
     return children
 
 

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from aiozklock._exceptions import (
     AiozklockError,
@@ -163,16 +164,20 @@ class _Connection:
     async def read_forever(self, on_data: Callable[[bytes], None]) -> None:
         """Pass every chunk received to ``on_data``; returns only by raising (EOF, a socket
         error, or what ``on_data`` raised)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:
-            while True:
-                await anyio.wait_readable(self._socket)
-                data = self._receive_now()
-                if data is not None:
-                    on_data(data)
+        loop = _running_asyncio_loop()
+        if loop is not None:
+            await self._read_in_callback(loop, on_data)  # returns if the loop cannot
+        while True:
+            await anyio.wait_readable(self._socket)
+            data = self._receive_now()
+            if data is not None:
+                on_data(data)
+
+    async def _read_in_callback(
+        self, loop: asyncio.AbstractEventLoop, on_data: Callable[[bytes], None]
+    ) -> None:
+        """Read in the loop's reader callback; returns at once if the loop has no
+        ``add_reader`` (Windows' proactor), else only by raising."""
         ended: asyncio.Future[None] = loop.create_future()
 
         def readable() -> None:
@@ -186,7 +191,10 @@ class _Connection:
                     ended.set_exception(exc)
 
         fd = self._socket.fileno()
-        loop.add_reader(fd, readable)
+        try:
+            loop.add_reader(fd, readable)
+        except NotImplementedError:
+            return
         try:
             await ended
         finally:
@@ -195,6 +203,25 @@ class _Connection:
     async def aclose(self) -> None:
         self._socket.close()
         await _close_quietly(self.stream)
+
+
+def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop if asyncio runs this task (trio, even as asyncio's guest, is
+    not asyncio: its tasks must not be served from asyncio callbacks)."""
+    try:
+        import sniffio
+    except ImportError:  # then trio is not installed either: trio depends on sniffio
+        pass
+    else:
+        try:
+            if sniffio.current_async_library() != "asyncio":
+                return None
+        except sniffio.AsyncLibraryNotFoundError:
+            return None
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class _HandshakeRejected(Exception):
@@ -285,6 +312,8 @@ class Session:
         self, op: Op[T], *, generation: int | None = None, wait_until: float | None = None
     ) -> T:
         """Send one request and return its parsed reply (or raise its error)."""
+        # Requests are written without yielding: a caller cancelled already sends nothing.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         (pending,) = await self._submit((op,), generation, wait_until)
         await self._await_replies((pending,))
         if pending.error is not None:
@@ -306,6 +335,7 @@ class Session:
         """
         if not ops:
             return []
+        await anyio.lowlevel.checkpoint_if_cancelled()
         pendings = await self._submit(ops, generation, wait_until)
         await self._await_replies(pendings)
         return [p.error if p.error is not None else p.result for p in pendings]
