@@ -1,10 +1,15 @@
-"""Command line: ``python -m aiozklock demo`` (also installed as the ``aiozklock`` script).
+"""Command line: ``python -m aiozklock demo`` and ``python -m aiozklock nemesis`` (also
+installed as the ``aiozklock`` script).
 
 The demo is the classic race: many workers, each with its own ZooKeeper session, compete for
 one order's lock, hold it briefly while doing a fenced read-modify-write, and record every
 critical section. At the end the history is checked: no two sections overlap and fencing
 tokens strictly increase in grant order. Without ``--hosts`` a throwaway standalone
 ZooKeeper is started from the local install and stopped at the end.
+
+The nemesis (:func:`aiozklock.testing.run_nemesis`) runs contending clients under seeded random
+faults and checks the history; without ``--hosts`` it starts a throwaway 3-node ensemble, so
+that servers and the leader can be paused, killed and restarted too.
 """
 
 from __future__ import annotations
@@ -267,7 +272,60 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     demo.add_argument("--path", default=DEFAULT_PATH, help="lock path (%(default)s)")
     demo.add_argument("--all", action="store_true", help="list every grant, not just the ends")
+    _add_nemesis_parser(commands)
     return parser
+
+
+def _add_nemesis_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from aiozklock.testing import FAULT_KINDS
+
+    nemesis = commands.add_parser(
+        "nemesis",
+        help="randomized faults against contending clients; checks the lock's history",
+        description=(
+            "Clients (each its own session behind its own fault proxies, some in child "
+            "processes) loop acquire -> fenced writes -> release while a seeded nemesis "
+            "injects faults: connection drops, black-holes, lost replies, session expiries, "
+            "SIGSTOP of holder processes, and (on a local ensemble) SIGSTOP/SIGKILL/restart of "
+            "servers and of the leader. The history is then checked: no overlapping holders, "
+            "tokens increasing, stale writes fenced, attempts bounded, no orphan node or "
+            "leaked watch. The same seed replays the same fault schedule. Exit code 0 if "
+            "every check passes, 1 if not, 2 if ZooKeeper is not available."
+        ),
+    )
+    nemesis.add_argument("--seed", type=int, help="default: a random seed (printed)")
+    nemesis.add_argument(
+        "--duration", type=_seconds, default=60.0, help="seconds of faults (%(default)s)"
+    )
+    nemesis.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    nemesis.add_argument(
+        "--hosts",
+        help="ZooKeeper connection string of running servers (no server faults then); "
+        "default: start a throwaway 3-node ensemble from the local install",
+    )
+    nemesis.add_argument("--clients", type=_positive_int, default=4, help="(%(default)s)")
+    nemesis.add_argument(
+        "--processes",
+        type=int,
+        default=2,
+        help="how many of the clients run in child processes (%(default)s)",
+    )
+    nemesis.add_argument("--session-timeout", type=_seconds, default=6.0, help="s (%(default)s)")
+    nemesis.add_argument(
+        "--kinds",
+        help=f"comma-separated fault kinds (default: all the target allows): "
+        f"{', '.join(FAULT_KINDS)}",
+    )
+    nemesis.add_argument(
+        "--loss-policy",
+        choices=("suspended", "expired"),
+        default="suspended",
+        help="of every client (%(default)s)",
+    )
+    nemesis.add_argument(
+        "--log-dir", help="keep the logs and history.json here (default: kept only on failure)"
+    )
+    nemesis.add_argument("--verbose", action="store_true", help="log to stderr too (INFO)")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -323,12 +381,138 @@ def _demo(args: argparse.Namespace) -> int:
             cluster.close()
 
 
+def _nemesis_command(args: argparse.Namespace) -> str:
+    parts = [
+        "python -m aiozklock nemesis",
+        f"--seed {args.seed}",
+        f"--duration {args.duration:g}",
+        f"--backend {args.backend}",
+        f"--clients {args.clients}",
+        f"--processes {args.processes}",
+        f"--session-timeout {args.session_timeout:g}",
+    ]
+    if args.kinds:
+        parts.append(f"--kinds {args.kinds}")
+    if args.loss_policy != "suspended":
+        parts.append(f"--loss-policy {args.loss_policy}")
+    if args.hosts:
+        parts.append(f"--hosts {args.hosts}")
+    return " ".join(parts)
+
+
+def _nemesis(args: argparse.Namespace) -> int:
+    import logging
+    import random
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from aiozklock.testing import (
+        FAULT_KINDS,
+        NemesisReport,
+        ZooKeeperCluster,
+        ZooKeeperStartError,
+        ZooKeeperUnavailableForTests,
+        find_zookeeper_classpath,
+        run_nemesis,
+    )
+    from aiozklock.testing._nemesis_worker import stall_watchdog
+
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1, 2**31)
+    kinds = None
+    if args.kinds:
+        kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
+        unknown = sorted(set(kinds) - set(FAULT_KINDS))
+        if unknown:
+            print(f"aiozklock nemesis: unknown fault kind(s) {unknown}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+    if not 0 <= args.processes <= args.clients:
+        print("aiozklock nemesis: need 0 <= --processes <= --clients", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    if args.backend == "trio":
+        try:
+            import trio  # noqa: F401
+        except ImportError:
+            print("--backend trio needs trio: pip install 'aiozklock[trio]'", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+    command = _nemesis_command(args)
+    print(f"aiozklock nemesis: seed {args.seed}\nreproduce: {command}", flush=True)
+    keep_logs = args.log_dir is not None
+    log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix=f"aiozklock-nemesis-{args.seed}-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    print(f"logs: {log_dir} (kept if the run fails)", flush=True)
+    handlers: list[logging.Handler] = [logging.FileHandler(log_dir / "nemesis.log")]
+    if args.verbose:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+    cluster: ZooKeeperCluster | None = None
+    if not args.hosts:
+        if find_zookeeper_classpath() is None:
+            print(_INSTALL_HINT.replace("demo", "nemesis"), file=sys.stderr, end="")
+            return EXIT_UNAVAILABLE
+        print("starting a throwaway 3-node ZooKeeper ensemble ...", file=sys.stderr, flush=True)
+        try:
+            cluster = ZooKeeperCluster(3).start()
+        except ZooKeeperUnavailableForTests as exc:
+            print(f"aiozklock nemesis: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        except ZooKeeperStartError as exc:
+            print(f"aiozklock nemesis: ZooKeeper did not start: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    try:
+        target: ZooKeeperCluster | str = cluster if cluster is not None else args.hosts
+
+        async def run() -> NemesisReport:
+            # A stalled event loop (a livelock) leaves its stacks in the log directory.
+            with (log_dir / "stall.txt").open("w") as stall_file:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(stall_watchdog, stall_file)
+                    report = await run_nemesis(
+                        target,
+                        seed=args.seed,
+                        duration=args.duration,
+                        clients=args.clients,
+                        processes=args.processes,
+                        session_timeout=args.session_timeout,
+                        kinds=kinds,
+                        loss_policy=args.loss_policy,
+                        log_dir=log_dir,
+                        command=command,
+                    )
+                    tg.cancel_scope.cancel()
+            return report
+
+        try:
+            report = anyio.run(run, backend=args.backend)
+        except aiozklock.ZooKeeperUnavailable as exc:
+            print(f"aiozklock nemesis: ZooKeeper unavailable: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    finally:
+        if cluster is not None:
+            cluster.close()
+        for handler in handlers:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+    if report.ok and not keep_logs:
+        shutil.rmtree(log_dir, ignore_errors=True)
+        report.log_dir = None
+    print(report, flush=True)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m aiozklock`` and of the ``aiozklock`` console script."""
     args = build_parser().parse_args(argv)
-    if args.command == "demo":
+    commands = {"demo": _demo, "nemesis": _nemesis}
+    if args.command in commands:
         try:
-            return _demo(args)
+            return commands[args.command](args)
         except KeyboardInterrupt:
             return 130
     raise AssertionError(f"unknown command {args.command!r}")  # argparse rejects it first

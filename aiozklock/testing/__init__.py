@@ -1,15 +1,28 @@
 """aiozklock's test kit: real ZooKeeper servers, a fault-injecting proxy, real session
-expiry, a raw observer connection, and a history checker for lock safety.
+expiry, a raw observer connection, a history checker for lock safety, and a randomized fault
+nemesis that uses them all (:func:`run_nemesis`, or ``python -m aiozklock nemesis``).
 
 Server fixtures for pytest live in :mod:`aiozklock.testing.pytest_plugin`.
 """
 
 from ._expiry import expire_session as expire_session
+from ._history import AcquireAttempt as AcquireAttempt
 from ._history import CriticalSection as CriticalSection
+from ._history import FencedRead as FencedRead
 from ._history import FencedStore as FencedStore
 from ._history import FencedWrite as FencedWrite
 from ._history import History as History
 from ._history import HistoryReport as HistoryReport
+from ._history import Margin as Margin
+from ._history import Pause as Pause
+from ._history import StaleWrite as StaleWrite
+from ._nemesis import FAULT_KINDS as FAULT_KINDS
+from ._nemesis import FaultGroup as FaultGroup
+from ._nemesis import FaultRecord as FaultRecord
+from ._nemesis import FaultSpec as FaultSpec
+from ._nemesis import NemesisReport as NemesisReport
+from ._nemesis import plan_faults as plan_faults
+from ._nemesis import run_nemesis as run_nemesis
 from ._proxy import FaultProxy as FaultProxy
 from ._proxy import ObservedHandshake as ObservedHandshake
 from ._proxy import ObservedRequest as ObservedRequest
@@ -30,12 +43,22 @@ from ._server import find_zookeeper_classpath as find_zookeeper_classpath
 from ._server import four_letter_word as four_letter_word
 
 __all__ = (
+    "FAULT_KINDS",
+    "AcquireAttempt",
     "CriticalSection",
+    "FaultGroup",
     "FaultProxy",
+    "FaultRecord",
+    "FaultSpec",
+    "FencedRead",
     "FencedStore",
     "FencedWrite",
     "History",
     "HistoryReport",
+    "Margin",
+    "NemesisReport",
+    "Pause",
+    "StaleWrite",
     "NodeStat",
     "ObservedHandshake",
     "ObservedRequest",
@@ -54,4 +77,6 @@ __all__ = (
     "expire_session",
     "find_zookeeper_classpath",
     "four_letter_word",
+    "plan_faults",
+    "run_nemesis",
 )

@@ -5,36 +5,77 @@ Every holder records its critical sections (client, fencing token, enter, exit),
 processes can be merged). :meth:`History.check` then verifies mutual exclusion and that
 tokens strictly increase in grant order. :class:`FencedStore` models a resource that
 accepts a write only if its token is at least the highest token seen.
+
+For fault runs (the nemesis) a history also takes:
+
+* process pauses (:meth:`History.record_pause`): a section of a client whose process was
+  stopped (SIGSTOP) between the start of its acquire attempt and its exit is *paused*. A
+  paused holder cannot be told anything, so its sections are judged by fencing instead of by
+  overlap: every write it makes after a newer token reached the store must be rejected;
+* acquire attempts with their bound (:meth:`History.record_attempt`): every attempt must end
+  within its bound, not counting the time its process was stopped;
+* the server-side release time of lock nodes (:meth:`History.record_deletion`, from an
+  independent observer's NodeDeleted) and the sessions that died
+  (:meth:`History.record_session_lost`): the margin ``server release - holder exit`` of every
+  holder stopped by a loss whose session then died;
+* counters (:meth:`History.count`): faults by kind and anything else worth reporting.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
+import statistics
 import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
 __all__ = [
+    "AcquireAttempt",
     "CriticalSection",
+    "FencedRead",
     "FencedStore",
     "FencedWrite",
     "History",
     "HistoryReport",
+    "Margin",
+    "Pause",
     "SectionRecorder",
+    "StaleWrite",
 ]
 
 logger = logging.getLogger(__name__)
 
 SectionPair = tuple["CriticalSection", "CriticalSection"]
 
+#: Section outcomes where the holder was stopped by a loss of the lock (as opposed to finishing
+#: its work, or being cancelled from outside): these are the ones a margin is measured for.
+LOSS_OUTCOMES = frozenset({"lost", "invalid", "rejected"})
+
 
 @dataclass(frozen=True, slots=True)
 class CriticalSection:
+    """One critical section: ``enter`` and ``exit`` are ``time.monotonic()``.
+
+    The optional fields come from fault runs: ``outcome`` is how the holder stopped acting
+    (``completed``, ``lost`` = cancelled by the loss policy or ``LockLost``, ``invalid`` = its
+    own pre-write check said the lock may be gone, ``rejected`` = the fenced store refused its
+    token, ``cancelled`` = cancelled from outside, ``error``); ``node`` its lock node's name,
+    ``session_id`` the session that owned it, ``requested`` when the acquire attempt that led
+    to it started.
+    """
+
     client: str
     token: int
     enter: float
     exit: float
+    outcome: str = "completed"
+    node: str | None = None
+    session_id: int = 0
+    requested: float | None = None
 
     @property
     def duration(self) -> float:
@@ -43,14 +84,150 @@ class CriticalSection:
     def same_grant(self, other: CriticalSection) -> bool:
         return self.client == other.client and self.token == other.token
 
+    def describe(self) -> str:
+        return f"{self.client}#{self.token} [{self.enter:.3f}, {self.exit:.3f}] {self.outcome}"
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A window in which ``client`` could not be told that its lock was gone.
+
+    ``reason="SIGSTOP"``: its process was stopped from ``start`` to ``end``; every section
+    between its acquire request and its exit touching the window is judged by fencing.
+    ``reason="expire"`` (or any other): its session was closed from elsewhere between
+    ``start`` and ``end`` (the server deletes the ephemerals and notifies watchers *before*
+    it closes the holder's connection, so no client can know first); sections entered before
+    ``end`` and still running at ``start`` are judged by fencing, and must exit within
+    ``react_within`` seconds after ``end`` if given.
+    """
+
+    client: str
+    start: float
+    end: float
+    reason: str = "SIGSTOP"
+    react_within: float | None = None
+
+    def covers(self, section: CriticalSection) -> bool:
+        if self.client != section.client or self.start >= section.exit:
+            return False
+        if self.reason == "SIGSTOP":
+            begin = section.requested if section.requested is not None else section.enter
+            return self.end > begin
+        return section.enter < self.end
+
+    def overlap(self, start: float, end: float) -> float:
+        return max(0.0, min(self.end, end) - max(self.start, start))
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireAttempt:
+    """One acquire attempt: ``outcome`` is ``acquired``, ``timeout``, ``error:<Type>``,
+    ``cancelled`` or ``unfinished``; ``bound`` the seconds it may take at most."""
+
+    client: str
+    start: float
+    end: float
+    bound: float
+    outcome: str
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class Margin:
+    """``released`` (the server-side deletion of the section's node, seen by an observer)
+    minus the section's ``exit``: positive when the holder stopped before the server let the
+    lock go. ``cause``: ``timeout`` (the server expired a silent session), or the reason of
+    the :class:`Pause` that covered the section (``SIGSTOP``, ``expire``)."""
+
+    section: CriticalSection
+    released: float
+    cause: str = "timeout"
+
+    @property
+    def value(self) -> float:
+        return self.released - self.section.exit
+
+
+@dataclass(frozen=True, slots=True)
+class StaleWrite:
+    """A write whose token was below a newer token that had already reached the store."""
+
+    write: FencedWrite
+    newer_token: int
+    paused: bool  # it came from a paused section (or from no known section)
+
 
 @dataclass(frozen=True)
 class HistoryReport:
     sections: int
-    overlaps: tuple[SectionPair, ...]  # (earlier, later) by enter time
+    overlaps: tuple[SectionPair, ...]  # (earlier, later) by enter time; non-paused sections
     max_overlap: float  # seconds; 0.0 if none
     token_order_violations: tuple[SectionPair, ...]  # (previous, offending) in enter order
     ok: bool
+    #: sections of a client whose process was stopped during them (judged by fencing)
+    paused_sections: int = 0
+    #: overlaps with at least one paused section: allowed, as long as fencing holds
+    paused_overlaps: tuple[SectionPair, ...] = ()
+    #: stale writes, all of which the store must have rejected
+    stale_writes: tuple[StaleWrite, ...] = ()
+    #: stale writes that the store accepted: fencing failed
+    fencing_violations: tuple[StaleWrite, ...] = ()
+    #: writes of a *non-paused* holder that were rejected: it acted after a newer holder did
+    unpaused_rejections: tuple[StaleWrite, ...] = ()
+    #: accepted writes of a holder whose lock had already been granted to a newer token that
+    #: had not reached the store yet: ordered before it, so fencing allows them
+    late_writes: int = 0
+    attempts: int = 0
+    #: (attempt, seconds over its bound after discounting its process's pauses)
+    attempt_violations: tuple[tuple[AcquireAttempt, float], ...] = ()
+    max_attempt_overrun: float = 0.0  # max(duration - pauses - bound), may be negative
+    #: holders stopped by a loss whose session then died, by cause (see Margin)
+    margins: tuple[Margin, ...] = ()
+    imprecise_margins: int = 0  # the observer was disconnected when the node went
+    #: sections covered by a pause with ``react_within`` that exited later than that
+    slow_reactions: tuple[tuple[CriticalSection, Pause], ...] = ()
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def margin_values(self, cause: str | None = "timeout") -> list[float]:
+        """Sorted margins of one cause (``None``: all)."""
+        return sorted(m.value for m in self.margins if cause is None or m.cause == cause)
+
+    def margin_summary(self) -> str:
+        """One line per cause: count, min, median, max, how many negative."""
+        if not self.margins:
+            return "no session died under a holder"
+        parts = []
+        for cause in sorted({m.cause for m in self.margins}):
+            values = self.margin_values(cause)
+            negative = sum(1 for value in values if value < 0)
+            parts.append(
+                f"{cause}: {len(values)}, min {values[0] * 1000:+.0f} ms, median "
+                f"{statistics.median(values) * 1000:+.0f} ms, max {values[-1] * 1000:+.0f} ms"
+                f" ({negative} negative)"
+            )
+        return "server release - holder exit: " + "; ".join(parts)
+
+    def failures(self) -> list[str]:
+        """One line per failed check (empty if ``ok``)."""
+        problems = []
+        if self.overlaps:
+            problems.append(f"{len(self.overlaps)} overlapping pair(s) of non-paused sections")
+        if self.token_order_violations:
+            problems.append(f"{len(self.token_order_violations)} token-order violation(s)")
+        if self.fencing_violations:
+            problems.append(f"{len(self.fencing_violations)} stale write(s) accepted")
+        if self.unpaused_rejections:
+            problems.append(
+                f"{len(self.unpaused_rejections)} write(s) of non-paused holders rejected"
+            )
+        if self.attempt_violations:
+            problems.append(f"{len(self.attempt_violations)} acquire attempt(s) over bound")
+        if self.slow_reactions:
+            problems.append(f"{len(self.slow_reactions)} holder(s) slow to react to a loss")
+        return problems
 
     def __str__(self) -> str:
         lines = [
@@ -72,6 +249,40 @@ class HistoryReport:
                 f"  token order: {offending.client}#{offending.token} entered at "
                 f"{offending.enter:.3f} after {previous.client}#{previous.token}"
             )
+        if self.paused_sections or self.stale_writes or self.late_writes:
+            lines.append(
+                f"paused sections {self.paused_sections} ({len(self.paused_overlaps)} "
+                f"overlapping, judged by fencing); stale writes {len(self.stale_writes)}, "
+                f"accepted {len(self.fencing_violations)}; late writes before the newer "
+                f"token reached the store {self.late_writes}"
+            )
+        for stale in [*self.fencing_violations, *self.unpaused_rejections][:10]:
+            w = stale.write
+            verdict = "ACCEPTED" if w.accepted else "rejected (non-paused holder)"
+            lines.append(
+                f"  stale write {verdict}: {w.client}#{w.token} at {w.t:.3f} after token "
+                f"{stale.newer_token}"
+            )
+        if self.attempts:
+            lines.append(
+                f"acquire attempts {self.attempts}: {len(self.attempt_violations)} over bound"
+                f" (max overrun {self.max_attempt_overrun * 1000:+.0f} ms vs bound)"
+            )
+        for attempt, over in self.attempt_violations[:10]:
+            lines.append(
+                f"  attempt {attempt.client} [{attempt.start:.3f}, {attempt.end:.3f}] "
+                f"{attempt.outcome}: {over * 1000:.0f} ms over its {attempt.bound:.1f} s bound"
+            )
+        for section, pause in self.slow_reactions[:10]:
+            lines.append(
+                f"  slow reaction: {section.describe()} exited "
+                f"{(section.exit - pause.end) * 1000:.0f} ms after its session was closed "
+                f"({pause.reason}; bound {(pause.react_within or 0) * 1000:.0f} ms)"
+            )
+        if self.margins or self.imprecise_margins:
+            lines.append(self.margin_summary())
+            if self.imprecise_margins:
+                lines.append(f"  {self.imprecise_margins} margin(s) not measured precisely")
         return "\n".join(lines)
 
 
@@ -117,12 +328,34 @@ class SectionRecorder:
 @dataclass
 class History:
     sections: list[CriticalSection] = field(default_factory=list)
+    pauses: list[Pause] = field(default_factory=list)
+    attempts: list[AcquireAttempt] = field(default_factory=list)
+    #: lock node name -> when an observer saw the server delete it
+    deletions: dict[str, float] = field(default_factory=dict)
+    #: nodes whose deletion was seen late (the observer was disconnected)
+    imprecise_deletions: set[str] = field(default_factory=set)
+    #: session id -> when its client learned the session was gone
+    lost_sessions: dict[int, float] = field(default_factory=dict)
+    #: session id -> its client's state changes (time, state name), in time order
+    session_states: dict[int, list[tuple[float, str]]] = field(default_factory=dict)
+    counters: Counter[str] = field(default_factory=Counter)
 
-    def record(self, client: str, token: int, enter: float, exit: float) -> CriticalSection:
+    def record(
+        self,
+        client: str,
+        token: int,
+        enter: float,
+        exit: float,
+        *,
+        outcome: str = "completed",
+        node: str | None = None,
+        session_id: int = 0,
+        requested: float | None = None,
+    ) -> CriticalSection:
         """Record a finished section (times from ``time.monotonic()``)."""
         if exit < enter:
             raise ValueError(f"section exits before it enters: {enter} > {exit}")
-        section = CriticalSection(client, token, enter, exit)
+        section = CriticalSection(client, token, enter, exit, outcome, node, session_id, requested)
         self.sections.append(section)  # list.append is atomic under the GIL
         return section
 
@@ -130,17 +363,99 @@ class History:
         """``with history.section("a", token):`` (or ``async with``) around the work."""
         return SectionRecorder(self, client, token)
 
-    def check(self, *, slack: float = 0.0) -> HistoryReport:
-        """Mutual exclusion and token order.
+    def record_pause(
+        self,
+        client: str,
+        start: float,
+        end: float,
+        *,
+        reason: str = "SIGSTOP",
+        react_within: float | None = None,
+    ) -> Pause:
+        """``client`` could not be told from ``start`` until ``end`` (see :class:`Pause`)."""
+        if end < start:
+            raise ValueError(f"pause ends before it starts: {start} > {end}")
+        pause = Pause(client, start, end, reason, react_within)
+        self.pauses.append(pause)
+        return pause
+
+    def record_attempt(
+        self, client: str, start: float, end: float, *, bound: float, outcome: str
+    ) -> AcquireAttempt:
+        """An acquire attempt that took from ``start`` to ``end`` and may take ``bound`` s."""
+        if end < start:
+            raise ValueError(f"attempt ends before it starts: {start} > {end}")
+        attempt = AcquireAttempt(client, start, end, bound, outcome)
+        self.attempts.append(attempt)
+        return attempt
+
+    def record_deletion(self, node: str, t: float, *, precise: bool = True) -> None:
+        """An independent observer saw the server delete lock node ``node`` at ``t``."""
+        if node not in self.deletions:
+            self.deletions[node] = t
+            if not precise:
+                self.imprecise_deletions.add(node)
+
+    def record_session_lost(self, session_id: int, t: float) -> None:
+        """The client that owned ``session_id`` learned at ``t`` that the session is gone."""
+        if session_id:
+            self.lost_sessions.setdefault(session_id, t)
+
+    def record_session_state(self, session_id: int, state: str, t: float) -> None:
+        """The client of ``session_id`` went to ``state`` (``CONNECTED``, ``SUSPENDED``...)."""
+        if session_id:
+            changes = self.session_states.setdefault(session_id, [])
+            changes.append((t, state))
+            changes.sort()
+
+    def _connected_since(self, session_id: int, t: float) -> bool:
+        """Whether the client was connected in ``session_id`` at ``t`` or at any time after
+        (and so may have deleted its node itself, e.g. by its janitor)."""
+        state_at_t = "CONNECTED"  # no change recorded before t: assume it was connected
+        for when, state in self.session_states.get(session_id, []):
+            if when <= t:
+                state_at_t = state
+            elif state == "CONNECTED":
+                return True
+        return state_at_t == "CONNECTED"
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters[name] += n
+
+    # ---------------------------------------------------------------- checks
+
+    def paused(self, section: CriticalSection) -> bool:
+        """Whether a pause covers ``section`` (it is then judged by fencing)."""
+        return any(p.covers(section) for p in self.pauses)
+
+    def _cause(self, section: CriticalSection) -> str:
+        for pause in self.pauses:
+            if pause.covers(section):
+                return pause.reason
+        return "timeout"
+
+    def _paused_time(self, client: str, start: float, end: float) -> float:
+        return sum(
+            p.overlap(start, end)
+            for p in self.pauses
+            if p.client == client and p.reason == "SIGSTOP"
+        )
+
+    def check(self, *, slack: float = 0.0, store: FencedStore | None = None) -> HistoryReport:
+        """Mutual exclusion and token order; with pauses, attempts, deletions or a
+        ``store``, the checks of a fault run too (see the module docstring).
 
         Overlap: after sorting by ``enter``, a later section that enters before an earlier
         one exits, belonging to a different client or token, by more than ``slack``
-        seconds (0 = strict). Token order: in ``enter`` order each token must be strictly
-        greater than the previous section's, except that consecutive sections of the same
-        client and token are one grant (a holder may record several sections per grant).
+        seconds (0 = strict); pairs with a paused section are reported apart. Token order:
+        in ``enter`` order each non-paused section's token must be strictly greater than the
+        previous one's, except that consecutive sections of the same client and token are
+        one grant (a holder may record several sections per grant).
         """
         ordered = sorted(self.sections, key=lambda s: (s.enter, s.exit))
+        paused = {id(s) for s in ordered if self.paused(s)}
         overlaps: list[SectionPair] = []
+        paused_overlaps: list[SectionPair] = []
         max_overlap = 0.0
         for i, earlier in enumerate(ordered):
             for later in ordered[i + 1 :]:
@@ -150,22 +465,140 @@ class History:
                     continue
                 amount = min(earlier.exit, later.exit) - later.enter
                 if amount > slack:
-                    overlaps.append((earlier, later))
-                    max_overlap = max(max_overlap, amount)
+                    if id(earlier) in paused or id(later) in paused:
+                        paused_overlaps.append((earlier, later))
+                    else:
+                        overlaps.append((earlier, later))
+                        max_overlap = max(max_overlap, amount)
         violations: list[SectionPair] = []
-        for previous, current in itertools.pairwise(ordered):
+        judged = [s for s in ordered if id(s) not in paused]
+        for previous, current in itertools.pairwise(judged):
             if current.token <= previous.token and not current.same_grant(previous):
                 violations.append((previous, current))
+
+        stale, fencing_violations, unpaused, late = self._check_fencing(store, ordered, paused)
+        attempt_violations, max_overrun = self._check_attempts()
+        margins, imprecise = self._margins(ordered, paused)
+        slow = [
+            (section, pause)
+            for section in ordered
+            for pause in self.pauses
+            if pause.react_within is not None
+            and pause.covers(section)
+            and section.exit > pause.end + pause.react_within
+        ]
+        outcomes = Counter(f"section:{s.outcome}" for s in ordered)
+        outcomes.update(f"attempt:{a.outcome}" for a in self.attempts)
+        counters = dict(self.counters + outcomes)
+        if store is not None:
+            counters["store:accepted"] = len(store.accepted)
+            counters["store:rejected"] = len(store.rejected)
         report = HistoryReport(
             sections=len(ordered),
             overlaps=tuple(overlaps),
             max_overlap=max_overlap,
             token_order_violations=tuple(violations),
-            ok=not overlaps and not violations,
+            ok=not (
+                overlaps
+                or violations
+                or fencing_violations
+                or unpaused
+                or attempt_violations
+                or slow
+            ),
+            paused_sections=len(paused),
+            paused_overlaps=tuple(paused_overlaps),
+            stale_writes=tuple(stale),
+            fencing_violations=tuple(fencing_violations),
+            unpaused_rejections=tuple(unpaused),
+            late_writes=late,
+            attempts=len(self.attempts),
+            attempt_violations=tuple(attempt_violations),
+            max_attempt_overrun=max_overrun,
+            margins=tuple(margins),
+            imprecise_margins=imprecise,
+            slow_reactions=tuple(slow),
+            counters=counters,
         )
         if not report.ok:
             logger.warning("history check failed:\n%s", report)
         return report
+
+    def _check_fencing(
+        self, store: FencedStore | None, ordered: Sequence[CriticalSection], paused: set[int]
+    ) -> tuple[list[StaleWrite], list[StaleWrite], list[StaleWrite], int]:
+        """Replays the store's accesses in time order, independently of its own decisions:
+        a write is stale if a greater token had already been accepted (read or written)."""
+        if store is None:
+            return [], [], [], 0
+        grants: dict[tuple[str, int], CriticalSection] = {}
+        for section in ordered:
+            grants.setdefault((section.client, section.token), section)
+        events: list[tuple[float, int, FencedRead | FencedWrite]] = [
+            (read.t, read.seq, read) for read in store.reads
+        ]
+        events += [(write.t, write.seq, write) for write in [*store.accepted, *store.rejected]]
+        events.sort(key=lambda e: (e[0], e[1]))
+        highest: int | None = None
+        stale: list[StaleWrite] = []
+        violations: list[StaleWrite] = []
+        unpaused: list[StaleWrite] = []
+        for _, _, access in events:
+            if isinstance(access, FencedWrite) and highest is not None and access.token < highest:
+                grant = grants.get((access.client, access.token))
+                entry = StaleWrite(access, highest, grant is None or id(grant) in paused)
+                stale.append(entry)
+                if access.accepted:
+                    violations.append(entry)
+                elif not entry.paused:
+                    unpaused.append(entry)
+            if access.accepted and (highest is None or access.token > highest):
+                highest = access.token
+        # Accepted writes made after a newer token's grant (enter), before it reached the store.
+        enters = sorted((s.enter, s.token) for s in ordered)
+        times = [enter for enter, _ in enters]
+        newest = list(itertools.accumulate((token for _, token in enters), max))
+        late = 0
+        for write in store.accepted:
+            granted = bisect.bisect_left(times, write.t)  # sections that entered before it
+            if granted and newest[granted - 1] > write.token:
+                late += 1
+        return stale, violations, unpaused, late
+
+    def _check_attempts(self) -> tuple[list[tuple[AcquireAttempt, float]], float]:
+        violations = []
+        max_overrun = -float("inf") if self.attempts else 0.0
+        for attempt in self.attempts:
+            stopped = self._paused_time(attempt.client, attempt.start, attempt.end)
+            overrun = attempt.duration - stopped - attempt.bound
+            max_overrun = max(max_overrun, overrun)
+            if overrun > 0:
+                violations.append((attempt, overrun))
+        return violations, max_overrun
+
+    def _margins(
+        self, ordered: Iterable[CriticalSection], paused: set[int]
+    ) -> tuple[list[Margin], int]:
+        margins: list[Margin] = []
+        imprecise = 0
+        for section in ordered:
+            if section.outcome not in LOSS_OUTCOMES or section.node is None:
+                continue
+            lost_at = self.lost_sessions.get(section.session_id)
+            released = self.deletions.get(section.node)
+            if lost_at is None or lost_at < section.enter or released is None:
+                continue  # the session survived: the node was released by its own client
+            cause = self._cause(section)
+            if cause != "SIGSTOP" and self._connected_since(section.session_id, section.exit):
+                continue  # still (or again) connected: it may have deleted the node itself
+            if section.node in self.imprecise_deletions:
+                imprecise += 1
+                continue
+            margins.append(Margin(section, released, cause))
+        return margins, imprecise
+
+
+_sequence = itertools.count()
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,21 +608,39 @@ class FencedWrite:
     value: object
     t: float
     accepted: bool
+    previous: object = None  # the store's value before this write (if accepted)
+    seq: int = field(default_factory=lambda: next(_sequence), compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class FencedRead:
+    """A fenced read: it registers its token, so that it fences older holders too."""
+
+    client: str
+    token: int
+    t: float
+    accepted: bool
+    seq: int = field(default_factory=lambda: next(_sequence), compare=False)
 
 
 @dataclass
 class FencedStore:
-    """A resource protected by fencing tokens: stale writes are rejected and recorded."""
+    """A resource protected by fencing tokens: stale writes are rejected and recorded.
+
+    A holder should :meth:`read` (or write) as soon as it is granted the lock: its token then
+    fences every older holder from that moment on, not only from its first write.
+    """
 
     accepted: list[FencedWrite] = field(default_factory=list)
     rejected: list[FencedWrite] = field(default_factory=list)
     max_token: int | None = None
     value: object = None
+    reads: list[FencedRead] = field(default_factory=list)
 
     def write(self, client: str, token: int, value: object) -> bool:
         """Apply the write iff ``token >= max_token``; returns whether it was accepted."""
         ok = self.max_token is None or token >= self.max_token
-        record = FencedWrite(client, token, value, time.monotonic(), ok)
+        record = FencedWrite(client, token, value, time.monotonic(), ok, self.value)
         if ok:
             self.max_token = token
             self.value = value
@@ -200,3 +651,13 @@ class FencedStore:
                 "rejected stale write by %s with token %d < %s", client, token, self.max_token
             )
         return ok
+
+    def read(self, client: str, token: int) -> tuple[bool, object]:
+        """A fenced read: ``(True, value)`` and ``token`` is registered iff it is at least
+        ``max_token``; ``(False, None)`` for a stale token."""
+        ok = self.max_token is None or token >= self.max_token
+        self.reads.append(FencedRead(client, token, time.monotonic(), ok))
+        if not ok:
+            return False, None
+        self.max_token = token
+        return True, self.value

@@ -1,0 +1,389 @@
+"""One nemesis client: the acquire -> fenced writes -> release loop, in-process or in a child.
+
+The same loop runs in the nemesis's own process (a task per client) and in child processes
+(one client each, so that a holder *process* can be stopped with SIGSTOP). A child is started
+as ``python -m aiozklock.testing._nemesis_child CONFIG_JSON``; it connects back to the
+nemesis's control port and speaks newline-delimited JSON:
+
+* child -> parent records (``time.monotonic()`` stamps, system-wide on Linux, so the parent
+  merges them with its own): ``hello``, ``session`` (state changes, with the session id and
+  password so that the nemesis can expire the session for real), ``enter``, ``section``,
+  ``attempt``, ``watchers``, ``self_stop``, ``closed``;
+* child -> parent requests ``read``/``write`` to the fenced store, which lives in the parent
+  only: a write's acceptance is decided by that single store when the request reaches it,
+  as with any remote resource; answered by ``reply``;
+* parent -> child commands: ``stop`` (finish the current iteration, report, close),
+  ``pause_before_write`` (stop this process with SIGSTOP right after the next pre-write check
+  that passes, before the write is sent: the check-then-act window that only fencing
+  covers) and ``disarm``.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import logging
+import math
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import IO, Any, Protocol
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+import aiozklock
+from aiozklock import SessionState, StateChange
+
+__all__ = ["WorkerConfig", "WorkerSink", "run_worker", "session_recorder", "stall_watchdog"]
+
+logger = logging.getLogger(__name__)
+
+Record = dict[str, Any]
+_MAX_LINE = 1 << 20
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What one client does; JSON-serialisable (it is a child's command line)."""
+
+    name: str
+    hosts: str  # the client's connection string: its own fault proxies
+    path: str  # the lock path
+    seed: int
+    session_timeout: float
+    loss_policy: str = "suspended"
+    acquire_timeout: tuple[float, float] = (1.0, 4.0)  # uniform range, s
+    attempt_grace: float = 6.0  # an attempt may take acquire_timeout + this
+    max_writes: int = 3  # 1..max_writes fenced writes per critical section
+    work: tuple[float, float] = (0.002, 0.03)  # s of "work" before each write
+    #: some sections hold much longer (spread over their writes): long enough for a fault to
+    #: be noticed while the holder still acts
+    long_hold: tuple[float, float] = (0.0, 0.0)
+    long_hold_probability: float = 0.0
+    think: tuple[float, float] = (0.0, 0.03)  # s between release and the next attempt
+    backend: str = "asyncio"
+    control: str = ""  # host:port of the nemesis's control listener (children only)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerConfig:
+        data = json.loads(text)
+        for key in ("acquire_timeout", "work", "think", "long_hold"):
+            data[key] = tuple(data[key])
+        return cls(**data)
+
+
+class WorkerSink(Protocol):
+    """Where a worker's records go, and its access to the fenced store."""
+
+    def emit(self, record: Record) -> None: ...
+
+    async def read(self, token: int) -> tuple[bool, int]: ...
+
+    async def write(self, token: int, value: int) -> bool: ...
+
+    async def before_write(self) -> None:
+        """Called after a pre-write check passed, right before the write is sent."""
+
+
+async def stall_watchdog(file: IO[str], after: float = 20.0) -> None:
+    """Dump every thread's stack to ``file`` if this event loop stops running for ``after``
+    seconds (a livelock or a blocking call): re-armed while the loop runs. Process-wide
+    (``faulthandler``): for the nemesis's own processes only; cancel it to disarm."""
+    try:
+        while True:
+            faulthandler.dump_traceback_later(after, file=file)
+            await anyio.sleep(after / 4)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def session_recorder(
+    client: aiozklock.ZooKeeperClient, emit: Callable[[Record], None]
+) -> Callable[[StateChange], None]:
+    """A state listener that emits ``session`` records (LOST carries the session that died)."""
+    current = {"id": client.session_id}
+
+    def on_change(change: StateChange) -> None:
+        record: Record = {
+            "type": "session",
+            "state": change.state.value,
+            "t": change.at,
+            "session_id": client.session_id,
+            "password": client.session_password.hex(),
+            "reason": change.reason,
+        }
+        if change.state is SessionState.LOST:
+            record["lost_session_id"] = current["id"]
+        if client.session_id:
+            current["id"] = client.session_id
+        emit(record)
+
+    return on_change
+
+
+async def run_worker(
+    zk: aiozklock.ZooKeeperClient,
+    config: WorkerConfig,
+    sink: WorkerSink,
+    stop: anyio.Event,
+) -> None:
+    """Loop acquire -> critical section -> release until ``stop`` is set (checked between
+    iterations: the attempt in progress ends by itself, within its bound)."""
+    rng = random.Random(f"{config.seed}:{config.name}")
+    lock = zk.lock(config.path, identifier=config.name)
+    name = config.name
+    while not stop.is_set():
+        timeout = rng.uniform(*config.acquire_timeout)
+        bound = timeout + config.attempt_grace
+        start = time.monotonic()
+        acquired = False
+        try:
+            async with lock.acquire(timeout=timeout):
+                acquired = True
+                sink.emit(
+                    {
+                        "type": "attempt",
+                        "start": start,
+                        "end": time.monotonic(),
+                        "bound": bound,
+                        "outcome": "acquired",
+                    }
+                )
+                await _critical_section(zk, lock, config, sink, rng, start)
+        except aiozklock.LockTimeout:
+            if not acquired:
+                _attempt(sink, start, bound, "timeout")
+        except aiozklock.LockLost:
+            pass  # the section recorded how it ended
+        except aiozklock.ClientClosed:
+            if not acquired:
+                _attempt(sink, start, bound, "cancelled")
+            raise
+        except aiozklock.AiozklockError as exc:
+            if not acquired:
+                _attempt(sink, start, bound, f"error:{type(exc).__name__}")
+            else:
+                sink.emit({"type": "release_error", "t": time.monotonic(), "error": repr(exc)})
+            logger.info("%s: %r", name, exc)
+        except anyio.get_cancelled_exc_class():
+            if not acquired:
+                _attempt(sink, start, bound, "cancelled")
+            raise
+        await anyio.sleep(rng.uniform(*config.think))
+
+
+def _attempt(sink: WorkerSink, start: float, bound: float, outcome: str) -> None:
+    sink.emit(
+        {
+            "type": "attempt",
+            "start": start,
+            "end": time.monotonic(),
+            "bound": bound,
+            "outcome": outcome,
+        }
+    )
+
+
+async def _critical_section(
+    zk: aiozklock.ZooKeeperClient,
+    lock: aiozklock.Lock,
+    config: WorkerConfig,
+    sink: WorkerSink,
+    rng: random.Random,
+    requested: float,
+) -> None:
+    token = lock.fencing_token
+    node = lock.statistics().node
+    session_id = zk.session_id
+    writes = rng.randint(1, config.max_writes)
+    long_hold = rng.random() < config.long_hold_probability
+    pauses = [
+        rng.uniform(*config.long_hold) / writes if long_hold else rng.uniform(*config.work)
+        for _ in range(writes)
+    ]
+    enter = time.monotonic()
+    # ``hold``: how long it means to act, so that the nemesis can aim at long holds.
+    sink.emit({"type": "enter", "token": token, "node": node, "t": enter, "hold": sum(pauses)})
+    outcome = "error"
+    try:
+        ok, counter = await sink.read(token)  # registers our token: older holders are fenced
+        if not ok:
+            outcome = "rejected"
+            return
+        for pause in pauses:
+            await anyio.sleep(pause)
+            # The pre-write check: the loss policy's verdict and ``valid_until`` (a process
+            # resumed from a pause may run this before its heartbeat noticed anything).
+            if not lock.is_held:
+                outcome = "invalid"
+                return
+            await sink.before_write()
+            if not await sink.write(token, counter + 1):
+                outcome = "rejected"
+                return
+            counter += 1
+        outcome = "completed"
+    except anyio.get_cancelled_exc_class():
+        outcome = "cancelled" if lock.statistics().locked else "lost"
+        raise
+    finally:
+        sink.emit(
+            {
+                "type": "section",
+                "token": token,
+                "node": node,
+                "session_id": session_id,
+                "requested": requested,
+                "enter": enter,
+                "exit": time.monotonic(),
+                "outcome": outcome,
+            }
+        )
+
+
+# ---------------------------------------------------------------------------- child process
+
+
+class _ChildSink:
+    """The child's side of the control connection."""
+
+    def __init__(self, stream: anyio.abc.ByteStream, name: str) -> None:
+        self._stream = stream
+        self._name = name
+        send, receive = anyio.create_memory_object_stream[tuple[bytes, anyio.Event | None]](
+            math.inf
+        )
+        self._outbox = send
+        self._outbox_receive = receive
+        self._next_id = 0
+        self._replies: dict[int, tuple[anyio.Event, list[Record]]] = {}
+        self.pause_armed: float | None = None  # seconds, set by pause_before_write
+        self.stop = anyio.Event()
+
+    def emit(self, record: Record) -> None:
+        self._outbox.send_nowait((json.dumps(record).encode() + b"\n", None))
+
+    async def emit_flushed(self, record: Record) -> None:
+        written = anyio.Event()
+        self._outbox.send_nowait((json.dumps(record).encode() + b"\n", written))
+        await written.wait()
+
+    async def _request(self, record: Record) -> Record:
+        self._next_id += 1
+        request_id = self._next_id
+        event = anyio.Event()
+        slot: list[Record] = []
+        self._replies[request_id] = (event, slot)
+        try:
+            self.emit({**record, "id": request_id})
+            await event.wait()
+        finally:
+            self._replies.pop(request_id, None)
+        return slot[0]
+
+    async def read(self, token: int) -> tuple[bool, int]:
+        reply = await self._request({"type": "read", "token": token})
+        value = reply.get("value")
+        return bool(reply["ok"]), value if isinstance(value, int) else 0
+
+    async def write(self, token: int, value: int) -> bool:
+        reply = await self._request({"type": "write", "token": token, "value": value})
+        return bool(reply["ok"])
+
+    async def before_write(self) -> None:
+        duration = self.pause_armed
+        if duration is None:
+            return
+        self.pause_armed = None
+        # The parent resumes us after `duration`; the write below then goes out unchecked.
+        await self.emit_flushed({"type": "self_stop", "t": time.monotonic(), "duration": duration})
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    async def writer(self) -> None:
+        async with self._outbox_receive:
+            async for data, written in self._outbox_receive:
+                await self._stream.send(data)
+                if written is not None:
+                    written.set()
+
+    async def reader(self) -> None:
+        lines = BufferedByteReceiveStream(self._stream)
+        try:
+            while True:
+                message: Record = json.loads(await lines.receive_until(b"\n", _MAX_LINE))
+                kind = message.get("type")
+                if kind == "reply":
+                    entry = self._replies.get(int(message["id"]))
+                    if entry is not None:
+                        entry[1].append(message)
+                        entry[0].set()
+                elif kind == "stop":
+                    self.stop.set()
+                elif kind == "pause_before_write":
+                    self.pause_armed = float(message["duration"])
+                elif kind == "disarm":
+                    self.pause_armed = None
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
+            logger.warning("%s: the nemesis went away", self._name)
+            raise SystemExit(3) from None
+
+
+async def _child_main(config: WorkerConfig) -> None:
+    host, _, port = config.control.rpartition(":")
+    stream = await anyio.connect_tcp(host, int(port))
+    sink = _ChildSink(stream, config.name)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sink.writer)
+        tg.start_soon(sink.reader)
+        tg.start_soon(stall_watchdog, sys.stderr)
+        sink.emit({"type": "hello", "name": config.name, "pid": os.getpid(), "t": time.monotonic()})
+        client = aiozklock.connect(
+            config.hosts,
+            session_timeout=config.session_timeout,
+            connect_timeout=30.0,
+            loss_policy="expired" if config.loss_policy == "expired" else "suspended",
+        )
+        async with client as zk:
+            zk.add_listener(session_recorder(zk, sink.emit))
+            sink.emit(
+                {
+                    "type": "session",
+                    "state": zk.state.value,
+                    "t": time.monotonic(),
+                    "session_id": zk.session_id,
+                    "password": zk.session_password.hex(),
+                    "reason": "connected",
+                }
+            )
+            baseline = zk.session.watcher_count()
+            await run_worker(zk, config, sink, sink.stop)
+            sink.emit(
+                {"type": "watchers", "count": zk.session.watcher_count(), "baseline": baseline}
+            )
+        await sink.emit_flushed({"type": "closed", "t": time.monotonic()})
+        tg.cancel_scope.cancel()
+    await stream.aclose()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    config = WorkerConfig.from_json(args[0])
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s {config.name} %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    anyio.run(_child_main, config, backend=config.backend)
+
+
+if __name__ == "__main__":
+    main()

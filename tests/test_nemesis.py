@@ -1,0 +1,381 @@
+"""The randomized fault nemesis (fault-matrix F18) and its history checker.
+
+The checker's logic is tested on hand-made histories (no server). The nemesis itself runs one
+short seed per backend on the 3-node ensemble: clients in this process and in child processes,
+faults on the network, the sessions, the processes and the servers; the report must pass
+every check. Override the seed with ``AIOZKLOCK_NEMESIS_SEED`` to replay a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import anyio
+import pytest
+
+from aiozklock.testing import (
+    FAULT_KINDS,
+    FaultSpec,
+    FencedStore,
+    FencedWrite,
+    History,
+    NemesisReport,
+    ZooKeeperCluster,
+    plan_faults,
+    run_nemesis,
+)
+from aiozklock.testing._nemesis import (
+    PROCESS_KINDS,
+    SERVER_KINDS,
+    _category,
+    _counter_integrity,
+    restore_cluster,
+)
+from aiozklock.testing._nemesis_worker import WorkerConfig
+
+# Chosen for their schedules (plan_faults(seed, 20, 4.0)): between them, every category of
+# fault, with the leader killed, a long black-hole, a real expiry, and a holder process
+# stopped by SIGSTOP (971) or right between its pre-write check and its write (382).
+CI_SEEDS = {"asyncio": 971, "trio": 382}
+CI_DURATION = 20.0
+CI_SESSION_TIMEOUT = 4.0  # 6 s in the fault matrix; 4 s fits twice the faults in 20 s
+
+
+# --- the schedule ------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(10)
+def test_schedule_is_a_function_of_the_seed() -> None:
+    plan = plan_faults(1234, 60, 6.0)
+    assert plan == plan_faults(1234, 60, 6.0)
+    assert plan != plan_faults(1235, 60, 6.0)
+    assert [group.index for group in plan] == list(range(1, len(plan) + 1))
+    assert sum(group.gap + group.length for group in plan) <= 60
+    assert len(plan) >= 5
+
+
+@pytest.mark.timeout(10)
+def test_schedule_respects_kinds_and_keeps_the_quorum() -> None:
+    seen: set[str] = set()
+    for seed in range(200):
+        for group in plan_faults(seed, 60, 6.0):
+            categories = [_category(spec.kind) for spec in group.faults]
+            assert len(categories) == len(set(categories)), group  # e.g. never 2 servers
+            for spec in group.faults:
+                seen.add(spec.kind)
+                assert 0 <= spec.pick < 1
+                if spec.kind == "blackhole-long":
+                    assert spec.duration > 6.0 + 0.2  # beyond the timeout and a tick
+                if spec.kind == "blackhole-short":
+                    assert spec.duration < 6.0 / 2  # shorter than our silence detection
+                if spec.kind == "pause-long":
+                    assert spec.duration > 6.0
+    assert seen == set(FAULT_KINDS)
+    client_only = set(FAULT_KINDS) - SERVER_KINDS - PROCESS_KINDS
+    for seed in range(50):
+        for group in plan_faults(seed, 60, 6.0, client_only):
+            assert all(spec.kind in client_only for spec in group.faults)
+    assert plan_faults(1, 60, 6.0, ()) == []
+    with pytest.raises(ValueError, match="unknown fault kind"):
+        plan_faults(1, 60, 6.0, ["meteor"])
+
+
+@pytest.mark.timeout(10)
+def test_fault_spec_prints_what_it_does() -> None:
+    spec = FaultSpec("blackhole-long", "holder", 0.5, 7.25, "hang", 0.3)
+    assert str(spec) == "blackhole-long(hang) -> holder for 7.2 s at +0.5 s"
+    armed = FaultSpec("pause-before-write", "holder", 0.0, 9.0, window=6.0)
+    assert armed.length == 15.0
+    assert "armed up to 6.0 s" in str(armed)
+
+
+@pytest.mark.timeout(10)
+def test_worker_config_round_trips_through_json() -> None:
+    config = WorkerConfig("p1", "127.0.0.1:1,127.0.0.1:2", "/l", 7, 4.0, acquire_timeout=(1.0, 2.0))
+    assert WorkerConfig.from_json(config.to_json()) == config
+    assert json.loads(config.to_json())["acquire_timeout"] == [1.0, 2.0]
+
+
+# --- the checker -------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(10)
+def test_overlap_of_a_paused_holder_is_judged_by_fencing() -> None:
+    history = History()
+    # p1 asked at 0.9, was granted at 1.0, stopped from 1.5 to 9.0, acted until 9.1.
+    paused = history.record("p1", 10, 1.0, 9.1, outcome="rejected", requested=0.9)
+    history.record_pause("p1", 1.5, 9.0)
+    later = history.record("w1", 20, 7.0, 7.5)
+    history.record("w2", 30, 8.0, 8.5)
+    report = history.check()
+    assert report.ok, str(report)
+    assert report.overlaps == ()
+    assert report.paused_sections == 1
+    assert (paused, later) in report.paused_overlaps
+    assert len(report.paused_overlaps) == 2
+    # The same overlap without the pause is a failure.
+    bare = History(sections=list(history.sections))
+    assert not bare.check().ok
+    assert len(bare.check().overlaps) == 2
+
+
+@pytest.mark.timeout(10)
+def test_a_pause_during_the_request_covers_the_section() -> None:
+    history = History()
+    # Stopped while waiting; the grant it acts on may predate the pause.
+    section = history.record("p1", 10, 5.0, 5.2, requested=1.0)
+    history.record_pause("p1", 2.0, 4.0)
+    history.record("w1", 20, 4.5, 5.1)
+    assert history.paused(section)
+    report = history.check()
+    assert report.ok, str(report)
+    # Token order is judged on the other sections only (p1's grant came before the pause).
+    assert report.token_order_violations == ()
+
+
+@pytest.mark.timeout(10)
+def test_an_expiry_window_covers_only_sections_entered_before_it_ended() -> None:
+    history = History()
+    hit = history.record("w1", 10, 1.0, 2.02, outcome="lost")
+    fresh = history.record("w1", 30, 2.5, 2.6, requested=1.5)
+    history.record("w2", 20, 2.01, 2.4)
+    history.record_pause("w1", 1.9, 2.0, reason="expire", react_within=0.5)
+    assert history.paused(hit)
+    assert not history.paused(fresh)
+    report = history.check()
+    assert report.ok, str(report)
+    assert report.paused_sections == 1
+
+
+@pytest.mark.timeout(10)
+def test_slow_reaction_to_an_expiry_fails() -> None:
+    history = History()
+    slow = history.record("w1", 10, 1.0, 3.0, outcome="lost")
+    history.record_pause("w1", 1.9, 2.0, reason="expire", react_within=0.5)
+    report = history.check()
+    assert not report.ok
+    assert [section for section, _ in report.slow_reactions] == [slow]
+    assert "slow reaction" in str(report)
+    assert "slow to react" in report.failures()[0]
+
+
+@pytest.mark.timeout(10)
+def test_fencing_replay_finds_accepted_stale_writes() -> None:
+    history = History()
+    history.record("p1", 10, 0.0, 5.0, outcome="rejected", requested=0.0)
+    history.record_pause("p1", 1.0, 4.0)
+    history.record("w1", 20, 2.0, 3.0)
+    store = FencedStore()
+    assert store.read("p1", 10) == (True, None)
+    assert store.write("p1", 10, 1)
+    assert store.read("w1", 20) == (True, 1)  # registers 20: p1 is fenced from now on
+    assert not store.write("p1", 10, 2)  # the paused holder's stale write
+    assert store.write("w1", 20, 2)
+    report = history.check(store=store)
+    assert report.ok, str(report)
+    assert [s.write.token for s in report.stale_writes] == [10]
+    assert report.stale_writes[0].paused
+    assert report.stale_writes[0].newer_token == 20
+    assert report.fencing_violations == ()
+    # A store that let a stale write through is caught by the independent replay.
+    broken = FencedStore(accepted=list(store.accepted), reads=list(store.reads))
+    late = FencedWrite("p1", 10, 3, time.monotonic() + 1, True, 2)
+    broken.accepted.append(late)
+    report = history.check(store=broken)
+    assert not report.ok
+    assert [s.write for s in report.fencing_violations] == [late]
+
+
+@pytest.mark.timeout(10)
+def test_a_rejected_write_of_a_holder_that_was_not_paused_fails() -> None:
+    history = History()
+    history.record("w1", 10, 0.0, 1.0)
+    history.record("w2", 20, 1.0, 2.0)
+    store = FencedStore()
+    store.read("w2", 20)
+    assert not store.write("w1", 10, 1)  # w1 was not paused: it acted after w2 did
+    report = history.check(store=store)
+    assert not report.ok
+    assert len(report.unpaused_rejections) == 1
+
+
+@pytest.mark.timeout(10)
+def test_late_writes_before_the_newer_token_reaches_the_store_are_counted() -> None:
+    history = History()
+    history.record("p1", 10, 0.0, 0.5)
+    store = FencedStore()
+    store.read("p1", 10)
+    # w1 was granted token 20 just now, but has not reached the store yet.
+    history.record("w1", 20, time.monotonic() - 0.001, time.monotonic() + 1)
+    assert store.write("p1", 10, 1)
+    report = history.check(store=store)
+    assert report.late_writes == 1
+    assert report.stale_writes == ()
+
+
+@pytest.mark.timeout(10)
+def test_attempts_must_end_within_their_bound_not_counting_pauses() -> None:
+    history = History()
+    history.record_attempt("w1", 0.0, 2.0, bound=2.5, outcome="timeout")
+    over = history.record_attempt("w1", 10.0, 13.0, bound=2.5, outcome="timeout")
+    history.record_attempt("p1", 20.0, 30.0, bound=2.5, outcome="acquired")
+    history.record_pause("p1", 21.0, 29.0)  # stopped for 8 of its 10 s
+    report = history.check()
+    assert not report.ok
+    assert report.attempts == 3
+    assert [attempt for attempt, _ in report.attempt_violations] == [over]
+    assert report.attempt_violations[0][1] == pytest.approx(0.5)
+    assert report.max_attempt_overrun == pytest.approx(0.5)
+    assert report.counters["attempt:timeout"] == 2
+    assert report.counters["attempt:acquired"] == 1
+
+
+@pytest.mark.timeout(10)
+def test_margins_only_where_the_server_released_a_dead_session() -> None:
+    history = History()
+    # Cut off at 10.0 (SUSPENDED), cancelled at 10.01, the server expired the session and
+    # deleted the node at 12.0: a margin of 1.99 s.
+    cut = history.record("w1", 10, 9.0, 10.01, outcome="lost", node="n10", session_id=1)
+    history.record_session_state(1, "CONNECTED", 0.0)
+    history.record_session_state(1, "SUSPENDED", 10.0)
+    history.record_session_state(1, "LOST", 11.8)
+    history.record_session_lost(1, 11.8)
+    history.record_deletion("n10", 12.0)
+    # Dropped and reconnected in the same session: its janitor deleted the node; the
+    # session died later for another reason. No margin.
+    history.record("w2", 20, 13.0, 13.5, outcome="lost", node="n20", session_id=2)
+    history.record_session_state(2, "SUSPENDED", 13.49)
+    history.record_session_state(2, "CONNECTED", 13.6)
+    history.record_deletion("n20", 13.7)
+    history.record_session_lost(2, 20.0)
+    # Seen by an observer that was away: counted, not measured.
+    history.record("w3", 30, 21.0, 21.5, outcome="lost", node="n30", session_id=3)
+    history.record_session_state(3, "SUSPENDED", 21.4)
+    history.record_session_lost(3, 23.0)
+    history.record_deletion("n30", 24.0, precise=False)
+    history.record_deletion("n30", 25.0)  # the first report wins
+    # Completed normally: never a margin.
+    history.record("w4", 40, 30.0, 30.1, node="n40", session_id=4)
+    history.record_session_lost(4, 31.0)
+    history.record_deletion("n40", 30.2)
+    report = history.check()
+    assert report.ok, str(report)
+    assert [margin.section for margin in report.margins] == [cut]
+    assert report.margins[0].value == pytest.approx(1.99)
+    assert report.margins[0].cause == "timeout"
+    assert report.margin_values() == [pytest.approx(1.99)]
+    assert report.imprecise_margins == 1
+    assert "timeout: 1, min +1990 ms" in report.margin_summary()
+
+
+@pytest.mark.timeout(10)
+def test_margin_of_a_paused_holder_has_its_cause() -> None:
+    history = History()
+    history.record("p1", 10, 1.0, 9.0, outcome="lost", node="n", session_id=5, requested=1.0)
+    history.record_pause("p1", 2.0, 8.9)
+    history.record_session_state(5, "CONNECTED", 8.95)  # stale, seen right after SIGCONT
+    history.record_session_lost(5, 9.1)
+    history.record_deletion("n", 6.0)
+    report = history.check()
+    assert [(m.cause, round(m.value, 3)) for m in report.margins] == [("SIGSTOP", -3.0)]
+    assert report.margin_values() == []  # no timeout margin
+
+
+@pytest.mark.timeout(10)
+def test_fenced_store_reads_fence_older_tokens_and_writes_keep_the_previous_value() -> None:
+    store = FencedStore()
+    assert store.write("a", 10, 1)
+    assert store.read("b", 20) == (True, 1)
+    assert store.read("a", 10) == (False, None)
+    assert not store.write("a", 10, 2)
+    assert store.write("b", 20, 2)
+    assert [(w.value, w.previous) for w in store.accepted] == [(1, None), (2, 1)]
+    assert [(r.client, r.accepted) for r in store.reads] == [("b", True), ("a", False)]
+    assert store.max_token == 20
+
+
+@pytest.mark.timeout(10)
+def test_counter_integrity_detects_a_lost_update() -> None:
+    store = FencedStore()
+    for value in (1, 2, 3):
+        store.write("a", 10, value)
+    assert _counter_integrity(store) == []
+    store.accepted.append(FencedWrite("b", 20, 3, time.monotonic(), True, 3))  # 3 over 3
+    errors = _counter_integrity(store)
+    assert any("wrote 3 over 3" in error for error in errors)
+
+
+@pytest.mark.timeout(10)
+def test_report_lists_failed_checks() -> None:
+    history = History()
+    history.record("a", 1, 0.0, 1.0)
+    report = NemesisReport(
+        seed=5,
+        backend="asyncio",
+        duration=1.0,
+        session_timeout=4.0,
+        clients=1,
+        processes=0,
+        servers="x",
+        plan=[],
+        faults=[],
+        history=history.check(),
+        orphans=["n-0001 (session 0x1: w1)"],
+        leaked_watches={"w1": (2, 0)},
+        recovery=0.5,
+    )
+    assert not report.ok
+    text = str(report)
+    assert "[FAIL] orphan nodes: 1" in text
+    assert "[FAIL] leaked watches: 1 client(s)" in text
+    assert "[PASS] mutual exclusion" in text
+    assert text.endswith("FAILED (seed 5)")
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "args",
+    [["--kinds", "drop,meteor"], ["--clients", "2", "--processes", "3"]],
+)
+def test_cli_rejects_bad_arguments_before_starting_anything(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aiozklock.__main__ import EXIT_UNAVAILABLE, main
+
+    assert main(["nemesis", "--seed", "1", *args]) == EXIT_UNAVAILABLE
+    assert "aiozklock nemesis:" in capsys.readouterr().err
+
+
+# --- the nemesis on a real ensemble ------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.ensemble
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_nemesis_short_seed(zk_ensemble: ZooKeeperCluster, anyio_backend: str) -> None:
+    seed = int(os.environ.get("AIOZKLOCK_NEMESIS_SEED", CI_SEEDS[anyio_backend]))
+    await zk_ensemble.await_serving(timeout=30)
+    started = time.monotonic()
+    try:
+        with anyio.fail_after(180):
+            report = await run_nemesis(
+                zk_ensemble,
+                seed=seed,
+                duration=CI_DURATION,
+                session_timeout=CI_SESSION_TIMEOUT,
+                clients=4,
+                processes=2,
+                command=f"AIOZKLOCK_NEMESIS_SEED={seed} pytest tests/test_nemesis.py",
+            )
+    finally:
+        await restore_cluster(zk_ensemble)  # every member serving again, whatever happened
+    print(f"\nNEMESIS {anyio_backend} in {time.monotonic() - started:.1f} s\n{report}")
+    assert report.ok, str(report)
+    assert report.faults, "no fault was injected"
+    assert report.history.sections >= 20
+    assert report.history.counters.get("section:completed", 0) >= 20
+    assert report.recovery is not None
+    assert all(member.mode() in ("leader", "follower") for member in zk_ensemble.members)
