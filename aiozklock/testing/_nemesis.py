@@ -55,7 +55,7 @@ from aiozklock._wire._protocol import EventType, WatchedEvent, exists_op, get_ch
 
 from ._expiry import expire_session
 from ._history import FencedStore, History, HistoryReport
-from ._nemesis_worker import Record, WorkerConfig, WorkerSink, run_worker, session_recorder
+from ._nemesis_worker import Record, WorkerConfig, WorkerSink, recorded_client, run_worker
 from ._proxy import FaultProxy, Opcode
 from ._rawclient import RawConnectionClosed, RawSessionExpired, RawZooKeeperError
 from ._server import ZooKeeperCluster, ZooKeeperMember
@@ -513,7 +513,7 @@ class _Observer:
             await self._list_loop()
 
     async def _rewatch_loop(self) -> None:
-        # A data change (a waiter annotating its node when granted) consumes the watch.
+        # A data change on a node (some client writing to it) consumes the watch.
         async with self._rewatch_receive:
             async for name in self._rewatch_receive:
                 await self._watch_node(name)
@@ -876,22 +876,7 @@ class _Nemesis:
 
     async def run_local(self, client: _Client, config: WorkerConfig) -> None:
         sink: WorkerSink = _LocalSink(self, client)
-        async with aiozklock.connect(
-            config.hosts,
-            session_timeout=config.session_timeout,
-            connect_timeout=30.0,
-            loss_policy="expired" if config.loss_policy == "expired" else "suspended",
-        ) as zk:
-            zk.add_listener(session_recorder(zk, sink.emit))
-            sink.emit(
-                {
-                    "type": "session",
-                    "state": zk.state.value,
-                    "t": time.monotonic(),
-                    "session_id": zk.session_id,
-                    "password": zk.session_password.hex(),
-                }
-            )
+        async with recorded_client(config, sink) as zk:
             baseline = zk.session.watcher_count()
             try:
                 await run_worker(zk, config, sink, self.stop)

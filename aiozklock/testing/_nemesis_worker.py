@@ -20,6 +20,7 @@ nemesis's control port and speaks newline-delimited JSON:
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import logging
@@ -29,7 +30,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from typing import IO, Any, Protocol
 
@@ -40,7 +41,14 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 import aiozklock
 from aiozklock import SessionState, StateChange
 
-__all__ = ["WorkerConfig", "WorkerSink", "run_worker", "session_recorder", "stall_watchdog"]
+__all__ = [
+    "WorkerConfig",
+    "WorkerSink",
+    "recorded_client",
+    "run_worker",
+    "session_recorder",
+    "stall_watchdog",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +136,31 @@ def session_recorder(
         emit(record)
 
     return on_change
+
+
+@contextlib.asynccontextmanager
+async def recorded_client(
+    config: WorkerConfig, sink: WorkerSink
+) -> AsyncIterator[aiozklock.ZooKeeperClient]:
+    """The worker's client, its session states emitted through ``sink`` from the start."""
+    async with aiozklock.connect(
+        config.hosts,
+        session_timeout=config.session_timeout,
+        connect_timeout=30.0,
+        loss_policy="expired" if config.loss_policy == "expired" else "suspended",
+    ) as zk:
+        zk.add_listener(session_recorder(zk, sink.emit))
+        sink.emit(
+            {
+                "type": "session",
+                "state": zk.state.value,
+                "t": time.monotonic(),
+                "session_id": zk.session_id,
+                "password": zk.session_password.hex(),
+                "reason": "connected",
+            }
+        )
+        yield zk
 
 
 async def run_worker(
@@ -346,24 +379,7 @@ async def _child_main(config: WorkerConfig) -> None:
         tg.start_soon(sink.reader)
         tg.start_soon(stall_watchdog, sys.stderr)
         sink.emit({"type": "hello", "name": config.name, "pid": os.getpid(), "t": time.monotonic()})
-        client = aiozklock.connect(
-            config.hosts,
-            session_timeout=config.session_timeout,
-            connect_timeout=30.0,
-            loss_policy="expired" if config.loss_policy == "expired" else "suspended",
-        )
-        async with client as zk:
-            zk.add_listener(session_recorder(zk, sink.emit))
-            sink.emit(
-                {
-                    "type": "session",
-                    "state": zk.state.value,
-                    "t": time.monotonic(),
-                    "session_id": zk.session_id,
-                    "password": zk.session_password.hex(),
-                    "reason": "connected",
-                }
-            )
+        async with recorded_client(config, sink) as zk:
             baseline = zk.session.watcher_count()
             await run_worker(zk, config, sink, sink.stop)
             sink.emit(
