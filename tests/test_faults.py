@@ -212,6 +212,8 @@ def free_port() -> int:
 # case is measured, not asserted; see the report of this suite.)
 TICK = 0.2  # ZooKeeperCluster's default tickTime
 THIN_PHASE_SLACK = 0.02
+# Two connections notified of one deletion read their events this far apart at most.
+NOTIFICATION_SKEW = 0.01
 
 
 def tick_rounding(deadline: float) -> float:
@@ -480,8 +482,10 @@ async def test_partition_longer_than_session_timeout(
     else:
         assert margin > 0
         assert outcome.body_exit >= lost.at
-    # The waiter got the lock only after the server deleted the holder's node.
-    assert waiter.acquired_at >= deletion.deleted_at
+    # The waiter got the lock only after the server deleted the holder's node. Its own
+    # notification and the observer's leave the server together; which of the two processes
+    # reads its copy first is scheduling, hence the allowance.
+    assert waiter.acquired_at >= deletion.deleted_at - NOTIFICATION_SKEW
     assert waiter.token > outcome.token
     report_ = history.check()
     assert report_.ok, str(report_)

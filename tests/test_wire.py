@@ -16,6 +16,7 @@ import pytest
 import aiozklock
 from aiozklock._recipes._decision import nodes_of
 from aiozklock.testing import FaultProxy
+from tests.conftest import wait_for_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(40)]
 
@@ -306,34 +307,74 @@ async def test_cancelled_acquire_leaves_nothing_behind(
     await persistent_lock_path(zk)
     holder = zk.lock(PATH)
     await holder.acquire()
-    baseline_watchers = client.session.watcher_count()
-    proxy.set_delay(0.3)  # every request stays in flight 0.3 s
-    waiting = anyio.Event()
-    lock._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tg:
+        # For "relist", a node queues between the holder and ours: when it goes, ours is
+        # not at the head yet, so the waiter lists the queue again.
+        middle = anyio.CancelScope()
+        if point == "relist":
 
-    async def trigger() -> None:
-        if point == "create-in-flight":
-            await proxy.wait_for_request(CREATE2)
-        elif point == "exists-in-flight":
-            await proxy.wait_for_request(EXISTS)
-        elif point == "waiting":
-            await waiting.wait()
-        else:  # the holder released; the waiter's getChildren after the wake-up is in flight
-            await waiting.wait()
-            proxy.reset_counters()
-            await holder.release()
-            await proxy.wait_for_request(GET_CHILDREN)
+            async def queue_in_the_middle() -> None:
+                with middle:
+                    await zk.lock(PATH).acquire()
 
-    cancelled = await _cancel_when(lock.acquire, trigger)
+            tg.start_soon(queue_in_the_middle)
+            await wait_for_queue(zk, PATH, 2)
+        baseline_watchers = client.session.watcher_count()
+        proxy.set_delay(0.3)  # every request stays in flight 0.3 s
+        waiting = anyio.Event()
+        lock._before_wait_hook = waiting.set  # type: ignore[method-assign]
+
+        async def trigger() -> None:
+            if point == "create-in-flight":
+                await proxy.wait_for_request(CREATE2)
+            elif point == "exists-in-flight":
+                await proxy.wait_for_request(EXISTS)
+            elif point == "waiting":
+                await waiting.wait()
+            else:  # the node ahead of ours went; the waiter's getChildren is in flight
+                await waiting.wait()
+                proxy.reset_counters()
+                middle.cancel()
+                await proxy.wait_for_request(GET_CHILDREN)
+
+        cancelled = await _cancel_when(lock.acquire, trigger)
     assert cancelled, "the cancellation must propagate, not be swallowed"
     assert not lock.is_held
     proxy.set_delay(0)
     assert await _our_nodes(zk, lock) == []
     assert client.session.watcher_count() == baseline_watchers
-    if holder.is_held:
-        await holder.release()
+    await holder.release()
     async with lock.acquire(timeout=2):  # the object stays usable
         assert lock.is_held
+    assert await zk.get_children(PATH) == []
+
+
+async def test_next_in_line_is_granted_by_the_notification_alone(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    # Nothing can queue ahead of a node later: when the only node ahead of ours is deleted,
+    # ours is at the head, and no listing is needed to know it.
+    client = await open_client(proxy)
+    lock = client.lock(PATH)
+    await persistent_lock_path(zk)
+    holder = zk.lock(PATH)
+    await holder.acquire()
+    waiting = anyio.Event()
+    lock._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    sent_for_the_grant: list[int] = []
+
+    async def wait_then_release() -> None:
+        async with lock:
+            sent_for_the_grant.extend(requests_except_pings(proxy))
+            (node,) = await zk.get_children(PATH)
+            assert node == lock.statistics().node
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait_then_release)
+        await waiting.wait()
+        proxy.reset_counters()
+        await holder.release()
+    assert sent_for_the_grant == []  # granted by the NodeDeleted event alone
     assert await zk.get_children(PATH) == []
 
 

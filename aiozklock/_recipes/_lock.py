@@ -50,8 +50,10 @@ from aiozklock._wire._paths import join, validate_data, validate_path
 from aiozklock._wire._protocol import (
     Created,
     CreateMode,
+    EventType,
     Op,
     Stat,
+    WatchedEvent,
     container_path_ops,
     create_op,
     delete_op,
@@ -477,7 +479,11 @@ class Lock:
                         break
                     else:
                         assert decision.predecessor is not None
-                        children = await self._wait_for(decision.predecessor, deadline)
+                        children = await self._wait_for(
+                            decision.predecessor,
+                            deadline,
+                            next_in_line=queue_order(children)[0] == decision.predecessor,
+                        )
                 except SessionExpired:
                     children = None  # our node's session is gone: queue again in the new one
         except TimeoutError as exc:
@@ -629,13 +635,25 @@ class Lock:
             except ConnectionLoss:
                 continue  # a read: safe to repeat
 
-    async def _wait_for(self, predecessor: str, deadline: float | None) -> list[str]:
-        """Wait until ``predecessor`` is gone (or the session changes), then list again."""
+    async def _wait_for(
+        self, predecessor: str, deadline: float | None, *, next_in_line: bool
+    ) -> list[str]:
+        """Wait until ``predecessor`` is gone (or the session changes); returns the children.
+
+        ``next_in_line``: the predecessor was the only node ahead of ours. Nothing can queue
+        ahead of us later (sequence numbers only grow, and a lock path with children is never
+        reaped), so once the server says it was deleted we are at the head, and the listing
+        that would say so is not needed: a hand-off costs the notification alone.
+        """
         session = self._session
         generation = self._node_generation
         woken = anyio.Event()
+        deleted = False
 
-        def wake(_: object) -> None:
+        def wake(event: object) -> None:
+            nonlocal deleted
+            if isinstance(event, WatchedEvent) and event.type is EventType.DELETED:
+                deleted = True
             woken.set()
 
         # The event exists, and both the watch and the state listener point at it, before the
@@ -647,6 +665,7 @@ class Lock:
                 stat = await session.call(
                     exists_op(server_path, wake), generation=generation, wait_until=deadline
                 )
+                deleted = deleted or stat is None
             except ConnectionLoss:
                 stat = None  # re-check from the listing after the reconnect
             if stat is not None:
@@ -658,6 +677,9 @@ class Lock:
                         await woken.wait()
                     if not woken.is_set():
                         raise LockTimeout(f"lock {self.path} not acquired in time")
+            if deleted and next_in_line and session.generation == generation:
+                assert self._node is not None
+                return [self._node]
             return await self._list(generation, deadline)
         finally:
             remove_listener()
