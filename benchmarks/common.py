@@ -16,6 +16,7 @@ import json
 import os
 import resource
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -120,3 +121,24 @@ def peak_rss_kib() -> int:
     """The process's peak resident set size (``ru_maxrss`` is in KiB on Linux)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak // 1024 if sys.platform == "darwin" else peak
+
+
+async def timed_async_cycles(lock: Any, params: Params, gate: Gate) -> Result:
+    """The uncontended measurement of every asyncio/anyio client, one code for all:
+    ``warmup`` cycles, then ``iterations`` timed ``async with lock: pass`` cycles."""
+    for _ in range(params.warmup):
+        async with lock:
+            pass
+    await gate.aready()
+    latencies = []
+    cpu_start = time.process_time_ns()
+    wall_start = time.monotonic_ns()
+    for _ in range(params.iterations):
+        start = time.monotonic_ns()
+        async with lock:
+            pass
+        latencies.append(time.monotonic_ns() - start)
+    wall = time.monotonic_ns() - wall_start
+    cpu = time.process_time_ns() - cpu_start
+    gate.measured()
+    return {"latencies_ns": latencies, "wall_ns": wall, "cpu_ns": cpu}

@@ -11,7 +11,15 @@ from typing import Any
 
 import aiozk
 
-from benchmarks.common import SESSION_TIMEOUT, Gate, Params, Result, current_rss_kib, peak_rss_kib
+from benchmarks.common import (
+    SESSION_TIMEOUT,
+    Gate,
+    Params,
+    Result,
+    current_rss_kib,
+    peak_rss_kib,
+    timed_async_cycles,
+)
 
 Scenario = Callable[[Params, Gate], Coroutine[Any, Any, Result]]
 
@@ -33,22 +41,7 @@ async def cycle(lock: Any) -> None:
 
 async def uncontended(params: Params, gate: Gate) -> Result:
     async with connect(params) as client:
-        lock = client.recipes.Lock(params.path)
-        for _ in range(params.warmup):
-            await cycle(lock)
-        await gate.aready()
-        latencies = []
-        cpu_start = time.process_time_ns()
-        wall_start = time.monotonic_ns()
-        for _ in range(params.iterations):
-            start = time.monotonic_ns()
-            async with lock:
-                pass
-            latencies.append(time.monotonic_ns() - start)
-        wall = time.monotonic_ns() - wall_start
-        cpu = time.process_time_ns() - cpu_start
-        gate.measured()
-    return {"latencies_ns": latencies, "wall_ns": wall, "cpu_ns": cpu}
+        return await timed_async_cycles(client.recipes.Lock(params.path), params, gate)
 
 
 async def contended(params: Params, gate: Gate) -> Result:

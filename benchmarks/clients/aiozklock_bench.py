@@ -14,7 +14,15 @@ import anyio.lowlevel
 
 import aiozklock
 from aiozklock._wire._protocol import Created, CreateMode, Op, create_op, delete_op
-from benchmarks.common import SESSION_TIMEOUT, Gate, Params, Result, current_rss_kib, peak_rss_kib
+from benchmarks.common import (
+    SESSION_TIMEOUT,
+    Gate,
+    Params,
+    Result,
+    current_rss_kib,
+    peak_rss_kib,
+    timed_async_cycles,
+)
 
 Scenario = Callable[[Params, Gate], Coroutine[Any, Any, Result]]
 
@@ -30,22 +38,7 @@ async def cycle(lock: aiozklock.Lock) -> None:
 
 async def uncontended(params: Params, gate: Gate) -> Result:
     async with connect(params) as zk:
-        lock = zk.lock(params.path)
-        for _ in range(params.warmup):
-            await cycle(lock)
-        await gate.aready()
-        latencies = []
-        cpu_start = time.process_time_ns()
-        wall_start = time.monotonic_ns()
-        for _ in range(params.iterations):
-            start = time.monotonic_ns()
-            async with lock:
-                pass
-            latencies.append(time.monotonic_ns() - start)
-        wall = time.monotonic_ns() - wall_start
-        cpu = time.process_time_ns() - cpu_start
-        gate.measured()
-    return {"latencies_ns": latencies, "wall_ns": wall, "cpu_ns": cpu}
+        return await timed_async_cycles(zk.lock(params.path), params, gate)
 
 
 async def contended(params: Params, gate: Gate) -> Result:
