@@ -260,6 +260,14 @@ def test_decide_waiter_watches_immediate_predecessor_only() -> None:
     )
 
 
+def test_decide_counts_the_nodes_ahead() -> None:
+    children = ["c-lock-0000000010", "noise", "a-lock-0000000001", "b-lock-0000000005"]
+    assert decide(children, "a-lock-0000000001", "a").ahead == 0
+    assert decide(children, "b-lock-0000000005", "b").ahead == 1  # next in line
+    assert decide(children, "c-lock-0000000010", "c").ahead == 2
+    assert decide(children, "d-lock-0000000011", "d").ahead == 0  # missing
+
+
 def test_decide_missing() -> None:
     children = ["b-lock-0000000002", "a-lock-0000000001"]
     assert decide(children, "c-lock-0000000003", "c") == Decision(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 LOCK_MARKER = "-lock-"
 # ZooKeeper formats the parent's signed 32-bit cversion with %010d: ten ASCII digits, or a
@@ -71,6 +71,8 @@ class Decision:
 
     ``held``: our node is first in the queue. ``predecessor``: the node right before ours,
     the only one we watch (no herd effect); ``None`` when held or when our node is missing.
+    ``ahead``: how many nodes are queued ahead of ours (0 when held or missing); nothing can
+    ever queue ahead of a node later, so this only shrinks.
     ``missing``: our node is not among the children (deleted, or the session that owned it is
     gone) and must be created again. ``stale``: other nodes carrying our GUID, left behind by
     an earlier attempt of the same lock object; they must be deleted, and they still count in
@@ -81,6 +83,7 @@ class Decision:
     predecessor: str | None
     missing: bool
     stale: tuple[str, ...]
+    ahead: int = field(default=0, compare=False)
 
 
 def decide(children: Iterable[str], ours: str, guid: str) -> Decision:
@@ -93,4 +96,6 @@ def decide(children: Iterable[str], ours: str, guid: str) -> Decision:
         return Decision(held=False, predecessor=None, missing=True, stale=stale)
     if position == 0:
         return Decision(held=True, predecessor=None, missing=False, stale=stale)
-    return Decision(held=False, predecessor=queue[position - 1], missing=False, stale=stale)
+    return Decision(
+        held=False, predecessor=queue[position - 1], missing=False, stale=stale, ahead=position
+    )

@@ -482,7 +482,7 @@ class Lock:
                         children = await self._wait_for(
                             decision.predecessor,
                             deadline,
-                            next_in_line=queue_order(children)[0] == decision.predecessor,
+                            next_in_line=decision.ahead == 1,
                         )
                 except SessionExpired:
                     children = None  # our node's session is gone: queue again in the new one
