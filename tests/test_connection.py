@@ -14,7 +14,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from aiozklock._wire._session import _Connection
+from aiozklock._wire._connection import Connection
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -36,10 +36,10 @@ class Peer:
 
 
 @pytest.fixture
-async def peer_and_connection() -> AsyncIterator[tuple[Peer, _Connection]]:
+async def peer_and_connection() -> AsyncIterator[tuple[Peer, Connection]]:
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
-        conn = _Connection(await anyio.connect_tcp("127.0.0.1", port))
+        conn = Connection(await anyio.connect_tcp("127.0.0.1", port))
         accepted, _ = listener.accept()  # already established: does not block
         with accepted:
             try:
@@ -53,7 +53,7 @@ def pattern(index: int) -> bytes:
 
 
 async def test_writes_beyond_the_kernel_buffer_arrive_complete_and_in_order(
-    peer_and_connection: tuple[Peer, _Connection],
+    peer_and_connection: tuple[Peer, Connection],
 ) -> None:
     peer, conn = peer_and_connection
     chunks = 0
@@ -80,7 +80,7 @@ async def test_writes_beyond_the_kernel_buffer_arrive_complete_and_in_order(
 
 
 async def test_a_backlog_stuck_beyond_the_bound_fails_the_flush(
-    peer_and_connection: tuple[Peer, _Connection],
+    peer_and_connection: tuple[Peer, Connection],
 ) -> None:
     _, conn = peer_and_connection
     while not conn._backlog:

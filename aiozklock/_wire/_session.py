@@ -14,26 +14,24 @@ One ``Session`` is one logical ZooKeeper session at a time, kept alive across co
   ``ConnectionLoss`` (outcome unknown); requests not yet written simply wait for a connection;
 * ``generation``: a number that changes whenever the session that owns our ephemeral nodes
   is gone, so that callers can bind a request to "the session my node lives in".
+
+The byte stream of each connection is ``_connection``'s; the watchers, ``_watches``'.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import enum
 import logging
 import math
-import os
 import random
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
-import anyio.abc
 import anyio.lowlevel
 
 from aiozklock._exceptions import (
@@ -45,28 +43,22 @@ from aiozklock._exceptions import (
     error_for_code,
 )
 from aiozklock._wire import _protocol as proto
-from aiozklock._wire._protocol import (
-    FIRES,
-    EventType,
-    Op,
-    WatchedEvent,
-    Watcher,
-    WatchKind,
+from aiozklock._wire._connection import (
+    STREAM_ERRORS,
+    Connection,
+    HandshakeRejected,
+    close_quietly,
+    read_frame,
 )
+from aiozklock._wire._protocol import FIRES, EventType, Op, Watcher
+from aiozklock._wire._watches import WatchRegistry
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_RECEIVE_SIZE = 65536
 CLOSE_TIMEOUT = 1.0  # close() waits at most this long for the server to confirm
 LOST_MARGIN = 0.1  # LOST this fraction of the timeout before the server may expire us
-_STREAM_ERRORS = (
-    anyio.EndOfStream,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    OSError,
-)
 
 
 class SessionState(enum.Enum):
@@ -101,133 +93,6 @@ class _Pending:
         self.error: AiozklockError | None = None
 
 
-class _Connection:
-    """One TCP connection to a server.
-
-    anyio's stream connects, reads the handshake answer and closes; everything else goes
-    through a duplicate of its descriptor, synchronously: a request is on the wire before its
-    caller first yields, and on asyncio replies are read in the loop's reader callback, with
-    no task switch and no reader (de)registration per reply. What the kernel does not take
-    at once is kept, in order, and flushed by ``drain``.
-    """
-
-    def __init__(self, stream: anyio.abc.SocketStream) -> None:
-        self.stream = stream
-        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
-        self._socket = socket.socket(fileno=os.dup(raw.fileno()))
-        self._socket.setblocking(False)
-        self._backlog = bytearray()
-        self._backlog_ready = anyio.Event()
-
-    def write(self, data: bytes) -> None:
-        """Write now, or queue behind what is already waiting (raises ``OSError``)."""
-        if self._backlog:
-            self._backlog += data
-            return
-        try:
-            sent = self._socket.send(data)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        if sent < len(data):
-            self._backlog += data[sent:]
-            self._backlog_ready.set()
-
-    async def drain(self) -> None:
-        """Return once everything written so far is in the kernel (raises ``OSError``)."""
-        while self._backlog:
-            await anyio.wait_writable(self._socket)
-            try:
-                sent = self._socket.send(self._backlog)
-            except (BlockingIOError, InterruptedError):
-                continue
-            del self._backlog[:sent]
-
-    async def flush_forever(self, bound: float) -> None:
-        """Drain the backlog whenever there is one; ``TimeoutError`` if it is stuck for
-        ``bound`` seconds (the connection is dead)."""
-        while True:
-            await self._backlog_ready.wait()
-            self._backlog_ready = anyio.Event()
-            with anyio.fail_after(bound):
-                await self.drain()
-
-    def _receive_now(self) -> bytes | None:
-        """What the kernel has (None if nothing yet); ``EndOfStream`` at EOF."""
-        try:
-            data = self._socket.recv(_RECEIVE_SIZE)
-        except (BlockingIOError, InterruptedError):
-            return None
-        if not data:
-            raise anyio.EndOfStream
-        return data
-
-    async def read_forever(self, on_data: Callable[[bytes], None]) -> None:
-        """Pass every chunk received to ``on_data``; returns only by raising (EOF, a socket
-        error, or what ``on_data`` raised)."""
-        loop = _running_asyncio_loop()
-        if loop is not None:
-            await self._read_in_callback(loop, on_data)  # returns if the loop cannot
-        while True:
-            await anyio.wait_readable(self._socket)
-            data = self._receive_now()
-            if data is not None:
-                on_data(data)
-
-    async def _read_in_callback(
-        self, loop: asyncio.AbstractEventLoop, on_data: Callable[[bytes], None]
-    ) -> None:
-        """Read in the loop's reader callback; returns at once if the loop has no
-        ``add_reader`` (Windows' proactor), else only by raising."""
-        ended: asyncio.Future[None] = loop.create_future()
-
-        def readable() -> None:
-            try:
-                data = self._receive_now()
-                if data is not None:
-                    on_data(data)
-            except BaseException as exc:  # handed to the awaiting task
-                loop.remove_reader(fd)
-                if not ended.done():
-                    ended.set_exception(exc)
-
-        fd = self._socket.fileno()
-        try:
-            loop.add_reader(fd, readable)
-        except NotImplementedError:
-            return
-        try:
-            await ended
-        finally:
-            loop.remove_reader(fd)
-
-    async def aclose(self) -> None:
-        self._socket.close()
-        await _close_quietly(self.stream)
-
-
-def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
-    """The running asyncio loop if asyncio runs this task (trio, even as asyncio's guest, is
-    not asyncio: its tasks must not be served from asyncio callbacks)."""
-    try:
-        import sniffio
-    except ImportError:  # then trio is not installed either: trio depends on sniffio
-        pass
-    else:
-        try:
-            if sniffio.current_async_library() != "asyncio":
-                return None
-        except sniffio.AsyncLibraryNotFoundError:
-            return None
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-class _HandshakeRejected(Exception):
-    """The server closed the connection during the handshake (e.g. it lags behind our zxid)."""
-
-
 class Session:
     """The wire-level session. Created and run by the client; not public API."""
 
@@ -258,13 +123,13 @@ class Session:
         self._sent_at: collections.deque[float] = collections.deque()  # per reply, FIFO
         self._pending: dict[int, _Pending] = {}
         self._xid = 0
-        self._conn: _Connection | None = None
+        self._conn: Connection | None = None
         self._read_buffer = bytearray()  # the current connection's incomplete frame
         self._conn_scope: anyio.CancelScope | None = None
         self._run_scope: anyio.CancelScope | None = None
         self._state_event = anyio.Event()
         self._listeners: list[StateListener] = []
-        self._watches: dict[WatchKind, dict[str, set[Watcher]]] = {k: {} for k in WatchKind}
+        self._watches = WatchRegistry(self.client_path)
         self._closing = False
         self._finished = anyio.Event()
         # A session we gave up on by our own clock while the server may still keep it: we
@@ -296,7 +161,7 @@ class Session:
         return self.last_acked_send + self.timeout * (1 - LOST_MARGIN)
 
     def watcher_count(self) -> int:
-        return sum(len(cbs) for registry in self._watches.values() for cbs in registry.values())
+        return self._watches.count()
 
     def server_path(self, path: str) -> str:
         if not self.chroot:
@@ -394,7 +259,7 @@ class Session:
             self._pending[xid] = pending
             pendings.append(pending)
             if op.watcher is not None and op.watch is not None:
-                self._add_watcher(op.watch, op.path, op.watcher)
+                self._watches.add(op.watch, op.path, op.watcher)
             frames.append(proto.frame(xid, op.body))
             self._sent_at.append(now)
         try:
@@ -424,59 +289,9 @@ class Session:
         if op.watcher is not None and op.watch is not None:
             self.remove_watcher(op.path, op.watcher)
 
-    # ---------------------------------------------------------------- watches
-
-    def _add_watcher(self, kind: WatchKind, path: str, watcher: Watcher) -> None:
-        self._watches[kind].setdefault(path, set()).add(watcher)
-
     def remove_watcher(self, path: str, watcher: Watcher) -> None:
         """Forget ``watcher`` on the server path ``path`` (the server's watch fires unheard)."""
-        for registry in self._watches.values():
-            watchers = registry.get(path)
-            if watchers is not None:
-                watchers.discard(watcher)
-                if not watchers:
-                    del registry[path]
-
-    def _settle_watcher(self, pending: _Pending) -> None:
-        """Move a watcher to where the server actually keeps it, or drop it if none was set."""
-        op = pending.op
-        if op.watcher is None or op.watch is None:
-            return
-        if pending.error is not None:
-            self.remove_watcher(op.path, op.watcher)
-        elif op.watch is WatchKind.EXIST and pending.result is not None:
-            # exists() on an existing node leaves a data watch on the server. Moved only if
-            # still registered: a caller gone meanwhile has removed it, for good.
-            waiting = self._watches[WatchKind.EXIST].get(op.path)
-            if waiting is not None and op.watcher in waiting:
-                waiting.discard(op.watcher)
-                if not waiting:
-                    del self._watches[WatchKind.EXIST][op.path]
-                self._add_watcher(WatchKind.DATA, op.path, op.watcher)
-
-    def _fire(self, event_type: EventType, server_path: str) -> None:
-        fired: set[Watcher] = set()
-        for kind in FIRES.get(event_type, ()):
-            fired |= self._watches[kind].pop(server_path, set())
-        event = WatchedEvent(event_type, self.client_path(server_path))
-        for watcher in fired:
-            try:
-                watcher(event)
-            except Exception:
-                log.exception("watcher %r raised", watcher)
-
-    def _fire_all_session_gone(self) -> None:
-        registries = [r for r in self._watches.values()]
-        self._watches = {k: {} for k in WatchKind}
-        for registry in registries:
-            for path, watchers in registry.items():
-                event = WatchedEvent(EventType.SESSION, self.client_path(path))
-                for watcher in watchers:
-                    try:
-                        watcher(event)
-                    except Exception:
-                        log.exception("watcher %r raised", watcher)
+        self._watches.remove(path, watcher)
 
     # ---------------------------------------------------------------- state
 
@@ -517,7 +332,7 @@ class Session:
         self._sent_at.clear()
         for pending in pendings:
             pending.error = error_factory()
-            self._settle_watcher(pending)
+            self._watches.settle(pending.op, pending.error is not None, pending.result)
             pending.event.set()
 
     def _session_gone(self, reason: str, *, stale: bool) -> None:
@@ -529,7 +344,7 @@ class Session:
         self._password = bytes(16)
         self.generation += 1
         self._set_state(SessionState.LOST, reason)
-        self._fire_all_session_gone()
+        self._watches.fire_all_session_gone()
 
     # ---------------------------------------------------------------- connection loop
 
@@ -550,7 +365,7 @@ class Session:
                 )
             try:
                 self._conn = await self._open(min(attempt, remaining))
-            except (TimeoutError, _HandshakeRejected, *_STREAM_ERRORS) as exc:
+            except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
                 errors.append(repr(exc))
                 await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
                 delay = min(delay * 2, 0.5)
@@ -575,7 +390,7 @@ class Session:
         finally:
             self._finished.set()
 
-    async def _serve(self, conn: _Connection) -> None:
+    async def _serve(self, conn: Connection) -> None:
         self._drop_reason = "connection closed"
         self._read_buffer = bytearray()
         with anyio.CancelScope() as self._conn_scope:
@@ -586,7 +401,7 @@ class Session:
                     await conn.read_forever(self._on_data)
             except* TimeoutError:  # before OSError, its base class
                 self._drop_reason = "write blocked for half the session timeout"
-            except* _STREAM_ERRORS as group:
+            except* STREAM_ERRORS as group:
                 self._drop_reason = f"connection error: {group.exceptions[0]!r}"
             except* Exception:
                 log.exception("session 0x%x: protocol error", self.session_id)
@@ -613,7 +428,7 @@ class Session:
             try:
                 self._conn = await self._open(attempt)
                 return True
-            except (TimeoutError, _HandshakeRejected, *_STREAM_ERRORS) as exc:
+            except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
                 log.debug("reconnect attempt failed: %r", exc)
             # The first retry is immediate (e.g. a new session right after an expiry answer).
             await anyio.sleep(delay * (0.5 + random.random() / 2))
@@ -624,7 +439,7 @@ class Session:
         host, port = self._hosts[self._host_index]
         return f"{host}:{port}"
 
-    async def _open(self, bound: float) -> _Connection:
+    async def _open(self, bound: float) -> Connection:
         """Connect to the next host and complete a handshake within ``bound`` seconds."""
         self._host_index = (self._host_index + 1) % len(self._hosts)
         host, port = self._hosts[self._host_index]
@@ -634,7 +449,7 @@ class Session:
             stream = await anyio.connect_tcp(host, port)
             conn = None
             try:
-                conn = _Connection(stream)
+                conn = Connection(stream)
                 session_id, password = self.session_id, self._password
                 sent_at = time.monotonic()
                 conn.write(
@@ -643,26 +458,26 @@ class Session:
                     )
                 )
                 await conn.drain()
-                handshake = _parse_handshake(await _read_frame(stream))
+                handshake = _parse_handshake(await read_frame(stream))
                 if handshake.expired:
                     if session_id:
                         self._session_gone(
                             "session expired (server answer at reconnect)", stale=False
                         )
-                    raise _HandshakeRejected("session expired")
+                    raise HandshakeRejected("session expired")
                 if session_id:
                     # Same session: re-arm every watch before anything else is sent.
                     self._sent_at.clear()
                     await self._rearm_watches(conn)
                 if session_id != self.session_id:
                     # Our own clock gave the session up while we were reconnecting.
-                    raise _HandshakeRejected("session given up during the handshake")
+                    raise HandshakeRejected("session given up during the handshake")
             except BaseException:
                 self._sent_at.clear()
                 if conn is not None:
                     await conn.aclose()
                 else:
-                    await _close_quietly(stream)
+                    await close_quietly(stream)
                 raise
         self.session_id = handshake.session_id
         self._password = handshake.password
@@ -675,13 +490,8 @@ class Session:
             log.info("new session 0x%x, timeout %.3f s", self.session_id, self.timeout)
         return conn
 
-    async def _rearm_watches(self, conn: _Connection) -> None:
-        frames = proto.set_watches_frames(
-            self.last_zxid,
-            list(self._watches[WatchKind.DATA]),
-            list(self._watches[WatchKind.EXIST]),
-            list(self._watches[WatchKind.CHILD]),
-        )
+    async def _rearm_watches(self, conn: Connection) -> None:
+        frames = proto.set_watches_frames(self.last_zxid, *self._watches.rearm_paths())
         if frames:
             self._sent_at.extend(time.monotonic() for _ in frames)
             conn.write(b"".join(frames))
@@ -700,14 +510,14 @@ class Session:
                     self.last_zxid, self._requested_timeout_ms, session_id, password
                 )
             )
-            handshake = _parse_handshake(await _read_frame(stream))
+            handshake = _parse_handshake(await read_frame(stream))
             if not handshake.expired:
                 await stream.send(proto.frame(1, proto.close_op().body))
-                await _read_frame(stream)
+                await read_frame(stream)
                 log.info("closed session 0x%x that our clock had given up", session_id)
             self._stale_session = None
         finally:
-            await _close_quietly(stream)
+            await close_quietly(stream)
 
     def _on_data(self, data: bytes) -> None:
         self.last_heard = time.monotonic()
@@ -733,7 +543,7 @@ class Session:
         if xid == proto.WATCH_XID:
             event = proto.parse_watch_event(data, proto.REPLY_HEADER_SIZE)
             if event.type in FIRES:
-                self._fire(EventType(event.type), event.path)
+                self._watches.fire(EventType(event.type), event.path)
             return
         # Replies come in request order: the oldest send time belongs to this reply.
         if self._sent_at:
@@ -759,7 +569,7 @@ class Session:
             pending.result = None
         else:
             pending.error = error_for_code(err, self.client_path(op.path) if op.path else None)
-        self._settle_watcher(pending)
+        self._watches.settle(op, pending.error is not None, pending.result)
         pending.event.set()
         if err == -112:  # the server says our session expired
             self._drop_connection("server reports session expired")
@@ -823,7 +633,7 @@ class Session:
         connected = self.state is SessionState.CONNECTED
         self._fail_pending(lambda: ClientClosed("the ZooKeeper client was closed"))
         self._set_state(SessionState.CLOSED, "closed by the client")
-        self._fire_all_session_gone()
+        self._watches.fire_all_session_gone()
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(CLOSE_TIMEOUT):
                 closed_on_server = False
@@ -865,7 +675,7 @@ class Session:
                 try:
                     await self._close_stale_session(host, port)
                     return
-                except (_HandshakeRejected, *_STREAM_ERRORS) as exc:
+                except (HandshakeRejected, *STREAM_ERRORS) as exc:
                     # E.g. a re-attach still in the network took the session from us.
                     log.info("closing session 0x%x via %s:%d: %r", self.session_id, host, port, exc)
             await anyio.sleep(0.05)
@@ -875,22 +685,4 @@ def _parse_handshake(frame: bytes) -> proto.Handshake:
     try:
         return proto.parse_connect_response(frame)
     except Exception as exc:  # a short or garbled answer: not a ZooKeeper server we can use
-        raise _HandshakeRejected(f"unreadable handshake answer: {exc!r}") from None
-
-
-async def _read_frame(stream: anyio.abc.ByteStream) -> bytes:
-    buffer = bytearray()
-    while len(buffer) < 4:
-        chunk = await stream.receive()
-        buffer += chunk
-    (size,) = proto.LENGTH.unpack_from(buffer, 0)
-    if size < 0 or size > 1 << 20:
-        raise _HandshakeRejected(f"bad frame length {size}")
-    while len(buffer) < 4 + size:
-        buffer += await stream.receive()
-    return bytes(buffer[4 : 4 + size])
-
-
-async def _close_quietly(stream: anyio.abc.ByteStream) -> None:
-    with anyio.CancelScope(shield=True), anyio.move_on_after(0.5), contextlib.suppress(Exception):
-        await stream.aclose()
+        raise HandshakeRejected(f"unreadable handshake answer: {exc!r}") from None
