@@ -93,6 +93,29 @@ class BadArgumentsError(ZooKeeperError):
     code = -8
 
 
+class RuntimeInconsistencyError(ZooKeeperError):
+    """In a failed multi: this operation came after the one that failed, and was not
+    executed."""
+
+    code = -2
+
+
+class UnimplementedError(ZooKeeperError):
+    """The server does not implement the request; e.g. CreateTTL on a server started
+    without ``zookeeper.extendedTypesEnabled=true``."""
+
+    code = -6
+
+
+class RolledBackError(ZooKeeperError):
+    """In a failed multi: this operation came before the one that failed; it would have
+    succeeded, and was undone with the whole transaction (its result code is 0)."""
+
+    code = 0
+
+
+# RolledBackError is left out: code 0 in a reply header is success, only a multi's results
+# carry it as an error.
 _ERRORS_BY_CODE: dict[int, type[ZooKeeperError]] = {
     cls.code: cls
     for cls in (
@@ -103,6 +126,8 @@ _ERRORS_BY_CODE: dict[int, type[ZooKeeperError]] = {
         NodeExistsError,
         NotEmptyError,
         BadArgumentsError,
+        RuntimeInconsistencyError,
+        UnimplementedError,
     )
 }
 

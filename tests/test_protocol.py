@@ -7,13 +7,23 @@ encoded with precompiled structs for speed, and these properties keep the two id
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
+from aiozk import exc as aiozk_exc
 from aiozk import protocol as jute
+from aiozk.protocol.primitives import Long
 from aiozk.protocol.stat import Stat as JuteStat
+from aiozk.protocol.transaction import MultiHeader
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aiozklock._exceptions import (
+    NodeExistsError,
+    RolledBackError,
+    RuntimeInconsistencyError,
+    ZooKeeperError,
+)
 from aiozklock._wire import _protocol as proto
 
 paths = st.text(
@@ -113,3 +123,143 @@ def test_malformed_replies_are_rejected_not_truncated() -> None:
     parse_created = proto.create_op("/x", b"", proto.CreateMode.PERSISTENT, str).parse
     with pytest.raises(ValueError, match="length"):
         parse_created(struct.pack("!i", 100) + created[4:10], 0)
+
+
+# ------------------------------------------------------------------ multi and CreateTTL
+
+ERROR_CODES = [0, -2, -6, -8, -101, -102, -103, -108, -110, -111]
+
+sub_ops = st.one_of(
+    st.builds(proto.MultiCreate, paths, st.binary(max_size=100), st.sampled_from(proto.CreateMode)),
+    st.builds(proto.MultiDelete, paths, ints),
+    st.builds(proto.MultiCheck, paths, ints),
+)
+
+
+def jute_sub_request(subop: proto.MultiSubOp) -> jute.Request:
+    if isinstance(subop, proto.MultiCreate):
+        return jute.CreateRequest(
+            path=subop.server_path, data=subop.data, acl=proto.OPEN_ACL, flags=int(subop.mode)
+        )
+    if isinstance(subop, proto.MultiDelete):
+        return jute.DeleteRequest(path=subop.server_path, version=subop.version)
+    return jute.CheckVersionRequest(path=subop.server_path, version=subop.version)
+
+
+@given(st.lists(sub_ops, min_size=1, max_size=6))
+def test_multi_request_matches_aiozk(subops: list[proto.MultiSubOp]) -> None:
+    transaction = jute.TransactionRequest()
+    for subop in subops:
+        transaction.add(jute_sub_request(subop))
+    assert proto.multi_op(subops, str).body == transaction.serialize()
+
+
+class CreateTTLRequest(jute.Create2Request):  # type: ignore[misc]
+    """zookeeper.jute's CreateTTLRequest, which aiozk lacks: Create2Request plus the TTL."""
+
+    opcode = 21
+    parts = (*jute.Create2Request.parts, ("ttl", Long))
+
+
+@given(paths, st.binary(max_size=300), st.integers(1, proto.MAX_TTL_MS), st.booleans())
+def test_create_ttl_request_matches_jute(
+    path: str, data: bytes, ttl: int, sequential: bool
+) -> None:
+    flags = proto.PERSISTENT_SEQUENTIAL_WITH_TTL if sequential else proto.PERSISTENT_WITH_TTL
+    expected = CreateTTLRequest(
+        path=path, data=data, acl=proto.OPEN_ACL, flags=flags, ttl=ttl
+    ).serialize()
+    assert proto.create_ttl_op(path, data, ttl, str, sequential=sequential).body == expected
+
+
+@given(paths, stats)
+def test_create_ttl_reply_parses_like_aiozk(path: str, stat: tuple[int, ...]) -> None:
+    wire = render(jute.Create2Response(path=path, stat=jute_stat(stat)))
+    created = proto.create_ttl_op("/x", b"", 1000, str.upper).parse(wire, 0)
+    assert created == proto.Created(path.upper(), proto.Stat(*stat))
+
+
+# One operation's result in a multi reply: (result type, path, stat or error code).
+multi_results = st.one_of(
+    st.tuples(st.just(proto.Opcode.CREATE), paths, st.none()),
+    st.tuples(st.just(proto.Opcode.CREATE2), paths, stats),
+    st.tuples(st.sampled_from([proto.Opcode.DELETE, proto.Opcode.CHECK]), st.none(), st.none()),
+    st.tuples(st.just(proto.Opcode.ERROR), st.none(), st.sampled_from(ERROR_CODES)),
+)
+
+
+def multi_reply(zxid: int, results: list[tuple[int, Any, Any]]) -> bytes:
+    """A whole multi reply frame as the server sends it (MultiResponse.serialize)."""
+    parts = [proto.REPLY_HEADER.pack(7, zxid, 0)]
+    for result_type, path, extra in results:
+        error = extra if result_type == proto.Opcode.ERROR else 0
+        parts.append(render(MultiHeader(type=result_type, done=False, error=error)))
+        if result_type == proto.Opcode.CREATE:
+            parts.append(render(jute.CreateResponse(path=path)))
+        elif result_type == proto.Opcode.CREATE2:
+            parts.append(render(jute.Create2Response(path=path, stat=jute_stat(extra))))
+        elif result_type == proto.Opcode.ERROR:
+            parts.append(struct.pack("!i", extra))  # ErrorResponse
+    parts.append(render(MultiHeader(type=-1, done=True, error=-1)))
+    return b"".join(parts)
+
+
+@given(longs, st.lists(multi_results, min_size=1, max_size=6))
+def test_multi_reply_parses_like_aiozk(zxid: int, results: list[tuple[int, Any, Any]]) -> None:
+    wire = multi_reply(zxid, results)
+    subops = [proto.MultiCheck(f"/op{i}", 0) for i in range(len(results))]
+    parsed = proto.multi_op(subops, str.upper).parse(wire, proto.REPLY_HEADER_SIZE)
+    reference = jute.TransactionResponse.deserialize(wire[proto.REPLY_HEADER_SIZE :]).responses
+
+    assert parsed.zxid == zxid
+    assert len(parsed.results) == len(reference) == len(results)
+    for index, (ours, theirs) in enumerate(zip(parsed.results, reference, strict=True)):
+        if isinstance(theirs, aiozk_exc.ResponseError):
+            assert isinstance(ours, ZooKeeperError)
+            assert ours.code == theirs.error_code
+            assert ours.path == f"/OP{index}"  # the operation's own path, client-side
+        elif hasattr(theirs, "path"):
+            assert ours == theirs.path.upper()
+        else:
+            assert ours is None
+    errors = [code for kind, _, code in results if kind == proto.Opcode.ERROR]
+    assert parsed.ok == (not errors)
+    failing = [
+        index
+        for index, (kind, _, code) in enumerate(results)
+        if kind == proto.Opcode.ERROR and code != 0
+    ]
+    assert parsed.failure == ((failing[0], parsed.results[failing[0]]) if failing else None)
+
+
+def test_multi_failure_maps_codes_to_exceptions() -> None:
+    wire = multi_reply(
+        5,
+        [
+            (proto.Opcode.ERROR, None, 0),
+            (proto.Opcode.ERROR, None, -110),
+            (proto.Opcode.ERROR, None, -2),
+            (proto.Opcode.ERROR, None, -999),
+        ],
+    )
+    subops = [proto.MultiDelete(f"/n{i}") for i in range(4)]
+    result = proto.multi_op(subops, str).parse(wire, proto.REPLY_HEADER_SIZE)
+    rolled_back, exists, inconsistent, unknown = result.results
+    assert type(rolled_back) is RolledBackError
+    assert type(exists) is NodeExistsError
+    assert type(inconsistent) is RuntimeInconsistencyError
+    assert type(unknown) is ZooKeeperError
+    assert unknown.code == -999
+    assert result.failure == (1, exists)
+
+
+def test_malformed_multi_replies_are_rejected() -> None:
+    parse = proto.multi_op([proto.MultiDelete("/a")], str).parse
+    header = proto.REPLY_HEADER_SIZE
+    assert parse(multi_reply(1, [(proto.Opcode.DELETE, None, None)]), header).results == (None,)
+    with pytest.raises(ValueError, match="result type 5"):  # setData: never asked for
+        parse(multi_reply(1, [(5, None, None)]), header)
+    with pytest.raises(ValueError, match="more results"):
+        parse(multi_reply(1, [(proto.Opcode.DELETE, None, None)] * 2), header)
+    with pytest.raises(ValueError, match="0 results"):
+        parse(multi_reply(1, []), header)

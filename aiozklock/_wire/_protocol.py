@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from aiozk import protocol as _jute  # untyped; only the records are used
+
+from aiozklock._exceptions import (
+    AiozklockError,
+    InvalidArgument,
+    RolledBackError,
+    error_for_code,
+)
+from aiozklock._wire._paths import MAX_DATA_BYTES
 
 T = TypeVar("T")
 
@@ -34,6 +42,7 @@ SET_WATCHES_CHUNK = 128 * 1024
 
 
 class Opcode(enum.IntEnum):
+    ERROR = -1  # a failed operation's result inside a multi reply
     CREATE = 1
     DELETE = 2
     EXISTS = 3
@@ -42,7 +51,10 @@ class Opcode(enum.IntEnum):
     GET_CHILDREN = 8
     PING = 11
     GET_CHILDREN2 = 12
+    CHECK = 13
+    MULTI = 14
     CREATE2 = 15
+    CREATE_TTL = 21
     SET_WATCHES = 101
     CLOSE = -11
 
@@ -52,6 +64,14 @@ class CreateMode(enum.IntFlag):
     EPHEMERAL = 1
     SEQUENTIAL = 2
     CONTAINER = 4
+
+
+# Java's CreateMode flags of TTL nodes: values, not bits (5 is not EPHEMERAL | CONTAINER), so
+# they are not CreateMode members.
+PERSISTENT_WITH_TTL = 5
+PERSISTENT_SEQUENTIAL_WITH_TTL = 6
+# EphemeralType.TTL keeps the TTL in the low 40 bits of the node's ephemeralOwner.
+MAX_TTL_MS = (1 << 40) - 1
 
 
 class WatchKind(enum.Enum):
@@ -113,6 +133,7 @@ class Created:
 # structs instead of aiozk's generic record walker. Layouts are jute's (ZooKeeper's
 # zookeeper.jute); tests check every codec against aiozk's records byte for byte.
 _INT = struct.Struct("!i")
+_LONG = struct.Struct("!q")
 _STAT = struct.Struct("!qqqqiiiqiiq")  # czxid mzxid ctime mtime version cversion aversion
 #                                        ephemeralOwner dataLength numChildren pzxid
 _OPCODE = {opcode: _INT.pack(opcode) for opcode in Opcode}
@@ -190,26 +211,54 @@ OPEN_ACL = [_jute.UNRESTRICTED_ACCESS]  # world:anyone, all permissions
 _OPEN_ACL = _INT.pack(1) + _INT.pack(31) + _ustring("world") + _ustring("anyone")
 
 
-def create_op(
-    server_path: str, data: bytes, mode: CreateMode, strip: Callable[[str], str]
-) -> Op[Created]:
-    """create2 (path, data, acl, flags) -> (path, stat)."""
+def _create_payload(server_path: str, data: bytes, flags: int) -> bytes:
+    """CreateRequest (path, data, acl, flags), the record create, create2 and createTTL share."""
+    return b"".join(
+        (_ustring(server_path), _INT.pack(len(data)), data, _OPEN_ACL, _INT.pack(flags))
+    )
 
+
+def _created_parser(strip: Callable[[str], str]) -> Callable[[bytes, int], Created]:
     def parse(buf: bytes, offset: int) -> Created:
         path, offset = _read_ustring(buf, offset)
         return Created(strip(path), _read_stat(buf, offset))
 
+    return parse
+
+
+def create_op(
+    server_path: str, data: bytes, mode: CreateMode, strip: Callable[[str], str]
+) -> Op[Created]:
+    """create2 (path, data, acl, flags) -> (path, stat)."""
+    body = _OPCODE[Opcode.CREATE2] + _create_payload(server_path, data, int(mode))
+    return Op(body, server_path, _created_parser(strip))
+
+
+def create_ttl_op(
+    server_path: str,
+    data: bytes,
+    ttl_ms: int,
+    strip: Callable[[str], str],
+    *,
+    sequential: bool = False,
+) -> Op[Created]:
+    """createTTL (path, data, acl, flags, ttl) -> (path, stat): a persistent node that the
+    server deletes once it has had no children and no change for ``ttl_ms`` milliseconds.
+
+    ``ttl_ms`` must be in ``1..MAX_TTL_MS`` (``InvalidArgument`` otherwise). A server started
+    without ``zookeeper.extendedTypesEnabled=true`` answers ``UnimplementedError``.
+    """
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or not 1 <= ttl_ms <= MAX_TTL_MS:
+        raise InvalidArgument(f"ttl_ms must be an int in 1..{MAX_TTL_MS}, not {ttl_ms!r}")
+    flags = PERSISTENT_SEQUENTIAL_WITH_TTL if sequential else PERSISTENT_WITH_TTL
     body = b"".join(
         (
-            _OPCODE[Opcode.CREATE2],
-            _ustring(server_path),
-            _INT.pack(len(data)),
-            data,
-            _OPEN_ACL,
-            _INT.pack(int(mode)),
+            _OPCODE[Opcode.CREATE_TTL],
+            _create_payload(server_path, data, flags),
+            _LONG.pack(ttl_ms),
         )
     )
-    return Op(body, server_path, parse)
+    return Op(body, server_path, _created_parser(strip))
 
 
 def delete_op(server_path: str, version: int = -1) -> Op[None]:
@@ -280,6 +329,144 @@ def set_data_op(server_path: str, data: bytes, version: int = -1) -> Op[Stat]:
 
     body = _jute.SetDataRequest(path=server_path, data=data, version=version).serialize()
     return Op(body, server_path, parse)
+
+
+# --- multi (opcode 14): several writes applied atomically, in one transaction ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class MultiCreate:
+    """Create a node inside a multi. Sent as a plain create (opcode 1), whose result is the
+    path alone: ZooKeeper before 3.9 sends no stat for a create2 inside a multi."""
+
+    opcode: ClassVar[Opcode] = Opcode.CREATE
+    server_path: str
+    data: bytes = b""
+    mode: CreateMode = CreateMode.PERSISTENT
+
+    def payload(self) -> bytes:
+        """The request record, without the multi header."""
+        return _create_payload(self.server_path, self.data, int(self.mode))
+
+
+@dataclass(frozen=True, slots=True)
+class MultiDelete:
+    """Delete a node inside a multi (``version`` -1: any version)."""
+
+    opcode: ClassVar[Opcode] = Opcode.DELETE
+    server_path: str
+    version: int = -1
+
+    def payload(self) -> bytes:
+        """The request record, without the multi header."""
+        return _ustring(self.server_path) + _INT.pack(self.version)
+
+
+@dataclass(frozen=True, slots=True)
+class MultiCheck:
+    """Fail the whole multi unless the node exists at ``version`` (checkVersion, opcode 13)."""
+
+    opcode: ClassVar[Opcode] = Opcode.CHECK
+    server_path: str
+    version: int
+
+    def payload(self) -> bytes:
+        """The request record, without the multi header."""
+        return _ustring(self.server_path) + _INT.pack(self.version)
+
+
+MultiSubOp = MultiCreate | MultiDelete | MultiCheck
+
+# A sub-operation's outcome: the created path (client-side) for a create, None for a delete
+# or a check, the exception for its result code when the multi failed.
+MultiOutcome = str | AiozklockError | None
+
+
+@dataclass(frozen=True, slots=True)
+class MultiResult:
+    """The reply to a multi: all of its operations were applied, or none.
+
+    ``zxid`` is the reply header's: for a write, the transaction's own zxid, hence the
+    ``czxid`` of every node it created. ``results`` holds one outcome per operation, in order.
+    When the multi failed, every outcome is an exception: ``RolledBackError`` before the
+    operation that failed, that operation's error, ``RuntimeInconsistencyError`` after it.
+    """
+
+    zxid: int
+    results: tuple[MultiOutcome, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Every operation was applied."""
+        return not any(isinstance(result, AiozklockError) for result in self.results)
+
+    @property
+    def failure(self) -> tuple[int, AiozklockError] | None:
+        """The index and error of the operation that made the multi fail; None if it did not."""
+        for index, result in enumerate(self.results):
+            # Java's rule: the first result whose code is not 0 is the cause.
+            if isinstance(result, AiozklockError) and not isinstance(result, RolledBackError):
+                return index, result
+        return None
+
+
+_MULTI_HEADER = struct.Struct("!i?i")  # type, done, err
+_MULTI_END = _MULTI_HEADER.pack(-1, True, -1)
+
+
+def _multi_error(code: int, path: str) -> AiozklockError:
+    return RolledBackError(path) if code == 0 else error_for_code(code, path)
+
+
+def multi_op(subops: Sequence[MultiSubOp], strip: Callable[[str], str]) -> Op[MultiResult]:
+    """multi (MultiHeader + request, ..., end header) -> MultiResult.
+
+    Refuses (``InvalidArgument``) an empty multi and one larger than a request may be.
+    """
+    if not subops:
+        raise InvalidArgument("a multi needs at least one operation")
+    parts = [_OPCODE[Opcode.MULTI]]
+    for subop in subops:
+        parts.append(_MULTI_HEADER.pack(subop.opcode, False, -1))
+        parts.append(subop.payload())
+    parts.append(_MULTI_END)
+    body = b"".join(parts)
+    if len(body) > MAX_DATA_BYTES:
+        raise InvalidArgument(
+            f"the multi is {len(body)} bytes; ZooKeeper accepts at most about 1 MiB per request"
+        )
+    paths = [strip(subop.server_path) for subop in subops]
+
+    def parse(buf: bytes, offset: int) -> MultiResult:
+        # The reply header precedes the body: its zxid is the transaction's.
+        _, zxid, _ = REPLY_HEADER.unpack_from(buf, offset - REPLY_HEADER_SIZE)
+        results: list[MultiOutcome] = []
+        while True:
+            result_type, done, _ = _MULTI_HEADER.unpack_from(buf, offset)
+            offset += _MULTI_HEADER.size
+            if done:
+                break
+            if len(results) == len(paths):
+                raise ValueError(f"more results than the {len(paths)} operations of the multi")
+            # By the result's own type, not the request's: a failed operation has type -1.
+            if result_type in (Opcode.CREATE, Opcode.CREATE2):
+                path, offset = _read_ustring(buf, offset)
+                if result_type == Opcode.CREATE2:
+                    offset += _STAT.size  # the created path is the outcome; the stat is dropped
+                results.append(strip(path))
+            elif result_type in (Opcode.DELETE, Opcode.CHECK):
+                results.append(None)
+            elif result_type == Opcode.ERROR:
+                (code,) = _INT.unpack_from(buf, offset)
+                offset += _INT.size
+                results.append(_multi_error(code, paths[len(results)]))
+            else:
+                raise ValueError(f"unexpected result type {result_type} in a multi reply")
+        if len(results) != len(paths):
+            raise ValueError(f"{len(results)} results for the {len(paths)} operations of a multi")
+        return MultiResult(zxid, tuple(results))
+
+    return Op(body, "", parse)
 
 
 def close_op() -> Op[None]:
