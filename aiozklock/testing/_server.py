@@ -240,6 +240,7 @@ class ZooKeeperMember:
         in_ensemble: bool,
         classpath: str,
         java: str,
+        jvm_properties: Mapping[str, str] | None = None,
     ) -> None:
         self.id = id
         self.client_port = client_port
@@ -251,6 +252,7 @@ class ZooKeeperMember:
         self.in_ensemble = in_ensemble
         self._classpath = classpath
         self._java = java
+        self._jvm_properties = tuple(f"-D{k}={v}" for k, v in (jvm_properties or {}).items())
         self._proc: subprocess.Popen[bytes] | None = None
         self._paused = False
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -295,6 +297,7 @@ class ZooKeeperMember:
                 [
                     self._java,
                     *_JVM_OPTIONS,
+                    *self._jvm_properties,
                     "-cp",
                     self._classpath,
                     _MAIN_CLASS,
@@ -434,6 +437,12 @@ class ZooKeeperCluster:
     Nothing runs until :meth:`start`. Use as a context manager (``with
     ZooKeeperCluster(3) as zk:``) or call :meth:`close`, which stops every process and
     removes the temp directory.
+
+    ``extra_config`` adds ``zoo.cfg`` keys or overrides the defaults (e.g.
+    ``{"extendedTypesEnabled": "false"}`` for a server without TTL nodes). ``jvm_properties``
+    are passed as ``-Dkey=value`` to every member's JVM, for settings read only from system
+    properties, e.g. ``{"znode.container.checkIntervalMs": "100"}`` (how often the server
+    deletes expired TTL nodes and empty containers; 60 s by default).
     """
 
     def __init__(
@@ -443,12 +452,14 @@ class ZooKeeperCluster:
         tick_time: int = 200,
         base_dir: Path | None = None,
         extra_config: Mapping[str, str] | None = None,
+        jvm_properties: Mapping[str, str] | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("size must be >= 1")
         self.size = size
         self.tick_time = tick_time
         self.extra_config = dict(extra_config or {})
+        self.jvm_properties = dict(jvm_properties or {})
         self._base_dir = base_dir
         self.work_dir: Path | None = None
         self.members: list[ZooKeeperMember] = []
@@ -547,6 +558,7 @@ class ZooKeeperCluster:
                     in_ensemble=ensemble,
                     classpath=classpath,
                     java=java,
+                    jvm_properties=self.jvm_properties,
                 )
             )
 
