@@ -5,7 +5,6 @@ async with aiozklock.connect("zk1:2181,zk2:2181") as zk:
         await store.write(data, fencing_token=lock.fencing_token)
 """
 
-from aiozklock._client import LossPolicy as LossPolicy
 from aiozklock._client import ZooKeeperClient as ZooKeeperClient
 from aiozklock._client import connect as connect
 from aiozklock._exceptions import AiozklockError as AiozklockError
@@ -20,9 +19,12 @@ from aiozklock._exceptions import NotLockOwner as NotLockOwner
 from aiozklock._exceptions import SessionExpired as SessionExpired
 from aiozklock._exceptions import ZooKeeperError as ZooKeeperError
 from aiozklock._exceptions import ZooKeeperUnavailable as ZooKeeperUnavailable
-from aiozklock._recipes._lock import Contender as Contender
+from aiozklock._recipes._core._contenders import Contender as Contender
+from aiozklock._recipes._core._holding import LossPolicy as LossPolicy
 from aiozklock._recipes._lock import Lock as Lock
 from aiozklock._recipes._lock import LockStatistics as LockStatistics
+from aiozklock._recipes._multilock import MultiLock as MultiLock
+from aiozklock._recipes._multilock import MultiLockStatistics as MultiLockStatistics
 from aiozklock._wire._protocol import Stat as Stat
 from aiozklock._wire._session import SessionState as SessionState
 from aiozklock._wire._session import StateChange as StateChange
@@ -40,6 +42,8 @@ __all__ = (
     "LockStatistics",
     "LockTimeout",
     "LossPolicy",
+    "MultiLock",
+    "MultiLockStatistics",
     "NoNodeError",
     "NodeExistsError",
     "NotLockOwner",

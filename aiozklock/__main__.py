@@ -25,7 +25,7 @@ from typing import TextIO
 import anyio
 
 import aiozklock
-from aiozklock._recipes._lock import validate_lock_path
+from aiozklock._wire._paths import validate_recipe_path
 from aiozklock.testing import FencedStore, History, HistoryReport
 
 DEFAULT_PATH = "/locks/orders/157"
@@ -343,7 +343,7 @@ def _demo(args: argparse.Namespace) -> int:
             print("--backend trio needs trio: pip install 'aiozklock[trio]'", file=sys.stderr)
             return EXIT_UNAVAILABLE
     try:  # bad arguments fail here, before a server is started or contacted
-        validate_lock_path(args.path)
+        validate_recipe_path(args.path)
         if args.hosts:
             aiozklock.connect(args.hosts)  # validates the connection string; connects on entry
     except aiozklock.InvalidArgument as exc:

@@ -1,20 +1,20 @@
-"""The client: ``connect()``, the lock factory, and the loss policy that cancels holders."""
+"""The client: ``connect()``, its lifecycle, and one factory per recipe."""
 
 from __future__ import annotations
 
-import logging
-import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import anyio
 import anyio.abc
 
 from aiozklock._exceptions import ClientClosed, ConnectionLoss, InvalidArgument, NodeExistsError
-from aiozklock._recipes._janitor import Janitor
-from aiozklock._recipes._lock import Holding, Lock
-from aiozklock._wire._paths import parse_hosts, validate_data, validate_path
+from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPolicy
+from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._lock import Lock
+from aiozklock._recipes._multilock import MultiLock
+from aiozklock._wire._paths import parse_hosts, positive_seconds, validate_data, validate_path
 from aiozklock._wire._protocol import (
     CreateMode,
     Stat,
@@ -25,68 +25,9 @@ from aiozklock._wire._protocol import (
     get_children_op,
     get_data_op,
 )
-from aiozklock._wire._session import Session, SessionState, StateChange, StateListener
-
-log = logging.getLogger(__name__)
+from aiozklock._wire._session import Session, SessionState, StateListener
 
 T = TypeVar("T")
-
-LossPolicy = Literal["suspended", "expired"]
-_POLICIES = ("suspended", "expired")
-
-
-def _positive_seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidArgument(f"{name} must be a number of seconds, not {value!r}")
-    if math.isnan(value) or math.isinf(value) or value <= 0:
-        raise InvalidArgument(f"{name} must be a positive, finite number of seconds: {value!r}")
-    return float(value)
-
-
-class _LossPolicy:
-    """Decides when a held lock can no longer be trusted, and tells its holder.
-
-    ``"suspended"``: as soon as the session is SUSPENDED (connection lost, or nothing heard
-    for half the session timeout) — before the server can expire the session and grant the
-    lock to someone else. ``"expired"``: only once the session is LOST; the holder keeps the
-    lock through short disconnections, at the price of a thin margin before a re-grant.
-    """
-
-    def __init__(self, session: Session, mode: LossPolicy, janitor: Janitor) -> None:
-        self._session = session
-        self._mode = mode
-        self._janitor = janitor
-        self._holdings: set[Holding] = set()
-        session.add_listener(self._on_state)
-
-    def register(self, holding: Holding) -> None:
-        self._holdings.add(holding)
-        reason = self._unsafe(self._session.state, self._session.generation, holding)
-        if reason:
-            self._lose(holding, reason)
-
-    def unregister(self, holding: Holding) -> None:
-        self._holdings.discard(holding)
-
-    def _unsafe(self, state: SessionState, generation: int, holding: Holding) -> str | None:
-        if generation != holding.generation or state in (SessionState.LOST, SessionState.CLOSED):
-            return f"session {state.value.lower()}"
-        if self._mode == "suspended" and state is not SessionState.CONNECTED:
-            return f"session {state.value.lower()} (loss_policy='suspended')"
-        return None
-
-    def _on_state(self, change: StateChange) -> None:
-        for holding in list(self._holdings):
-            reason = self._unsafe(change.state, self._session.generation, holding)
-            if reason:
-                self._lose(holding, f"{reason}: {change.reason}")
-
-    def _lose(self, holding: Holding, reason: str) -> None:
-        if holding.mark_lost(reason):
-            log.warning("lock node %s lost: %s", holding.path, reason)
-            if self._session.state is not SessionState.CLOSED:
-                # If the session comes back, the node must not stay behind, held by nobody.
-                self._janitor.delete(holding.path, holding.generation)
 
 
 class ZooKeeperClient:
@@ -102,16 +43,18 @@ class ZooKeeperClient:
     ) -> None:
         self._hosts, self.chroot = parse_hosts(hosts)
         self.hosts = hosts
-        self.session_timeout = _positive_seconds("session_timeout", session_timeout)
-        self.connect_timeout = _positive_seconds("connect_timeout", connect_timeout)
-        if loss_policy not in _POLICIES:
-            raise InvalidArgument(f"loss_policy must be one of {_POLICIES}, not {loss_policy!r}")
+        self.session_timeout = positive_seconds("session_timeout", session_timeout)
+        self.connect_timeout = positive_seconds("connect_timeout", connect_timeout)
+        if loss_policy not in LOSS_POLICIES:
+            raise InvalidArgument(
+                f"loss_policy must be one of {LOSS_POLICIES}, not {loss_policy!r}"
+            )
         self.loss_policy: LossPolicy = loss_policy
         self._session: Session | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._background_scope: anyio.CancelScope | None = None
         self._janitor: Janitor | None = None
-        self._policy: _LossPolicy | None = None
+        self._policy: LossMonitor | None = None
         self._closed = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -133,7 +76,7 @@ class ZooKeeperClient:
         try:
             jobs = await task_group.start(self._background, session, name="aiozklock session")
             self._janitor = Janitor(session, jobs.start_soon)
-            self._policy = _LossPolicy(session, self.loss_policy, self._janitor)
+            self._policy = LossMonitor(session, self.loss_policy, self._janitor)
             await session.wait_connected()
         except BaseException:
             await self._shutdown()
@@ -179,8 +122,7 @@ class ZooKeeperClient:
         assert self._task_group is not None
         await self._task_group.__aexit__(None, None, None)
 
-    @property
-    def session(self) -> Session:
+    def _live_session(self) -> Session:
         if self._session is None:
             raise ClientClosed("the client is not connected: use 'async with aiozklock.connect()'")
         if self._closed:
@@ -205,35 +147,46 @@ class ZooKeeperClient:
         """The session timeout the server granted, in seconds (it may clamp the request)."""
         return self._session.timeout if self._session is not None else self.session_timeout
 
-    def add_listener(self, listener: StateListener) -> None:
-        """Call ``listener(change)`` on every session state change."""
-        self.session.add_listener(listener)
+    def add_listener(self, listener: StateListener) -> Callable[[], None]:
+        """Call ``listener(change)`` on every session state change; returns a callable that
+        removes it. Raises ``ClientClosed`` if the client is not connected."""
+        return self._live_session().add_listener(listener)
 
     # ---------------------------------------------------------------- recipes
 
     def lock(self, path: str, *, identifier: str | None = None) -> Lock:
         """A fair, reentrant, loss-aware lock on ``path`` (validated now, before any traffic)."""
-        session = self.session
+        session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
         return Lock(
             session, path, identifier=identifier, registry=self._policy, janitor=self._janitor
         )
 
+    def multi_lock(self, paths: Iterable[str], *, identifier: str | None = None) -> MultiLock:
+        """All-or-nothing lock of several paths, deadlock-free (validated now: bad or empty
+        paths raise ``InvalidArgument``; duplicates are dropped)."""
+        session = self._live_session()
+        assert self._policy is not None
+        assert self._janitor is not None
+        return MultiLock(
+            session, paths, identifier=identifier, registry=self._policy, janitor=self._janitor
+        )
+
     # ---------------------------------------------------------------- znodes (small API)
 
     async def exists(self, path: str) -> Stat | None:
-        session = self.session
+        session = self._live_session()
         op = exists_op(session.server_path(validate_path(path)))
         return await self._read(lambda: session.call(op))
 
     async def get_children(self, path: str) -> list[str]:
-        session = self.session
+        session = self._live_session()
         op = get_children_op(session.server_path(validate_path(path)))
         return await self._read(lambda: session.call(op))
 
     async def get_data(self, path: str) -> tuple[bytes, Stat]:
-        session = self.session
+        session = self._live_session()
         op = get_data_op(session.server_path(validate_path(path)))
         return await self._read(lambda: session.call(op))
 
@@ -241,7 +194,7 @@ class ZooKeeperClient:
         self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequential: bool = False
     ) -> str:
         """Create a node; returns its path (with the sequence suffix if ``sequential``)."""
-        session = self.session
+        session = self._live_session()
         mode = CreateMode.PERSISTENT
         if ephemeral:
             mode |= CreateMode.EPHEMERAL
@@ -253,12 +206,12 @@ class ZooKeeperClient:
         return (await session.call(op)).path
 
     async def delete(self, path: str) -> None:
-        session = self.session
+        session = self._live_session()
         await session.call(delete_op(session.server_path(validate_path(path))))
 
     async def ensure_path(self, path: str) -> None:
         """Create ``path`` and its ancestors (chroot included) as containers, in one round trip."""
-        session = self.session
+        session = self._live_session()
         ops = container_path_ops(session.server_path(validate_path(path)), session.client_path)
         for result in await session.pipeline(ops):
             if isinstance(result, BaseException) and not isinstance(result, NodeExistsError):

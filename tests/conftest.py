@@ -11,7 +11,7 @@ import pytest
 
 import aiozklock
 from aiozklock._wire._protocol import get_children_op
-from aiozklock.testing import FaultProxy
+from aiozklock.testing import FaultProxy, session_of
 
 pytest_plugins = ("aiozklock.testing.pytest_plugin",)
 
@@ -76,7 +76,7 @@ async def wait_for_children(
     zk: aiozklock.ZooKeeperClient, path: str, done: Callable[[list[str]], bool]
 ) -> list[str]:
     """Wait, on children watches (no polling), until ``done(children of path)``."""
-    session = zk.session
+    session = session_of(zk)
     server_path = session.server_path(path)
     while True:
         changed = anyio.Event()

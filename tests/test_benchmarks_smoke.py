@@ -10,6 +10,7 @@ import pytest
 
 import aiozklock
 from aiozklock._wire._protocol import CreateMode, create_op, delete_op, get_children_op
+from aiozklock.testing import session_of
 from benchmarks.clients import aiozklock_bench
 from benchmarks.common import Gate, Params
 from benchmarks.stats import Grants, Summary
@@ -58,7 +59,7 @@ async def test_wire_tap_counts_requests_and_round_trips(zk_hosts: str, chroot: s
     try:
         async with aiozklock.connect(f"127.0.0.1:{port}{chroot}") as zk:
             await zk.ensure_path("/tap")
-            session = zk.session
+            session = session_of(zk)
             tap.counts.requests.clear()
             tap.counts.round_trips = 0
             node = session.server_path("/tap/node")

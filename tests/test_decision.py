@@ -32,11 +32,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from aiozklock._recipes._decision import (
+from aiozklock._recipes._core._names import (
     LOCK_MARKER,
     SEQUENCE_DIGITS,
-    Decision,
-    decide,
     guid_of,
     is_lock_node,
     node_prefix,
@@ -44,6 +42,8 @@ from aiozklock._recipes._decision import (
     queue_order,
     sequence_of,
 )
+from aiozklock._recipes._core._queue import Decision
+from aiozklock._recipes._decision import decide
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -10,7 +10,7 @@ import anyio.abc
 import pytest
 
 import aiozklock
-from aiozklock._recipes._decision import nodes_of
+from aiozklock._recipes._core._names import nodes_of
 from aiozklock.testing import FaultProxy
 from tests.conftest import wait_for_children
 
@@ -50,7 +50,7 @@ async def test_cancelled_waiter_whose_cleanup_meets_close_is_still_just_cancelle
     waiter = client.lock(PATH)
     await zk.lock(PATH).acquire()
     queued = anyio.Event()
-    waiter._before_wait_hook = queued.set  # type: ignore[method-assign]
+    waiter._queue._before_wait_hook = queued.set  # type: ignore[method-assign]
     waiter_scope = anyio.CancelScope()
 
     async def wait() -> None:
@@ -182,8 +182,8 @@ async def test_node_left_to_the_janitor_retires_the_guid(
     holder = zk.lock(PATH)
     await holder.acquire()
     queued = anyio.Event()
-    waiter._before_wait_hook = queued.set  # type: ignore[method-assign]
-    old_guid = waiter._guid
+    waiter._queue._before_wait_hook = queued.set  # type: ignore[method-assign]
+    old_guid = waiter._queue.guid
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(waiter.acquire)
@@ -191,7 +191,7 @@ async def test_node_left_to_the_janitor_retires_the_guid(
         proxy.blackhole(True, new="hang")
         await proxy.drop_all()  # disconnected: the cleanup cannot happen now
         tg.cancel_scope.cancel()
-    assert waiter._guid != old_guid
+    assert waiter._queue.guid != old_guid
     assert len(nodes_of(await zk.get_children(PATH), old_guid)) == 1  # janitor's job now
     proxy.blackhole(False)
     await holder.release()

@@ -25,7 +25,7 @@ import pytest
 
 import aiozklock
 from aiozklock import SessionState, StateChange
-from aiozklock._recipes._decision import nodes_of
+from aiozklock._recipes._core._names import nodes_of
 from aiozklock._wire import _session as session_module
 from aiozklock.testing import (
     FaultProxy,
@@ -36,6 +36,7 @@ from aiozklock.testing import (
     RawZooKeeperConnection,
     ZooKeeperCluster,
     ZooKeeperMember,
+    session_of,
 )
 from tests.conftest import ClientFactory, wait_for_queue
 from tests.test_faults import (
@@ -129,11 +130,11 @@ async def test_lost_create_reply_then_timeout_or_cancel_leaves_no_node(
     holder = holder_client.lock(PATH, identifier="holder")
     await holder.acquire()
     lock = client.lock(PATH, identifier="f2")
-    guid = lock._guid  # the lock retires it if a node of ours is left to its janitor
-    baseline_watchers = client.session.watcher_count()
+    guid = lock._queue.guid  # the lock retires it if a node of ours is left to its janitor
+    baseline_watchers = session_of(client).watcher_count()
     states = StateLog(client)
     waiting = anyio.Event()
-    lock._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    lock._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
     parent = f"{chroot}{PATH}"
 
     def refuse_reconnects(change: StateChange) -> None:
@@ -142,7 +143,7 @@ async def test_lost_create_reply_then_timeout_or_cancel_leaves_no_node(
             proxy.blackhole(True, new="refuse")
 
     remove_listener = (
-        client.session.add_listener(refuse_reconnects) if where == "disconnected" else None
+        session_of(client).add_listener(refuse_reconnects) if where == "disconnected" else None
     )
     # The last exchange now: the client's own LOST clock starts here, far from this test's end.
     await client.exists("/")
@@ -208,8 +209,8 @@ async def test_lost_create_reply_then_timeout_or_cancel_leaves_no_node(
     assert states.first(is_state(SessionState.LOST)) is None, states.changes
     assert set(proxy.session_ids) == {session_id}
     assert await guid_nodes(observer, parent, guid) == []
-    assert await guid_nodes(observer, parent, lock._guid) == []
-    assert client.session.watcher_count() == baseline_watchers
+    assert await guid_nodes(observer, parent, lock._queue.guid) == []
+    assert session_of(client).watcher_count() == baseline_watchers
     # Reusable: the same object gets the lock once it is free, with a newer token.
     holder_token = holder.fencing_token
     await holder.release()
@@ -272,7 +273,7 @@ async def test_release_right_after_connection_drop(
             # Polled at every checkpoint: the first moment the session has let the
             # connection go (it is closing it, and reports SUSPENDED after that).
             with anyio.fail_after(2):
-                while connection_of(client.session) is not None:
+                while connection_of(session_of(client)) is not None:
                     await anyio.lowlevel.checkpoint()
         state_at_release = client.state
         release_called = time.monotonic()
@@ -572,15 +573,15 @@ async def test_predecessor_gone_between_check_and_wait(
     chroot: str,
 ) -> None:
     """F15 (deterministic): the predecessor goes away between the waiter's existence check
-    (node there, watch set) and its wait, via ``Lock._before_wait_hook``: either its holder is
-    told to release at that instant, or the hook blocks the waiter's event loop until the
+    (node there, watch set) and its wait, via the queue's ``_before_wait_hook``: either its
+    holder is told to release at that instant, or the hook blocks the waiter's event loop until the
     server has deleted it (the NodeDeleted is then already queued for the waiter). No
     wake-up is lost: the waiter acquires within 1 s, and no watch is left behind."""
     client = await open_client(session_timeout=TIMEOUT)
     holder_client = await open_client(session_timeout=TIMEOUT)
     history = History()
     lock = client.lock(PATH, identifier="waiter")
-    baseline_watchers = client.session.watcher_count()
+    baseline_watchers = session_of(client).watcher_count()
     hook_calls: list[float] = []
     gone_at: list[float] = []
     release_now = anyio.Event()
@@ -614,7 +615,7 @@ async def test_predecessor_gone_between_check_and_wait(
             hook_calls.append(time.monotonic())
             gone_at.append(delete_from_another_thread(first_host(zk_hosts), predecessor))
 
-    lock._before_wait_hook = hook  # type: ignore[method-assign]
+    lock._queue._before_wait_hook = hook  # type: ignore[method-assign]
     async with anyio.create_task_group() as tg:
         if how == "released-by-holder":
             tg.start_soon(hold)
@@ -628,7 +629,7 @@ async def test_predecessor_gone_between_check_and_wait(
     report("F15-race", how=how, gone_to_acquired=waiter.acquired_at - gone_at[0])
     assert waiter.acquired_at >= hook_calls[0]
     assert waiter.acquired_at - gone_at[0] < 1.0
-    assert client.session.watcher_count() == baseline_watchers
+    assert session_of(client).watcher_count() == baseline_watchers
     report_ = history.check()
     assert report_.ok, str(report_)
     assert await client.get_children(PATH) == []
@@ -695,7 +696,7 @@ async def test_fast_handoffs_lose_no_wakeup(open_client: ClientFactory) -> None:
     # FIFO: a released lock goes to the next in line, and the others are always in line.
     assert handoffs >= F15_HANDOFFS // 2
     for client in clients.values():
-        assert client.session.watcher_count() == 0
+        assert session_of(client).watcher_count() == 0
     assert await clients["a"].get_children(PATH) == []
 
 
@@ -888,7 +889,7 @@ async def test_frozen_follower_clients_fail_over(
             async with aiozklock.connect(
                 hosts + chroot, session_timeout=timeout, connect_timeout=connect_timeout
             ) as client:
-                connected_to[name] = client.session._current_host()
+                connected_to[name] = session_of(client)._current_host()
                 await client.exists("/")
         except aiozklock.ZooKeeperUnavailable as exc:
             connect_errors[name] = exc
@@ -910,7 +911,7 @@ async def test_frozen_follower_clients_fail_over(
                 for name, policy in (("holder", "expired"), ("waiter", "suspended"))
             }
             for client in clients.values():
-                assert client.session._current_host() == frozen.address
+                assert session_of(client)._current_host() == frozen.address
             sessions = {name: c.session_id for name, c in clients.items()}
             logs = {name: StateLog(c) for name, c in clients.items()}
             async with anyio.create_task_group() as tg:
@@ -934,7 +935,7 @@ async def test_frozen_follower_clients_fail_over(
                         for name, log in logs.items()
                     }
                 for name, client in clients.items():
-                    assert client.session._current_host() != frozen.address
+                    assert session_of(client)._current_host() != frozen.address
                     assert client.session_id == sessions[name]
                     assert logs[name].states()[:2] == ["SUSPENDED", "CONNECTED"], logs[name]
                 # Still held, by the same session; the waiter is still waiting.

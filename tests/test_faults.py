@@ -32,6 +32,7 @@ from aiozklock.testing import (
     WatchEventType,
     ZooKeeperCluster,
     expire_session,
+    session_of,
 )
 from tests.conftest import ClientFactory, wait_for_queue
 
@@ -261,7 +262,7 @@ async def test_waiter_connection_drop_keeps_session_and_wakes_after_release(
             # Requests are answered in order: once this returns, the exists reply (and so
             # the watch) has reached the waiter's session.
             await waiter_client.exists("/")
-        assert waiter_client.session.watcher_count() >= 1
+        assert session_of(waiter_client).watcher_count() >= 1
         exists_before_drop = proxy.count(Opcode.EXISTS)
 
         await proxy.drop_all()
@@ -320,7 +321,7 @@ async def test_real_session_expiry_while_holding(
     holder_client = await open_client(proxy, session_timeout=TIMEOUT)
     other_client = await open_client(session_timeout=TIMEOUT)
     old_session = holder_client.session_id
-    password = holder_client.session.password
+    password = session_of(holder_client).password
     history = History()
     lock = holder_client.lock(PATH, identifier="holder")
     outcome = HolderOutcome()
@@ -418,7 +419,7 @@ async def test_partition_longer_than_session_timeout(
     holder_client = await open_client(proxy, session_timeout=TIMEOUT, loss_policy=policy)
     waiter_client = await open_client(session_timeout=TIMEOUT)
     old_session = holder_client.session_id
-    timeout = holder_client.session.timeout
+    timeout = session_of(holder_client).timeout
     assert timeout == TIMEOUT  # negotiated as asked
     history = History()
     lock = holder_client.lock(PATH, identifier="holder")
@@ -674,7 +675,7 @@ async def test_close_fails_pending_waiter_and_ends_the_session(
     # close() is called from the task that entered the client, as a user would; code after
     # it must go on running (test_client covers that on its own).
     client = await open_client(proxy, session_timeout=TIMEOUT)
-    session_id, password = client.session_id, client.session.password
+    session_id, password = client.session_id, session_of(client).password
     history = History()
     holder_lock = client.lock(PATH, identifier="holder")
     waiter_lock = client.lock(PATH, identifier="waiter")

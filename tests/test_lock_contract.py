@@ -11,7 +11,7 @@ import anyio.lowlevel
 import pytest
 
 import aiozklock
-from aiozklock.testing import FencedStore, History
+from aiozklock.testing import FencedStore, History, session_of
 from tests.conftest import wait_for_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -253,7 +253,7 @@ async def test_waiter_cancelled_leaves_no_node_and_object_stays_usable(
             await waiter_lock.acquire()
         assert scope.cancelled_caught
         assert len(await zk.get_children(PATH)) == 1
-        assert other.session.watcher_count() == 0
+        assert session_of(other).watcher_count() == 0
     async with waiter_lock.acquire(timeout=2):
         assert waiter_lock.is_held
     assert await zk.get_children(PATH) == []

@@ -14,8 +14,8 @@ import anyio.lowlevel
 import pytest
 
 import aiozklock
-from aiozklock._recipes._decision import nodes_of
-from aiozklock.testing import FaultProxy
+from aiozklock._recipes._core._names import nodes_of
+from aiozklock.testing import FaultProxy, session_of
 from tests.conftest import wait_for_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(40)]
@@ -198,7 +198,7 @@ def _bursts(proxy: FaultProxy) -> int:
 
 
 async def _our_nodes(zk: aiozklock.ZooKeeperClient, lock: aiozklock.Lock) -> list[str]:
-    return nodes_of(await zk.get_children(PATH), lock._guid)
+    return nodes_of(await zk.get_children(PATH), lock._queue.guid)
 
 
 async def test_lost_create_reply_uncontended_yields_exactly_one_node(
@@ -234,7 +234,7 @@ async def test_lost_create_reply_contended_keeps_one_node_in_the_queue(
     proxy.arm_drop_after([CREATE2], 1)
     acquired = anyio.Event()
     waiting = anyio.Event()  # set once the waiter watches its predecessor (after adoption)
-    lock._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    lock._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
 
     async def waiter() -> None:
         async with lock:
@@ -319,10 +319,10 @@ async def test_cancelled_acquire_leaves_nothing_behind(
 
             tg.start_soon(queue_in_the_middle)
             await wait_for_queue(zk, PATH, 2)
-        baseline_watchers = client.session.watcher_count()
+        baseline_watchers = session_of(client).watcher_count()
         proxy.set_delay(0.3)  # every request stays in flight 0.3 s
         waiting = anyio.Event()
-        lock._before_wait_hook = waiting.set  # type: ignore[method-assign]
+        lock._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
 
         async def trigger() -> None:
             if point == "create-in-flight":
@@ -342,7 +342,7 @@ async def test_cancelled_acquire_leaves_nothing_behind(
     assert not lock.is_held
     proxy.set_delay(0)
     assert await _our_nodes(zk, lock) == []
-    assert client.session.watcher_count() == baseline_watchers
+    assert session_of(client).watcher_count() == baseline_watchers
     await holder.release()
     async with lock.acquire(timeout=2):  # the object stays usable
         assert lock.is_held
@@ -360,7 +360,7 @@ async def test_next_in_line_is_granted_by_the_notification_alone(
     holder = zk.lock(PATH)
     await holder.acquire()
     waiting = anyio.Event()
-    lock._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    lock._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
     sent_for_the_grant: list[int] = []
 
     async def wait_then_release() -> None:

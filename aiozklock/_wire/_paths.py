@@ -1,10 +1,12 @@
-"""Validation of znode paths and connect strings, done before any request is sent.
+"""Validation of every argument, done before any request is sent.
 
-The rules are ZooKeeper's own (``PathUtils.validatePath``): checking them here turns what would be
-a server error, a silently rewritten path or a closed connection into a clear ``ValueError``.
+Path rules are ZooKeeper's own (``PathUtils.validatePath``): checking them here turns what would
+be a server error, a silently rewritten path or a closed connection into a clear ``ValueError``.
 """
 
 from __future__ import annotations
+
+import math
 
 from aiozklock._exceptions import InvalidArgument
 
@@ -58,13 +60,53 @@ def validate_data(data: object, *, what: str = "data") -> bytes:
     return raw
 
 
+def validate_recipe_path(path: object, *, what: str = "lock path") -> str:
+    """A path a recipe may queue under: valid, not the root, not under ``/zookeeper``."""
+    checked = validate_path(path, what=what)
+    if checked == "/":
+        raise InvalidArgument(f"the {what} cannot be the root '/'")
+    if checked == "/zookeeper" or checked.startswith("/zookeeper/"):
+        raise InvalidArgument(f"/zookeeper is reserved for ZooKeeper itself: {checked!r}")
+    return checked
+
+
+def validate_timeout(timeout: object) -> float | None:
+    """A wait bound in seconds: ``None`` or infinity mean no bound."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise InvalidArgument(f"timeout must be a number of seconds or None, not {timeout!r}")
+    if math.isnan(timeout) or timeout < 0:
+        raise InvalidArgument(f"timeout must be >= 0, not {timeout!r}")
+    return None if math.isinf(timeout) else float(timeout)
+
+
+def positive_seconds(name: str, value: object) -> float:
+    """A positive, finite duration in seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"{name} must be a number of seconds, not {value!r}")
+    if math.isnan(value) or math.isinf(value) or value <= 0:
+        raise InvalidArgument(f"{name} must be a positive, finite number of seconds: {value!r}")
+    return float(value)
+
+
+MAX_IDENTIFIER = 1024
+
+
+def validate_identifier(identifier: object, *, what: str = "identifier") -> str | None:
+    """An optional human-readable name stored in a recipe's node data."""
+    if identifier is None:
+        return None
+    if not isinstance(identifier, str):
+        raise InvalidArgument(f"{what} must be a str, not {type(identifier).__name__}")
+    if len(identifier) > MAX_IDENTIFIER:
+        raise InvalidArgument(f"{what} is longer than {MAX_IDENTIFIER} characters")
+    return identifier
+
+
 def join(parent: str, child: str) -> str:
+    """``parent/child`` (the root has no trailing slash to add)."""
     return f"{parent}/{child}" if parent != "/" else f"/{child}"
-
-
-def parent_of(path: str) -> str:
-    head = path.rpartition("/")[0]
-    return head or "/"
 
 
 def parse_hosts(hosts: object) -> tuple[list[tuple[str, int]], str]:

@@ -16,6 +16,7 @@ from ._history import HistoryReport as HistoryReport
 from ._history import Margin as Margin
 from ._history import Pause as Pause
 from ._history import StaleWrite as StaleWrite
+from ._internals import session_of as session_of
 from ._nemesis import FAULT_KINDS as FAULT_KINDS
 from ._nemesis import FaultGroup as FaultGroup
 from ._nemesis import FaultRecord as FaultRecord
@@ -43,6 +44,7 @@ from ._server import find_zookeeper_classpath as find_zookeeper_classpath
 from ._server import four_letter_word as four_letter_word
 
 __all__ = (
+    "session_of",
     "FAULT_KINDS",
     "AcquireAttempt",
     "CriticalSection",

@@ -52,6 +52,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 import aiozklock
 from aiozklock._exceptions import ConnectionLoss, NoNodeError, SessionExpired
 from aiozklock._wire._protocol import EventType, WatchedEvent, exists_op, get_children_op
+from aiozklock.testing._internals import session_of
 
 from ._expiry import expire_session
 from ._history import FencedStore, History, HistoryReport
@@ -519,7 +520,7 @@ class _Observer:
                 await self._watch_node(name)
 
     async def _list_loop(self) -> None:
-        session = self.zk.session
+        session = session_of(self.zk)
         server_path = session.server_path(self.path)
         while True:
             changed = anyio.Event()
@@ -546,7 +547,7 @@ class _Observer:
             await changed.wait()
 
     async def _watch_node(self, name: str) -> None:
-        session = self.zk.session
+        session = session_of(self.zk)
         node_path = session.server_path(f"{self.path}/{name}")
 
         def on_event(event: WatchedEvent) -> None:
@@ -574,7 +575,7 @@ class _Observer:
 
     async def leftovers(self, bound: float) -> list[str]:
         """The lock path's children, waiting up to ``bound`` s for them to go."""
-        session = self.zk.session
+        session = session_of(self.zk)
         server_path = session.server_path(self.path)
         deadline = time.monotonic() + bound
         while True:
@@ -877,10 +878,10 @@ class _Nemesis:
     async def run_local(self, client: _Client, config: WorkerConfig) -> None:
         sink: WorkerSink = _LocalSink(self, client)
         async with recorded_client(config, sink) as zk:
-            baseline = zk.session.watcher_count()
+            baseline = session_of(zk).watcher_count()
             try:
                 await run_worker(zk, config, sink, self.stop)
-                client.watchers = (zk.session.watcher_count(), baseline)
+                client.watchers = (session_of(zk).watcher_count(), baseline)
             except Exception as exc:
                 logger.exception("%s: worker failed", client.name)
                 self.errors.append(f"{client.name}: worker failed: {exc!r}")

@@ -40,6 +40,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 import aiozklock
 from aiozklock import SessionState, StateChange
+from aiozklock.testing._internals import session_of
 
 __all__ = [
     "WorkerConfig",
@@ -380,10 +381,10 @@ async def _child_main(config: WorkerConfig) -> None:
         tg.start_soon(stall_watchdog, sys.stderr)
         sink.emit({"type": "hello", "name": config.name, "pid": os.getpid(), "t": time.monotonic()})
         async with recorded_client(config, sink) as zk:
-            baseline = zk.session.watcher_count()
+            baseline = session_of(zk).watcher_count()
             await run_worker(zk, config, sink, sink.stop)
             sink.emit(
-                {"type": "watchers", "count": zk.session.watcher_count(), "baseline": baseline}
+                {"type": "watchers", "count": session_of(zk).watcher_count(), "baseline": baseline}
             )
         await sink.emit_flushed({"type": "closed", "t": time.monotonic()})
         tg.cancel_scope.cancel()

@@ -14,6 +14,7 @@ import anyio.lowlevel
 
 import aiozklock
 from aiozklock._wire._protocol import Created, CreateMode, Op, create_op, delete_op
+from aiozklock.testing import session_of
 from benchmarks.common import (
     SESSION_TIMEOUT,
     Gate,
@@ -118,7 +119,7 @@ async def many(params: Params, gate: Gate) -> Result:
 async def floor(params: Params, gate: Gate) -> Result:
     """The raw floor from our own wire: create+delete of a persistent node, no recipe."""
     async with connect(params) as zk:
-        session = zk.session
+        session = session_of(zk)
 
         def create(name: str) -> Op[Created]:
             server_path = session.server_path(f"{params.path}/{name}")

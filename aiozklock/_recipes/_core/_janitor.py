@@ -19,9 +19,8 @@ from aiozklock._exceptions import (
     SessionExpired,
     ZooKeeperError,
 )
-from aiozklock._recipes._decision import nodes_of
 from aiozklock._wire._paths import join
-from aiozklock._wire._protocol import delete_op, get_children_op
+from aiozklock._wire._protocol import delete_op, exists_op, get_children_op
 from aiozklock._wire._session import Session
 
 log = logging.getLogger(__name__)
@@ -31,22 +30,21 @@ Spawn = Callable[[Job], object]
 
 
 class Janitor:
+    """Runs the deletes a caller could not finish; errors are logged, never raised into the
+    client's task group (which would take the user's code down with it)."""
+
     def __init__(self, session: Session, spawn: Spawn) -> None:
         self._session = session
         self._spawn = spawn
 
-    def spawn(self, job: Job, what: str) -> None:
-        """Run a best-effort background job; its errors are logged, never raised into the
-        client's task group (which would take the user's code down with it)."""
-        self._run(job, what)
-
-    def delete(self, path: str, generation: int) -> None:
-        """Delete ``path`` once possible, unless its session ends first."""
-        self._run(lambda: self._delete(path, generation), f"delete {path}")
+    def delete(self, path: str, generation: int, *, czxid: int | None = None) -> None:
+        """Delete ``path`` once possible, unless its session ends first. With ``czxid``, only
+        if the node found there is still that one (a fixed name another holder may reuse)."""
+        self._run(lambda: self._delete(path, generation, czxid), f"delete {path}")
 
     def delete_guid(self, parent: str, guid: str, generation: int) -> None:
-        """Delete every child of ``parent`` carrying ``guid`` (a create whose outcome is
-        unknown), once possible, unless the session ends first."""
+        """Delete every child of ``parent`` whose name carries ``guid`` (a create whose
+        outcome is unknown), once possible, unless the session ends first."""
         self._run(lambda: self._delete_guid(parent, guid, generation), f"sweep {parent}/{guid}")
 
     def _run(self, job: Job, what: str) -> None:
@@ -65,11 +63,18 @@ class Janitor:
         except RuntimeError:  # the client is shutting down: its session, and our nodes, go too
             log.debug("janitor job not started, client closing: %s", what)
 
-    async def _delete(self, path: str, generation: int) -> None:
+    async def _delete(self, path: str, generation: int, czxid: int | None = None) -> None:
         session = self._session
+        server_path = session.server_path(path)
         while True:
             try:
-                await session.call(delete_op(session.server_path(path)), generation=generation)
+                version = -1
+                if czxid is not None:
+                    stat = await session.call(exists_op(server_path), generation=generation)
+                    if stat is None or stat.czxid != czxid:
+                        return  # gone, or another holder's node now
+                    version = stat.version
+                await session.call(delete_op(server_path, version), generation=generation)
                 log.info("janitor deleted %s", path)
                 return
             except NoNodeError:
@@ -84,7 +89,9 @@ class Janitor:
                 children = await session.call(
                     get_children_op(session.server_path(parent)), generation=generation
                 )
-                for name in nodes_of(children, guid):
+                # GUIDs are 32 random hex digits: whatever the recipe's naming, a name
+                # carrying ours is ours.
+                for name in (child for child in children if guid in child):
                     await self._delete(join(parent, name), generation)
                 return
             except NoNodeError:

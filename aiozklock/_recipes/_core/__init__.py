@@ -1,0 +1,1 @@
+"""The queue machinery shared by every recipe: names, holding + loss policy, janitor, queue."""

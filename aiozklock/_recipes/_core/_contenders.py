@@ -1,0 +1,92 @@
+"""Who is queued: our nodes' data (identity JSON) and the queue as read back from ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from aiozklock._exceptions import NoNodeError
+from aiozklock._recipes._core._names import queue_order, sequence_of
+from aiozklock._recipes._core._queue import Queue
+from aiozklock._wire._paths import join, validate_data
+from aiozklock._wire._protocol import Stat, get_data_op
+from aiozklock._wire._session import Session
+
+_HOST = socket.gethostname()
+
+
+@dataclass(frozen=True, slots=True)
+class Contender:
+    """One node in a lock's queue, as read from ZooKeeper by ``Lock.contenders()``."""
+
+    node: str
+    sequence: int
+    is_holder: bool
+    fencing_token: int
+    session_id: int
+    identifier: str | None
+    host: str | None
+    pid: int | None
+    task: str | None
+    enqueued_at: float | None  # Unix time
+
+
+class Identity:
+    """Our nodes' data: who queued (identifier, host, pid, task) and when, as JSON."""
+
+    __slots__ = ("_head",)
+
+    def __init__(self, identifier: str | None) -> None:
+        head = {"identifier": identifier, "host": _HOST, "pid": os.getpid()}
+        self._head = json.dumps(head, ensure_ascii=False)[:-1]  # reused up to the task name
+
+    def data(self, task_name: str | None) -> bytes:
+        """The JSON object for one enqueue (its time is now)."""
+        task = json.dumps(task_name, ensure_ascii=False)
+        text = f'{self._head}, "task": {task}, "enqueued_at": {time.time()!r}}}'
+        return validate_data(text.encode())
+
+
+async def read_contenders(session: Session, queue: Queue, path: str) -> list[Contender]:
+    """The queue under ``path``, holder first, read from ZooKeeper (one round trip for the
+    listing, one for the nodes' data)."""
+    try:
+        children = await queue.list_children(path, None, None)
+    except NoNodeError:
+        return []
+    names = queue_order(children)
+    ops = [get_data_op(session.server_path(join(path, name))) for name in names]
+    results = await session.pipeline(ops) if ops else []
+    # A node that vanished while we read was released: the next one is the holder.
+    present = [(n, r) for n, r in zip(names, results, strict=True) if isinstance(r, tuple)]
+    return [
+        _contender(name, data, stat, position == 0)
+        for position, (name, (data, stat)) in enumerate(present)
+    ]
+
+
+def _contender(name: str, data: bytes, stat: Stat, is_holder: bool) -> Contender:
+    try:
+        identity = json.loads(data.decode()) if data else {}
+        if not isinstance(identity, dict):
+            identity = {}
+    except ValueError:
+        identity = {}
+    return Contender(
+        node=name,
+        sequence=sequence_of(name),
+        is_holder=is_holder,
+        fencing_token=stat.czxid,
+        session_id=stat.ephemeral_owner,
+        identifier=identity.get("identifier"),
+        host=identity.get("host"),
+        pid=identity.get("pid"),
+        task=identity.get("task"),
+        enqueued_at=identity.get("enqueued_at"),
+    )
+
+
+__all__ = ("Contender", "Identity", "read_contenders")

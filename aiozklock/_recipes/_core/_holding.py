@@ -1,0 +1,111 @@
+"""The holding record of one acquisition, and the loss policy that cancels its holders.
+
+A recipe registers a ``Holding`` when it is granted; the ``LossMonitor`` marks it lost (and
+cancels the ``async with`` bodies in its scopes) as soon as the session can no longer be
+trusted under the client's loss policy, and leaves the nodes to the janitor.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import anyio
+
+from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._wire._session import Session, SessionState, StateChange
+
+log = logging.getLogger(__name__)
+
+LossPolicy = Literal["suspended", "expired"]
+LOSS_POLICIES: tuple[LossPolicy, ...] = ("suspended", "expired")
+
+
+@dataclass(eq=False)
+class Holding:
+    """One acquisition: our node(s), the session generation they live in, the fencing token
+    (czxid), and the cancel scopes of the bodies to cancel if it can no longer be trusted.
+
+    ``guarded``: the node names are not unique to us (a fixed node), so a background delete
+    must first check that the node still has our czxid.
+    """
+
+    nodes: tuple[str, ...]
+    generation: int
+    token: int
+    guarded: bool = False
+    scopes: list[anyio.CancelScope] = field(default_factory=list)
+    lost: bool = False
+    lost_reason: str = ""
+
+    def mark_lost(self, reason: str) -> bool:
+        """Mark the holding lost and cancel its bodies; True if it was not lost before."""
+        if self.lost:
+            return False
+        self.lost = True
+        self.lost_reason = reason
+        for scope in self.scopes:
+            scope.cancel()
+        return True
+
+
+class HoldingRegistry(Protocol):
+    """What a recipe needs from a loss policy."""
+
+    def register(self, holding: Holding) -> None: ...
+
+    def unregister(self, holding: Holding) -> None: ...
+
+
+class LossMonitor:
+    """Decides when a session-bound holding can no longer be trusted, and tells its holder.
+
+    ``"suspended"``: as soon as the session is SUSPENDED (connection lost, or nothing heard
+    for half the session timeout): before the server can expire the session and grant the
+    lock to someone else. ``"expired"``: only once the session is LOST; the holder keeps the
+    lock through short disconnections, at the price of a thin margin before a re-grant.
+    """
+
+    def __init__(self, session: Session, mode: LossPolicy, janitor: Janitor) -> None:
+        self._session = session
+        self._mode = mode
+        self._janitor = janitor
+        self._holdings: set[Holding] = set()
+        self.close = session.add_listener(self._on_state)
+
+    def register(self, holding: Holding) -> None:
+        """Watch ``holding``; it is marked lost at once if the session is unsafe now."""
+        self._holdings.add(holding)
+        reason = self._unsafe(self._session.state, self._session.generation, holding)
+        if reason:
+            self._lose(holding, reason)
+
+    def unregister(self, holding: Holding) -> None:
+        """Stop watching ``holding`` (released)."""
+        self._holdings.discard(holding)
+
+    def _unsafe(self, state: SessionState, generation: int, holding: Holding) -> str | None:
+        if generation != holding.generation or state in (SessionState.LOST, SessionState.CLOSED):
+            return f"session {state.value.lower()}"
+        if self._mode == "suspended" and state is not SessionState.CONNECTED:
+            return f"session {state.value.lower()} (loss_policy='suspended')"
+        return None
+
+    def _on_state(self, change: StateChange) -> None:
+        for holding in list(self._holdings):
+            reason = self._unsafe(change.state, self._session.generation, holding)
+            if reason:
+                self._lose(holding, f"{reason}: {change.reason}")
+
+    def _lose(self, holding: Holding, reason: str) -> None:
+        if holding.mark_lost(reason):
+            log.warning("lock node(s) %s lost: %s", ", ".join(holding.nodes), reason)
+            if self._session.state is not SessionState.CLOSED:
+                # If the session comes back, the nodes must not stay behind, held by nobody.
+                for node in holding.nodes:
+                    czxid = holding.token if holding.guarded else None
+                    self._janitor.delete(node, holding.generation, czxid=czxid)
+
+
+__all__ = ("LOSS_POLICIES", "Holding", "HoldingRegistry", "LossMonitor", "LossPolicy")

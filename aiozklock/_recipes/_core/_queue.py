@@ -1,0 +1,574 @@
+"""The queue engine: our place in one or more ephemeral-sequential queues, one per member path.
+
+One GUID names our node in every member queue. The engine:
+
+* enqueues in one round trip: the create (one ``create2``, or one ``multi`` of creates for
+  several members) pipelined with the ``getChildren`` of every member; a missing member path
+  costs one more round trip (its container goes in the same write as the retried create);
+* resolves a lost create reply by GUID, never by a blind resend: a node is adopted only if its
+  ephemeral owner is our current session, duplicates are deleted;
+* asks a pure decision function, per member, whether we are first and whom to watch, and waits
+  on those predecessors only (the wake-up event exists before the existence check, and session
+  state changes wake the waiter too);
+* on failure or cancellation leaves nothing behind: cleanup is shielded and bounded, and what
+  cannot be done at once goes to the janitor.
+
+A node missing on one member while present on others is never re-created alone: all of ours are
+deleted and every member is enqueued again in one transaction, which keeps the multi-lock's
+ordering argument (see ``_multilock.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from aiozklock._exceptions import (
+    AiozklockError,
+    ClientClosed,
+    ConnectionLoss,
+    LockTimeout,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpired,
+)
+from aiozklock._recipes._core._holding import Holding
+from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._names import node_prefix, nodes_of
+from aiozklock._wire._paths import join
+from aiozklock._wire._protocol import (
+    Created,
+    CreateMode,
+    EventType,
+    MultiCreate,
+    MultiDelete,
+    MultiResult,
+    Op,
+    Stat,
+    WatchedEvent,
+    container_path_ops,
+    create_op,
+    delete_op,
+    exists_op,
+    get_children_op,
+    multi_op,
+)
+from aiozklock._wire._session import Session, SessionState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a contender should do next in one queue (a decision function's answer).
+
+    ``held``: we are first (for this recipe's meaning of first). ``predecessor``: the one node
+    to wait for; ``None`` when held or when our node is missing. ``ahead``: how many nodes are
+    queued ahead of ours (0 when held or missing); nothing can ever queue ahead of a node
+    later, so this only shrinks. ``missing``: our node is not among the children (deleted, or
+    the session that owned it is gone) and must be created again. ``stale``: other nodes
+    carrying our GUID, left behind by an earlier attempt; they must be deleted, and they still
+    count in the queue until they are (others wait on them).
+    """
+
+    held: bool
+    predecessor: str | None
+    missing: bool
+    stale: tuple[str, ...]
+    ahead: int = field(default=0, compare=False)
+
+
+Decide = Callable[[Iterable[str], str, str], Decision]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What to do next across all member queues (see ``plan``), in this order of priority:
+    delete ``stale`` nodes of ours; ``requeue`` everywhere (a node of ours is missing); we
+    are ``held`` (first on every member); or wait on the predecessors in ``waits``."""
+
+    stale: tuple[tuple[str, str], ...]
+    requeue: bool
+    held: bool
+    waits: dict[str, Decision]
+
+
+def plan(listings: dict[str, list[str]], nodes: dict[str, str], guid: str, decide: Decide) -> Step:
+    """Combine one decision per member queue: held only when first on every member."""
+    decisions = {member: decide(listings[member], nodes[member], guid) for member in listings}
+    stale = tuple((m, name) for m, d in decisions.items() for name in d.stale)
+    return Step(
+        stale=stale,
+        requeue=any(d.missing for d in decisions.values()),
+        held=all(d.held for d in decisions.values()),
+        waits={m: d for m, d in decisions.items() if not d.held},
+    )
+
+
+Listings = dict[str, list[str]]  # member path -> its children
+_EPHEMERAL_SEQUENTIAL = CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL
+_PARENT_ATTEMPTS = 3  # the server may reap an empty container parent between our requests
+
+
+class Queue:
+    """Our nodes, one per member path, under one GUID (see the module docstring).
+
+    ``label`` names the recipe object in messages. A queue is used by one task at a time (the
+    recipe's local lock serialises its tasks).
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        janitor: Janitor,
+        members: Sequence[str],
+        decide: Decide,
+        label: str,
+    ) -> None:
+        self.members = tuple(members)
+        self._session = session
+        self._janitor = janitor
+        self._decide = decide
+        self._label = label
+        self.guid = uuid.uuid4().hex
+        self.nodes: dict[str, str] = {}  # member -> our node's name, while queued or holding
+        self.generation = -1
+        self.token: int | None = None
+        self._unresolved = False  # a create was sent and its outcome is unknown
+
+    # ---------------------------------------------------------------- acquire
+
+    async def acquire(self, deadline: float | None, data: Callable[[], bytes]) -> Holding:
+        """Queue on every member and wait until first on all; returns the holding.
+
+        ``data()`` gives our nodes' data at each enqueue. Raises ``LockTimeout`` at
+        ``deadline``; on any failure or cancellation nothing of ours is left queued.
+        """
+        try:
+            await self._until_first(deadline, data)
+        except TimeoutError as exc:
+            await self.abandon()
+            if isinstance(exc, LockTimeout):
+                raise
+            raise LockTimeout(f"{self._label} not acquired in time: {exc}") from None
+        except BaseException:
+            await self.abandon()
+            raise
+        assert self.token is not None
+        nodes = tuple(join(member, self.nodes[member]) for member in self.members)
+        return Holding(nodes, self.generation, self.token)
+
+    async def _until_first(self, deadline: float | None, data: Callable[[], bytes]) -> None:
+        listings: Listings | None = None
+        while True:
+            try:
+                if listings is None:
+                    listings = await self._enqueue(deadline, data)
+                step = plan(listings, self.nodes, self.guid, self._decide)
+                if step.stale:
+                    await self._delete_stale(step.stale)
+                    for member, name in step.stale:
+                        listings[member] = [c for c in listings[member] if c != name]
+                elif step.requeue:
+                    if len(self.members) > 1:
+                        await self._delete_all_of_ours()  # never re-create one member alone
+                    listings = None
+                elif step.held:
+                    return
+                else:
+                    await self._wait(step.waits, listings, deadline)
+            except SessionExpired:
+                listings = None  # our nodes' session is gone: queue again in the new one
+
+    def _create_op(self, data: bytes) -> Op[Any]:
+        session = self._session
+        prefixes = [
+            session.server_path(join(member, node_prefix(self.guid))) for member in self.members
+        ]
+        if len(prefixes) == 1:
+            return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, session.client_path)
+        creates = [MultiCreate(prefix, data, _EPHEMERAL_SEQUENTIAL) for prefix in prefixes]
+        return multi_op(creates, session.client_path)
+
+    def _adopt_created(self, created: object, generation: int) -> bool:
+        """Record our nodes from a create's reply; False if it failed."""
+        if isinstance(created, Created):
+            self._adopt({self.members[0]: created.path}, created.stat.czxid, generation)
+            return True
+        if isinstance(created, MultiResult) and created.ok:
+            paths = dict(zip(self.members, created.results, strict=True))
+            self._adopt(paths, created.zxid, generation)  # the transaction's zxid: the czxid
+            return True
+        return False
+
+    def _adopt(self, paths: dict[str, Any], token: int, generation: int) -> None:
+        self.nodes = {member: str(path).rpartition("/")[2] for member, path in paths.items()}
+        self.token = token
+        self.generation = generation
+
+    async def _enqueue(self, deadline: float | None, data: Callable[[], bytes]) -> Listings:
+        """Create our nodes and list the queues, in one round trip. Returns the listings."""
+        session = self._session
+        parent_ops: list[Op[Any]] = []
+        whole_chain: set[str] = set()
+        attempts = _PARENT_ATTEMPTS
+        while True:
+            generation = session.generation
+            self.nodes = {}
+            listing_ops = [get_children_op(session.server_path(m)) for m in self.members]
+            ops = [*parent_ops, self._create_op(data()), *listing_ops]
+            self._unresolved = True
+            try:
+                results = await session.pipeline(ops, generation=generation, wait_until=deadline)
+            except SessionExpired:
+                self._unresolved = False
+                continue  # the session changed before we could send: bind to the new one
+            except TimeoutError:
+                self._unresolved = False  # nothing was sent
+                raise
+            parents, created = results[: len(parent_ops)], results[len(parent_ops)]
+            listings = results[len(parent_ops) + 1 :]
+            if self._adopt_created(created, generation):
+                self._unresolved = False
+                return await self._complete(listings, generation, deadline)
+            index, failure = _failure_of(created)
+            # The member whose create failed, and any whose listing says it is missing (the
+            # listing may also find a path another session created meanwhile).
+            missing = [
+                m
+                for i, (m, r) in enumerate(zip(self.members, listings, strict=True))
+                if i == index or isinstance(r, NoNodeError)
+            ]
+            if isinstance(failure, NoNodeError) and attempts > 0:
+                self._unresolved = False
+                # A member whose own container failed NoNode needs its ancestors too.
+                failed = {
+                    op.path
+                    for op, result in zip(parent_ops, parents, strict=True)
+                    if isinstance(result, NoNodeError)
+                }
+                whole_chain |= {m for m in missing if session.server_path(m) in failed}
+                parent_ops = self._parent_ops(missing, whole_chain)
+                attempts -= 1
+                continue
+            for result in parents:
+                if isinstance(result, BaseException) and not isinstance(result, NodeExistsError):
+                    self._unresolved = False
+                    raise result
+            if isinstance(failure, SessionExpired):
+                self._unresolved = False
+                continue
+            if isinstance(failure, ConnectionLoss):
+                try:
+                    recovered = await self._recover_create(generation, deadline)
+                except SessionExpired:
+                    self._unresolved = False  # the session and any node it made are gone
+                    continue
+                if recovered is not None:
+                    return recovered
+                continue
+            self._unresolved = False
+            raise failure
+
+    async def _complete(
+        self, listings: Sequence[object], generation: int, deadline: float | None
+    ) -> Listings:
+        """The listings that came with our create; any that failed is read again."""
+        complete: Listings = {}
+        for member, listing in zip(self.members, listings, strict=True):
+            if isinstance(listing, list):
+                complete[member] = listing
+            else:
+                complete[member] = await self.list_children(member, generation, deadline)
+        return complete
+
+    def _parent_ops(self, missing: Iterable[str], whole_chain: set[str]) -> list[Op[Any]]:
+        """Container creates for the missing members: only the member path at first (its
+        ancestors usually exist, and even a create that fails NodeExists is a logged
+        transaction), its whole chain (chroot included) if its parent is missing too."""
+        session = self._session
+        ops: dict[str, Op[Any]] = {}
+        for member in missing:
+            chain = container_path_ops(session.server_path(member), session.client_path)
+            for op in chain if member in whole_chain else chain[-1:]:
+                ops.setdefault(op.path, op)
+        return list(ops.values())
+
+    async def _recover_create(self, generation: int, deadline: float | None) -> Listings | None:
+        """The create's reply was lost: find our nodes by GUID. Returns the listings if ours
+        were adopted, None to create again."""
+        session = self._session
+        while True:
+            listings = await self._list_all(generation, deadline)
+            ours = [(m, name) for m in self.members for name in nodes_of(listings[m], self.guid)]
+            stats = await session.pipeline(
+                [exists_op(session.server_path(join(m, name))) for m, name in ours],
+                generation=generation,
+            )
+            # Without every answer we cannot tell "not created" from "reply lost": ask again.
+            if not any(isinstance(stat, ConnectionLoss) for stat in stats):
+                break
+        adopted: dict[str, str] = {}
+        token = 0
+        duplicates = []
+        # Newest first: the create whose reply we lost made the newest node of ours.
+        for (member, name), stat in reversed(list(zip(ours, stats, strict=True))):
+            if not isinstance(stat, Stat):
+                continue
+            if member not in adopted and stat.ephemeral_owner == session.session_id:
+                adopted[member] = name
+                token = stat.czxid
+            else:
+                duplicates.append((member, name))
+        if adopted and len(adopted) < len(self.members):
+            duplicates += list(adopted.items())  # a partial set cannot be ours: queue anew
+            adopted = {}
+        if duplicates:
+            await self._delete_stale(duplicates)
+        self._unresolved = False
+        if not adopted:
+            return None
+        self._adopt(adopted, token, generation)
+        log.info("%s: adopted %s after a lost create reply", self._label, adopted)
+        gone = set(duplicates)
+        return {m: [c for c in listings[m] if (m, c) not in gone] for m in self.members}
+
+    async def list_children(
+        self, member: str, generation: int | None, deadline: float | None
+    ) -> list[str]:
+        """The children of ``member`` (retried after a connection loss: a read)."""
+        session = self._session
+        while True:
+            try:
+                return await session.call(
+                    get_children_op(session.server_path(member)),
+                    generation=generation,
+                    wait_until=deadline,
+                )
+            except ConnectionLoss:
+                continue
+
+    async def _list_all(self, generation: int, deadline: float | None) -> Listings:
+        return {m: await self.list_children(m, generation, deadline) for m in self.members}
+
+    # ---------------------------------------------------------------- waiting
+
+    async def _wait(
+        self, waits: dict[str, Decision], listings: Listings, deadline: float | None
+    ) -> None:
+        """Wait until a predecessor is gone (or the session changes); updates ``listings``.
+
+        A member whose predecessor was the only node ahead of ours is held once the server
+        says that node was deleted: nothing can queue ahead of us later (sequence numbers only
+        grow, and a path with children is never reaped), so no listing is needed to know it.
+        """
+        session = self._session
+        generation = self.generation
+        woken = anyio.Event()
+        deleted: set[str] = set()  # members whose predecessor the server reported deleted
+
+        def on_state(change: object) -> None:
+            woken.set()
+
+        def watcher(member: str) -> Callable[[WatchedEvent], None]:
+            def wake(event: WatchedEvent) -> None:
+                if event.type is EventType.DELETED:
+                    deleted.add(member)
+                woken.set()
+
+            return wake
+
+        watches = {
+            member: (session.server_path(join(member, d.predecessor)), watcher(member))
+            for member, d in waits.items()
+            if d.predecessor is not None
+        }
+        # The event exists, and the watches and the state listener point at it, before the
+        # existence checks: a deletion between a check and the wait cannot be missed.
+        remove_listener = session.add_listener(on_state)
+        try:
+            stats = await self._watch(list(watches.values()), generation, deadline)
+            recheck = set()  # a connection loss: read the queue again after the reconnect
+            for member, stat in zip(watches, stats, strict=True):
+                if stat is None:
+                    deleted.add(member)
+                elif isinstance(stat, ConnectionLoss):
+                    recheck.add(member)
+            if not deleted and not recheck:
+                self._before_wait_hook()
+                if deadline is None:
+                    await woken.wait()
+                else:
+                    with anyio.move_on_after(deadline - time.monotonic()):
+                        await woken.wait()
+                    if not woken.is_set():
+                        raise LockTimeout(f"{self._label} not acquired in time")
+            same_session = session.generation == generation
+            for member, decision in waits.items():
+                if member in deleted and decision.ahead == 1 and same_session:
+                    listings[member] = [self.nodes[member]]
+                elif member in deleted or member in recheck or not deleted or not same_session:
+                    listings[member] = await self.list_children(member, generation, deadline)
+        finally:
+            remove_listener()
+            for path, wake in watches.values():
+                session.remove_watcher(path, wake)
+
+    async def _watch(
+        self,
+        watches: list[tuple[str, Callable[[WatchedEvent], None]]],
+        generation: int,
+        deadline: float | None,
+    ) -> list[Stat | ConnectionLoss | None]:
+        """Set an existence watch on each path, in one write; None where the node is gone,
+        a ``ConnectionLoss`` where we must re-check from a listing after the reconnect."""
+        session = self._session
+        if len(watches) == 1:  # the mutex's hot path: one request
+            ((path, wake),) = watches
+            op = exists_op(path, wake)
+            try:
+                stat = await session.call(op, generation=generation, wait_until=deadline)
+            except ConnectionLoss as exc:
+                return [exc]
+            return [stat]
+        results = await session.pipeline(
+            [exists_op(path, wake) for path, wake in watches],
+            generation=generation,
+            wait_until=deadline,
+        )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, ConnectionLoss):
+                raise result
+        return results
+
+    def _before_wait_hook(self) -> None:
+        """Test seam: runs between the existence checks and the wait (see test_lock_races)."""
+
+    # ---------------------------------------------------------------- release and cleanup
+
+    async def _delete_stale(self, names: Sequence[tuple[str, str]]) -> None:
+        session = self._session
+        ops = [delete_op(session.server_path(join(m, name))) for m, name in names]
+        for (member, name), result in zip(names, await session.pipeline(ops), strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, NoNodeError):
+                self._janitor.delete(join(member, name), session.generation)
+                self.retire_guid()
+
+    async def _delete_all_of_ours(self) -> None:
+        """One member lost its node: delete the others, so all are enqueued again together."""
+        await self._delete_stale(list(self.nodes.items()))
+        self.nodes = {}
+
+    async def delete_own(self) -> None:
+        """Delete our nodes: shielded; returns once they are gone (or their session is)."""
+        if not self.nodes:
+            return
+        session = self._session
+        paths = [session.server_path(join(m, self.nodes[m])) for m in self.members]
+        with anyio.CancelScope(shield=True):
+            if len(paths) > 1 and await self._delete_in_one(paths):
+                return
+            for path in paths:
+                await self._delete_until_gone(path)
+
+    async def _delete_in_one(self, paths: list[str]) -> bool:
+        """One ``multi`` of deletes (one round trip); False to fall back to single deletes
+        (a node already gone fails the whole transaction; a lost reply is resolved by them)."""
+        session = self._session
+        op = multi_op([MultiDelete(path) for path in paths], session.client_path)
+        try:
+            result = await session.call(op, generation=self.generation)
+        except (SessionExpired, ClientClosed):
+            return True  # their session is gone, and the server deletes them with it
+        except ConnectionLoss:
+            return False
+        return result.ok
+
+    async def _delete_until_gone(self, server_path: str) -> None:
+        session = self._session
+        while True:
+            try:
+                await session.call(delete_op(server_path), generation=self.generation)
+                return
+            except (NoNodeError, SessionExpired, ClientClosed):
+                return  # gone, or its session is (and the server deletes it with it)
+            except ConnectionLoss:
+                continue  # outcome unknown: repeat; NoNode then means it worked
+
+    async def abandon(self) -> None:
+        """After a failed or cancelled acquire: leave nothing of ours in the queues."""
+        nodes, generation = self.nodes, self.generation
+        unresolved = self._unresolved
+        self.nodes = {}
+        self.token = None
+        self._unresolved = False
+        if not nodes and not unresolved:
+            return
+        session = self._session
+        if not nodes:
+            generation = session.generation
+        with anyio.CancelScope(shield=True):
+            done = False
+            if session.state is SessionState.CONNECTED and session.generation == generation:
+                with anyio.move_on_after(session.timeout / 2):
+                    done = await self._delete_now(nodes, generation)
+            elif session.generation != generation or session.state is SessionState.CLOSED:
+                done = True  # the nodes' session is gone, and the nodes with it
+        if not done:
+            for member in self.members:
+                if member in nodes:
+                    self._janitor.delete(join(member, nodes[member]), generation)
+                elif not nodes:
+                    self._janitor.delete_guid(member, self.guid, generation)
+            self.retire_guid()
+
+    async def _delete_now(self, nodes: dict[str, str], generation: int) -> bool:
+        session = self._session
+        try:
+            if nodes:
+                ops = [delete_op(session.server_path(join(m, n))) for m, n in nodes.items()]
+                results = await session.pipeline(
+                    ops, generation=generation, wait_until=time.monotonic()
+                )
+                errors = [r for r in results if isinstance(r, BaseException)]
+                if any(not isinstance(e, NoNodeError | SessionExpired) for e in errors):
+                    return False
+            else:
+                listings = await self._list_all(generation, time.monotonic())
+                ours = [(m, n) for m in self.members for n in nodes_of(listings[m], self.guid)]
+                await self._delete_stale(ours)
+            return True
+        except (NoNodeError, SessionExpired):
+            return True
+        except (AiozklockError, TimeoutError):  # ClientClosed included
+            return False
+
+    def retire_guid(self) -> None:
+        """Take a new GUID once a node of ours is left to the janitor: a later lost create
+        reply must never find (and adopt) the node the janitor is about to delete, and a GUID
+        sweep must never hit a node of a later attempt."""
+        self.guid = uuid.uuid4().hex
+
+    def forget(self) -> None:
+        """Released or lost: no node is ours any more."""
+        self.nodes = {}
+        self.token = None
+
+
+def _failure_of(created: object) -> tuple[int, BaseException]:
+    """Which member's create failed (its index), and why."""
+    if isinstance(created, MultiResult):
+        failure = created.failure
+        assert failure is not None
+        return failure
+    assert isinstance(created, BaseException)
+    return 0, created
+
+
+__all__ = ("Decide", "Decision", "Listings", "Queue", "Step", "plan")
