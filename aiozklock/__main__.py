@@ -25,7 +25,7 @@ from typing import TextIO
 import anyio
 
 import aiozklock
-from aiozklock._wire._paths import validate_recipe_path
+from aiozklock._wire._validation import validate_recipe_path
 from aiozklock.testing import FencedStore, History, HistoryReport
 
 DEFAULT_PATH = "/locks/orders/157"

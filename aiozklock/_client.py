@@ -14,7 +14,6 @@ from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPo
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._lock import Lock
 from aiozklock._recipes._multilock import MultiLock
-from aiozklock._wire._paths import parse_hosts, positive_seconds, validate_data, validate_path
 from aiozklock._wire._protocol import (
     CreateMode,
     Stat,
@@ -26,6 +25,7 @@ from aiozklock._wire._protocol import (
     get_data_op,
 )
 from aiozklock._wire._session import Session, SessionState, StateListener
+from aiozklock._wire._validation import parse_hosts, positive_seconds, validate_data, validate_path
 
 T = TypeVar("T")
 

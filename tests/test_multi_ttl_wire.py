@@ -26,7 +26,6 @@ from aiozklock._exceptions import (
     UnimplementedError,
 )
 from aiozklock._wire import _protocol as proto
-from aiozklock._wire._paths import MAX_DATA_BYTES
 from aiozklock._wire._protocol import (
     CreateMode,
     EventType,
@@ -39,6 +38,7 @@ from aiozklock._wire._protocol import (
     exists_op,
     multi_op,
 )
+from aiozklock._wire._validation import MAX_DATA_BYTES
 from aiozklock.testing import ZooKeeperCluster, session_of
 
 pytestmark = pytest.mark.timeout(60)

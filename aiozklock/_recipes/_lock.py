@@ -24,8 +24,8 @@ from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._recipes._core._queue import Queue
 from aiozklock._recipes._decision import decide
-from aiozklock._wire._paths import validate_identifier, validate_recipe_path
 from aiozklock._wire._session import Session
+from aiozklock._wire._validation import validate_identifier, validate_recipe_path
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from aiozklock._exceptions import (
     RolledBackError,
     error_for_code,
 )
-from aiozklock._wire._paths import MAX_DATA_BYTES
+from aiozklock._wire._validation import MAX_DATA_BYTES
 
 T = TypeVar("T")
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from aiozklock._exceptions import NoNodeError
 from aiozklock._recipes._core._names import queue_order, sequence_of
 from aiozklock._recipes._core._queue import Queue
-from aiozklock._wire._paths import join, validate_data
 from aiozklock._wire._protocol import Stat, get_data_op
 from aiozklock._wire._session import Session
+from aiozklock._wire._validation import join, validate_data
 
 _HOST = socket.gethostname()
 

@@ -19,9 +19,9 @@ from aiozklock._exceptions import (
     SessionExpired,
     ZooKeeperError,
 )
-from aiozklock._wire._paths import join
 from aiozklock._wire._protocol import delete_op, exists_op, get_children_op
 from aiozklock._wire._session import Session
+from aiozklock._wire._validation import join
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ import anyio.lowlevel
 
 from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
-from aiozklock._wire._paths import validate_timeout
 from aiozklock._wire._session import Session
+from aiozklock._wire._validation import validate_timeout
 
 P = TypeVar("P", bound="Primitive")
 

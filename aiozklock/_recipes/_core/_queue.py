@@ -41,7 +41,6 @@ from aiozklock._exceptions import (
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import node_prefix, nodes_of
-from aiozklock._wire._paths import join
 from aiozklock._wire._protocol import (
     Created,
     CreateMode,
@@ -60,6 +59,7 @@ from aiozklock._wire._protocol import (
     multi_op,
 )
 from aiozklock._wire._session import Session, SessionState
+from aiozklock._wire._validation import join
 
 log = logging.getLogger(__name__)
 
