@@ -11,6 +11,7 @@ from aiozklock._exceptions import AiozklockError as AiozklockError
 from aiozklock._exceptions import ClientClosed as ClientClosed
 from aiozklock._exceptions import ConnectionLoss as ConnectionLoss
 from aiozklock._exceptions import InvalidArgument as InvalidArgument
+from aiozklock._exceptions import LeadershipLost as LeadershipLost
 from aiozklock._exceptions import LockLost as LockLost
 from aiozklock._exceptions import LockTimeout as LockTimeout
 from aiozklock._exceptions import NodeExistsError as NodeExistsError
@@ -21,6 +22,7 @@ from aiozklock._exceptions import ZooKeeperError as ZooKeeperError
 from aiozklock._exceptions import ZooKeeperUnavailable as ZooKeeperUnavailable
 from aiozklock._recipes._core._contenders import Contender as Contender
 from aiozklock._recipes._core._holding import LossPolicy as LossPolicy
+from aiozklock._recipes._election import Election as Election
 from aiozklock._recipes._lock import Lock as Lock
 from aiozklock._recipes._lock import LockStatistics as LockStatistics
 from aiozklock._recipes._multilock import MultiLock as MultiLock
@@ -36,7 +38,9 @@ __all__ = (
     "ClientClosed",
     "ConnectionLoss",
     "Contender",
+    "Election",
     "InvalidArgument",
+    "LeadershipLost",
     "Lock",
     "LockLost",
     "LockStatistics",

@@ -12,6 +12,7 @@ import anyio.abc
 from aiozklock._exceptions import ClientClosed, ConnectionLoss, InvalidArgument, NodeExistsError
 from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPolicy
 from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._election import Election
 from aiozklock._recipes._lock import Lock
 from aiozklock._recipes._multilock import MultiLock
 from aiozklock._wire._protocol import (
@@ -171,6 +172,16 @@ class ZooKeeperClient:
         assert self._janitor is not None
         return MultiLock(
             session, paths, identifier=identifier, registry=self._policy, janitor=self._janitor
+        )
+
+    def election(self, path: str, *, identifier: str | None = None) -> Election:
+        """A leader election on ``path``: ``async with zk.election(path):`` runs its body as
+        leader (validated now: a bad path or identifier raises ``InvalidArgument``)."""
+        session = self._live_session()
+        assert self._policy is not None
+        assert self._janitor is not None
+        return Election(
+            session, path, identifier=identifier, registry=self._policy, janitor=self._janitor
         )
 
     # ---------------------------------------------------------------- znodes (small API)

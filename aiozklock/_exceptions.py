@@ -27,6 +27,14 @@ class LockLost(AiozklockError):
     """
 
 
+class LeadershipLost(LockLost):
+    """Leadership was held, and then could no longer be trusted to be ours.
+
+    Raised when an ``async with election:`` block whose body was cancelled because of the
+    loss exits, or by ``release()``/``resign()`` after a loss. Another candidate may lead now.
+    """
+
+
 class NotLockOwner(AiozklockError, RuntimeError):
     """``release()`` was called by a task that does not hold the lock."""
 
