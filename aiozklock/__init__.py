@@ -18,11 +18,14 @@ from aiozklock._exceptions import NodeExistsError as NodeExistsError
 from aiozklock._exceptions import NoNodeError as NoNodeError
 from aiozklock._exceptions import NotLockOwner as NotLockOwner
 from aiozklock._exceptions import SessionExpired as SessionExpired
+from aiozklock._exceptions import TTLNotSupported as TTLNotSupported
 from aiozklock._exceptions import ZooKeeperError as ZooKeeperError
 from aiozklock._exceptions import ZooKeeperUnavailable as ZooKeeperUnavailable
 from aiozklock._recipes._core._contenders import Contender as Contender
 from aiozklock._recipes._core._holding import LossPolicy as LossPolicy
 from aiozklock._recipes._election import Election as Election
+from aiozklock._recipes._lease import LeaseLock as LeaseLock
+from aiozklock._recipes._lease import LeaseStatistics as LeaseStatistics
 from aiozklock._recipes._lock import Lock as Lock
 from aiozklock._recipes._lock import LockStatistics as LockStatistics
 from aiozklock._recipes._multilock import MultiLock as MultiLock
@@ -41,6 +44,8 @@ __all__ = (
     "Election",
     "InvalidArgument",
     "LeadershipLost",
+    "LeaseLock",
+    "LeaseStatistics",
     "Lock",
     "LockLost",
     "LockStatistics",
@@ -55,6 +60,7 @@ __all__ = (
     "SessionState",
     "Stat",
     "StateChange",
+    "TTLNotSupported",
     "ZooKeeperClient",
     "ZooKeeperError",
     "ZooKeeperUnavailable",

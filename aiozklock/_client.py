@@ -11,8 +11,9 @@ import anyio.abc
 
 from aiozklock._exceptions import ClientClosed, ConnectionLoss, InvalidArgument, NodeExistsError
 from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPolicy
-from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._janitor import Janitor, Spawn
 from aiozklock._recipes._election import Election
+from aiozklock._recipes._lease import LeaseLock
 from aiozklock._recipes._lock import Lock
 from aiozklock._recipes._multilock import MultiLock
 from aiozklock._wire._protocol import (
@@ -55,6 +56,7 @@ class ZooKeeperClient:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._background_scope: anyio.CancelScope | None = None
         self._janitor: Janitor | None = None
+        self._spawn: Spawn | None = None  # background jobs (lease keepers)
         self._policy: LossMonitor | None = None
         self._closed = False
 
@@ -77,6 +79,7 @@ class ZooKeeperClient:
         try:
             jobs = await task_group.start(self._background, session, name="aiozklock session")
             self._janitor = Janitor(session, jobs.start_soon)
+            self._spawn = jobs.start_soon
             self._policy = LossMonitor(session, self.loss_policy, self._janitor)
             await session.wait_connected()
         except BaseException:
@@ -182,6 +185,35 @@ class ZooKeeperClient:
         assert self._janitor is not None
         return Election(
             session, path, identifier=identifier, registry=self._policy, janitor=self._janitor
+        )
+
+    def lease_lock(
+        self,
+        path: str,
+        ttl: float,
+        *,
+        holder_id: str | None = None,
+        identifier: str | None = None,
+        renew: bool = True,
+    ) -> LeaseLock:
+        """A lock held as a TTL lease on ``{path}/lease``, not bound to this session: it
+        survives disconnections and restarts (re-attach with the same ``holder_id``) and
+        expires ``ttl`` seconds after its last renewal (see ``LeaseLock``). Renewed every
+        ttl/3 in the background while held if ``renew``. Arguments are validated now
+        (``InvalidArgument``); servers without TTL nodes raise ``TTLNotSupported`` on acquire.
+        """
+        session = self._live_session()
+        assert self._janitor is not None
+        assert self._spawn is not None
+        return LeaseLock(
+            session,
+            path,
+            ttl,
+            holder_id=holder_id,
+            identifier=identifier,
+            renew=renew,
+            janitor=self._janitor,
+            spawn=self._spawn,
         )
 
     # ---------------------------------------------------------------- znodes (small API)

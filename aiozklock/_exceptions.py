@@ -153,3 +153,19 @@ def error_for_code(code: int, path: str | None = None) -> AiozklockError:
     if cls is None:
         return ZooKeeperError(path, code)
     return cls(path)
+
+
+# ---- TTL lease lock (append-only block) ----
+class TTLNotSupported(UnimplementedError):
+    """The server refused to create a TTL node (Unimplemented, code -6): it runs without
+    extended types. Raised by a lease lock's acquire before any waiting. Fix the servers'
+    configuration: ``extendedTypesEnabled=true`` in ``zoo.cfg`` (or the JVM property
+    ``-Dzookeeper.extendedTypesEnabled=true``) on every server."""
+
+    def __init__(self, path: str | None = None, code: int | None = None) -> None:
+        super().__init__(path, code)
+        self.args = (
+            f"ZooKeeper refused to create the TTL node {path} (Unimplemented, code -6): "
+            "TTL nodes need extendedTypesEnabled=true in zoo.cfg "
+            "(or -Dzookeeper.extendedTypesEnabled=true) on every server",
+        )

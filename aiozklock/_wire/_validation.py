@@ -146,3 +146,40 @@ def parse_hosts(hosts: object) -> tuple[list[tuple[str, int]], str]:
             raise InvalidArgument(f"port out of range in {hosts!r}")
         result.append((host, port))
     return result, chroot
+
+
+# ---- TTL lease lock (append-only block) ----
+# ZooKeeper keeps a node's TTL in 40 bits of milliseconds (EphemeralType.TTL; the same bound
+# as _protocol.MAX_TTL_MS, which cannot be imported here: _protocol imports this module).
+_MAX_TTL_MS = (1 << 40) - 1
+
+
+def validate_ttl(ttl: object) -> int:
+    """A lease TTL in seconds: positive, finite, and within ZooKeeper's 1..2^40-1 ms.
+
+    Returns it in whole milliseconds, rounded up (the server never expires a node earlier
+    than we count). Raises ``InvalidArgument`` otherwise.
+    """
+    seconds = positive_seconds("ttl", ttl)
+    ttl_ms = math.ceil(seconds * 1000)
+    if seconds * 1000 < 1 or ttl_ms > _MAX_TTL_MS:
+        raise InvalidArgument(
+            f"ttl must be between 0.001 s and {_MAX_TTL_MS / 1000:.0f} s "
+            f"(ZooKeeper's 1..2^40-1 ms), not {ttl!r}"
+        )
+    return ttl_ms
+
+
+def validate_holder_id(holder_id: object) -> str:
+    """A lease holder id: a non-empty str of at most ``MAX_IDENTIFIER`` characters."""
+    checked = validate_identifier(holder_id, what="holder_id")
+    if not checked:
+        raise InvalidArgument("holder_id must be a non-empty str")
+    return checked
+
+
+def validate_flag(name: str, value: object) -> bool:
+    """A yes/no option: a real ``bool`` (``"yes"``, 1 or None are rejected, not guessed)."""
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be True or False, not {value!r}")
+    return value

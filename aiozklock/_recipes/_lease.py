@@ -1,0 +1,573 @@
+"""The TTL lease lock: one persistent node with a TTL, renewed by its holder, not bound to its
+session.
+
+The lock node is ``{path}/lease``, a PERSISTENT node WITH TTL (``CreateTTL``). The server deletes
+it once it has not been modified for the TTL (checked every ``znode.container.checkIntervalMs``),
+so the holder renews it with a version-checked ``setData`` every ttl/3. Its data is JSON
+(``holder_id``, ``identifier``, ``host``, ``pid``, ``ttl``): TTL nodes show no ephemeral owner,
+so the data is how a contender tells whose node it is (recipes-pitfalls §4, 24).
+
+* Acquire: ``createTTL`` (1 round trip when free). ``NodeExists``: read the node with a data
+  watch; our ``holder_id`` on it means we re-attach (a lost create reply, or a restart that
+  passed the same ``holder_id``): renew it at once and hold it, with its czxid as the fencing
+  token. Otherwise wait for the deletion event (release, or the server's TTL expiry).
+* While held: ``renew()`` = ``setData(version=ours)``; ``BadVersion`` or ``NoNode`` means
+  someone else changed or deleted the node: the lease is lost (pitfalls 23, 24). A renewal
+  whose reply was lost is resolved by reading the node back, never resent blindly.
+* ``expires_at``: the send time of the last successful write plus the TTL (the server cannot
+  delete the node earlier, pitfall 21); ``valid_until`` is that less 10 % of the TTL, and the
+  lease is marked lost there (bodies cancelled, ``LockLost`` at exit) if renewals keep failing.
+* Release: a version-checked delete; after a lost reply, or when the version does not match,
+  the node is read first and deleted only if it still has our czxid and ``holder_id``.
+
+The session's loss policy does not apply: a disconnection, or even a new session, does not
+lose the lease. Its keeper (renewals and the loss deadline) is one task per holding in the
+client's background task group, started when the lease is granted and cancelled when it is
+released, so no task outlives the holding or the client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from aiozklock._exceptions import (
+    AiozklockError,
+    BadVersionError,
+    ClientClosed,
+    ConnectionLoss,
+    LockLost,
+    LockTimeout,
+    NodeExistsError,
+    NoNodeError,
+    NotLockOwner,
+    SessionExpired,
+    TTLNotSupported,
+    UnimplementedError,
+)
+from aiozklock._recipes._core._holding import Holding
+from aiozklock._recipes._core._janitor import Janitor, Spawn
+from aiozklock._recipes._core._primitive import Primitive
+from aiozklock._wire._protocol import (
+    Created,
+    EventType,
+    Op,
+    Stat,
+    WatchedEvent,
+    container_path_ops,
+    create_ttl_op,
+    delete_op,
+    get_data_op,
+    set_data_op,
+)
+from aiozklock._wire._session import Session, SessionState, StateChange
+from aiozklock._wire._validation import (
+    join,
+    validate_data,
+    validate_flag,
+    validate_holder_id,
+    validate_identifier,
+    validate_recipe_path,
+    validate_ttl,
+)
+
+log = logging.getLogger(__name__)
+
+LEASE_NODE = "lease"
+RENEW_FRACTION = 1 / 3  # renew every ttl/3 (pitfall 21: at most TTL/3)
+MARGIN_FRACTION = 0.1  # valid_until = expires_at - 10 % of the TTL
+_HOST = socket.gethostname()
+# A node whose outcome is unknown is looked up again, never resent blindly.
+_UNKNOWN = (ConnectionLoss, SessionExpired)
+
+
+@dataclass(eq=False)
+class LeaseHolding(Holding):
+    """A holding plus what renewals need: the node's version after our last write, and the
+    earliest instant (``time.monotonic()``) the server may delete the node."""
+
+    version: int = 0
+    expires_at: float = -math.inf
+    renewals: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseStatistics:
+    """Local state of one lease lock object (no request is sent to build it)."""
+
+    path: str
+    node: str  # the lock node, ``{path}/lease``
+    holder_id: str
+    ttl: float
+    locked: bool  # a task of this object holds the lease, not lost
+    owner: anyio.TaskInfo | None
+    depth: int  # reentrant acquisitions by the owner
+    tasks_waiting: int  # tasks of this process waiting on this object
+    fencing_token: int | None
+    version: int | None  # the node's version after our last write
+    expires_at: float | None  # time.monotonic() instant: the server may delete it from then
+    renewals: int  # successful renewals of the current holding
+    acquisitions: int
+    losses: int
+    last_wait: float | None  # seconds the last acquisition waited
+
+
+class _Wakeup:
+    """What a waiter waits for: the holder's node changed or deleted (a data watch), or the
+    session changed state. Created before the read that sets the watch."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.deleted = False
+
+    def watch(self, event: WatchedEvent) -> None:
+        if event.type is EventType.DELETED:
+            self.deleted = True
+        self.event.set()
+
+    def state(self, change: StateChange) -> None:
+        self.event.set()
+
+
+class _Keepers:
+    """The lease's own loss monitor, in place of the session's: registering a holding starts
+    its keeper (renewals, loss deadline) in the client's background task group; unregistering
+    (release) cancels it. A keeper cancelled by the client's closing marks the holding lost:
+    nobody can renew it any more."""
+
+    def __init__(self, keep: Callable[[LeaseHolding], Awaitable[None]], spawn: Spawn) -> None:
+        self._keep = keep
+        self._spawn = spawn
+        self._scopes: dict[Holding, anyio.CancelScope] = {}
+
+    def register(self, holding: Holding) -> None:
+        assert isinstance(holding, LeaseHolding)
+        scope = self._scopes[holding] = anyio.CancelScope()
+
+        async def keeper() -> None:
+            try:
+                with scope:
+                    await self._keep(holding)
+            except Exception:  # never into the client's task group
+                log.exception("lease keeper of %s failed", holding.nodes[0])
+                holding.mark_lost("the lease keeper failed")
+            finally:
+                if self._scopes.pop(holding, None) is not None:  # not released: cancelled
+                    holding.mark_lost("the client was closed: the lease can not be renewed")
+
+        try:
+            self._spawn(keeper)
+        except RuntimeError:  # the client is closing
+            self._scopes.pop(holding, None)
+            holding.mark_lost("the client is closing: the lease can not be renewed")
+
+    def unregister(self, holding: Holding) -> None:
+        scope = self._scopes.pop(holding, None)
+        if scope is not None:
+            scope.cancel()
+
+
+class LeaseLock(Primitive):
+    """A lock held as a TTL lease, not bound to the holder's session. Create it with
+    ``zk.lease_lock(path, ttl)``.
+
+    ``async with lease:`` / ``await lease.acquire(timeout=)`` / ``try_acquire()`` /
+    ``release()``, reentrant per task, like ``Lock``. While held, a background renewal runs
+    every ttl/3 (``renew=True``; with ``renew=False`` call ``await lease.renew()`` yourself).
+    The body is cancelled, and ``LockLost`` raised when it exits, if the node was changed or
+    deleted by someone else, or if renewals keep failing until ``valid_until``. A
+    disconnection alone, or the loss of the session, does not lose the lease.
+
+    **When to prefer it over ``zk.lock()``:** when the holder must keep the lock across a
+    restart or a session loss (pass the same ``holder_id`` to re-attach and keep the same
+    fencing token), or when the session-bound lock's loss policy would interrupt long work on
+    short ZooKeeper outages. **The risk:** a holder that dies without releasing keeps the lock
+    until its TTL runs out, and the server only deletes expired nodes every
+    ``znode.container.checkIntervalMs`` (a JVM property, default 60 s), so a stale lease can
+    block others for TTL + up to a minute. The server measures the TTL on the leader's wall
+    clock: a clock jump there shifts the expiry. Use the fencing token on the protected
+    resource. The servers need ``extendedTypesEnabled=true`` (else ``TTLNotSupported`` on
+    acquire, before any waiting).
+
+    Bad arguments raise ``InvalidArgument`` here, before any request: ``ttl`` must be a
+    positive, finite number of seconds within ZooKeeper's 1 ms .. 2^40-1 ms.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        path: str,
+        ttl: float,
+        *,
+        holder_id: str | None,
+        identifier: str | None,
+        renew: bool,
+        janitor: Janitor,
+        spawn: Spawn,
+    ) -> None:
+        self.path = validate_recipe_path(path)
+        self._ttl_ms = validate_ttl(ttl)
+        self.ttl = float(ttl)
+        self.holder_id = uuid.uuid4().hex if holder_id is None else validate_holder_id(holder_id)
+        self.identifier = validate_identifier(identifier)
+        self.renew_automatically = validate_flag("renew", renew)
+        self.node = join(self.path, LEASE_NODE)
+        super().__init__(session, _Keepers(self._keep, spawn), f"lease lock {self.path}")
+        self._janitor = janitor
+        self._server_node = session.server_path(self.node)
+        self._margin = self.ttl * MARGIN_FRACTION
+        self._renew_every = self.ttl * RENEW_FRACTION
+        self._writing = anyio.Lock()  # one write of ours on the node at a time
+        self._maybe_created = False  # a create or re-attach may have left a node of ours
+        identity = {
+            "holder_id": self.holder_id,
+            "identifier": self.identifier,
+            "host": _HOST,
+            "pid": os.getpid(),
+            "ttl": self.ttl,
+        }
+        self._data = validate_data(json.dumps(identity, ensure_ascii=False).encode())
+
+    # ---------------------------------------------------------------- public API
+
+    async def renew(self) -> None:
+        """Renew the lease now: ``valid_until`` moves to about now + ttl (less the margin).
+
+        Retries through disconnections until ``valid_until``. Raises ``NotLockOwner`` if
+        this object does not hold the lease, and ``LockLost`` if it is lost (the node was
+        changed or deleted by someone else, or it could not be renewed in time).
+        """
+        await self._refresh(self._current("renew it"))
+
+    @property
+    def expires_at(self) -> float:
+        """The ``time.monotonic()`` instant from which the server may delete our node: the
+        send time of our last successful write plus the TTL. Raises ``NotLockOwner`` if not
+        held."""
+        return self._current("have an expiry").expires_at
+
+    def statistics(self) -> LeaseStatistics:
+        """Local state of this object; sends nothing."""
+        holding = self._holding
+        assert holding is None or isinstance(holding, LeaseHolding)
+        return LeaseStatistics(
+            path=self.path,
+            node=self.node,
+            holder_id=self.holder_id,
+            ttl=self.ttl,
+            locked=holding is not None and not holding.lost,
+            owner=self._owner,
+            depth=self._depth,
+            tasks_waiting=self._local.statistics().tasks_waiting,
+            fencing_token=holding.token if holding is not None else None,
+            version=holding.version if holding is not None else None,
+            expires_at=holding.expires_at if holding is not None else None,
+            renewals=holding.renewals if holding is not None else 0,
+            acquisitions=self._acquisitions,
+            losses=self._losses,
+            last_wait=self._last_wait,
+        )
+
+    def __repr__(self) -> str:
+        state = "held" if self._holding is not None else "free"
+        return (
+            f"<aiozklock.LeaseLock {self.path!r} {state} ttl={self.ttl} "
+            f"holder_id={self.holder_id!r}>"
+        )
+
+    def _current(self, what: str) -> LeaseHolding:
+        holding = self._holding
+        if holding is None:
+            raise NotLockOwner(f"the {self._label} is not held, so it can not {what}")
+        assert isinstance(holding, LeaseHolding)
+        return holding
+
+    def _valid_until(self, holding: Holding) -> float:
+        assert isinstance(holding, LeaseHolding)
+        return -math.inf if holding.lost else holding.expires_at - self._margin
+
+    def _is_ours(self, data: bytes) -> bool:
+        try:
+            identity = json.loads(data.decode())
+        except ValueError:
+            return False
+        return isinstance(identity, dict) and identity.get("holder_id") == self.holder_id
+
+    def _granted(self, stat: Stat, sent: float) -> LeaseHolding:
+        self._maybe_created = False
+        return LeaseHolding(
+            nodes=(self.node,),
+            generation=self._session.generation,
+            token=stat.czxid,
+            guarded=True,
+            version=stat.version,
+            expires_at=sent + self.ttl,
+        )
+
+    # ---------------------------------------------------------------- acquire
+
+    async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
+        self._maybe_created = False
+        try:
+            return await self._contend(deadline)
+        except TimeoutError as exc:
+            await self._abandon()
+            if isinstance(exc, LockTimeout):
+                raise
+            raise LockTimeout(f"{self._label} not acquired in time: {exc}") from None
+        except BaseException:
+            await self._abandon()
+            raise
+
+    async def _contend(self, deadline: float | None) -> LeaseHolding:
+        session = self._session
+        parents: list[Op[Any]] = []
+        while True:
+            create = create_ttl_op(self._server_node, self._data, self._ttl_ms, session.client_path)
+            sent = time.monotonic()
+            self._maybe_created = True
+            *made, created = await session.pipeline([*parents, create], wait_until=deadline)
+            if isinstance(created, Created):
+                return self._granted(created.stat, sent)
+            if isinstance(created, UnimplementedError):
+                self._maybe_created = False
+                raise TTLNotSupported(self.node) from None
+            if isinstance(created, NoNodeError) and not parents:
+                self._maybe_created = False
+                # The lock path is missing: create it (and its ancestors) as containers in the
+                # same write as the next create.
+                parents = container_path_ops(session.server_path(self.path), session.client_path)
+                continue
+            parents = []
+            for result in (*made, created):
+                if isinstance(result, BaseException) and not isinstance(
+                    result, NodeExistsError | ConnectionLoss | SessionExpired
+                ):
+                    raise result
+            holding = await self._adopt_or_wait(deadline)
+            if holding is not None:
+                return holding
+
+    async def _adopt_or_wait(self, deadline: float | None) -> LeaseHolding | None:
+        """The node exists, or our create's outcome is unknown: re-attach if it carries our
+        ``holder_id``, else wait until it is deleted. None: create again."""
+        session = self._session
+        while True:
+            wakeup = _Wakeup()
+            # The listener and the watch exist before the read: a deletion right after it, or
+            # a reconnect, cannot be missed.
+            remove_listener = session.add_listener(wakeup.state)
+            try:
+                try:
+                    op = get_data_op(self._server_node, wakeup.watch)
+                    data, stat = await session.call(op, wait_until=deadline)
+                except NoNodeError:
+                    return None
+                except _UNKNOWN:
+                    continue  # a read: ask again once reconnected
+                if self._is_ours(data):
+                    return await self._reattach(stat, deadline)
+                self._maybe_created = False  # someone else's node: our create failed
+                if deadline is None:
+                    await wakeup.event.wait()
+                else:
+                    with anyio.move_on_after(deadline - time.monotonic()):
+                        await wakeup.event.wait()
+                    if not wakeup.event.is_set():
+                        raise LockTimeout(f"{self._label} not acquired in time (held by another)")
+                if wakeup.deleted:
+                    return None
+            finally:
+                remove_listener()
+                session.remove_watcher(self._server_node, wakeup.watch)
+
+    async def _reattach(self, stat: Stat, deadline: float | None) -> LeaseHolding | None:
+        """Our ``holder_id`` is on the node (a lost create reply, or a restart with the same
+        ``holder_id``): adopt it, renewing at once, since its expiry is unknown until we
+        write. None if it changed meanwhile, or the outcome is unknown: look again."""
+        self._maybe_created = True
+        sent = time.monotonic()
+        op = set_data_op(self._server_node, self._data, stat.version)
+        try:
+            renewed = await self._session.call(op, wait_until=deadline)
+        except (BadVersionError, NoNodeError, *_UNKNOWN):
+            return None
+        log.info("%s: re-attached to our lease node (czxid %d)", self._label, renewed.czxid)
+        return self._granted(renewed, sent)
+
+    async def _abandon(self) -> None:
+        """After a failed or cancelled acquire: delete our node if there may be one
+        (shielded, bounded). If that is not possible in time, it is never renewed, and the
+        server deletes it after its TTL."""
+        if not self._maybe_created:
+            return
+        self._maybe_created = False
+        with anyio.CancelScope(shield=True):
+            if not await self._delete_ours(None, time.monotonic() + self._session.timeout / 2):
+                log.warning(
+                    "%s: could not delete our node after a failed acquire; the server deletes "
+                    "it after its TTL (%s s) and the reaper's interval",
+                    self._label,
+                    self.ttl,
+                )
+
+    # ---------------------------------------------------------------- renewals and loss
+
+    async def _keep(self, holding: LeaseHolding) -> None:
+        """The keeper: renew every ttl/3 (if ``renew``), and mark the holding lost at
+        ``valid_until`` if it was not renewed by then."""
+        while not holding.lost:
+            now = time.monotonic()
+            lost_at = self._valid_until(holding)
+            if now >= lost_at:
+                self._lose(holding, "not renewed in time", delete=True)
+                return
+            due = math.inf
+            if self.renew_automatically:
+                due = holding.expires_at - self.ttl + self._renew_every
+            if now < min(due, lost_at):
+                await anyio.sleep(min(due, lost_at) - now)
+                continue
+            try:
+                await self._refresh(holding)
+            except AiozklockError as exc:
+                self._lose(holding, f"renewal failed: {exc}")
+                return
+
+    async def _refresh(self, holding: LeaseHolding) -> None:
+        """One renewal, retried through disconnections until ``valid_until``. Raises
+        ``LockLost`` (having marked the holding lost) when it cannot be renewed."""
+        async with self._writing:
+            while True:
+                if holding.lost:
+                    raise self._lose(holding, holding.lost_reason)
+                until = self._valid_until(holding)
+                sent = time.monotonic()
+                if sent >= until:
+                    raise self._lose(holding, "not renewed in time", delete=True)
+                stat = None
+                try:
+                    # A reply that comes after ``until`` is too late to count: stop waiting.
+                    with anyio.move_on_after(until - sent):
+                        stat = await self._write(holding, until)
+                except TimeoutError:
+                    pass  # not connected by ``until``: lost on the next turn
+                except ClientClosed:
+                    raise self._lose(holding, "the client was closed") from None
+                if stat is not None:
+                    break
+            if stat.czxid != holding.token:  # pitfall 24: another holder's node, same version
+                raise self._lose(holding, f"the node was re-created (czxid {stat.czxid})")
+            holding.version = stat.version
+            holding.expires_at = sent + self.ttl
+            holding.renewals += 1
+
+    async def _write(self, holding: LeaseHolding, until: float) -> Stat | None:
+        """``setData(version=ours)``; None if a lost reply turns out not to have been
+        applied (send again)."""
+        op = set_data_op(self._server_node, self._data, holding.version)
+        try:
+            return await self._session.call(op, wait_until=until)
+        except (BadVersionError, NoNodeError) as exc:
+            raise self._lose(holding, f"the node was changed or deleted ({exc})") from None
+        except _UNKNOWN:
+            pass
+        while True:  # the reply was lost: did our write happen?
+            try:
+                data, stat = await self._session.call(
+                    get_data_op(self._server_node), wait_until=until
+                )
+                break
+            except NoNodeError:
+                raise self._lose(holding, "the node was deleted") from None
+            except _UNKNOWN:
+                continue
+        if stat.czxid != holding.token or not self._is_ours(data):
+            raise self._lose(holding, "the node is someone else's now")
+        if stat.version == holding.version:
+            return None
+        if stat.version == holding.version + 1 and data == self._data:
+            return stat
+        raise self._lose(holding, f"the node was changed by someone else (v{stat.version})")
+
+    def _lose(self, holding: LeaseHolding, reason: str, *, delete: bool = False) -> LockLost:
+        """Mark ``holding`` lost (cancelling its bodies); returns the error to raise.
+
+        ``delete``: the node may still be ours (not renewed in time): the janitor deletes it
+        once possible, if it still has our czxid, so that it does not block others for the
+        rest of its TTL."""
+        if holding.mark_lost(reason):
+            log.warning("%s: lease lost: %s", self._label, reason)
+            if delete and self._session.state is not SessionState.CLOSED:
+                self._janitor.delete(self.node, self._session.generation, czxid=holding.token)
+        return self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
+
+    # ---------------------------------------------------------------- release
+
+    async def _give_back(self, holding: Holding) -> None:
+        assert isinstance(holding, LeaseHolding)
+        with anyio.CancelScope(shield=True):
+            async with self._writing:  # a renewal cancelled in flight settles first
+                if await self._delete_valid(holding):
+                    return
+                until = max(holding.expires_at, time.monotonic() + self._session.timeout / 2)
+                if not await self._delete_ours(holding.token, until):
+                    log.warning(
+                        "%s: could not delete our node on release; the server deletes it "
+                        "after its TTL (%s s) and the reaper's interval",
+                        self._label,
+                        self.ttl,
+                    )
+
+    async def _delete_valid(self, holding: LeaseHolding) -> bool:
+        """The 1-round-trip release: while the lease is valid the server cannot have deleted
+        our node, so the node with our version is ours. False: check by reading first (a
+        renewal whose reply we did not see, a lost reply, or no longer valid)."""
+        until = self._valid_until(holding)
+        with anyio.move_on_after(until - time.monotonic()):
+            try:
+                op = delete_op(self._server_node, holding.version)
+                await self._session.call(op, wait_until=until)
+                return True
+            except NoNodeError:
+                return True  # deleted by someone else: nothing of ours is left
+            except (AiozklockError, TimeoutError):
+                return False
+        return False
+
+    async def _delete_ours(self, czxid: int | None, until: float) -> bool:
+        """Delete the node if it is ours (our ``holder_id``, and ``czxid`` if given). True
+        once it is gone or not ours; False if that could not be done by ``until``."""
+        session = self._session
+        with anyio.move_on_after(until - time.monotonic()):
+            while True:
+                try:
+                    op = get_data_op(self._server_node)
+                    data, stat = await session.call(op, wait_until=until)
+                    if (czxid is not None and stat.czxid != czxid) or not self._is_ours(data):
+                        return True
+                    await session.call(delete_op(self._server_node, stat.version), wait_until=until)
+                    return True
+                except NoNodeError:
+                    return True
+                except (BadVersionError, *_UNKNOWN):
+                    continue  # changed under us, or the outcome is unknown: read again
+                except (AiozklockError, TimeoutError):  # ClientClosed included
+                    return False
+        return False
+
+    def _drop(self, holding: Holding) -> None:
+        """Nothing to forget: the holding carries the lease's state."""
+
+
+__all__ = ("LeaseHolding", "LeaseLock", "LeaseStatistics")

@@ -1,0 +1,456 @@
+"""The TTL lease lock, against a real ZooKeeper that reaps expired TTL nodes every 100 ms
+(asyncio and trio).
+
+Exclusion across sessions, 1 round trip when free, the lease outliving its holder's session
+and re-attached by ``holder_id`` with the same fencing token, expiry by the server after the
+TTL (never earlier), renewal beyond several TTLs, loss when the node is changed or deleted
+by hand, a stale ex-holder that can neither renew nor delete the new holder's node, nothing
+left behind by time-outs and cancellations, bad arguments and a server without TTL nodes
+refused before any waiting; faults: lost create/renew/delete replies, a partition longer
+than the TTL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import pytest
+
+import aiozklock
+from aiozklock import LockLost, LockTimeout, NotLockOwner, TTLNotSupported
+from aiozklock._exceptions import UnimplementedError
+from aiozklock._wire._protocol import EventType, WatchedEvent, exists_op, set_data_op
+from aiozklock.testing import FaultProxy, History, Opcode, ZooKeeperCluster, session_of
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+
+REAP_INTERVAL = 0.1  # seconds: the server's TTL check interval (default 60 s)
+PATH = "/leases/job"
+NODE = f"{PATH}/lease"
+
+
+@pytest.fixture(scope="module")
+def lease_cluster() -> Iterator[ZooKeeperCluster]:
+    """A standalone server that deletes expired TTL nodes every 100 ms."""
+    jvm = {"znode.container.checkIntervalMs": str(int(REAP_INTERVAL * 1000))}
+    with ZooKeeperCluster(size=1, jvm_properties=jvm) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def no_ttl_cluster() -> Iterator[ZooKeeperCluster]:
+    """A standalone server without extended types, hence without TTL nodes."""
+    with ZooKeeperCluster(size=1, extra_config={"extendedTypesEnabled": "false"}) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def lease_proxy(lease_cluster: ZooKeeperCluster) -> AsyncIterator[FaultProxy]:
+    async with FaultProxy(lease_cluster.hosts) as fault_proxy:
+        yield fault_proxy
+
+
+Open = Callable[..., Any]
+
+
+@pytest.fixture
+async def open_client(lease_cluster: ZooKeeperCluster) -> AsyncIterator[Open]:
+    """``await open_client(proxy=None)``: a client (its own session) in this test's chroot on
+    the reaping server. Request ``lease_proxy`` before this fixture (teardown order)."""
+    chroot = f"/lease-test-{uuid.uuid4().hex[:12]}"
+    async with AsyncExitStack() as stack:
+
+        async def factory(proxy: FaultProxy | None = None) -> aiozklock.ZooKeeperClient:
+            address = proxy.address if proxy is not None else lease_cluster.hosts
+            client = aiozklock.connect(address + chroot, session_timeout=4.0)
+            return await stack.enter_async_context(client)
+
+        yield factory
+
+
+async def node_identity(zk: aiozklock.ZooKeeperClient) -> tuple[dict[str, Any], int, int]:
+    """The lease node's data (JSON), czxid and version."""
+    data, stat = await zk.get_data(NODE)
+    return json.loads(data), stat.czxid, stat.version
+
+
+async def wait_deleted(zk: aiozklock.ZooKeeperClient, path: str) -> None:
+    """Wait for the server's deletion event on ``path`` (no polling)."""
+    session = session_of(zk)
+    deleted = anyio.Event()
+
+    def on_event(event: WatchedEvent) -> None:
+        if event.type is EventType.DELETED:
+            deleted.set()
+
+    if await session.call(exists_op(session.server_path(path), on_event)) is None:
+        return
+    await deleted.wait()
+
+
+# ------------------------------------------------------------------ core behaviour
+
+
+async def test_exclusion_across_sessions(open_client: Open) -> None:
+    clients = [await open_client() for _ in range(3)]
+    history = History()
+
+    async def worker(name: str, zk: aiozklock.ZooKeeperClient) -> None:
+        lease = zk.lease_lock(PATH, 2.0, identifier=name)
+        for _ in range(3):
+            async with lease:
+                with history.section(name, lease.fencing_token):
+                    await anyio.sleep(0.01)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for i, zk in enumerate(clients):
+                tg.start_soon(worker, f"c{i}", zk)
+
+    report = history.check()
+    assert report.ok, str(report)
+    assert report.sections == 9
+    assert await clients[0].exists(NODE) is None  # every grant was released
+
+
+async def test_free_acquire_is_one_round_trip(lease_proxy: FaultProxy, open_client: Open) -> None:
+    zk = await open_client(lease_proxy)
+    await zk.ensure_path(PATH)
+    lease = zk.lease_lock(PATH, 2.0)
+
+    def sent() -> list[int]:
+        return [r.opcode for r in lease_proxy.requests if r.opcode != Opcode.PING]
+
+    with anyio.fail_after(10):
+        lease_proxy.reset_counters()
+        await lease.acquire()
+        assert sent() == [Opcode.CREATE_TTL]
+        token = lease.fencing_token
+        lease_proxy.reset_counters()
+        await lease.release()
+        assert sent() == [Opcode.DELETE]
+    stat = await zk.exists(NODE)
+    assert stat is None
+    assert token > 0
+
+
+async def test_reentrant_with_czxid_token_and_json_data(open_client: Open) -> None:
+    zk = await open_client()
+    lease = zk.lease_lock(PATH, 2.0, holder_id="worker-7", identifier="billing")
+    with anyio.fail_after(10):
+        async with lease:
+            async with lease:
+                assert lease.statistics().depth == 2
+                assert lease.is_held
+                data, czxid, _ = await node_identity(zk)
+                assert lease.fencing_token == czxid
+                assert data["holder_id"] == "worker-7"
+                assert data["identifier"] == "billing"
+                assert data["ttl"] == 2.0
+                assert isinstance(data["pid"], int)
+                assert "host" in data
+                now = time.monotonic()
+                assert now < lease.valid_until < lease.expires_at <= now + 2.0
+            assert lease.statistics().depth == 1
+            assert await zk.exists(NODE) is not None
+    assert await zk.exists(NODE) is None
+    stats = lease.statistics()
+    assert (stats.locked, stats.acquisitions, stats.fencing_token) == (False, 1, None)
+
+
+async def test_lease_survives_the_holders_session_and_is_reattached(open_client: Open) -> None:
+    first = await open_client()
+    lease = first.lease_lock(PATH, 2.0, holder_id="worker-1")
+    observer = await open_client()
+    restarted = await open_client()  # clients are entered outside fail_after's scope
+    with anyio.fail_after(15):
+        await lease.acquire()
+        token = lease.fencing_token
+        await first.close()  # no release: the lease is not bound to the session
+        assert not lease.is_held  # nobody can renew it here any more
+        with pytest.raises(LockLost):
+            await lease.release()
+
+        data, czxid, _ = await node_identity(observer)
+        assert (data["holder_id"], czxid) == ("worker-1", token)
+        assert not await observer.lease_lock(PATH, 2.0).try_acquire()
+
+        again = restarted.lease_lock(PATH, 2.0, holder_id="worker-1")
+        started = time.monotonic()
+        await again.acquire()
+        assert time.monotonic() - started < 1.0  # re-attached, not waited for the TTL
+        assert again.fencing_token == token
+        _, _, version = await node_identity(observer)
+        assert version == 1  # renewed at once on re-attach
+        await again.release()
+    assert await observer.exists(NODE) is None
+
+
+async def test_unrenewed_lease_is_deleted_by_the_server_after_its_ttl(open_client: Open) -> None:
+    ttl = 1.0
+    holder = await open_client()
+    lease = holder.lease_lock(PATH, ttl, renew=False)
+    waiter_client = await open_client()
+    waiter = waiter_client.lease_lock(PATH, ttl)
+    with anyio.fail_after(ttl + 10):
+        sent = time.monotonic()  # the create's send time is the last "renewal"
+        await lease.acquire()
+        await holder.close()
+        await waiter.acquire()
+        waited = time.monotonic() - sent
+        assert waiter.fencing_token != lease.statistics().fencing_token
+        await waiter.release()
+    assert waited >= ttl  # never before the TTL from the last write
+    assert waited < ttl + 3.0  # the server reaps every 100 ms
+
+
+async def test_renewal_keeps_the_lease_beyond_several_ttls(open_client: Open) -> None:
+    ttl = 0.6
+    holder = await open_client()
+    lease = holder.lease_lock(PATH, ttl)
+    other = (await open_client()).lease_lock(PATH, ttl)
+    with anyio.fail_after(20):
+        async with lease:
+            with pytest.raises(LockTimeout):
+                await other.acquire(timeout=5 * ttl)
+            assert lease.is_held
+            assert lease.statistics().renewals >= 5  # every ttl/3: about 15 in 5 TTLs
+            _, czxid, version = await node_identity(holder)
+            assert czxid == lease.fencing_token
+            assert version >= 5
+        await other.acquire()
+        await other.release()
+
+
+@pytest.mark.parametrize("meddling", ["deleted", "changed"])
+async def test_node_deleted_or_changed_by_hand_loses_the_lease(
+    open_client: Open, meddling: str
+) -> None:
+    ttl = 0.9
+    holder = await open_client()
+    admin = await open_client()
+    lease = holder.lease_lock(PATH, ttl)
+    seen: dict[str, float] = {}
+
+    async def body() -> None:
+        async with lease:
+            if meddling == "deleted":
+                await admin.delete(NODE)
+            else:
+                session = session_of(admin)
+                await session.call(set_data_op(session.server_path(NODE), b"{}", -1))
+            seen["meddled"] = time.monotonic()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                seen["cancelled"] = time.monotonic()
+
+    with anyio.fail_after(10), pytest.raises(LockLost, match="changed or deleted"):
+        await body()
+    assert seen["cancelled"] - seen["meddled"] < ttl / 3 + 0.5  # the next renewal found it
+    assert lease.statistics().losses == 1
+    assert not lease.is_held
+
+
+async def test_stale_ex_holder_can_neither_renew_nor_delete_the_new_holders_node(
+    open_client: Open,
+) -> None:
+    ttl = 0.5
+    stale_client = await open_client()
+    stale = stale_client.lease_lock(PATH, ttl, renew=False)
+    new_client = await open_client()
+    new = new_client.lease_lock(PATH, ttl)
+    with anyio.fail_after(15):
+        await stale.acquire()
+        await new.acquire()  # after the stale lease's expiry
+        assert not stale.is_held
+        before = await node_identity(new_client)
+        assert before[0]["holder_id"] == new.holder_id
+        with pytest.raises(LockLost):
+            await stale.renew()
+        with pytest.raises(LockLost):
+            await stale.release()
+        data, czxid, _ = await node_identity(new_client)
+        assert (data, czxid) == (before[0], new.fencing_token)
+
+        # A competitor (another holder_id) can neither renew nor release ours.
+        competitor = stale_client.lease_lock(PATH, ttl)
+        with pytest.raises(NotLockOwner):
+            await competitor.renew()
+        with pytest.raises(NotLockOwner):
+            await competitor.release()
+        assert not await competitor.try_acquire()
+        data, czxid, _ = await node_identity(new_client)
+        assert (data["holder_id"], czxid) == (new.holder_id, new.fencing_token)
+        await new.release()
+
+
+async def test_timeout_try_acquire_and_cancel_leave_no_node(open_client: Open) -> None:
+    holder = await open_client()
+    lease = holder.lease_lock(PATH, 2.0)
+    waiter_client = await open_client()
+    waiter = waiter_client.lease_lock(PATH, 2.0)
+    with anyio.fail_after(15):
+        async with lease:
+            expected = await node_identity(holder)
+            assert not await waiter.try_acquire()
+            with pytest.raises(LockTimeout):
+                await waiter.acquire(timeout=0.3)
+            with anyio.move_on_after(0.3) as scope:
+                await waiter.acquire()
+            assert scope.cancelled_caught
+            data, czxid, _ = await node_identity(holder)
+            assert (data, czxid) == expected[:2]
+            assert session_of(waiter_client).watcher_count() == 0
+            assert await waiter_client.get_children(PATH) == ["lease"]
+            assert waiter.statistics().acquisitions == 0
+        await waiter.acquire()  # the waiter still works, and gets the lease once released
+        await waiter.release()
+    assert await holder.exists(NODE) is None
+
+
+@pytest.mark.parametrize(
+    "ttl", [0, -1.0, math.nan, math.inf, True, "1", None, 0.0001, float(2**40)]
+)
+async def test_bad_ttl_is_refused_before_any_request(
+    lease_proxy: FaultProxy, open_client: Open, ttl: object
+) -> None:
+    zk = await open_client(lease_proxy)
+    lease_proxy.reset_counters()
+    with pytest.raises(aiozklock.InvalidArgument, match="ttl"):
+        zk.lease_lock(PATH, ttl)
+    assert lease_proxy.count() - lease_proxy.count(Opcode.PING) == 0
+
+
+async def test_bad_holder_id_and_renew_flag_are_refused(open_client: Open) -> None:
+    zk = await open_client()
+    for kwargs in ({"holder_id": ""}, {"holder_id": 7}, {"renew": "yes"}, {"identifier": 1}):
+        with pytest.raises(aiozklock.InvalidArgument):
+            zk.lease_lock(PATH, 1.0, **kwargs)
+    with pytest.raises(aiozklock.InvalidArgument):
+        zk.lease_lock("/zookeeper/x", 1.0)
+    lease = zk.lease_lock(PATH, 1.0)
+    with pytest.raises(NotLockOwner):
+        await lease.renew()
+    with pytest.raises(NotLockOwner):
+        _ = lease.expires_at
+
+
+async def test_server_without_ttl_nodes_raises_a_clear_error(
+    no_ttl_cluster: ZooKeeperCluster,
+) -> None:
+    async with aiozklock.connect(no_ttl_cluster.hosts, session_timeout=4.0) as zk:
+        lease = zk.lease_lock(f"/t-{uuid.uuid4().hex[:12]}", 1.0)
+        with anyio.fail_after(5), pytest.raises(TTLNotSupported) as excinfo:
+            await lease.acquire()  # no timeout: it must not wait
+        assert "extendedTypesEnabled=true" in str(excinfo.value)
+        assert isinstance(excinfo.value, UnimplementedError)
+        assert isinstance(excinfo.value, aiozklock.AiozklockError)
+        assert await zk.exists(lease.path) is None  # nothing created, not even the parent
+        assert not lease.statistics().locked
+
+
+# ------------------------------------------------------------------ faults
+
+
+async def test_lost_create_reply_is_resolved_by_holder_id(
+    lease_proxy: FaultProxy, open_client: Open
+) -> None:
+    zk = await open_client(lease_proxy)
+    await zk.ensure_path(PATH)  # so the create whose reply is lost is the one that succeeds
+    lease = zk.lease_lock(PATH, 2.0)
+    lease_proxy.reset_counters()
+    lease_proxy.arm_drop_after({Opcode.CREATE_TTL})
+    with anyio.fail_after(15):
+        await lease.acquire()
+        assert lease_proxy.swallowed_replies == 1
+        data, czxid, _ = await node_identity(zk)
+        assert (data["holder_id"], czxid) == (lease.holder_id, lease.fencing_token)
+        assert await zk.get_children(PATH) == ["lease"]
+        assert lease_proxy.count(Opcode.CREATE_TTL) == 1  # never resent blindly
+        await lease.release()
+    assert await zk.exists(NODE) is None
+
+
+async def test_lost_renewal_and_delete_replies(lease_proxy: FaultProxy, open_client: Open) -> None:
+    zk = await open_client(lease_proxy)
+    observer = await open_client()
+    lease = zk.lease_lock(PATH, 2.0, renew=False)
+    with anyio.fail_after(15):
+        await lease.acquire()
+        lease_proxy.arm_drop_after({Opcode.SET_DATA})
+        await lease.renew()  # applied, reply lost: read back, not counted as lost
+        assert lease_proxy.swallowed_replies == 1
+        _, _, version = await node_identity(observer)
+        assert version == lease.statistics().version == 1
+        await lease.renew()  # the version we track is the server's
+        assert lease.statistics().version == 2
+        lease_proxy.arm_drop_after({Opcode.DELETE})
+        await lease.release()
+        assert lease_proxy.swallowed_replies == 2
+    assert await observer.exists(NODE) is None
+
+
+async def test_disconnection_does_not_lose_the_lease(
+    lease_proxy: FaultProxy, open_client: Open
+) -> None:
+    ttl = 1.5
+    zk = await open_client(lease_proxy)
+    lease = zk.lease_lock(PATH, ttl)
+    with anyio.fail_after(15):
+        async with lease:
+            await lease_proxy.drop_all()
+            renewals = lease.statistics().renewals
+            seen = lease_proxy.count(Opcode.SET_DATA)
+            await lease_proxy.wait_for_request(Opcode.SET_DATA, seen + 2)
+            await lease.renew()
+            assert lease.statistics().renewals >= renewals + 2
+            assert lease.is_held
+        assert lease.statistics().losses == 0
+
+
+async def test_partition_longer_than_the_ttl_loses_the_lease_before_expiry(
+    lease_proxy: FaultProxy, open_client: Open
+) -> None:
+    ttl = 1.0
+    history = History()
+    partitioned_client = await open_client(lease_proxy)
+    partitioned = partitioned_client.lease_lock(PATH, ttl)
+    other = (await open_client()).lease_lock(PATH, ttl)
+    acquired = anyio.Event()
+    seen: dict[str, float] = {}
+
+    async def body() -> None:
+        async with partitioned:
+            with history.section("partitioned", partitioned.fencing_token):
+                acquired.set()
+                lease_proxy.blackhole(True)
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    seen["cancelled"] = time.monotonic()
+                    seen["expires_at"] = partitioned.expires_at
+
+    async def hold() -> None:
+        with pytest.raises(LockLost, match="not renewed in time"):
+            await body()
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold)
+            await acquired.wait()
+            async with other:  # once the server has deleted the unrenewed node
+                with history.section("other", other.fencing_token):
+                    seen["other"] = time.monotonic()
+    # The holder's body was cancelled before the server could delete its node.
+    assert seen["cancelled"] < seen["expires_at"] <= seen["other"]
+    report = history.check()
+    assert report.ok, str(report)
+    assert report.sections == 2
