@@ -27,7 +27,14 @@ import aiozklock
 from aiozklock import LockLost, LockTimeout, NotLockOwner, TTLNotSupported
 from aiozklock._exceptions import UnimplementedError
 from aiozklock._wire._protocol import EventType, WatchedEvent, exists_op, set_data_op
-from aiozklock.testing import FaultProxy, History, Opcode, ZooKeeperCluster, session_of
+from aiozklock.testing import (
+    FaultProxy,
+    History,
+    Opcode,
+    ZooKeeperCluster,
+    expire_session,
+    session_of,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -360,6 +367,26 @@ async def test_server_without_ttl_nodes_raises_a_clear_error(
 # ------------------------------------------------------------------ faults
 
 
+async def test_cancel_with_the_create_in_flight_leaves_no_node(
+    lease_proxy: FaultProxy, open_client: Open
+) -> None:
+    zk = await open_client(lease_proxy)
+    observer = await open_client()
+    await zk.ensure_path(PATH)
+    lease = zk.lease_lock(PATH, 5.0)
+    lease_proxy.reset_counters()
+    lease_proxy.set_delay(0.3)  # the create reaches the server after we are cancelled
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lease.acquire)
+            await lease_proxy.wait_for_request(Opcode.CREATE_TTL)
+            tg.cancel_scope.cancel()
+        # The cleanup ran shielded: it read the node back (ours) and deleted it.
+        assert await observer.exists(NODE) is None  # (its emptied container may go too)
+    assert lease_proxy.count(Opcode.DELETE) == 1
+    assert lease.statistics().acquisitions == 0
+
+
 async def test_lost_create_reply_is_resolved_by_holder_id(
     lease_proxy: FaultProxy, open_client: Open
 ) -> None:
@@ -414,6 +441,29 @@ async def test_disconnection_does_not_lose_the_lease(
             assert lease.statistics().renewals >= renewals + 2
             assert lease.is_held
         assert lease.statistics().losses == 0
+
+
+async def test_session_expiry_does_not_lose_the_lease(
+    lease_cluster: ZooKeeperCluster, lease_proxy: FaultProxy, open_client: Open
+) -> None:
+    zk = await open_client(lease_proxy)
+    lease = zk.lease_lock(PATH, 2.0)
+    with anyio.fail_after(15):
+        async with lease:
+            old_session = zk.session_id
+            # Hold the holder's reconnect back a little, so the expiry is not pre-empted by
+            # the holder re-attaching first (a race of the injection, not of the library).
+            lease_proxy.set_delay(0.3)
+            await expire_session(lease_cluster.hosts, old_session, zk.session_password)
+            assert await zk.exists(NODE) is not None  # a persistent node: not the session's
+            await lease.renew()  # in the new session
+            lease_proxy.set_delay(0)
+            assert zk.session_id != old_session
+            assert lease.is_held
+            _, czxid, _ = await node_identity(zk)
+            assert czxid == lease.fencing_token
+        assert lease.statistics().losses == 0
+    assert await zk.exists(NODE) is None
 
 
 async def test_partition_longer_than_the_ttl_loses_the_lease_before_expiry(

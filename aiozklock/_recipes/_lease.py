@@ -20,6 +20,12 @@ so the data is how a contender tells whose node it is (recipes-pitfalls §4, 24)
 * Release: a version-checked delete; after a lost reply, or when the version does not match,
   the node is read first and deleted only if it still has our czxid and ``holder_id``.
 
+Limits. A waiter's data watch fires on each renewal, so it reads the node once per ttl/3.
+ZooKeeper has no write conditional on the czxid: a renewal delayed in flight past the expiry
+could land on a successor's node of the same version. The returned czxid shows it (this
+holder: lost, pitfall 24), and the successor's next renewal fails with ``BadVersion`` (lost
+too): never two holders, at the price of a spurious loss.
+
 The session's loss policy does not apply: a disconnection, or even a new session, does not
 lose the lease. Its keeper (renewals and the loss deadline) is one task per holding in the
 client's background task group, started when the lease is granted and cancelled when it is
