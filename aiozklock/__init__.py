@@ -30,6 +30,8 @@ from aiozklock._recipes._lock import Lock as Lock
 from aiozklock._recipes._lock import LockStatistics as LockStatistics
 from aiozklock._recipes._multilock import MultiLock as MultiLock
 from aiozklock._recipes._multilock import MultiLockStatistics as MultiLockStatistics
+from aiozklock._recipes._nonfair import NonFairLock as NonFairLock
+from aiozklock._recipes._nonfair import NonFairLockStatistics as NonFairLockStatistics
 from aiozklock._wire._protocol import Stat as Stat
 from aiozklock._wire._session import SessionState as SessionState
 from aiozklock._wire._session import StateChange as StateChange
@@ -54,6 +56,8 @@ __all__ = (
     "MultiLock",
     "MultiLockStatistics",
     "NoNodeError",
+    "NonFairLock",
+    "NonFairLockStatistics",
     "NodeExistsError",
     "NotLockOwner",
     "SessionExpired",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import TypeVar
+from typing import Literal, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -16,6 +16,7 @@ from aiozklock._recipes._election import Election
 from aiozklock._recipes._lease import LeaseLock
 from aiozklock._recipes._lock import Lock
 from aiozklock._recipes._multilock import MultiLock
+from aiozklock._recipes._nonfair import NonFairLock
 from aiozklock._wire._protocol import (
     CreateMode,
     Stat,
@@ -27,7 +28,13 @@ from aiozklock._wire._protocol import (
     get_data_op,
 )
 from aiozklock._wire._session import Session, SessionState, StateListener
-from aiozklock._wire._validation import parse_hosts, positive_seconds, validate_data, validate_path
+from aiozklock._wire._validation import (
+    parse_hosts,
+    positive_seconds,
+    validate_data,
+    validate_flag,
+    validate_path,
+)
 
 T = TypeVar("T")
 
@@ -158,12 +165,36 @@ class ZooKeeperClient:
 
     # ---------------------------------------------------------------- recipes
 
-    def lock(self, path: str, *, identifier: str | None = None) -> Lock:
-        """A fair, reentrant, loss-aware lock on ``path`` (validated now, before any traffic)."""
+    @overload
+    def lock(
+        self, path: str, *, identifier: str | None = None, fair: Literal[True] = True
+    ) -> Lock: ...
+
+    @overload
+    def lock(
+        self, path: str, *, identifier: str | None = None, fair: Literal[False]
+    ) -> NonFairLock: ...
+
+    @overload
+    def lock(
+        self, path: str, *, identifier: str | None = None, fair: bool
+    ) -> Lock | NonFairLock: ...
+
+    def lock(
+        self, path: str, *, identifier: str | None = None, fair: bool = True
+    ) -> Lock | NonFairLock:
+        """A reentrant, loss-aware lock on ``path`` (validated now, before any traffic).
+
+        ``fair=True`` (the default): a ``Lock``, FIFO across processes. ``fair=False``: a
+        ``NonFairLock`` on one fixed node, cheaper when uncontended, a herd when contended.
+        Raises ``InvalidArgument`` for a bad path, identifier or a non-bool ``fair``, and
+        ``ClientClosed`` if the client is not connected.
+        """
         session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
-        return Lock(
+        factory = Lock if validate_flag("fair", fair) else NonFairLock
+        return factory(
             session, path, identifier=identifier, registry=self._policy, janitor=self._janitor
         )
 

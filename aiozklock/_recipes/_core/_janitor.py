@@ -19,7 +19,7 @@ from aiozklock._exceptions import (
     SessionExpired,
     ZooKeeperError,
 )
-from aiozklock._wire._protocol import delete_op, exists_op, get_children_op
+from aiozklock._wire._protocol import Stat, delete_op, exists_op, get_children_op, get_data_op
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join
 
@@ -46,6 +46,13 @@ class Janitor:
         """Delete every child of ``parent`` whose name carries ``guid`` (a create whose
         outcome is unknown), once possible, unless the session ends first."""
         self._run(lambda: self._delete_guid(parent, guid, generation), f"sweep {parent}/{guid}")
+
+    def delete_if_owned(
+        self, path: str, generation: int, owned: Callable[[bytes, Stat], bool]
+    ) -> None:
+        """Delete ``path`` once possible if ``owned(data, stat)`` says the node found there is
+        ours (a fixed-name create whose outcome is unknown), unless its session ends first."""
+        self._run(lambda: self._delete_if_owned(path, generation, owned), f"delete {path} if ours")
 
     def _run(self, job: Job, what: str) -> None:
         async def wrapper() -> None:
@@ -81,6 +88,23 @@ class Janitor:
                 return
             except ConnectionLoss:
                 continue  # outcome unknown: try again (NoNode then means it worked)
+
+    async def _delete_if_owned(
+        self, path: str, generation: int, owned: Callable[[bytes, Stat], bool]
+    ) -> None:
+        session = self._session
+        while True:
+            try:
+                data, stat = await session.call(
+                    get_data_op(session.server_path(path)), generation=generation
+                )
+            except NoNodeError:
+                return
+            except ConnectionLoss:
+                continue  # a read: safe to repeat
+            if owned(data, stat):
+                await self._delete(path, generation, stat.czxid)
+            return
 
     async def _delete_guid(self, parent: str, guid: str, generation: int) -> None:
         session = self._session

@@ -1,0 +1,433 @@
+"""The non-fair lock (one fixed node, ``zk.lock(path, fair=False)``) on a real ZooKeeper, on
+asyncio and trio: its contract, its round trips counted on the wire, and its faults."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import aiozklock
+from aiozklock.testing import FaultProxy, FencedStore, History, Opcode, session_of
+from tests.conftest import ClientFactory
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+PATH = "/locks/nonfair"
+NODE = f"{PATH}/lock"
+
+
+def requests_sent(proxy: FaultProxy) -> int:
+    """Requests seen by the proxy, pings left out (they are timer-driven)."""
+    return sum(1 for request in proxy.requests if request.opcode != Opcode.PING)
+
+
+@dataclass
+class Holder:
+    """A task that holds a lock in ``async with`` until ``release`` is set."""
+
+    entered: anyio.Event = field(default_factory=anyio.Event)
+    release: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    token: int = 0
+    body_cancelled: bool = False
+    error: BaseException | None = None
+
+
+async def hold(lock: aiozklock.NonFairLock, holder: Holder) -> None:
+    try:
+        async with lock:
+            holder.token = lock.fencing_token
+            holder.entered.set()
+            try:
+                await holder.release.wait()
+            except anyio.get_cancelled_exc_class():
+                holder.body_cancelled = True
+                raise
+    except aiozklock.AiozklockError as exc:
+        holder.error = exc
+    finally:
+        holder.done.set()
+
+
+# ---------------------------------------------------------------- API and contract
+
+
+async def test_fair_is_the_default_and_fair_false_gives_a_non_fair_lock(
+    zk: aiozklock.ZooKeeperClient,
+) -> None:
+    assert type(zk.lock(PATH)) is aiozklock.Lock
+    assert type(zk.lock(PATH, fair=True)) is aiozklock.Lock
+    lock = zk.lock(PATH, fair=False)
+    assert type(lock) is aiozklock.NonFairLock
+    assert lock.node == NODE
+    assert "NonFairLock" in aiozklock.__all__
+    assert "NonFairLockStatistics" in aiozklock.__all__
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"path": PATH, "fair": "yes"},
+        {"path": PATH, "fair": 0},
+        {"path": PATH, "fair": None},
+        {"path": "relative", "fair": False},
+        {"path": "/", "fair": False},
+        {"path": "/zookeeper/x", "fair": False},
+        {"path": PATH + "/", "fair": False},
+        {"path": PATH, "fair": False, "identifier": 5},
+    ],
+)
+async def test_bad_input_raises_before_any_traffic(
+    proxy: FaultProxy, open_client: ClientFactory, kwargs: dict[str, object]
+) -> None:
+    client: aiozklock.ZooKeeperClient = await open_client(proxy)
+    proxy.reset_counters()
+    with pytest.raises(aiozklock.InvalidArgument):
+        client.lock(**kwargs)  # type: ignore[call-overload]
+    lock = client.lock(PATH, fair=False)
+    with pytest.raises(aiozklock.InvalidArgument):
+        lock.acquire(timeout=-1)
+    with pytest.raises(aiozklock.NotLockOwner):
+        await lock.release()
+    assert requests_sent(proxy) == 0
+
+
+async def test_acquire_is_one_create_and_release_one_delete(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    await zk.ensure_path("/locks")
+    await zk.create(PATH)
+    lock = client.lock(PATH, identifier="w1", fair=False)
+    proxy.reset_counters()
+    await lock.acquire()
+    assert proxy.count(Opcode.CREATE2) == 1
+    assert proxy.count(Opcode.GET_CHILDREN) + proxy.count(Opcode.GET_CHILDREN2) == 0
+    assert requests_sent(proxy) == 1  # 1 round trip
+    data, stat = await zk.get_data(NODE)
+    assert stat.ephemeral_owner == client.session_id
+    assert stat.czxid == lock.fencing_token
+    assert json.loads(data)["identifier"] == "w1"
+    proxy.reset_counters()
+    await lock.release()
+    assert proxy.count(Opcode.DELETE) == 1
+    assert requests_sent(proxy) == 1
+    assert await zk.exists(NODE) is None
+
+
+@pytest.mark.parametrize(("existing", "creates"), [("/locks", 2), (None, 3)])
+async def test_missing_path_is_created_as_a_container(
+    proxy: FaultProxy,
+    zk: aiozklock.ZooKeeperClient,
+    open_client: ClientFactory,
+    existing: str | None,
+    creates: int,
+) -> None:
+    if existing is not None:
+        await zk.ensure_path(existing)
+    client = await open_client(proxy)
+    lock = client.lock(PATH, fair=False)
+    proxy.reset_counters()
+    async with lock:
+        # Lock path missing, its parent there: 1 extra round trip (container + create).
+        # Parent missing too: 1 more, with the whole chain.
+        assert proxy.count(Opcode.CREATE2) == creates
+        assert proxy.count(Opcode.CREATE_CONTAINER) >= 1
+        stat = await zk.exists(PATH)
+        assert stat is not None
+        assert stat.ephemeral_owner == 0
+    assert await zk.get_children(PATH) == []
+
+
+async def test_exclusion_across_sessions(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    clients, cycles = 5, 6
+    history = History()
+    store = FencedStore()
+    sessions = [await open_client() for _ in range(clients)]
+
+    async def worker(index: int) -> None:
+        lock = sessions[index].lock(PATH, identifier=f"w{index}", fair=False)
+        for _ in range(cycles):
+            async with lock:
+                with history.section(f"w{index}", lock.fencing_token):
+                    assert store.write(f"w{index}", lock.fencing_token, index)
+                    await anyio.lowlevel.checkpoint()
+
+    with anyio.fail_after(40):
+        async with anyio.create_task_group() as tg:
+            for index in range(clients):
+                tg.start_soon(worker, index)
+    report = history.check()
+    assert report.ok, str(report)
+    assert report.sections == clients * cycles
+    assert not store.rejected
+    assert await zk.get_children(PATH) == []
+
+
+async def test_reentrant_per_task(zk: aiozklock.ZooKeeperClient) -> None:
+    lock = zk.lock(PATH, fair=False)
+    async with lock:
+        token = lock.fencing_token
+        async with lock:
+            assert lock.statistics().depth == 2
+            assert lock.fencing_token == token
+        await lock.acquire()
+        assert lock.statistics().depth == 2
+        await lock.release()
+        assert lock.is_held
+        assert (await zk.exists(NODE)) is not None
+    assert not lock.is_held
+    assert await zk.exists(NODE) is None
+
+
+async def test_tasks_of_one_object_take_turns(zk: aiozklock.ZooKeeperClient) -> None:
+    lock = zk.lock(PATH, fair=False)
+    inside = 0
+    entries = 0
+
+    async def worker() -> None:
+        nonlocal inside, entries
+        async with lock:
+            inside += 1
+            entries += 1
+            assert inside == 1
+            await anyio.lowlevel.checkpoint()
+            inside -= 1
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(worker)
+    assert entries == 4
+    assert await zk.exists(NODE) is None
+
+
+async def test_timeout_leaves_nothing_and_object_stays_usable(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    other = await open_client(proxy)
+    holder = Holder()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold, zk.lock(PATH, fair=False), holder)
+        with anyio.fail_after(5):
+            await holder.entered.wait()
+        contender = other.lock(PATH, fair=False)
+        baseline = session_of(other).watcher_count()
+        with anyio.fail_after(5), pytest.raises(aiozklock.LockTimeout):
+            await contender.acquire(timeout=0.3)
+        stat = await zk.exists(NODE)
+        assert stat is not None
+        assert stat.czxid == holder.token  # still the holder's node
+        assert session_of(other).watcher_count() == baseline
+        proxy.reset_counters()
+        assert await contender.try_acquire() is False
+        assert requests_sent(proxy) == 1  # one create, NodeExists: no read, no watch
+        assert contender.statistics().races_lost >= 2
+        holder.release.set()
+    with anyio.fail_after(5):
+        async with contender.acquire(timeout=2.0):
+            assert contender.is_held
+            assert contender.fencing_token > holder.token
+    assert await zk.exists(NODE) is None
+
+
+async def test_try_acquire(zk: aiozklock.ZooKeeperClient, open_client: ClientFactory) -> None:
+    other = await open_client()
+    lock = zk.lock(PATH, fair=False)
+    assert await lock.try_acquire() is True
+    assert lock.is_held
+    assert await other.lock(PATH, fair=False).try_acquire() is False
+    await lock.release()
+    assert await lock.try_acquire() is True
+    await lock.release()
+    assert await zk.exists(NODE) is None
+
+
+async def test_cancel_while_waiting_leaves_no_node_and_no_watcher(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    waiter_client = await open_client(proxy)
+    baseline = session_of(waiter_client).watcher_count()
+    holder = Holder()
+    lock = waiter_client.lock(PATH, fair=False)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold, zk.lock(PATH, fair=False), holder)
+        with anyio.fail_after(5):
+            await holder.entered.wait()
+        proxy.reset_counters()
+        async with anyio.create_task_group() as waiters:
+            waiters.start_soon(lock.acquire)
+            with anyio.fail_after(5):
+                await proxy.wait_for_request(Opcode.GET_DATA)  # the watch is set
+            assert session_of(waiter_client).watcher_count() == baseline + 1
+            waiters.cancel_scope.cancel()
+        assert session_of(waiter_client).watcher_count() == baseline
+        assert not lock.is_held
+        holder.release.set()
+    # The holder released; the cancelled waiter must not take the lock behind our back.
+    assert await zk.exists(NODE) is None
+    assert await lock.try_acquire() is True  # and the object stays usable
+    await lock.release()
+
+
+async def test_contenders_and_statistics(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    other = await open_client()
+    lock = zk.lock(PATH, identifier="me", fair=False)
+    assert await lock.contenders() == []
+    stats = lock.statistics()
+    assert (stats.locked, stats.fencing_token, stats.acquisitions) == (False, None, 0)
+    async with lock:
+        (holder,) = await other.lock(PATH, fair=False).contenders()
+        assert holder.is_holder
+        assert holder.node == "lock"
+        assert holder.identifier == "me"
+        assert holder.fencing_token == lock.fencing_token
+        assert holder.session_id == zk.session_id
+        stats = lock.statistics()
+        assert stats.locked
+        assert stats.depth == 1
+        assert stats.fencing_token == lock.fencing_token
+    assert lock.statistics().acquisitions == 1
+    assert await lock.contenders() == []
+
+
+# ---------------------------------------------------------------- herd (measured)
+
+
+async def test_release_wakes_every_waiter_and_one_wins(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    waiters = 5
+    clients = [await open_client(proxy) for _ in range(waiters)]
+    holder = Holder()
+    anyone_in = anyio.Event()  # shared: set by whichever waiter wins
+    outcomes = [Holder(entered=anyone_in) for _ in range(waiters)]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold, zk.lock(PATH, fair=False), holder)
+        with anyio.fail_after(5):
+            await holder.entered.wait()
+        proxy.reset_counters()
+        for client, outcome in zip(clients, outcomes, strict=True):
+            tg.start_soon(hold, client.lock(PATH, fair=False), outcome)
+        with anyio.fail_after(5):
+            await proxy.wait_for_request(Opcode.GET_DATA, waiters)  # all are watching
+        proxy.reset_counters()
+        holder.release.set()
+        with anyio.fail_after(5):
+            await proxy.wait_for_request(Opcode.GET_DATA, waiters - 1)  # losers watch again
+            await anyone_in.wait()
+        winners = [o for o in outcomes if o.token]
+        assert len(winners) == 1
+        # The herd, on the wire: each waiter got the deletion, each tried to create.
+        assert proxy.count(Opcode.CREATE2) == waiters
+        assert proxy.count(Opcode.GET_DATA) == waiters - 1
+        for outcome in outcomes:
+            outcome.release.set()
+    assert all(o.error is None and o.token for o in outcomes)
+    assert await zk.exists(NODE) is None
+
+
+# ---------------------------------------------------------------- faults
+
+
+async def test_lost_create_reply_is_adopted(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    await zk.ensure_path("/locks")
+    await zk.create(PATH)
+    client = await open_client(proxy)
+    lock = client.lock(PATH, fair=False)
+    proxy.reset_counters()
+    proxy.arm_drop_after([Opcode.CREATE2], 1)
+    with anyio.fail_after(10):
+        await lock.acquire()
+    assert proxy.swallowed_replies == 1
+    assert proxy.count(Opcode.CREATE2) == 1  # never resent
+    assert proxy.count(Opcode.GET_DATA) == 1  # the read-back that adopted it
+    assert await zk.get_children(PATH) == ["lock"]
+    stat = await zk.exists(NODE)
+    assert stat is not None
+    assert stat.ephemeral_owner == client.session_id
+    assert lock.fencing_token == stat.czxid
+    await lock.release()
+    assert await zk.exists(NODE) is None
+
+
+async def test_lost_delete_reply_never_deletes_the_next_holders_node(
+    proxy: FaultProxy,
+    zk_hosts: str,
+    chroot: str,
+    zk: aiozklock.ZooKeeperClient,
+    open_client: ClientFactory,
+) -> None:
+    client = await open_client(proxy)
+    ours, competitor = Holder(), Holder()
+    async with (
+        FaultProxy(zk_hosts) as observed,  # shows when the competitor waits
+        aiozklock.connect(observed.address + chroot, session_timeout=4.0) as rival,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(hold, client.lock(PATH, fair=False), ours)
+        with anyio.fail_after(5):
+            await ours.entered.wait()
+        tg.start_soon(hold, rival.lock(PATH, fair=False), competitor)
+        with anyio.fail_after(5):
+            await observed.wait_for_request(Opcode.GET_DATA)  # the competitor waits
+        proxy.reset_counters()
+        proxy.arm_drop_after([Opcode.DELETE], 1)
+        ours.release.set()
+        with anyio.fail_after(5):
+            await proxy.wait_for_request(Opcode.DELETE)
+        # Our reconnect (and re-check) is held back until the competitor holds the node.
+        proxy.set_delay(0.5)
+        with anyio.fail_after(10):
+            await competitor.entered.wait()
+            await ours.done.wait()  # our release has returned
+        proxy.set_delay(0)
+        assert ours.error is None
+        assert proxy.swallowed_replies == 1
+        assert proxy.count(Opcode.DELETE) == 1  # the re-check saw another czxid: no retry
+        assert proxy.count(Opcode.EXISTS) == 1
+        stat = await zk.exists(NODE)
+        assert stat is not None
+        assert stat.czxid == competitor.token
+        assert stat.ephemeral_owner == rival.session_id
+        competitor.release.set()
+    assert competitor.error is None
+    assert await zk.exists(NODE) is None
+
+
+async def test_connection_drop_while_holding_cancels_the_body_and_frees_the_lock(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    holder = Holder()
+    history = History()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold, client.lock(PATH, fair=False), holder)
+        with anyio.fail_after(5):
+            await holder.entered.wait()
+        enter = time.monotonic()
+        await proxy.drop_all()
+        with anyio.fail_after(5):
+            await holder.done.wait()
+        history.record("holder", holder.token, enter, time.monotonic())
+    assert holder.body_cancelled
+    assert isinstance(holder.error, aiozklock.LockLost), holder.error
+    other = zk.lock(PATH, fair=False)
+    with anyio.fail_after(10):
+        async with other:  # the janitor removed the node once the session was back
+            with history.section("other", other.fencing_token):
+                assert other.fencing_token > holder.token
+    report = history.check()
+    assert report.ok, str(report)
+    assert await zk.exists(NODE) is None
