@@ -13,7 +13,7 @@ import pytest
 
 import aiozklock
 from aiozklock.testing import FaultProxy, FencedStore, History, Opcode, session_of
-from tests.conftest import ClientFactory
+from tests.conftest import ClientFactory, wait_for_children
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -430,4 +430,100 @@ async def test_connection_drop_while_holding_cancels_the_body_and_frees_the_lock
                 assert other.fencing_token > holder.token
     report = history.check()
     assert report.ok, str(report)
+    assert await zk.exists(NODE) is None
+
+
+def partition_on_suspend(client: aiozklock.ZooKeeperClient, proxy: FaultProxy) -> None:
+    """Partition ``client`` from the moment its connection drops: the listener runs in the
+    session's task as the state changes, so its reconnect cannot slip in first."""
+
+    def on_change(change: aiozklock.StateChange) -> None:
+        if change.state is aiozklock.SessionState.SUSPENDED:
+            proxy.blackhole(True, new="hang")
+
+    client.add_listener(on_change)
+
+
+async def test_cancel_with_create_outcome_unknown_leaves_no_node(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    await zk.ensure_path("/locks")
+    await zk.create(PATH)
+    client = await open_client(proxy)
+    lock = client.lock(PATH, fair=False)
+    partition_on_suspend(client, proxy)
+    proxy.reset_counters()
+    proxy.arm_drop_after([Opcode.CREATE2], 1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lock.acquire)
+        with anyio.fail_after(5):
+            await proxy.wait_for_request(Opcode.CREATE2)
+            # The create ran on the server and its reply was lost: the node is ours.
+            await wait_for_children(zk, PATH, lambda children: children == ["lock"])
+        tg.cancel_scope.cancel()  # while the outcome is unknown and there is no connection
+    assert not lock.is_held
+    proxy.blackhole(False)
+    with anyio.fail_after(5):  # the janitor reads the node back, finds ours, deletes it
+        await wait_for_children(zk, PATH, lambda children: children == [])
+    assert proxy.count(Opcode.CREATE2) == 1
+    assert proxy.count(Opcode.DELETE) == 1
+    assert await lock.try_acquire() is True  # and the object stays usable
+    await lock.release()
+
+
+async def test_cancel_while_the_create_is_in_flight_deletes_our_node_at_once(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    await zk.ensure_path("/locks")
+    await zk.create(PATH)
+    client = await open_client(proxy)
+    lock = client.lock(PATH, fair=False)
+    proxy.reset_counters()
+    proxy.set_delay(0.3)  # the create reaches the server after we are cancelled
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lock.acquire)
+        with anyio.fail_after(5):
+            await proxy.wait_for_request(Opcode.CREATE2)
+        tg.cancel_scope.cancel()
+    # The cancelled acquire resolved the create (read back) and deleted its node before
+    # returning: nothing is left, and nothing went to the background.
+    assert await zk.exists(NODE) is None
+    assert proxy.count(Opcode.GET_DATA) == 1
+    assert proxy.count(Opcode.DELETE) == 1
+    proxy.set_delay(0)
+
+
+@pytest.mark.slow
+async def test_lost_create_reply_then_new_session_never_adopts_the_old_node(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    await zk.ensure_path("/locks")
+    await zk.create(PATH)
+    client = await open_client(proxy)
+    old_session = client.session_id
+    lock = client.lock(PATH, fair=False)
+    partition_on_suspend(client, proxy)
+    lost = anyio.Event()
+    client.add_listener(
+        lambda change: lost.set() if change.state is aiozklock.SessionState.LOST else None
+    )
+
+    async def heal_once_lost() -> None:
+        await lost.wait()  # our clock gave the session up while partitioned
+        proxy.blackhole(False)
+
+    proxy.arm_drop_after([Opcode.CREATE2], 1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(heal_once_lost)
+        with anyio.fail_after(15):
+            await lock.acquire()
+    # Acquired in the new session, on a node of its own: the old session's node was waited
+    # out (or already gone), never adopted.
+    assert client.session_id != old_session
+    stat = await zk.exists(NODE)
+    assert stat is not None
+    assert stat.ephemeral_owner == client.session_id
+    assert lock.fencing_token == stat.czxid
+    assert lock.is_held
+    await lock.release()
     assert await zk.exists(NODE) is None

@@ -17,6 +17,7 @@ identity (``_core/_contenders.Identity``):
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 import uuid
@@ -53,6 +54,8 @@ from aiozklock._wire._protocol import (
 )
 from aiozklock._wire._session import Session, SessionState
 from aiozklock._wire._validation import join, validate_identifier, validate_recipe_path
+
+log = logging.getLogger(__name__)
 
 NODE_NAME = "lock"
 _PARENT_ATTEMPTS = 3  # the server may reap the empty container parent between our requests
@@ -244,7 +247,10 @@ class NonFairLock(Primitive):
                 return None  # create again after the reconnect: a fixed name cannot duplicate
             generation = session.generation
             if self._owns(self._guid)(data, stat):
+                log.info("%s: adopted our node after a lost create reply", self._label)
                 return self._hold(stat, generation)
+            if _guid_in(data) == self._guid:
+                log.info("%s: our node from an old session: waiting for it to go", self._label)
             self._maybe_ours = None  # someone else's, or ours from a session that is gone
             await _wait(woken, deadline, self._label)
             return None
