@@ -3,16 +3,25 @@ asyncio and trio: its contract, its round trips counted on the wire, and its fau
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import pytest
 
 import aiozklock
-from aiozklock.testing import FaultProxy, FencedStore, History, Opcode, session_of
+from aiozklock.testing import (
+    FaultProxy,
+    FencedStore,
+    History,
+    Opcode,
+    four_letter_word,
+    session_of,
+)
 from tests.conftest import ClientFactory, wait_for_children
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -303,8 +312,30 @@ async def test_contenders_and_statistics(
 # ---------------------------------------------------------------- herd (measured)
 
 
+async def sessions_watching(
+    zk_hosts: str, server_node: str, clients: list[aiozklock.ZooKeeperClient]
+) -> int:
+    """How many sessions the server says watch ``server_node`` (``wchp``), once the
+    watches ``clients`` have sent are set: a session's requests run in order, so one more
+    round trip on each means its earlier ones are done."""
+    for client in clients:
+        await client.exists("/")
+    report = await anyio.to_thread.run_sync(four_letter_word, zk_hosts.split(",")[0], "wchp")
+    lines = report.splitlines()
+    if server_node not in lines:
+        return 0
+    watchers = itertools.takewhile(
+        lambda line: line[:1].isspace(), lines[lines.index(server_node) + 1 :]
+    )
+    return sum(1 for _ in watchers)
+
+
 async def test_release_wakes_every_waiter_and_one_wins(
-    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+    proxy: FaultProxy,
+    zk_hosts: str,
+    chroot: str,
+    zk: aiozklock.ZooKeeperClient,
+    open_client: ClientFactory,
 ) -> None:
     waiters = 5
     clients = [await open_client(proxy) for _ in range(waiters)]
@@ -320,6 +351,8 @@ async def test_release_wakes_every_waiter_and_one_wins(
             tg.start_soon(hold, client.lock(PATH, fair=False), outcome)
         with anyio.fail_after(5):
             await proxy.wait_for_request(Opcode.GET_DATA, waiters)  # all are watching
+        # Every waiter's session watches the node: the release notifies each of them.
+        assert await sessions_watching(zk_hosts, chroot + NODE, clients) == waiters
         proxy.reset_counters()
         holder.release.set()
         with anyio.fail_after(5):
@@ -330,6 +363,7 @@ async def test_release_wakes_every_waiter_and_one_wins(
         # The herd, on the wire: each waiter got the deletion, each tried to create.
         assert proxy.count(Opcode.CREATE2) == waiters
         assert proxy.count(Opcode.GET_DATA) == waiters - 1
+        assert await sessions_watching(zk_hosts, chroot + NODE, clients) == waiters - 1
         for outcome in outcomes:
             outcome.release.set()
     assert all(o.error is None and o.token for o in outcomes)
