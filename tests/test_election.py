@@ -24,8 +24,7 @@ import anyio.abc
 import pytest
 
 import aiozklock
-from aiozklock import SessionState, StateChange
-from aiozklock.testing import FaultProxy, History, Opcode, expire_session, session_of
+from aiozklock.testing import FaultProxy, History, Opcode, session_of
 from tests.conftest import ClientFactory, wait_for_children, wait_for_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(40)]
@@ -131,7 +130,8 @@ async def test_leader_scope_fencing_token_and_resign(zk: aiozklock.ZooKeeperClie
             assert json.loads((await zk.get_data(f"{PATH}/{name}"))[0])["identifier"] == "node-1"
             assert await election.leader() == "node-1"
             (contender,) = await election.contenders()
-            assert contender.is_holder and contender.identifier == "node-1"
+            assert contender.is_holder
+            assert contender.identifier == "node-1"
             seen: dict[str, bool] = {}
 
             async def other_task() -> None:  # is_leader is per object, is_held per task
@@ -291,3 +291,229 @@ async def test_succession_is_fifo_and_a_plain_handoff_needs_no_listing(
     result = history.check()
     assert result.ok, str(result)
     assert await clients["a"].get_children(PATH) == []
+
+
+# --- leader() -------------------------------------------------------------------------------
+
+
+async def test_leader_skips_a_head_that_vanishes_after_the_listing(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    # Pitfall 16: the observer's requests are delayed, and the head resigns after its
+    # listing was answered and while its getData is on the way: the next one leads.
+    observer = await open_client(proxy)
+    other = await open_client()
+    history = History()
+    first, second = Term(), Term()
+    result: list[str | None] = []
+    asked = anyio.Event()
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lead, zk.election(PATH, identifier="first"), first, history, "first")
+            await first.entered.wait()
+            tg.start_soon(lead, other.election(PATH, identifier="second"), second, history, "2")
+            await wait_for_queue(zk, PATH, 2)
+            proxy.reset_counters()
+            proxy.set_delay(0.5)
+
+            async def ask() -> None:
+                result.append(await observer.election(PATH).leader())
+                asked.set()
+
+            tg.start_soon(ask)
+            await proxy.wait_for_request(Opcode.GET_DATA)  # its listing was answered
+            first.resign.set()
+            await second.entered.wait()  # before the delayed getData reaches the server
+            proxy.set_delay(0)
+            await asked.wait()
+            second.resign.set()
+    assert proxy.count(Opcode.GET_DATA) == 2
+    assert proxy.count(Opcode.GET_CHILDREN) == 1
+    assert result == ["second"]
+
+
+async def test_leader_during_churn_never_raises(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    names = [f"c{i}" for i in range(3)]
+    clients = [await open_client() for _ in names]
+    seen: list[str | None] = []
+    stop = anyio.Event()
+
+    async def churn(client: aiozklock.ZooKeeperClient, name: str) -> None:
+        election = client.election(PATH, identifier=name)
+        for _ in range(15):
+            async with election:
+                await anyio.lowlevel.checkpoint()
+
+    async def ask() -> None:
+        observer = zk.election(PATH)
+        while not stop.is_set():
+            seen.append(await observer.leader())
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            async with anyio.create_task_group() as candidates:
+                for client, name in zip(clients, names, strict=True):
+                    candidates.start_soon(churn, client, name)
+            stop.set()
+    assert set(seen) <= {*names, None}
+    assert set(seen) & set(names)  # it saw leaders
+    assert await zk.election(PATH).leader() is None
+    report("leader_churn", reads=len(seen), none=seen.count(None))
+
+
+# --- watch_leader() -------------------------------------------------------------------------
+
+
+async def test_watch_leader_sequence_and_no_listing_while_the_head_is_stable(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    observer = await open_client(proxy)
+    baseline = session_of(observer).watcher_count()
+    history = History()
+    terms = {name: Term() for name in ("a", "b", "c")}
+    others = {name: await open_client() for name in ("b", "c")}
+    with anyio.fail_after(20):
+        async with watching(observer.election(PATH)) as watcher, anyio.create_task_group() as tg:
+            assert await watcher.wait_for(1) == [None]  # the path does not exist yet
+            tg.start_soon(lead, zk.election(PATH, identifier="a"), terms["a"], history, "a")
+            assert await watcher.wait_for(2) == [None, "a"]
+            tg.start_soon(
+                lead, others["b"].election(PATH, identifier="b"), terms["b"], history, "b"
+            )
+            await wait_for_queue(zk, PATH, 2)
+            proxy.reset_counters()
+            # A candidate joins and leaves behind the head: the observer hears nothing.
+            async with anyio.create_task_group() as late:
+                late.start_soon(
+                    lead, others["c"].election(PATH, identifier="c"), terms["c"], history, "c"
+                )
+                await wait_for_queue(zk, PATH, 3)
+                late.cancel_scope.cancel()
+            await wait_for_children(zk, PATH, lambda children: len(children) == 2)
+            assert proxy.count() - proxy.count(Opcode.PING) == 0
+            terms["a"].resign.set()
+            assert await watcher.wait_for(3) == [None, "a", "b"]
+            # The head's deletion: one listing and one read (with the next watch).
+            assert proxy.count(Opcode.GET_CHILDREN) == 1
+            assert proxy.count(Opcode.GET_DATA) == 1
+            terms["b"].resign.set()
+            assert await watcher.wait_for(4) == [None, "a", "b", None]
+        assert session_of(observer).watcher_count() == baseline
+    assert history.check().ok
+
+
+async def test_watch_leader_costs_per_leader_change_with_many_observers(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    # Pitfall 17: observers watch the head only; a change costs each one listing and one read,
+    # and candidates queueing behind the head cost nothing.
+    observers = 50
+    client = await open_client(proxy)
+    history = History()
+    a, b, c = Term(), Term(), Term()
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lead, zk.election(PATH, identifier="a"), a, history, "a")
+            await a.entered.wait()
+            watchers = [Watcher(client.election(PATH)) for _ in range(observers)]
+            for watcher in watchers:
+                tg.start_soon(watcher.run)
+            for watcher in watchers:
+                assert await watcher.wait_for(1) == ["a"]
+            proxy.reset_counters()
+            tg.start_soon(lead, zk.election(PATH, identifier="b"), b, history, "b")
+            await wait_for_queue(zk, PATH, 2)
+            tg.start_soon(lead, zk.election(PATH, identifier="c"), c, history, "c")
+            await wait_for_queue(zk, PATH, 3)
+            behind = proxy.count() - proxy.count(Opcode.PING)
+            a.resign.set()
+            for watcher in watchers:
+                assert await watcher.wait_for(2) == ["a", "b"]
+            per_change = proxy.count() - proxy.count(Opcode.PING)
+            b.resign.set()
+            c.resign.set()
+            tg.cancel_scope.cancel()
+    report(
+        "observers",
+        observers=observers,
+        requests_when_queueing=behind,
+        requests_per_leader_change=per_change,
+    )
+    assert behind == 0
+    assert per_change == 2 * observers
+
+
+async def test_watch_leader_cleans_up_on_cancel_and_on_aclose(
+    zk: aiozklock.ZooKeeperClient,
+) -> None:
+    session = session_of(zk)
+    baseline = session.watcher_count()
+    election = zk.election(PATH, identifier="me")
+    with anyio.fail_after(10):
+        # Cancelled while waiting for a change (no candidate: a watch on the path).
+        async with watching(zk.election(PATH)) as watcher:
+            assert await watcher.wait_for(1) == [None]
+            assert session.watcher_count() == baseline + 1
+        assert session.watcher_count() == baseline
+        async with election:
+            # Closed by the consumer after a value (a data watch on the head).
+            async with contextlib.aclosing(election.watch_leader()) as leaders:
+                async for leader in leaders:
+                    assert leader == "me"
+                    assert session.watcher_count() == baseline + 1
+                    break
+            assert session.watcher_count() == baseline
+
+
+async def test_watch_leader_coalesces_for_a_slow_consumer(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    other = await open_client()
+    history = History()
+    a, b = Term(), Term()
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lead, zk.election(PATH, identifier="a"), a, history, "a")
+            await a.entered.wait()
+            tg.start_soon(lead, other.election(PATH, identifier="b"), b, history, "b")
+            await wait_for_queue(zk, PATH, 2)
+            values = []
+            async with contextlib.aclosing(zk.election(PATH).watch_leader()) as leaders:
+                async for leader in leaders:
+                    values.append(leader)
+                    if leader == "a":  # while the consumer is busy: a -> b -> nobody
+                        a.resign.set()
+                        await b.entered.wait()
+                        b.resign.set()
+                        await b.done.wait()
+                    if leader is None:
+                        break
+    assert values == ["a", None]
+
+
+async def test_watch_leader_resyncs_after_a_partition(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    observer = await open_client(proxy)
+    other = await open_client()
+    history = History()
+    a, b = Term(), Term()
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lead, zk.election(PATH, identifier="a"), a, history, "a")
+            await a.entered.wait()
+            async with watching(observer.election(PATH)) as watcher:
+                assert await watcher.wait_for(1) == ["a"]
+                tg.start_soon(lead, other.election(PATH, identifier="b"), b, history, "b")
+                await wait_for_queue(zk, PATH, 2)
+                proxy.blackhole(True)
+                a.resign.set()
+                await b.entered.wait()
+                await proxy.drop_all()  # the observer reconnects once the partition lifts
+                proxy.blackhole(False)
+                assert await watcher.wait_for(2) == ["a", "b"]
+            b.resign.set()
+    assert history.check().ok
