@@ -184,15 +184,15 @@ async def test_bad_input_raises_before_any_traffic(
     proxy.reset_counters()
     for path in ("relative", "/trailing/", "/", "", 7):
         with pytest.raises(aiozklock.InvalidArgument):
-            client.election(path)  # type: ignore[arg-type]
+            client.election(path)
     with pytest.raises(aiozklock.InvalidArgument):
-        client.election(PATH, identifier=42)  # type: ignore[arg-type]
+        client.election(PATH, identifier=42)
     with pytest.raises(aiozklock.InvalidArgument):
         client.election(PATH, identifier="x" * 100_000)
     election = client.election(PATH)
     for timeout in (-1, float("nan"), "1"):
         with pytest.raises(aiozklock.InvalidArgument):
-            election.acquire(timeout=timeout)  # type: ignore[arg-type]
+            election.acquire(timeout=timeout)
     with pytest.raises(aiozklock.NotLockOwner):
         await election.release()
     with pytest.raises(aiozklock.NotLockOwner):

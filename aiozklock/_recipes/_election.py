@@ -25,7 +25,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 import anyio
 
@@ -168,7 +168,7 @@ class Election(Primitive):
         Raises ``ClientClosed`` once closed."""
         return await read_contenders(self._session, self._queue, self.path)
 
-    async def watch_leader(self) -> AsyncIterator[str | None]:
+    async def watch_leader(self) -> AsyncGenerator[str | None, None]:
         """``async for leader in election.watch_leader():`` the leader's identifier now, then
         each time it changes; ``None`` while there is no candidate.
 
