@@ -16,7 +16,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -24,7 +24,8 @@ import anyio.abc
 import pytest
 
 import aiozklock
-from aiozklock.testing import FaultProxy, History, Opcode, session_of
+from aiozklock import SessionState, StateChange
+from aiozklock.testing import FaultProxy, History, Opcode, expire_session, session_of
 from tests.conftest import ClientFactory, wait_for_children, wait_for_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(40)]
@@ -517,3 +518,147 @@ async def test_watch_leader_resyncs_after_a_partition(
                 assert await watcher.wait_for(2) == ["a", "b"]
             b.resign.set()
     assert history.check().ok
+
+
+# --- faults ---------------------------------------------------------------------------------
+
+
+async def crash_and_succeed(
+    leader_client: aiozklock.ZooKeeperClient,
+    successor_client: aiozklock.ZooKeeperClient,
+    fault: Callable[[], Awaitable[None]],
+    within: float,
+) -> tuple[Term, Term, float]:
+    """``leader_client`` leads, ``successor_client`` waits; ``fault()``; both terms end.
+    Returns the terms and when the fault started."""
+    history = History()
+    leader, successor = Term(), Term()
+    election = leader_client.election(PATH, identifier="leader")
+    with anyio.fail_after(within):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lead, election, leader, history, "leader")
+            await leader.entered.wait()
+            tg.start_soon(
+                lead, successor_client.election(PATH, identifier="next"), successor, history, "next"
+            )
+            await wait_for_queue(successor_client, PATH, 2)
+            fault_at = time.monotonic()
+            await fault()
+            await leader.done.wait()
+            await successor.entered.wait()
+            assert await successor_client.election(PATH).leader() == "next"
+            successor.resign.set()
+    assert leader.cancelled
+    assert isinstance(leader.error, aiozklock.LeadershipLost), leader.error
+    assert not election.is_leader
+    assert successor.error is None
+    assert successor.token > leader.token
+    assert leader.exit < successor.enter  # never two leaders
+    result = history.check()
+    assert result.ok, str(result)
+    return leader, successor, fault_at
+
+
+async def test_leader_client_closed(open_client: ClientFactory) -> None:
+    leader_client = await open_client()
+    successor_client = await open_client()
+    leader, successor, fault_at = await crash_and_succeed(
+        leader_client, successor_client, leader_client.close, within=10
+    )
+    report(
+        "client_closed",
+        close_to_cancel=leader.exit - fault_at,
+        close_to_successor=successor.enter - fault_at,
+    )
+    assert await successor_client.get_children(PATH) == []
+
+
+async def test_leader_connection_dropped(proxy: FaultProxy, open_client: ClientFactory) -> None:
+    # The session survives the drop; with loss_policy="suspended" the body is cancelled at
+    # once, and the janitor deletes the node once reconnected: the successor leads.
+    leader_client = await open_client(proxy, session_timeout=SHORT_TIMEOUT)
+    successor_client = await open_client()
+    session_id = leader_client.session_id
+    leader, successor, fault_at = await crash_and_succeed(
+        leader_client, successor_client, proxy.drop_all, within=10
+    )
+    report(
+        "connection_dropped",
+        drop_to_cancel=leader.exit - fault_at,
+        drop_to_successor=successor.enter - fault_at,
+    )
+    assert leader.exit - fault_at < 0.5
+    assert leader_client.session_id == session_id  # not a session expiry
+    assert await successor_client.get_children(PATH) == []
+
+
+async def test_partition_longer_than_the_session_cancels_before_reelection(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    leader_client = await open_client(proxy, session_timeout=SHORT_TIMEOUT)
+    successor_client = await open_client()
+    timeout = session_of(leader_client).timeout
+
+    async def partition() -> None:
+        proxy.blackhole(True)
+
+    leader, successor, fault_at = await crash_and_succeed(
+        leader_client, successor_client, partition, within=4 * timeout
+    )
+    margin = successor.enter - leader.exit
+    report(
+        "partition",
+        fault_to_cancel=leader.exit - fault_at,
+        fault_to_reelection=successor.enter - fault_at,
+        margin=margin,
+        margin_pct=100 * margin / timeout,
+    )
+    # Cancelled when the session went SUSPENDED (half the timeout of silence), well before
+    # the server expired the session and the successor's notification came.
+    assert leader.exit - fault_at < 0.75 * timeout
+    assert successor.enter - fault_at >= timeout
+    assert margin >= 0.25 * timeout
+    proxy.blackhole(False)
+
+
+async def test_session_expiry_then_campaign_again_in_the_new_session(
+    proxy: FaultProxy, open_client: ClientFactory, zk_hosts: str
+) -> None:
+    # Pitfall 12: the old session's node is gone with it; campaigning again queues a new
+    # node owned by the new session, with a greater token.
+    leader_client = await open_client(proxy, session_timeout=SHORT_TIMEOUT)
+    successor_client = await open_client()
+    old_session = leader_client.session_id
+    password = session_of(leader_client).password
+    reconnected = anyio.Event()
+
+    def on_state(change: StateChange) -> None:
+        if change.state is SessionState.CONNECTED and change.session_id != old_session:
+            reconnected.set()
+
+    leader_client.add_listener(on_state)
+
+    async def expire() -> None:
+        # Keep the client's own reconnect from re-attaching before the expiry lands.
+        proxy.set_delay(0.3)
+        await expire_session(zk_hosts.split(",")[0], old_session, password)
+
+    leader, successor, fault_at = await crash_and_succeed(
+        leader_client, successor_client, expire, within=10
+    )
+    proxy.set_delay(0)
+    report(
+        "expiry",
+        expire_to_cancel=leader.exit - fault_at,
+        expire_to_successor=successor.enter - fault_at,
+    )
+    election = leader_client.election(PATH, identifier="again")
+    with anyio.fail_after(10):
+        await reconnected.wait()
+        async with election:
+            (name,) = await successor_client.get_children(PATH)
+            stat = await node_stat(successor_client, name)
+            assert stat.ephemeral_owner == leader_client.session_id != old_session
+            assert election.fencing_token == stat.czxid > successor.token
+            assert election.is_leader
+    assert await successor_client.get_children(PATH) == []
