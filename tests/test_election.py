@@ -614,9 +614,9 @@ async def test_partition_longer_than_the_session_cancels_before_reelection(
         margin_pct=100 * margin / timeout,
     )
     # Cancelled when the session went SUSPENDED (half the timeout of silence), well before
-    # the server expired the session and the successor's notification came.
+    # the server expired the session (a timeout after it last heard from the leader, which
+    # may be a ping before the fault) and the successor's notification came.
     assert leader.exit - fault_at < 0.75 * timeout
-    assert successor.enter - fault_at >= timeout
     assert margin >= 0.25 * timeout
     proxy.blackhole(False)
 
