@@ -6,7 +6,9 @@ ours, the candidate re-campaigns in its new session), 14 (bodies cancelled on co
 client close, partition, expiry; campaigning again works), 15 (fencing token = czxid, is_leader
 checked by clock), 16 (``leader()`` when the head vanishes between listing and read, and during
 churn), 17 (``watch_leader()``: head-only watch, no listing while the head is stable, ops per
-leader change with many observers, None when empty, coalesced, re-sync after reconnect).
+leader change with many observers, None when empty, coalesced, re-sync after reconnect); also
+6 (the successor disconnected while its predecessor resigns) and 13 (the path wiped under an
+observer). Not covered: 12's "expire while the server is down" variant, and 13's flapping.
 """
 
 from __future__ import annotations
@@ -662,3 +664,56 @@ async def test_session_expiry_then_campaign_again_in_the_new_session(
             assert election.fencing_token == stat.czxid > successor.token
             assert election.is_leader
     assert await successor_client.get_children(PATH) == []
+
+
+async def test_successor_connection_dropped_during_the_handover(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    # Pitfall 14 (6): the leader resigns while the successor is disconnected; the successor
+    # learns it after reconnecting (same session) and leads, alone.
+    successor_client = await open_client(proxy)
+    history = History()
+    leader, successor = Term(), Term()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lead, zk.election(PATH, identifier="leader"), leader, history, "leader")
+            await leader.entered.wait()
+            election = successor_client.election(PATH, identifier="next")
+            tg.start_soon(lead, election, successor, history, "next")
+            await wait_for_queue(zk, PATH, 2)
+            await proxy.wait_for_request(Opcode.EXISTS)  # it watches the leader
+            proxy.blackhole(True)
+            await proxy.drop_all()
+            leader.resign.set()
+            await leader.done.wait()
+            dropped_at = time.monotonic()
+            proxy.blackhole(False)
+            await successor.entered.wait()
+            assert election.is_leader
+            successor.resign.set()
+    report("handover_drop", lift_to_successor=successor.enter - dropped_at)
+    assert leader.error is None
+    assert successor.error is None
+    assert history.check().ok
+    assert await zk.get_children(PATH) == []
+
+
+async def test_watch_leader_survives_the_path_being_wiped(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    # Pitfall 13: the election path itself goes away and comes back.
+    other = await open_client()
+    history = History()
+    term = Term()
+    with anyio.fail_after(10):
+        async with watching(zk.election(PATH)) as watcher:
+            async with other.election(PATH, identifier="a"):
+                assert await watcher.wait_for(2) == [None, "a"]
+            assert await watcher.wait_for(3) == [None, "a", None]
+            await zk.delete(PATH)  # now only an existence watch can see it come back
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lead, other.election(PATH, identifier="b"), term, history, "b")
+                assert await watcher.wait_for(4) == [None, "a", None, "b"]
+                term.resign.set()
+            assert await watcher.wait_for(5) == [None, "a", None, "b", None]
+    assert term.error is None
