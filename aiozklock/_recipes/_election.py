@@ -142,6 +142,8 @@ class Election(Primitive):
                 children = await self._queue.list_children(self.path, None, None)
             except NoNodeError:
                 return None
+            except SessionExpired:
+                continue  # a read: ask again in the new session
             queue = queue_order(children)
             if not queue:
                 return None
