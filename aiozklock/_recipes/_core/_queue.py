@@ -355,7 +355,17 @@ class Queue:
                 continue
 
     async def _list_all(self, generation: int, deadline: float | None) -> Listings:
-        return {m: await self.list_children(m, generation, deadline) for m in self.members}
+        """Every member's children, in one round trip (repeated after a connection loss)."""
+        session = self._session
+        ops = [get_children_op(session.server_path(m)) for m in self.members]
+        while True:
+            results = await session.pipeline(ops, generation=generation, wait_until=deadline)
+            if any(isinstance(r, ConnectionLoss) for r in results):
+                continue  # reads: safe to repeat
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+            return dict(zip(self.members, results, strict=True))
 
     # ---------------------------------------------------------------- waiting
 
@@ -409,12 +419,16 @@ class Queue:
                         await woken.wait()
                     if not woken.is_set():
                         raise LockTimeout(f"{self._label} not acquired in time")
-            same_session = session.generation == generation
-            for member, decision in waits.items():
-                if member in deleted and decision.ahead == 1 and same_session:
-                    listings[member] = [self.nodes[member]]
-                elif member in deleted or member in recheck or not deleted or not same_session:
-                    listings[member] = await self.list_children(member, generation, deadline)
+            if len(self.members) > 1:
+                # Fresh listings of every member, in one round trip: a node of ours that
+                # went missing where we were already first must be seen before we hold.
+                listings.update(await self._list_all(generation, deadline))
+                return
+            ((member, decision),) = waits.items()
+            if member in deleted and decision.ahead == 1 and session.generation == generation:
+                listings[member] = [self.nodes[member]]
+            else:
+                listings[member] = await self.list_children(member, generation, deadline)
         finally:
             remove_listener()
             for path, wake in watches.values():

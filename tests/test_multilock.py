@@ -1,0 +1,284 @@
+"""MultiLock on real ZooKeeper: all or nothing, deadlock-free, one round trip when free."""
+
+from __future__ import annotations
+
+import random
+from contextlib import ExitStack
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import aiozklock
+from aiozklock.testing import FaultProxy, History, Opcode, session_of
+from tests.conftest import ClientFactory, wait_for_queue
+
+pytestmark = [pytest.mark.anyio]
+
+A, B, C, D = "/locks/a", "/locks/b", "/locks/c", "/locks/d"
+
+
+async def children(zk: aiozklock.ZooKeeperClient, *paths: str) -> dict[str, list[str]]:
+    result = {}
+    for path in paths:
+        try:
+            result[path] = await zk.get_children(path)
+        except aiozklock.NoNodeError:
+            result[path] = []
+    return result
+
+
+async def test_holds_every_member_with_one_transaction_and_releases_all(
+    zk: aiozklock.ZooKeeperClient,
+) -> None:
+    lock = zk.multi_lock([A, B, C])
+    async with lock:
+        assert lock.is_held
+        listing = await children(zk, A, B, C)
+        assert all(len(names) == 1 for names in listing.values())
+        tokens = lock.fencing_tokens
+        assert set(tokens) == {A, B, C}
+        for path, (name,) in listing.items():
+            _, stat = await zk.get_data(f"{path}/{name}")
+            assert tokens[path] == stat.czxid == lock.fencing_token  # one transaction
+        assert lock.statistics().nodes == {p: n[0] for p, n in listing.items()}
+    assert not lock.is_held
+    assert await children(zk, A, B, C) == {A: [], B: [], C: []}
+
+
+async def test_one_round_trip_when_free_and_one_to_release(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    await client.ensure_path(A)
+    await client.ensure_path(B)
+    await client.ensure_path(C)
+    lock = client.multi_lock([A, B, C])
+    proxy.reset_counters()
+    await lock.acquire()
+    # The multi and the three listings go out in one write: one round trip.
+    assert proxy.count(Opcode.MULTI) == 1
+    assert proxy.count(Opcode.GET_CHILDREN) == 3
+    assert proxy.count() == 4
+    proxy.reset_counters()
+    await lock.release()
+    assert proxy.count(Opcode.MULTI) == 1
+    assert proxy.count() == 1
+
+
+async def test_missing_member_paths_cost_one_more_round_trip(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    await client.ensure_path(A)  # /locks exists, /locks/b and /locks/c do not
+    lock = client.multi_lock([A, B, C])
+    proxy.reset_counters()
+    async with lock:
+        assert proxy.count(Opcode.MULTI) == 2  # failed NoNode, then retried with containers
+        assert proxy.count(Opcode.CREATE_CONTAINER) == 2  # /locks/b and /locks/c only
+    assert await children(client, A, B, C) == {A: [], B: [], C: []}
+
+
+async def test_paths_are_validated_and_deduplicated_before_any_traffic(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    proxy.reset_counters()
+    with pytest.raises(aiozklock.InvalidArgument):
+        client.multi_lock("/locks/a")  # a str is not a list of paths
+    with pytest.raises(aiozklock.InvalidArgument):
+        client.multi_lock([])
+    with pytest.raises(aiozklock.InvalidArgument):
+        client.multi_lock([A, "relative"])
+    with pytest.raises(aiozklock.InvalidArgument):
+        client.multi_lock([A, "/zookeeper/quota"])
+    with pytest.raises(aiozklock.InvalidArgument):
+        client.multi_lock([f"/l/{i}" for i in range(1000)])
+    with pytest.raises(aiozklock.InvalidArgument):
+        await client.multi_lock([A]).acquire(timeout=-1)
+    assert proxy.count() == 0
+    assert client.multi_lock([B, A, B, A]).paths == (B, A)
+
+
+async def test_timeout_leaves_nothing_on_any_member(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    other = await open_client()
+    async with zk.lock(B):
+        contender = other.multi_lock([A, B, C])
+        with pytest.raises(aiozklock.LockTimeout):
+            await contender.acquire(timeout=0.3)
+        listing = await children(zk, A, B, C)
+        assert listing[A] == []
+        assert listing[C] == []
+        assert len(listing[B]) == 1
+        assert await contender.try_acquire() is False
+        assert session_of(other).watcher_count() == 0
+    async with contender.acquire(timeout=2):
+        assert contender.is_held
+    assert await children(zk, A, B, C) == {A: [], B: [], C: []}
+
+
+async def test_cancelled_waiter_leaves_nothing_and_stays_usable(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    other = await open_client()
+    waiter = other.multi_lock([C, A])
+    async with zk.multi_lock([A, B]):
+        with anyio.move_on_after(0.3) as scope:
+            await waiter.acquire()
+        assert scope.cancelled_caught
+        assert await children(zk, A, C) == {A: [(await zk.get_children(A))[0]], C: []}
+        assert session_of(other).watcher_count() == 0
+    async with waiter.acquire(timeout=2):
+        assert waiter.is_held
+    assert await children(zk, A, B, C) == {A: [], B: [], C: []}
+
+
+async def test_excludes_the_plain_lock_on_a_shared_path(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    other = await open_client()
+    multi = other.multi_lock([A, B])
+    plain = zk.lock(B)
+    await plain.acquire()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(multi.acquire)
+            await wait_for_queue(zk, B, 2)
+            assert not multi.statistics().locked
+            assert len(await zk.get_children(A)) == 1  # queued on A too, and first there
+            assert not await zk.lock(A).try_acquire()  # so A is taken for everyone else
+            await plain.release()
+    assert multi.statistics().locked  # the plain lock was released: it holds both
+    with pytest.raises(aiozklock.NotLockOwner):
+        await multi.release()  # acquired by the task group's task, not this one
+
+
+async def test_reentrant_in_the_same_task(zk: aiozklock.ZooKeeperClient) -> None:
+    lock = zk.multi_lock([A, B])
+    async with lock:
+        async with lock:
+            assert lock.statistics().depth == 2
+        assert lock.is_held
+    assert await children(zk, A, B) == {A: [], B: []}
+
+
+async def test_overlapping_sets_in_every_order_never_deadlock(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    """Curator's multi-lock acquires members one by one in the caller's order, so {A, B}
+    against {B, A} without timeouts deadlocks. Ours enqueues on all members atomically:
+    clients lock random overlapping sets in random orders, with no timeout, and every path
+    has at most one holder at a time (one History per path)."""
+    paths = [A, B, C, D]
+    histories = {path: History() for path in paths}
+    clients = [await open_client() for _ in range(6)]
+    rounds = 8
+    rng = random.Random(7)
+    plans = [
+        [rng.sample(paths, rng.randint(2, 4)) for _ in range(rounds)] for _ in range(len(clients))
+    ]
+
+    async def worker(index: int) -> None:
+        for members in plans[index]:
+            lock = clients[index].multi_lock(members)
+            async with lock:
+                with ExitStack() as stack:
+                    for path in members:
+                        stack.enter_context(
+                            histories[path].section(f"c{index}", lock.fencing_token)
+                        )
+                    await anyio.lowlevel.checkpoint()
+                    await anyio.lowlevel.checkpoint()
+
+    with anyio.fail_after(40):  # a deadlock would hang here
+        async with anyio.create_task_group() as tg:
+            for index in range(len(clients)):
+                tg.start_soon(worker, index)
+    for path, history in histories.items():
+        report = history.check()
+        assert report.ok, f"{path}: {report}"
+    assert sum(h.check().sections for h in histories.values()) == sum(
+        len(m) for plan in plans for m in plan
+    )
+    assert await children(zk, *paths) == {key: [] for key in paths}
+
+
+async def test_lost_multi_reply_is_resolved_by_guid(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    zk = await open_client()
+    await client.ensure_path(A)
+    await client.ensure_path(B)
+    lock = client.multi_lock([A, B])
+    proxy.arm_drop_after([Opcode.MULTI], 1)  # executed by the server, reply lost
+    with anyio.fail_after(10):
+        async with lock:
+            listing = await children(zk, A, B)
+            assert all(len(names) == 1 for names in listing.values())  # no duplicate
+            assert lock.statistics().nodes == {p: n[0] for p, n in listing.items()}
+            _, stat = await zk.get_data(f"{A}/{listing[A][0]}")
+            assert lock.fencing_token == stat.czxid
+    assert await children(zk, A, B) == {A: [], B: []}
+
+
+async def test_connection_drop_cancels_the_body_and_nothing_stays(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    zk = await open_client()
+    lock = client.multi_lock([A, B])
+    reached = False
+
+    async def hold() -> None:
+        nonlocal reached
+        async with lock:
+            await proxy.drop_all()
+            await anyio.sleep(10)  # cancelled by the loss policy
+            reached = True
+
+    with anyio.fail_after(10), pytest.raises(aiozklock.LockLost):
+        await hold()
+    assert not reached
+    assert lock.statistics().losses == 1
+    # The session came back: the janitor deletes both nodes, and another session can lock.
+    with anyio.fail_after(10):
+        async with zk.multi_lock([B, A]):
+            pass
+
+
+async def test_release_when_one_member_node_was_deleted_by_hand(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    other = await open_client()
+    lock = zk.multi_lock([A, B])
+    await lock.acquire()
+    (name,) = await other.get_children(A)
+    await other.delete(f"{A}/{name}")
+    await lock.release()  # the multi delete fails; single deletes finish the job
+    assert await children(zk, A, B) == {A: [], B: []}
+
+
+async def test_a_member_lost_while_waiting_requeues_all_members_together(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    """Our node on one member deleted (by hand) while we wait: it is seen at the next
+    wake-up, all of ours are deleted and every member is enqueued again in one transaction
+    (never one member alone), so the body never runs without every member held."""
+    other = await open_client()
+    waiter = other.multi_lock([A, B])
+    holder = zk.lock(B)
+    await holder.acquire()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter.acquire)
+        await wait_for_queue(zk, B, 2)
+        before = waiter.statistics().nodes
+        await zk.delete(f"{A}/{before[A]}")
+        await holder.release()
+    after = waiter.statistics().nodes
+    assert waiter.statistics().locked
+    assert after[A] != before[A]
+    assert after[B] != before[B]
+    assert await children(zk, A, B) == {A: [after[A]], B: [after[B]]}
