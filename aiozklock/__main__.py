@@ -15,6 +15,7 @@ that servers and the leader can be paused, killed and restarted too.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -29,6 +30,10 @@ from aiozklock._wire._validation import validate_recipe_path
 from aiozklock.testing import FencedStore, History, HistoryReport
 
 DEFAULT_PATH = "/locks/orders/157"
+RECIPES = ("lock", "multilock", "election", "nonfair", "lease")
+Recipe = (
+    aiozklock.Lock | aiozklock.MultiLock | aiozklock.Election | aiozklock.NonFairLock
+) | aiozklock.LeaseLock
 _HEAD_ROWS = 12
 _TAIL_ROWS = 6
 
@@ -50,7 +55,7 @@ running servers:
 class Grant:
     holder: str
     token: int
-    waited: float  # seconds, as reported by Lock.statistics().last_wait
+    waited: float  # seconds from the start of the acquire to the grant
     entered: float  # time.monotonic()
 
 
@@ -92,14 +97,15 @@ class _Race:
         try:
             async with aiozklock.connect(args.hosts) as zk:  # one session per worker
                 results.session_ids.add(zk.session_id)
-                lock = zk.lock(args.path, identifier=name)
+                lock = make_recipe(zk, args, name)
                 self.arrived()
                 arrived = True
                 await self.start.wait()
                 for _ in range(args.rounds):
                     try:
+                        asked = time.monotonic()
                         async with lock.acquire(timeout=args.timeout):
-                            await self._critical_section(name, lock)
+                            await self._critical_section(name, lock, time.monotonic() - asked)
                     except aiozklock.LockTimeout:
                         results.timeouts += 1
                     except aiozklock.LockLost as exc:
@@ -110,9 +116,8 @@ class _Race:
             if not arrived:
                 self.arrived()
 
-    async def _critical_section(self, name: str, lock: aiozklock.Lock) -> None:
+    async def _critical_section(self, name: str, lock: Recipe, waited: float) -> None:
         token = lock.fencing_token
-        waited = lock.statistics().last_wait or 0.0
         with self.history.section(name, token):
             self.results.grants.append(Grant(name, token, waited, time.monotonic()))
             # A read-modify-write of the protected resource: if two holders ever overlapped,
@@ -138,11 +143,28 @@ async def run_demo(args: argparse.Namespace) -> tuple[Results, History, FencedSt
             started = time.monotonic()
             race.start.set()
         race.results.elapsed = time.monotonic() - started
-        contenders = await observer.lock(args.path, identifier="demo-observer").contenders()
-        race.results.leftover_nodes = [
-            c.node for c in contenders if c.session_id in race.results.session_ids
-        ]
+        for path in recipe_paths(args):
+            with contextlib.suppress(aiozklock.NoNodeError):  # a container reaped once empty
+                race.results.leftover_nodes += await observer.get_children(path)
     return race.results, race.history, race.store
+
+
+def recipe_paths(args: argparse.Namespace) -> list[str]:
+    """The paths the demo's recipe queues under (two for the multi-lock)."""
+    return [args.path, f"{args.path}-b"] if args.recipe == "multilock" else [args.path]
+
+
+def make_recipe(zk: aiozklock.ZooKeeperClient, args: argparse.Namespace, name: str) -> Recipe:
+    """The demo's recipe object for one worker."""
+    if args.recipe == "multilock":
+        return zk.multi_lock(recipe_paths(args), identifier=name)
+    if args.recipe == "election":
+        return zk.election(args.path, identifier=name)
+    if args.recipe == "nonfair":
+        return zk.lock(args.path, identifier=name, fair=False)
+    if args.recipe == "lease":
+        return zk.lease_lock(args.path, args.ttl, identifier=name)
+    return zk.lock(args.path, identifier=name)
 
 
 # ---------------------------------------------------------------------------- the report
@@ -165,7 +187,8 @@ def _print_report(
 
     grants = sorted(results.grants, key=lambda g: g.entered)
     p(
-        f"aiozklock demo: {args.workers} workers x {args.rounds} rounds on {args.path} "
+        f"aiozklock demo: {args.workers} workers x {args.rounds} rounds of {args.recipe} "
+        f"on {', '.join(recipe_paths(args))} "
         f"(each its own session; timeout {args.timeout:g} s, hold {_ms(args.hold)} ms)"
     )
     p(f"ZooKeeper: {where}; backend: {args.backend}")
@@ -272,6 +295,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     demo.add_argument("--path", default=DEFAULT_PATH, help="lock path (%(default)s)")
     demo.add_argument("--all", action="store_true", help="list every grant, not just the ends")
+    demo.add_argument(
+        "--recipe",
+        choices=RECIPES,
+        default="lock",
+        help="lock (fair), multilock (PATH and PATH-b together), election, nonfair, lease "
+        "(a TTL lease; needs extendedTypesEnabled) (%(default)s)",
+    )
+    demo.add_argument("--ttl", type=_seconds, default=5.0, help="lease TTL, s (%(default)s)")
     _add_nemesis_parser(commands)
     return parser
 
