@@ -30,12 +30,11 @@ from collections.abc import AsyncGenerator, Sequence
 import anyio
 
 from aiozklock._exceptions import ConnectionLoss, LeadershipLost, NoNodeError, SessionExpired
-from aiozklock._recipes._core._contenders import Contender, Identity, read_contenders
-from aiozklock._recipes._core._holding import Holding, HoldingRegistry
+from aiozklock._recipes._core._contenders import Contender, read_contenders
+from aiozklock._recipes._core._holding import HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import queue_order
-from aiozklock._recipes._core._primitive import Primitive
-from aiozklock._recipes._core._queue import Queue
+from aiozklock._recipes._core._primitive import QueuedPrimitive
 from aiozklock._recipes._decision import decide
 from aiozklock._wire._protocol import (
     EventType,
@@ -76,7 +75,7 @@ def identifier_of(name: str, data: bytes) -> str:
     return name
 
 
-class Election(Primitive):
+class Election(QueuedPrimitive):
     """A leader election on ZooKeeper. Create it with ``zk.election(path)``.
 
     ``async with election:`` campaigns (waits in FIFO order across processes), then runs the
@@ -101,20 +100,15 @@ class Election(Primitive):
         self.path = validate_recipe_path(path, what="election path")
         identifier = validate_identifier(identifier)
         self.identifier = default_identifier() if identifier is None else identifier
-        super().__init__(session, registry, f"election {self.path}")
-        self._queue = Queue(session, janitor, (self.path,), decide, self._label)
-        self._identity = Identity(self.identifier)
-
-    async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        return await self._queue.acquire(deadline, lambda: self._identity.data(task_name))
-
-    async def _give_back(self, holding: Holding) -> None:
-        await self._queue.delete_own()
-
-    def _drop(self, holding: Holding) -> None:
-        if holding.lost:
-            self._queue.retire_guid()  # the loss policy left our node to the janitor
-        self._queue.forget()
+        super().__init__(
+            session,
+            registry,
+            janitor,
+            (self.path,),
+            decide,
+            f"election {self.path}",
+            self.identifier,
+        )
 
     async def resign(self) -> None:
         """Alias of ``release()``: give up leadership held by the current task (our node is

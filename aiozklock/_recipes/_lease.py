@@ -324,16 +324,7 @@ class LeaseLock(Primitive):
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
         self._maybe_created = False
-        try:
-            return await self._contend(deadline)
-        except TimeoutError as exc:
-            await self._abandon()
-            if isinstance(exc, LockTimeout):
-                raise
-            raise LockTimeout(f"{self._label} not acquired in time: {exc}") from None
-        except BaseException:
-            await self._abandon()
-            raise
+        return await self._contend(deadline)
 
     async def _contend(self, deadline: float | None) -> LeaseHolding:
         session = self._session

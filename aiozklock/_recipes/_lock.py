@@ -18,11 +18,10 @@ from dataclasses import dataclass
 
 import anyio
 
-from aiozklock._recipes._core._contenders import Contender, Identity, read_contenders
-from aiozklock._recipes._core._holding import Holding, HoldingRegistry
+from aiozklock._recipes._core._contenders import Contender, read_contenders
+from aiozklock._recipes._core._holding import HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
-from aiozklock._recipes._core._primitive import Primitive
-from aiozklock._recipes._core._queue import Queue
+from aiozklock._recipes._core._primitive import QueuedPrimitive
 from aiozklock._recipes._decision import decide
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_identifier, validate_recipe_path
@@ -44,7 +43,7 @@ class LockStatistics:
     last_wait: float | None  # seconds the last acquisition waited
 
 
-class Lock(Primitive):
+class Lock(QueuedPrimitive):
     """A distributed mutual-exclusion lock on ZooKeeper. Create it with ``zk.lock(path)``.
 
     Fair (FIFO across processes and across the tasks of this process), reentrant per task,
@@ -64,20 +63,9 @@ class Lock(Primitive):
     ) -> None:
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
-        super().__init__(session, registry, f"lock {self.path}")
-        self._queue = Queue(session, janitor, (self.path,), decide, self._label)
-        self._identity = Identity(self.identifier)
-
-    async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        return await self._queue.acquire(deadline, lambda: self._identity.data(task_name))
-
-    async def _give_back(self, holding: Holding) -> None:
-        await self._queue.delete_own()
-
-    def _drop(self, holding: Holding) -> None:
-        if holding.lost:
-            self._queue.retire_guid()  # the loss policy left our node to the janitor
-        self._queue.forget()
+        super().__init__(
+            session, registry, janitor, (self.path,), decide, f"lock {self.path}", self.identifier
+        )
 
     def statistics(self) -> LockStatistics:
         """Local state of this object; sends nothing."""

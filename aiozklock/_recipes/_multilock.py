@@ -20,11 +20,10 @@ from dataclasses import dataclass
 import anyio
 
 from aiozklock._exceptions import InvalidArgument
-from aiozklock._recipes._core._contenders import Contender, Identity, read_contenders
-from aiozklock._recipes._core._holding import Holding, HoldingRegistry
+from aiozklock._recipes._core._contenders import Contender, read_contenders
+from aiozklock._recipes._core._holding import HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
-from aiozklock._recipes._core._primitive import Primitive
-from aiozklock._recipes._core._queue import Queue
+from aiozklock._recipes._core._primitive import QueuedPrimitive
 from aiozklock._recipes._decision import decide
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_identifier, validate_recipe_path
@@ -62,7 +61,7 @@ def validate_members(paths: object) -> tuple[str, ...]:
     return members
 
 
-class MultiLock(Primitive):
+class MultiLock(QueuedPrimitive):
     """Several locks taken together: all or nothing. Create it with ``zk.multi_lock(paths)``.
 
     Same interface as ``Lock`` (fair, reentrant per task, loss-aware), plus
@@ -81,20 +80,15 @@ class MultiLock(Primitive):
     ) -> None:
         self.paths = validate_members(paths)
         self.identifier = validate_identifier(identifier)
-        super().__init__(session, registry, f"multi-lock {list(self.paths)}")
-        self._queue = Queue(session, janitor, self.paths, decide, self._label)
-        self._identity = Identity(self.identifier)
-
-    async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        return await self._queue.acquire(deadline, lambda: self._identity.data(task_name))
-
-    async def _give_back(self, holding: Holding) -> None:
-        await self._queue.delete_own()
-
-    def _drop(self, holding: Holding) -> None:
-        if holding.lost:
-            self._queue.retire_guid()  # the loss policy left our nodes to the janitor
-        self._queue.forget()
+        super().__init__(
+            session,
+            registry,
+            janitor,
+            self.paths,
+            decide,
+            f"multi-lock {list(self.paths)}",
+            self.identifier,
+        )
 
     @property
     def fencing_tokens(self) -> dict[str, int]:

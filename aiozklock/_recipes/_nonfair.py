@@ -141,18 +141,8 @@ class NonFairLock(Primitive):
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
         self._guid = uuid.uuid4().hex
-        head = self._identity.data(task_name)
-        data = head[:-1] + f', "guid": "{self._guid}"}}'.encode()
-        try:
-            return await self._contend(data, deadline)
-        except TimeoutError as exc:
-            await self._abandon()
-            if isinstance(exc, LockTimeout):
-                raise
-            raise LockTimeout(f"{self._label} not acquired in time: {exc}") from None
-        except BaseException:
-            await self._abandon()
-            raise
+        data = self._identity.data(task_name, guid=self._guid)
+        return await self._contend(data, deadline)
 
     async def _contend(self, data: bytes, deadline: float | None) -> Holding:
         losses = 0

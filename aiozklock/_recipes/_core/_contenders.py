@@ -40,14 +40,12 @@ class Identity:
     __slots__ = ("_head",)
 
     def __init__(self, identifier: str | None) -> None:
-        head = {"identifier": identifier, "host": _HOST, "pid": os.getpid()}
-        self._head = json.dumps(head, ensure_ascii=False)[:-1]  # reused up to the task name
+        self._head = {"identifier": identifier, "host": _HOST, "pid": os.getpid()}
 
-    def data(self, task_name: str | None) -> bytes:
-        """The JSON object for one enqueue (its time is now)."""
-        task = json.dumps(task_name, ensure_ascii=False)
-        text = f'{self._head}, "task": {task}, "enqueued_at": {time.time()!r}}}'
-        return validate_data(text.encode())
+    def data(self, task_name: str | None, **extra: str) -> bytes:
+        """The JSON object for one enqueue (its time is now), with ``extra`` fields."""
+        fields = {**self._head, "task": task_name, "enqueued_at": time.time(), **extra}
+        return validate_data(json.dumps(fields, ensure_ascii=False).encode())
 
 
 async def read_contenders(session: Session, queue: Queue, path: str) -> list[Contender]:

@@ -72,7 +72,7 @@ class LossMonitor:
         self._mode = mode
         self._janitor = janitor
         self._holdings: set[Holding] = set()
-        self.close = session.add_listener(self._on_state)
+        session.add_listener(self._on_state)
 
     def register(self, holding: Holding) -> None:
         """Watch ``holding``; it is marked lost at once if the session is unsafe now."""

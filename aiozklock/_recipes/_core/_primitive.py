@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine, Generator, Sequence
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
@@ -19,7 +19,10 @@ import anyio
 import anyio.lowlevel
 
 from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner
+from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
+from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._queue import Decide, Queue
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_timeout
 
@@ -103,8 +106,13 @@ class Primitive(ABC):
 
     @abstractmethod
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        """Acquire the resource by ``deadline`` (``time.monotonic()``), or raise (``LockTimeout``
-        on time-out) leaving nothing of ours on the server."""
+        """Acquire the resource by ``deadline`` (``time.monotonic()``), or raise (a
+        ``TimeoutError`` on time-out); ``_abandon`` then cleans up."""
+
+    @abstractmethod
+    async def _abandon(self) -> None:
+        """After ``_take`` failed or was cancelled: leave nothing of ours on the server
+        (shielded and bounded; what cannot be done at once goes to the janitor)."""
 
     @abstractmethod
     async def _give_back(self, holding: Holding) -> None:
@@ -235,8 +243,13 @@ class Primitive(ABC):
                 ) from None
         try:
             holding = await self._take(deadline, task.name)
-        except BaseException:
-            self._local.release()
+        except BaseException as exc:
+            try:
+                await self._abandon()
+            finally:
+                self._local.release()
+            if isinstance(exc, TimeoutError) and not isinstance(exc, LockTimeout):
+                raise LockTimeout(f"{self._label} not acquired in time: {exc}") from None
             raise
         self._holding = holding
         self._registry.register(holding)  # marks it lost at once if it is unsafe already
@@ -304,4 +317,37 @@ class Primitive(ABC):
         return swallowed
 
 
-__all__ = ("AcquireContext", "Primitive")
+class QueuedPrimitive(Primitive):
+    """A recipe whose holding is our place at the head of one or more queues (the mutex,
+    the multi-lock, election): the queue engine does the work, with ``decide``."""
+
+    def __init__(
+        self,
+        session: Session,
+        registry: HoldingRegistry,
+        janitor: Janitor,
+        members: Sequence[str],
+        decide: Decide,
+        label: str,
+        identifier: str | None,
+    ) -> None:
+        super().__init__(session, registry, label)
+        self._queue = Queue(session, janitor, members, decide, label)
+        self._identity = Identity(identifier)
+
+    async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
+        return await self._queue.take(deadline, lambda: self._identity.data(task_name))
+
+    async def _abandon(self) -> None:
+        await self._queue.abandon()
+
+    async def _give_back(self, holding: Holding) -> None:
+        await self._queue.delete_own()
+
+    def _drop(self, holding: Holding) -> None:
+        if holding.lost:
+            self._queue.retire_guid()  # the loss policy left our nodes to the janitor
+        self._queue.forget()
+
+
+__all__ = ("AcquireContext", "Primitive", "QueuedPrimitive")

@@ -144,22 +144,13 @@ class Queue:
 
     # ---------------------------------------------------------------- acquire
 
-    async def acquire(self, deadline: float | None, data: Callable[[], bytes]) -> Holding:
+    async def take(self, deadline: float | None, data: Callable[[], bytes]) -> Holding:
         """Queue on every member and wait until first on all; returns the holding.
 
         ``data()`` gives our nodes' data at each enqueue. Raises ``LockTimeout`` at
-        ``deadline``; on any failure or cancellation nothing of ours is left queued.
+        ``deadline``; after any failure or cancellation, ``abandon()`` leaves nothing queued.
         """
-        try:
-            await self._until_first(deadline, data)
-        except TimeoutError as exc:
-            await self.abandon()
-            if isinstance(exc, LockTimeout):
-                raise
-            raise LockTimeout(f"{self._label} not acquired in time: {exc}") from None
-        except BaseException:
-            await self.abandon()
-            raise
+        await self._until_first(deadline, data)
         assert self.token is not None
         nodes = tuple(join(member, self.nodes[member]) for member in self.members)
         return Holding(nodes, self.generation, self.token)
