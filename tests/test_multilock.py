@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from contextlib import ExitStack
 
 import anyio
@@ -10,7 +11,7 @@ import anyio.lowlevel
 import pytest
 
 import aiozklock
-from aiozklock.testing import FaultProxy, History, Opcode, session_of
+from aiozklock.testing import FaultProxy, History, Opcode, expire_session, session_of
 from tests.conftest import ClientFactory, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
@@ -282,3 +283,76 @@ async def test_a_member_lost_while_waiting_requeues_all_members_together(
     assert after[A] != before[A]
     assert after[B] != before[B]
     assert await children(zk, A, B) == {A: [after[A]], B: [after[B]]}
+
+
+async def hold_until_lost(lock: aiozklock.MultiLock, entered: anyio.Event) -> float:
+    """Hold ``lock`` until the loss policy cancels the body; returns when that happened."""
+    exited = -1.0
+
+    async def body() -> None:
+        nonlocal exited
+        async with lock:
+            entered.set()
+            try:
+                await anyio.sleep(30)
+            finally:
+                exited = time.monotonic()
+
+    with pytest.raises(aiozklock.LockLost):
+        await body()
+    return exited
+
+
+async def test_partition_longer_than_the_session_cancels_before_the_server_regrants(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    holder_client = await open_client(proxy, session_timeout=2.0)
+    waiter_client = await open_client()
+    timeout = session_of(holder_client).timeout
+    holder, waiter = holder_client.multi_lock([A, B]), waiter_client.multi_lock([B, A])
+    entered = anyio.Event()
+    exits: list[float] = []
+
+    async def run_holder() -> None:
+        exits.append(await hold_until_lost(holder, entered))
+
+    with anyio.fail_after(6 * timeout):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_holder)
+            await entered.wait()
+            proxy.blackhole(True)
+            fault_at = time.monotonic()
+            async with waiter:  # granted once the server expired the holder's session
+                granted_at = time.monotonic()
+    (exited,) = exits
+    # Cancelled when the session went SUSPENDED (half the timeout of silence), well before the
+    # server could expire the session and grant both members to the waiter.
+    assert exited - fault_at < 0.75 * timeout
+    assert granted_at - exited >= 0.25 * timeout
+    proxy.blackhole(False)
+
+
+async def test_session_expiry_cancels_the_body_and_the_lock_works_in_the_new_session(
+    proxy: FaultProxy, open_client: ClientFactory, zk_hosts: str
+) -> None:
+    holder_client = await open_client(proxy, session_timeout=2.0)
+    observer = await open_client()
+    old_session, password = holder_client.session_id, session_of(holder_client).password
+    holder = holder_client.multi_lock([A, B])
+    entered = anyio.Event()
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold_until_lost, holder, entered)
+            await entered.wait()
+            proxy.set_delay(0.3)  # the client's reconnect must not re-attach before the expiry
+            await expire_session(zk_hosts.split(",")[0], old_session, password)
+        proxy.set_delay(0)
+        async with observer.multi_lock([A, B]):  # the expired session's nodes are gone
+            pass
+        async with holder:  # queued again in the client's new session
+            listing = await children(observer, A, B)
+            _, stat = await observer.get_data(f"{A}/{listing[A][0]}")
+            assert stat.ephemeral_owner == holder_client.session_id != old_session
+            assert holder.fencing_token == stat.czxid
+    assert holder.statistics().losses == 1
+    assert await children(observer, A, B) == {A: [], B: []}
