@@ -43,6 +43,8 @@ class Params:
     pairs: int = 0  # floor: create+delete pairs
     batch: int = 100  # floor: pairs in flight at once when pipelined
     backend: str = "asyncio"  # aiozklock: the anyio backend
+    fair: bool = True  # aiozklock: False takes zk.lock(path, fair=False) (NonFairLock)
+    members: int = 3  # multilock: member paths {path}/m0, {path}/m1, ...
     profile: bool = False  # profile the measured part with cProfile (top functions in result)
 
     def to_words(self) -> list[str]:
@@ -104,6 +106,11 @@ class Gate:
     def _went(self) -> None:
         for callback in self.on_go:
             callback()
+
+
+def member_paths(params: Params) -> list[str]:
+    """The member paths of the multi-lock scenario, in the order every client takes them."""
+    return [f"{params.path}/m{i}" for i in range(params.members)]
 
 
 def emit(stream: TextIO, message: Result) -> None:

@@ -45,7 +45,18 @@ from benchmarks.common import Params  # noqa: E402
 from benchmarks.stats import Grants, Summary  # noqa: E402
 
 LIBRARIES = ("aiozklock", "aiozk", "kazoo", "curator")
-SCENARIOS = ("uncontended", "wire", "contended", "processes", "many", "floor")
+SCENARIOS = (
+    "uncontended",
+    "wire",
+    "contended",
+    "processes",
+    "many",
+    "floor",
+    "multilock",
+    "election",
+    "regression",
+)
+NON_FAIR = report.NON_FAIR
 CURATOR_JARS = (
     "curator-recipes",
     "curator-framework",
@@ -76,6 +87,9 @@ class Settings:
     pairs: int  # raw floor: create+delete pairs, sequential and then pipelined
     batch: int  # raw floor: pairs in flight at once when pipelined
     max_jvms: int  # Curator: at most this many JVMs in the process-per-session case
+    members: int  # multilock: member paths of the multi-lock
+    candidates: int  # election: candidates in one process, one session each
+    rounds: int  # regression: interleaved rounds of current vs baseline
 
 
 QUICK = Settings(
@@ -92,6 +106,9 @@ QUICK = Settings(
     pairs=300,
     batch=100,
     max_jvms=10,
+    members=3,
+    candidates=10,
+    rounds=3,
 )
 FULL = dataclasses.replace(
     QUICK,
@@ -112,23 +129,27 @@ class WorkerError(RuntimeError):
     """A worker failed, hung or answered something unexpected."""
 
 
-def worker_env() -> dict[str, str]:
+def worker_env(first: Sequence[str] = ()) -> dict[str, str]:
+    """The environment of a worker: ``first`` then this checkout ahead of PYTHONPATH."""
     path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
+    entries = [*first, str(ROOT), *([path] if path else [])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(entries)}
 
 
 class Worker:
     """One worker process (Python or Java) speaking the ready/go protocol of
     ``benchmarks.common``; :meth:`stop` ends it by its PID if it is still running."""
 
-    def __init__(self, command: Sequence[str], label: str, log_dir: Path) -> None:
+    def __init__(
+        self, command: Sequence[str], label: str, log_dir: Path, env: dict[str, str]
+    ) -> None:
         self.label = label
         self.log_path = log_dir / f"{label}.log"
         self._log: IO[str] = open(self.log_path, "w")  # noqa: SIM115 (closed by stop())
         self.process = subprocess.Popen(
             command,
             cwd=ROOT,
-            env=worker_env(),
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -235,16 +256,38 @@ class Driver:
     command: tuple[str, ...]  # takes SCENARIO key=value...
     scenarios: frozenset[str] = frozenset(SCENARIOS)
     extra: tuple[tuple[str, Any], ...] = ()  # fixed Params fields (e.g. the anyio backend)
+    pythonpath: tuple[str, ...] = ()  # ahead of the checkout (the baseline's aiozklock)
+    source: str = str(ROOT)  # where its aiozklock must be imported from (checked)
 
     @property
     def is_jvm(self) -> bool:
         return self.library == "curator"
 
+    @property
+    def env(self) -> dict[str, str]:
+        return worker_env(self.pythonpath)
 
-def python_driver(library: str, column: str | None = None, **extra: Any) -> Driver:
-    command = (sys.executable, "-m", "benchmarks.worker", library)
-    scenarios = frozenset({"uncontended"}) if extra else frozenset(SCENARIOS)
-    return Driver(column or library, library, command, scenarios, tuple(extra.items()))
+
+def python_driver(
+    library: str,
+    column: str | None = None,
+    scenarios: Sequence[str] = SCENARIOS,
+    pythonpath: Sequence[str] = (),
+    source: Path = ROOT,
+    **extra: Any,
+) -> Driver:
+    # -P: no current directory on sys.path, so that PYTHONPATH decides which aiozklock
+    # is imported (the baseline's shim comes before this checkout).
+    command = (sys.executable, "-P", "-m", "benchmarks.worker", library)
+    return Driver(
+        column or library,
+        library,
+        command,
+        frozenset(scenarios),
+        tuple(extra.items()),
+        tuple(pythonpath),
+        str(source),
+    )
 
 
 def compile_curator(build_dir: Path) -> Driver | str:
@@ -296,6 +339,8 @@ class Bench:
         self.raw: dict[str, dict[str, Any]] = {}
         self.notes: list[str] = []
         self.wire_counts: dict[str, Any] = {}
+        self.regression_rounds: list[dict[str, dict[str, float]]] = []
+        self.baseline: tuple[Driver, Driver] | None = None  # (this checkout, the baseline)
         self._labels = 0
 
     # -- plumbing
@@ -337,7 +382,7 @@ class Bench:
             for _ in range(count):
                 self._labels += 1
                 label = f"{self._labels:03d}-{driver.library}-{scenario}"
-                worker = Worker(command, label, self.log_dir)
+                worker = Worker(command, label, self.log_dir, driver.env)
                 stack.callback(worker.stop)
                 workers.append(worker)
             for worker in workers:
@@ -353,6 +398,8 @@ class Bench:
             results = [worker.expect("result", EXIT_TIMEOUT) for worker in workers]
             for worker in workers:
                 worker.finish()
+        for result in results:
+            check_source(driver, result.get("library_file"))
         return results
 
     def params(self, path: str, **fields: Any) -> Params:
@@ -493,6 +540,76 @@ class Bench:
             )
         self.keep(driver, "floor", {"pair": pair.as_dict(), **_without_samples(result)})
 
+    def multilock(self, driver: Driver, tap: Tap) -> None:
+        """One multi-lock on ``members`` paths, uncontended: timed, then counted on the wire."""
+        s = self.settings
+        params = self.params(
+            self.path(driver, "multilock"),
+            warmup=s.warmup,
+            iterations=s.iterations,
+            members=s.members,
+        )
+        (result,) = self.run_workers(driver, "multilock", params)
+        latency = Summary.of_ns(result["latencies_ns"])
+        self.record(
+            driver,
+            multilock_cycle_median_us=latency.median_us,
+            multilock_cycle_p99_us=latency.p99_us,
+            multilock_cycles_per_s=latency.n / (result["wall_ns"] / 1e9),
+            multilock_cpu_per_cycle_us=result["cpu_ns"] / 1000 / latency.n,
+        )
+        on_wire = dataclasses.replace(
+            params,
+            hosts=tap.address,
+            path=self.path(driver, "wire-multilock"),
+            warmup=10,
+            iterations=s.wire_cycles,
+        )
+        self.run_workers(driver, "multilock", on_wire, tap=tap)
+        counts = self.wire_counts
+        self.record(
+            driver,
+            multilock_requests_per_cycle=counts["requests"] / s.wire_cycles,
+            multilock_round_trips_per_cycle=counts["round_trips"] / s.wire_cycles,
+        )
+        self.keep(
+            driver,
+            "multilock",
+            {"latency": latency.as_dict(), **_without_samples(result), "wire": counts},
+        )
+
+    def election(self, driver: Driver) -> None:
+        """``candidates`` sessions in one process campaign, lead (one yield) and resign in a
+        loop for ``duration``: hand-off = next leader's body start - previous leader's exit."""
+        s = self.settings
+        params = self.params(
+            self.path(driver, "election"),
+            sessions=s.candidates,
+            warmup=s.contended_warmup,
+            duration=s.duration,
+        )
+        (result,) = self.run_workers(driver, "election", params)
+        keys = ["election_handoff_median_us", "election_handoff_p90_us", "election_terms_per_s"]
+        terms = self.check_grants(driver, result["intervals"], result["counter"], keys)
+        values = (terms.handoff.median_us, terms.handoff.p90_us, terms.per_second)
+        self.record(driver, **dict(zip(keys, values, strict=True)))
+        self.keep(driver, "election", terms.as_dict())
+
+    def regression(self, current: Driver, baseline: Driver) -> None:
+        """The uncontended and contended (one process) rows for this checkout and for the
+        baseline commit, interleaved for ``rounds`` rounds (the order alternates), so that
+        each round gives one paired ratio."""
+        rounds: list[dict[str, dict[str, float]]] = []
+        for index in range(self.settings.rounds):
+            pair = (current, baseline) if index % 2 == 0 else (baseline, current)
+            for driver in pair:
+                say(f"regression round {index + 1}/{self.settings.rounds}: {driver.column}")
+                self.uncontended(driver)
+                for n in self.settings.sessions:
+                    self.contended(driver, n, processes=False)
+            rounds.append({d.column: dict(self.values[d.column]) for d in pair})
+        self.regression_rounds = rounds
+
     def profile(self, driver: Driver) -> str:
         """cProfile of the uncontended cycle (top functions by own time)."""
         s = self.settings
@@ -502,6 +619,15 @@ class Bench:
         (result,) = self.run_workers(driver, "uncontended", params)
         text: str = result["profile"]
         return text
+
+
+def check_source(driver: Driver, library_file: str | None) -> None:
+    """A worker must have measured the aiozklock it was meant to (the baseline's or ours)."""
+    if library_file is None:
+        return
+    expected = Path(driver.source).resolve()
+    if not Path(library_file).resolve().is_relative_to(expected):
+        raise WorkerError(f"{driver.column} imported {library_file}, not from {expected}")
 
 
 def _without_samples(result: dict[str, Any]) -> dict[str, Any]:
@@ -540,11 +666,23 @@ def run_scenario(bench: Bench, scenario: str, drivers: Sequence[Driver]) -> None
             bench.notes.append(f"{driver.column}, {what}: failed: {exc}")
             say(f"  FAILED: {exc}")
 
-    if scenario == "wire":
+    if scenario == "regression":
+        if bench.baseline is None:
+            bench.notes.append("Regression rows not run: no --baseline-commit")
+        else:
+            current, baseline = bench.baseline
+            try:
+                bench.regression(current, baseline)
+            except WorkerError as exc:
+                bench.notes.append(f"regression: failed: {exc}")
+                say(f"  FAILED: {exc}")
+        return
+    if scenario in ("wire", "multilock"):
         tap = Tap(bench.hosts)
+        counted = bench.wire if scenario == "wire" else bench.multilock
         try:
             for driver in drivers:
-                attempt(driver, "wire counts", partial(bench.wire, driver, tap))
+                attempt(driver, scenario, partial(counted, driver, tap))
         finally:
             tap.stop()
         return
@@ -555,6 +693,8 @@ def run_scenario(bench: Bench, scenario: str, drivers: Sequence[Driver]) -> None
             attempt(driver, scenario, partial(bench.many, driver))
         elif scenario == "floor":
             attempt(driver, scenario, partial(bench.floor, driver))
+        elif scenario == "election":
+            attempt(driver, scenario, partial(bench.election, driver))
         else:
             processes = scenario == "processes"
             for n in settings.process_sessions if processes else settings.sessions:
@@ -636,6 +776,11 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
     parser.add_argument("--hosts", help="use these ZooKeeper servers instead of starting one")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument(
+        "--baseline-commit",
+        help="also measure aiozklock at this commit (a temporary git worktree) for the "
+        "regression rows: uncontended and contended, interleaved with this checkout",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="also cProfile aiozklock's uncontended cycle (not timed)",
@@ -655,6 +800,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
         ("pairs", int, "raw floor: create+delete pairs"),
         ("batch", int, "raw floor: pairs in flight when pipelined"),
         ("max-jvms", int, "Curator: cap on JVMs for one-session-per-process"),
+        ("members", int, "multilock: paths of the multi-lock"),
+        ("candidates", int, "election: candidates (sessions) in one process"),
+        ("rounds", int, "regression: interleaved rounds of this checkout vs the baseline"),
     ]
     for name, kind, help_text in options:
         parser.add_argument(f"--{name}", type=kind, help=help_text)
@@ -676,6 +824,38 @@ def choose(text: str | None, known: Sequence[str], what: str) -> list[str]:
     if unknown:
         raise SystemExit(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(known)})")
     return chosen
+
+
+@dataclass(frozen=True)
+class Baseline:
+    commit: str  # short hash
+    tree: Path  # the worktree (its aiozklock/ is measured)
+    shim: Path  # holds only an ``aiozklock`` symlink into the tree: goes first on PYTHONPATH
+
+
+@contextlib.contextmanager
+def baseline_checkout(commit: str) -> Iterator[Baseline]:
+    """A temporary ``git worktree`` of ``commit``, removed (and pruned) at the end."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"git {' '.join(args)} failed: {done.stderr.strip()}")
+        return done.stdout.strip()
+
+    short = git("rev-parse", "--short", f"{commit}^{{commit}}")
+    parent = Path(tempfile.mkdtemp(prefix=f"aiozklock-baseline-{short}-"))
+    tree, shim = parent / "tree", parent / "shim"
+    try:
+        git("worktree", "add", "--detach", str(tree), short)
+        try:
+            shim.mkdir()
+            (shim / "aiozklock").symlink_to(tree / "aiozklock", target_is_directory=True)
+            yield Baseline(short, tree, shim)
+        finally:
+            git("worktree", "remove", "--force", str(tree))
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -717,11 +897,30 @@ def main(argv: Sequence[str]) -> int:
                     drivers.append(curator)
                 continue
             drivers.append(python_driver(library))
-            if library == "aiozklock" and not args.no_trio:
-                drivers.append(python_driver("aiozklock", "aiozklock (trio)", backend="trio"))
+            if library != "aiozklock":
+                continue
+            if not args.no_trio:
+                trio = python_driver(
+                    "aiozklock", "aiozklock (trio)", ["uncontended"], backend="trio"
+                )
+                drivers.append(trio)
+            non_fair = ["uncontended", "wire", "contended"]
+            drivers.append(python_driver("aiozklock", NON_FAIR, non_fair, fair=False))
         hosts = stack.enter_context(zookeeper(args.hosts))
         bench = Bench(settings, hosts, log_dir)
         bench.notes += notes
+        if args.baseline_commit and "regression" in scenarios and "aiozklock" in libraries:
+            baseline = stack.enter_context(baseline_checkout(args.baseline_commit))
+            bench.baseline = (
+                python_driver("aiozklock", "aiozklock (this checkout)", ["regression"]),
+                python_driver(
+                    "aiozklock",
+                    f"aiozklock @{baseline.commit}",
+                    ["regression"],
+                    pythonpath=[str(baseline.shim)],
+                    source=baseline.tree / "aiozklock",
+                ),
+            )
         say(f"ZooKeeper at {hosts}; clients: {', '.join(d.column for d in drivers)}")
         for scenario in scenarios:
             run_scenario(bench, scenario, drivers)
@@ -735,6 +934,33 @@ def main(argv: Sequence[str]) -> int:
         machine["load_average_at_end"] = os.getloadavg()
         found_versions = versions(hosts)
     columns = [d.column for d in drivers]
+    main_columns = [c for c in columns if c != NON_FAIR]  # non-fair: a table of its own
+    rows = report.metrics(settings.sessions, settings.process_sessions, settings.waiters)
+    sections = [report.markdown(rows, main_columns, bench.values, bench.flags)]
+    for recipe in report.recipe_tables(
+        settings.members, settings.candidates, settings.sessions, settings.waiters
+    ):
+        sections.append(recipe.render(columns, bench.values, bench.flags))
+    sections = [section for section in sections if section.count("\n") >= 2]
+    regression: dict[str, Any] = {}
+    if bench.baseline is not None and bench.regression_rounds:
+        this_column, baseline_column = (d.column for d in bench.baseline)
+        text, regression = report.regression(
+            report.regression_rows(settings.sessions),
+            bench.regression_rounds,
+            this_column,
+            baseline_column,
+            bench.flags,
+        )
+        sections.append(
+            f"### Regression check: this checkout vs {baseline_column}\n\n"
+            f"{len(bench.regression_rounds)} interleaved rounds (the order alternates), each "
+            "measuring both in fresh worker processes; columns: medians over the rounds; "
+            "ratio: of each round's pair, **> 1.00x means this checkout is better**, "
+            "median [min-max] over the rounds. The baseline's aiozklock is imported from a "
+            "temporary `git worktree` of that commit (checked in each worker).\n\n" + text
+        )
+    table = "\n\n".join(sections)
     document: dict[str, Any] = {
         "date": started.isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "full",
@@ -749,9 +975,12 @@ def main(argv: Sequence[str]) -> int:
         "raw": bench.raw,
         "notes": bench.notes,
         "profile": profile,
+        "regression": {
+            "columns": [d.column for d in bench.baseline] if bench.baseline else None,
+            "rounds": bench.regression_rounds,
+            "summary": regression,
+        },
     }
-    rows = report.metrics(settings.sessions, settings.process_sessions, settings.waiters)
-    table = report.markdown(rows, columns, bench.values, bench.flags)
     write_outputs(args.output, document, table)
     print(table)
     if bench.notes:
@@ -774,8 +1003,9 @@ def write_outputs(output: Path, document: dict[str, Any], table: str) -> None:
         f"ZooKeeper: {document['zookeeper']}. "
         f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items())}.",
         "",
-        "Ratios: how many times better aiozklock (asyncio) is than the peer, whichever the "
-        'direction of the metric ("Better" column): **> 1.00x means aiozklock is better**.',
+        'Ratios ("X vs Y"): how many times better X is than Y, whichever the direction of '
+        'the metric ("Better" column): **> 1.00x means aiozklock is better** (X is '
+        "aiozklock on asyncio, or its non-fair lock in that table).",
         "",
         table,
     ]
@@ -784,7 +1014,8 @@ def write_outputs(output: Path, document: dict[str, Any], table: str) -> None:
     lines += ["", f"Settings: `{json.dumps(document['settings'])}`", ""]
     (output / "latest.md").write_text("\n".join(lines))
     sessions = document["settings"]["sessions"]
-    report.chart(output / "latest.png", document["columns"], document["metrics"], sessions)
+    columns = [c for c in document["columns"] if c != NON_FAIR]
+    report.chart(output / "latest.png", columns, document["metrics"], sessions)
     if document["profile"]:
         (output / "profile-aiozklock.txt").write_text(document["profile"])
 

@@ -4,6 +4,7 @@ correctness only, tiny sizes, never an assertion on time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import anyio
 import pytest
@@ -11,8 +12,9 @@ import pytest
 import aiozklock
 from aiozklock._wire._protocol import CreateMode, create_op, delete_op, get_children_op
 from aiozklock.testing import session_of
+from benchmarks import report
 from benchmarks.clients import aiozklock_bench
-from benchmarks.common import Gate, Params
+from benchmarks.common import Gate, Params, member_paths
 from benchmarks.stats import Grants, Summary
 from benchmarks.wire_tap import WireTap
 
@@ -34,6 +36,34 @@ async def test_contended_sessions_keep_mutual_exclusion(hosts: str) -> None:
     assert grants.count >= 3  # every session got the lock at least once
     assert grants.overlaps == 0
     assert result["counter"] == grants.count
+
+
+async def test_non_fair_contended_sessions_keep_mutual_exclusion(hosts: str) -> None:
+    params = Params(hosts=hosts, path="/nonfair", sessions=3, warmup=1, duration=0.2, fair=False)
+    result = await aiozklock_bench.contended(params, Gate(None))
+    grants = Grants.of(result["intervals"])
+    assert grants.count >= 3
+    assert grants.overlaps == 0
+    assert result["counter"] == grants.count
+
+
+async def test_election_terms_never_overlap(hosts: str) -> None:
+    params = Params(hosts=hosts, path="/election", sessions=3, warmup=1, duration=0.2)
+    result = await aiozklock_bench.SCENARIOS["election"](params, Gate(None))
+    terms = Grants.of(result["intervals"])
+    assert terms.count >= 3  # every candidate led at least once
+    assert terms.overlaps == 0  # never two leaders at once
+    assert result["counter"] == terms.count
+
+
+async def test_multilock_cycles_leave_no_node(zk: aiozklock.ZooKeeperClient, hosts: str) -> None:
+    params = Params(hosts=hosts, path="/multi", warmup=1, iterations=3, members=3)
+    result = await aiozklock_bench.multilock(params, Gate(None))
+    assert len(result["latencies_ns"]) == 3
+    for path in member_paths(params):
+        # An empty container may already be reaped (NoNode): nothing left either way.
+        with anyio.fail_after(5), contextlib.suppress(aiozklock.NoNodeError):
+            assert await zk.get_children(path) == []
 
 
 async def test_many_locks_are_all_held_at_once(hosts: str) -> None:
@@ -100,3 +130,32 @@ async def test_gate_without_runner_does_not_wait() -> None:
     with anyio.fail_after(1):
         await gate.aready()
     assert went == [True]
+
+
+def test_regression_ratios_are_paired_per_round() -> None:
+    rows = report.regression_rows([2])
+    rounds = [
+        {"now": {"cycles_per_s": 110.0, "cycle_median_us": 90.0}, "then": {"cycles_per_s": 100.0}},
+        {"now": {"cycles_per_s": 90.0}, "then": {"cycles_per_s": 100.0}},
+        {"now": {"cycles_per_s": 100.0}, "then": {"cycles_per_s": 100.0}},
+    ]
+    text, summary = report.regression(rows, rounds, "now", "then", {})
+    assert summary["cycles_per_s"]["ratio_median"] == pytest.approx(1.0)
+    assert summary["cycles_per_s"]["ratio_min"] == pytest.approx(0.9)
+    assert summary["cycles_per_s"]["ratio_max"] == pytest.approx(1.1)
+    assert "cycle_median_us" not in summary  # never measured for the baseline: no ratio
+    assert "1.00x [0.90-1.10]" in text
+
+
+def test_recipe_tables_skip_unmeasured_and_flag_violations() -> None:
+    multilock, election, non_fair = report.recipe_tables(3, 10, [10], 50)
+    values = {
+        "aiozklock": {"election_handoff_median_us": 100.0},
+        "kazoo": {"election_handoff_median_us": 200.0},
+    }
+    flags = {"kazoo": {"election_handoff_median_us": "two leaders"}}
+    columns = ["aiozklock", "kazoo", "Curator"]
+    assert multilock.render(columns, values, flags) == ""
+    text = election.render(columns, values, flags)
+    assert "| Hand-off, median (µs) | lower | 100 | 200 ⚠ | — | 2.00x | — |" in text
+    assert non_fair.render(columns, values, flags) == ""

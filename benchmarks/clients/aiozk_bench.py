@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from typing import Any
 
 import aiozk
@@ -17,6 +18,7 @@ from benchmarks.common import (
     Params,
     Result,
     current_rss_kib,
+    member_paths,
     peak_rss_kib,
     timed_async_cycles,
 )
@@ -44,12 +46,60 @@ async def uncontended(params: Params, gate: Gate) -> Result:
         return await timed_async_cycles(client.recipes.Lock(params.path), params, gate)
 
 
-async def contended(params: Params, gate: Gate) -> Result:
+class InOrder:
+    """aiozk has no multi-lock: its Locks acquired in order, released in reverse."""
+
+    def __init__(self, locks: list[Any]) -> None:
+        self._locks = locks
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self) -> None:
+        async with AsyncExitStack() as stack:
+            for lock in self._locks:
+                await stack.enter_async_context(lock)
+            self._stack = stack.pop_all()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._stack.aclose()
+
+
+class Campaign:
+    """aiozk's ``LeaderElection`` as a scope: volunteer, wait for leadership, resign. One
+    object per campaign: after a resign, an old object's leadership future is already done,
+    so waiting on it again would return at once without being leader."""
+
+    def __init__(self, client: Any, params: Params) -> None:
+        self._client = client
+        self._path = params.path
+        self._election: Any = None
+
+    async def __aenter__(self) -> None:
+        self._election = self._client.recipes.LeaderElection(self._path)
+        await self._election.volunteer()
+        await self._election.wait_for_leadership()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._election.resign()
+
+
+async def multilock(params: Params, gate: Gate) -> Result:
+    async with connect(params) as client:
+        locks = [client.recipes.Lock(path) for path in member_paths(params)]
+        return await timed_async_cycles(InOrder(locks), params, gate)
+
+
+def make_lock(client: Any, params: Params) -> Any:
+    return client.recipes.Lock(params.path)
+
+
+async def contended(
+    params: Params, gate: Gate, make: Callable[[Any, Params], Any] = make_lock
+) -> Result:
     async with AsyncExitStack() as stack:
         locks = []
         for _ in range(params.sessions):
             client = await stack.enter_async_context(connect(params))
-            locks.append(client.recipes.Lock(params.path))
+            locks.append(make(client, params))
         for lock in locks:
             for _ in range(params.warmup):
                 await cycle(lock)
@@ -135,6 +185,8 @@ async def floor(params: Params, gate: Gate) -> Result:
 SCENARIOS: dict[str, Scenario] = {
     "uncontended": uncontended,
     "contended": contended,
+    "multilock": multilock,
+    "election": partial(contended, make=Campaign),
     "many": many,
     "floor": floor,
 }

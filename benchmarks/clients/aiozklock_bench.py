@@ -1,5 +1,10 @@
 """aiozklock's scenarios, on asyncio or trio (``backend=``), through the public API only
-(plus the wire session for the raw floor)."""
+(plus the wire session for the raw floor).
+
+The uncontended and contended scenarios also run against an older aiozklock (the runner's
+``--baseline-commit``), so they use only the API that has always been there; newer imports
+are made inside the scenarios that need them.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +18,13 @@ import anyio
 import anyio.lowlevel
 
 import aiozklock
-from aiozklock._wire._protocol import Created, CreateMode, Op, create_op, delete_op
-from aiozklock.testing import session_of
 from benchmarks.common import (
     SESSION_TIMEOUT,
     Gate,
     Params,
     Result,
     current_rss_kib,
+    member_paths,
     peak_rss_kib,
     timed_async_cycles,
 )
@@ -32,23 +36,48 @@ def connect(params: Params) -> aiozklock.ZooKeeperClient:
     return aiozklock.connect(params.hosts, session_timeout=SESSION_TIMEOUT)
 
 
-async def cycle(lock: aiozklock.Lock) -> None:
+Primitive = Any  # an aiozklock lock or election: ``async with`` it to hold it
+
+
+def make_lock(zk: aiozklock.ZooKeeperClient, params: Params) -> Primitive:
+    """The fair lock, or with ``fair=False`` the NonFairLock (an older aiozklock, run as the
+    baseline, has no ``fair`` argument: it is only passed when asked for)."""
+    return zk.lock(params.path) if params.fair else zk.lock(params.path, fair=False)
+
+
+def make_election(zk: aiozklock.ZooKeeperClient, params: Params) -> Primitive:
+    return zk.election(params.path)
+
+
+async def cycle(lock: Primitive) -> None:
     async with lock:
         pass
 
 
 async def uncontended(params: Params, gate: Gate) -> Result:
     async with connect(params) as zk:
-        return await timed_async_cycles(zk.lock(params.path), params, gate)
+        result = await timed_async_cycles(make_lock(zk, params), params, gate)
+    return {**result, "library_file": aiozklock.__file__}
 
 
-async def contended(params: Params, gate: Gate) -> Result:
-    """``sessions`` sessions, one task each, loop on one lock until ``duration`` is over."""
+async def multilock(params: Params, gate: Gate) -> Result:
+    """The uncontended cycle of one multi-lock on ``members`` paths."""
+    async with connect(params) as zk:
+        return await timed_async_cycles(zk.multi_lock(member_paths(params)), params, gate)
+
+
+async def contended(
+    params: Params,
+    gate: Gate,
+    make: Callable[[aiozklock.ZooKeeperClient, Params], Primitive] = make_lock,
+) -> Result:
+    """``sessions`` sessions, one task each, loop on one lock (or, with ``make_election``,
+    campaign, lead and resign) until ``duration`` is over."""
     async with AsyncExitStack() as stack:
         locks = []
         for _ in range(params.sessions):
             zk = await stack.enter_async_context(connect(params))
-            locks.append(zk.lock(params.path))
+            locks.append(make(zk, params))
         for lock in locks:
             for _ in range(params.warmup):
                 await cycle(lock)
@@ -57,7 +86,7 @@ async def contended(params: Params, gate: Gate) -> Result:
         counter = 0  # a broken lock would lose increments across the checkpoint
         deadline = time.monotonic_ns() + int(params.duration * 1e9)
 
-        async def contend(lock: aiozklock.Lock) -> None:
+        async def contend(lock: Primitive) -> None:
             nonlocal counter
             while True:
                 async with lock:
@@ -74,7 +103,7 @@ async def contended(params: Params, gate: Gate) -> Result:
             for lock in locks:
                 tasks.start_soon(contend, lock)
         gate.measured()
-    return {"intervals": intervals, "counter": counter}
+    return {"intervals": intervals, "counter": counter, "library_file": aiozklock.__file__}
 
 
 async def many(params: Params, gate: Gate) -> Result:
@@ -89,7 +118,7 @@ async def many(params: Params, gate: Gate) -> Result:
         all_held = anyio.Event()
         release_now = anyio.Event()
 
-        async def hold(lock: aiozklock.Lock) -> None:
+        async def hold(lock: Primitive) -> None:
             nonlocal held
             await lock.acquire()
             held += 1
@@ -118,6 +147,9 @@ async def many(params: Params, gate: Gate) -> Result:
 
 async def floor(params: Params, gate: Gate) -> Result:
     """The raw floor from our own wire: create+delete of a persistent node, no recipe."""
+    from aiozklock._wire._protocol import Created, CreateMode, Op, create_op, delete_op
+    from aiozklock.testing import session_of
+
     async with connect(params) as zk:
         session = session_of(zk)
 
@@ -158,6 +190,8 @@ async def floor(params: Params, gate: Gate) -> Result:
 SCENARIOS: dict[str, Scenario] = {
     "uncontended": uncontended,
     "contended": contended,
+    "multilock": multilock,
+    "election": partial(contended, make=make_election),
     "many": many,
     "floor": floor,
 }

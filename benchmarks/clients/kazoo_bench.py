@@ -7,13 +7,23 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
+from functools import partial
 
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.recipe.lock import Lock  # type: ignore[import-untyped]
 
-from benchmarks.common import SESSION_TIMEOUT, Gate, Params, Result, current_rss_kib, peak_rss_kib
+from benchmarks.common import (
+    SESSION_TIMEOUT,
+    Gate,
+    Params,
+    Result,
+    current_rss_kib,
+    member_paths,
+    peak_rss_kib,
+)
 
 Scenario = Callable[[Params, Gate], Result]
+Turn = Callable[[Callable[[], None]], None]  # take the lock (or lead), run the body, give it up
 
 
 @contextmanager
@@ -32,54 +42,90 @@ def cycle(lock: Lock) -> None:
         pass
 
 
-def uncontended(params: Params, gate: Gate) -> Result:
-    with connect(params) as client:
-        lock = client.Lock(params.path)
-        for _ in range(params.warmup):
-            cycle(lock)
-        gate.ready()
-        latencies = []
-        cpu_start = time.process_time_ns()
-        wall_start = time.monotonic_ns()
-        for _ in range(params.iterations):
-            start = time.monotonic_ns()
-            with lock:
-                pass
-            latencies.append(time.monotonic_ns() - start)
-        wall = time.monotonic_ns() - wall_start
-        cpu = time.process_time_ns() - cpu_start
-        gate.measured()
+def timed_cycles(one_cycle: Callable[[], None], params: Params, gate: Gate) -> Result:
+    for _ in range(params.warmup):
+        one_cycle()
+    gate.ready()
+    latencies = []
+    cpu_start = time.process_time_ns()
+    wall_start = time.monotonic_ns()
+    for _ in range(params.iterations):
+        start = time.monotonic_ns()
+        one_cycle()
+        latencies.append(time.monotonic_ns() - start)
+    wall = time.monotonic_ns() - wall_start
+    cpu = time.process_time_ns() - cpu_start
+    gate.measured()
     return {"latencies_ns": latencies, "wall_ns": wall, "cpu_ns": cpu}
 
 
-def contended(params: Params, gate: Gate) -> Result:
+def uncontended(params: Params, gate: Gate) -> Result:
+    with connect(params) as client:
+        return timed_cycles(partial(cycle, client.Lock(params.path)), params, gate)
+
+
+def multilock(params: Params, gate: Gate) -> Result:
+    """kazoo has no multi-lock: one Lock per member, acquired in order, released in reverse."""
+    with connect(params) as client:
+        locks = [client.Lock(path) for path in member_paths(params)]
+
+        def one_cycle() -> None:
+            with ExitStack() as held:
+                for lock in locks:
+                    held.enter_context(lock)
+
+        return timed_cycles(one_cycle, params, gate)
+
+
+def lock_turn(client: KazooClient, params: Params) -> Turn:
+    lock = client.Lock(params.path)
+
+    def turn(body: Callable[[], None]) -> None:
+        with lock:
+            body()
+
+    return turn
+
+
+def election_turn(client: KazooClient, params: Params) -> Turn:
+    """``Election.run(func)``: campaign, run ``func`` as leader, then leave the election."""
+    election = client.Election(params.path)
+    return election.run  # type: ignore[no-any-return]
+
+
+def contended(
+    params: Params,
+    gate: Gate,
+    make: Callable[[KazooClient, Params], Turn] = lock_turn,
+) -> Result:
     with ExitStack() as stack:
-        locks = [
-            stack.enter_context(connect(params)).Lock(params.path) for _ in range(params.sessions)
-        ]
-        for lock in locks:
+        turns = [make(stack.enter_context(connect(params)), params) for _ in range(params.sessions)]
+        for turn in turns:
             for _ in range(params.warmup):
-                cycle(lock)
+                turn(lambda: None)
         intervals: list[tuple[int, int]] = []
         counter = 0  # a broken lock would lose increments across the sleep(0)
         go = threading.Event()
         deadline = 0
 
-        def contend(lock: Lock) -> None:
-            nonlocal counter
+        def contend(turn: Turn) -> None:
             go.wait()
             while True:
-                with lock:
-                    enter = time.monotonic_ns()
-                    value = counter
-                    time.sleep(0)
-                    counter = value + 1
-                    exit_ = time.monotonic_ns()
-                intervals.append((enter, exit_))
-                if exit_ >= deadline:
+                span: list[int] = []
+                turn(partial(section, span))
+                intervals.append((span[0], span[1]))
+                if span[1] >= deadline:
                     return
 
-        threads = [threading.Thread(target=contend, args=(lock,)) for lock in locks]
+        def section(span: list[int]) -> None:
+            nonlocal counter
+            span.append(time.monotonic_ns())
+            value = counter
+            time.sleep(0)
+            counter = value + 1
+            span.append(time.monotonic_ns())
+
+        threads = [threading.Thread(target=contend, args=(turn,)) for turn in turns]
         for thread in threads:
             thread.start()
         try:
@@ -153,6 +199,8 @@ def floor(params: Params, gate: Gate) -> Result:
 SCENARIOS: dict[str, Scenario] = {
     "uncontended": uncontended,
     "contended": contended,
+    "multilock": multilock,
+    "election": partial(contended, make=election_turn),
     "many": many,
     "floor": floor,
 }

@@ -14,6 +14,9 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.locks.InterProcessLock;
+import org.apache.curator.framework.recipes.locks.InterProcessMultiLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.retry.RetryNTimes;
 import org.apache.zookeeper.CreateMode;
@@ -57,7 +60,9 @@ public final class CuratorBench {
         try {
             String result = switch (args[0]) {
                 case "uncontended" -> bench.uncontended();
-                case "contended" -> bench.contended();
+                case "contended" -> bench.contended(InterProcessMutex::new);
+                case "multilock" -> bench.multilock();
+                case "election" -> bench.contended(Campaign::new);
                 case "many" -> bench.many();
                 case "floor" -> bench.floor();
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
@@ -74,7 +79,19 @@ public final class CuratorBench {
     // ------------------------------------------------------------------ scenarios
 
     private String uncontended() throws Exception {
-        InterProcessMutex mutex = new InterProcessMutex(connect(), param("path"));
+        return timedCycles(new InterProcessMutex(connect(), param("path")));
+    }
+
+    /** InterProcessMultiLock over one InterProcessMutex per member path. */
+    private String multilock() throws Exception {
+        List<String> paths = new ArrayList<>();
+        for (int i = 0; i < intParam("members"); i++) {
+            paths.add(param("path") + "/m" + i);
+        }
+        return timedCycles(new InterProcessMultiLock(connect(), paths));
+    }
+
+    private String timedCycles(InterProcessLock mutex) throws Exception {
         for (int i = 0; i < intParam("warmup"); i++) {
             cycle(mutex);
         }
@@ -95,13 +112,56 @@ public final class CuratorBench {
                 + ", \"cpu_ns\": " + cpu;
     }
 
-    private String contended() throws Exception {
-        int sessions = intParam("sessions");
-        List<InterProcessMutex> mutexes = new ArrayList<>();
-        for (CuratorFramework client : connect(sessions)) {
-            mutexes.add(new InterProcessMutex(client, param("path")));
+    /** Makes what each session contends with: a lock, or a campaign for leadership. */
+    private interface Contender {
+        InterProcessLock make(CuratorFramework client, String path);
+    }
+
+    /**
+     * A LeaderLatch as a scope: acquire = start a new latch and await leadership, release =
+     * close it (leave the election). A closed latch cannot start again: one per campaign.
+     */
+    private static final class Campaign implements InterProcessLock {
+        private final CuratorFramework client;
+        private final String path;
+        private LeaderLatch latch;
+
+        Campaign(CuratorFramework client, String path) {
+            this.client = client;
+            this.path = path;
         }
-        for (InterProcessMutex mutex : mutexes) {
+
+        @Override
+        public void acquire() throws Exception {
+            latch = new LeaderLatch(client, path);
+            latch.start();
+            latch.await();
+        }
+
+        @Override
+        public boolean acquire(long time, TimeUnit unit) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public void release() throws Exception {
+            latch.close();
+            latch = null;
+        }
+
+        @Override
+        public boolean isAcquiredInThisProcess() {
+            return latch != null && latch.hasLeadership();
+        }
+    }
+
+    private String contended(Contender contender) throws Exception {
+        int sessions = intParam("sessions");
+        List<InterProcessLock> mutexes = new ArrayList<>();
+        for (CuratorFramework client : connect(sessions)) {
+            mutexes.add(contender.make(client, param("path")));
+        }
+        for (InterProcessLock mutex : mutexes) {
             for (int i = 0; i < intParam("warmup"); i++) {
                 cycle(mutex);
             }
@@ -112,7 +172,7 @@ public final class CuratorBench {
         long durationNanos = (long) (Double.parseDouble(param("duration")) * 1e9);
         long[] deadline = new long[1];
         Throwable[] failure = new Throwable[1];
-        for (InterProcessMutex mutex : mutexes) {
+        for (InterProcessLock mutex : mutexes) {
             Thread thread = new Thread(() -> {
                 try {
                     go.await();
@@ -279,7 +339,7 @@ public final class CuratorBench {
         }
     }
 
-    private static void cycle(InterProcessMutex mutex) throws Exception {
+    private static void cycle(InterProcessLock mutex) throws Exception {
         mutex.acquire();
         mutex.release();
     }
