@@ -356,3 +356,26 @@ async def test_session_expiry_cancels_the_body_and_the_lock_works_in_the_new_ses
             assert holder.fencing_token == stat.czxid
     assert holder.statistics().losses == 1
     assert await children(observer, A, B) == {A: [], B: []}
+
+
+@pytest.mark.parametrize("cancel_after", [0.0, 0.05, 0.2])
+async def test_cancelled_with_the_multi_in_flight_leaves_nothing(
+    proxy: FaultProxy, open_client: ClientFactory, cancel_after: float
+) -> None:
+    """Cancelled before the send, while the multi (or its retry with containers) is in
+    flight, or in the reply's wake: the shielded cleanup resolves what the server did."""
+    client = await open_client(proxy)
+    observer = await open_client()
+    await client.ensure_path(A)  # B is missing: the first multi fails, the retry creates it
+    lock = client.multi_lock([A, B])
+    proxy.set_delay(0.1)
+    with anyio.fail_after(10):
+        with anyio.move_on_after(cancel_after) as scope:
+            await lock.acquire()
+        assert scope.cancelled_caught
+        proxy.set_delay(0)
+        assert await children(observer, A, B) == {A: [], B: []}
+        assert not lock.statistics().locked
+        async with lock.acquire(timeout=5):  # the object stays usable
+            assert lock.is_held
+    assert await children(observer, A, B) == {A: [], B: []}
