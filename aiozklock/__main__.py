@@ -309,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_nemesis_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from aiozklock.testing import FAULT_KINDS
+    from aiozklock.testing._nemesis import RECIPES
 
     nemesis = commands.add_parser(
         "nemesis",
@@ -325,6 +326,15 @@ def _add_nemesis_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
         ),
     )
     nemesis.add_argument("--seed", type=int, help="default: a random seed (printed)")
+    nemesis.add_argument(
+        "--recipe",
+        choices=RECIPES,
+        default="lock",
+        help="what the clients loop on: lock (fair), multilock (2-3 of 4 shared paths), "
+        "election (the section runs as leader), nonfair (zk.lock(fair=False)), lease "
+        "(zk.lease_lock, TTL = the session timeout; the local ensemble then reaps TTL nodes "
+        "every 100 ms; with --hosts, the servers must reap promptly too) (%(default)s)",
+    )
     nemesis.add_argument(
         "--duration", type=_seconds, default=60.0, help="seconds of faults (%(default)s)"
     )
@@ -416,6 +426,7 @@ def _nemesis_command(args: argparse.Namespace) -> str:
     parts = [
         "python -m aiozklock nemesis",
         f"--seed {args.seed}",
+        f"--recipe {args.recipe}",
         f"--duration {args.duration:g}",
         f"--backend {args.backend}",
         f"--clients {args.clients}",
@@ -447,6 +458,7 @@ def _nemesis(args: argparse.Namespace) -> int:
         find_zookeeper_classpath,
         run_nemesis,
     )
+    from aiozklock.testing._nemesis import LEASE_JVM_PROPERTIES
     from aiozklock.testing._nemesis_worker import stall_watchdog
 
     if args.seed is None:
@@ -489,7 +501,9 @@ def _nemesis(args: argparse.Namespace) -> int:
             return EXIT_UNAVAILABLE
         print("starting a throwaway 3-node ZooKeeper ensemble ...", file=sys.stderr, flush=True)
         try:
-            cluster = ZooKeeperCluster(3).start()
+            # A lease needs expired TTL nodes reaped promptly (the default is every minute).
+            jvm = LEASE_JVM_PROPERTIES if args.recipe == "lease" else None
+            cluster = ZooKeeperCluster(3, jvm_properties=jvm).start()
         except ZooKeeperUnavailableForTests as exc:
             print(f"aiozklock nemesis: {exc}", file=sys.stderr)
             return EXIT_UNAVAILABLE
@@ -515,6 +529,7 @@ def _nemesis(args: argparse.Namespace) -> int:
                         loss_policy=args.loss_policy,
                         log_dir=log_dir,
                         command=command,
+                        recipe=args.recipe,
                     )
                     tg.cancel_scope.cancel()
             return report

@@ -3,7 +3,9 @@
 The checker's logic is tested on hand-made histories (no server). The nemesis itself runs one
 short seed per backend on the 3-node ensemble: clients in this process and in child processes,
 faults on the network, the sessions, the processes and the servers; the report must pass
-every check. Override the seed with ``AIOZKLOCK_NEMESIS_SEED`` to replay a failure.
+every check. Each other recipe (multilock, election, nonfair, lease) runs one shorter seed on
+one backend (alternating); the lease on its own ensemble that reaps TTL nodes every 100 ms.
+Override the seed with ``AIOZKLOCK_NEMESIS_SEED`` to replay a failure.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -27,6 +30,7 @@ from aiozklock.testing import (
     run_nemesis,
 )
 from aiozklock.testing._nemesis import (
+    LEASE_JVM_PROPERTIES,
     PROCESS_KINDS,
     SERVER_KINDS,
     _category,
@@ -41,6 +45,18 @@ from aiozklock.testing._nemesis_worker import WorkerConfig
 CI_SEEDS = {"asyncio": 971, "trio": 382}
 CI_DURATION = 20.0
 CI_SESSION_TIMEOUT = 4.0  # 6 s in the fault matrix; 4 s fits twice the faults in 20 s
+# The other recipes, one backend each, chosen for their schedules (plan_faults(seed, duration,
+# 4.0)): multilock 2258: a lost reply of its multi (release), expiry, pauses, a server restart;
+# election 52: the leader killed while the holder is partitioned beyond its session, then an
+# expiry; nonfair 1093: a lost create reply and a holder process paused past its session;
+# lease 1096: a paused process and a partitioned holder both beyond the TTL, an expiry (which
+# takes nothing from a lease), a server restart.
+RECIPE_SEEDS = {
+    "multilock": ("asyncio", 2258, 10.0),
+    "election": ("trio", 52, 10.0),
+    "nonfair": ("asyncio", 1093, 10.0),
+    "lease": ("trio", 1096, 12.0),
+}
 
 
 # --- the schedule ------------------------------------------------------------------------------
@@ -308,6 +324,110 @@ def test_counter_integrity_detects_a_lost_update() -> None:
 
 
 @pytest.mark.timeout(10)
+def test_multi_path_sections_overlapping_on_one_shared_path_fail() -> None:
+    history = History()
+    first = history.record("w1", 10, 0.0, 1.0, resources=["/m1", "/m2"])
+    second = history.record("w2", 20, 0.5, 1.5, resources=["/m3", "/m2"])
+    report = history.check()
+    assert not report.ok
+    assert report.overlaps == ((first, second),)
+    assert report.max_overlap == pytest.approx(0.5)
+
+
+@pytest.mark.timeout(10)
+def test_multi_path_sections_on_disjoint_paths_may_overlap_in_time() -> None:
+    history = History()
+    history.record("w1", 10, 0.0, 1.0, resources=["/m1", "/m2"])
+    history.record("w2", 20, 0.5, 1.5, resources=["/m3", "/m4"])
+    history.record("w3", 5, 0.7, 0.9, resources=["/m4"])  # older token, another path set...
+    report = history.check()
+    # ...but w3 overlaps w2 on /m4: the only failure.
+    assert [(a.client, b.client) for a, b in report.overlaps] == [("w2", "w3")]
+    clean = History(sections=history.sections[:2])
+    report = clean.check()
+    assert report.ok, str(report)
+    assert report.overlaps == ()
+    assert report.counters["concurrent:disjoint"] == 1
+
+
+@pytest.mark.timeout(10)
+def test_token_order_is_judged_per_path() -> None:
+    history = History()
+    # /a and /b are granted independently: a smaller token on /b after a larger one on /a
+    # is fine, a smaller token on /a after a larger one on /a is not.
+    history.record("w1", 30, 0.0, 1.0, resources=["/a"])
+    history.record("w2", 10, 1.5, 2.0, resources=["/b"])
+    assert history.check().ok
+    offending = history.record("w3", 20, 2.5, 3.0, resources=["/a", "/b"])
+    report = history.check()
+    assert not report.ok
+    assert [pair[1] for pair in report.token_order_violations] == [offending]  # once, on /a
+
+
+@pytest.mark.timeout(10)
+def test_fencing_is_replayed_per_path_store() -> None:
+    history = History()
+    history.record("w1", 10, 0.0, 1.0, resources=["/a"])
+    history.record("w2", 20, 0.5, 1.5, resources=["/b"])
+    stores = {"/a": FencedStore(), "/b": FencedStore()}
+    stores["/b"].read("w2", 20)
+    assert stores["/a"].write("w1", 10, 1)  # token 20 is another path's: not stale here
+    report = history.check(stores=stores)
+    assert report.ok, str(report)
+    assert report.stale_writes == ()
+    assert report.counters["store:accepted"] == 1
+    # A newer holder of /a fences w1 on /a only.
+    history.record("w3", 30, 1.5, 2.0, resources=["/a"])
+    stores["/a"].read("w3", 30)
+    assert not stores["/a"].write("w1", 10, 2)
+    report = history.check(stores=stores)
+    assert [s.write.token for s in report.unpaused_rejections] == [10]
+    with pytest.raises(ValueError, match="not both"):
+        history.check(store=FencedStore(), stores=stores)
+
+
+@pytest.mark.timeout(10)
+def test_a_lease_holder_writing_after_its_expiry_fails_unless_paused() -> None:
+    history = History()
+    store = FencedStore()
+    now = time.monotonic()
+    section = history.record("w1", 10, now - 1.0, now + 1.0, expires_at=now - 0.5)
+    store.read("w1", 10)
+    late = FencedWrite("w1", 10, 1, now, True)  # reached the store 0.5 s after expires_at
+    store.accepted.append(late)
+    report = history.check(store=store)
+    assert not report.ok
+    assert report.expired_writes == ((section, late),)
+    assert "after the lease expired" in report.failures()[0]
+    assert "write after expiry" in str(report)
+    history.record_pause("w1", now - 0.9, now - 0.1, reason="SIGSTOP")
+    report = history.check(store=store)
+    assert report.ok, str(report)
+    assert report.paused_sections == 1
+
+
+@pytest.mark.timeout(10)
+def test_lease_margin_is_the_deletion_after_exit_without_a_lost_session() -> None:
+    history = History()
+    # Partitioned holder: stopped at its validity (10.0), the server reaped the lease at 10.5;
+    # its session survived (or not): a lease's margin does not depend on it.
+    lost = history.record(
+        "w1", 10, 5.0, 10.0, outcome="lost", node="/l/lease#10", session_id=1, expires_at=10.4
+    )
+    history.record_deletion("/l/lease#10", 10.5)
+    # Lost, then re-attached to the same node and released: no margin.
+    history.record(
+        "w2", 20, 11.0, 12.0, outcome="invalid", node="/l/lease#20", session_id=2, expires_at=12
+    )
+    history.record("w2", 20, 13.0, 13.5, node="/l/lease#20", session_id=2, expires_at=16.0)
+    history.record_deletion("/l/lease#20", 13.6)
+    report = history.check()
+    assert report.ok, str(report)
+    assert [(m.section, m.cause) for m in report.margins] == [(lost, "ttl")]
+    assert report.margin_values("ttl") == [pytest.approx(0.5)]
+
+
+@pytest.mark.timeout(10)
 def test_report_lists_failed_checks() -> None:
     history = History()
     history.record("a", 1, 0.0, 1.0)
@@ -379,3 +499,73 @@ async def test_nemesis_short_seed(zk_ensemble: ZooKeeperCluster, anyio_backend: 
     assert report.history.counters.get("section:completed", 0) >= 20
     assert report.recovery is not None
     assert all(member.mode() in ("leader", "follower") for member in zk_ensemble.members)
+
+
+@pytest.fixture(scope="module")
+def lease_ensemble() -> Iterator[ZooKeeperCluster]:
+    """A 3-node ensemble that reaps expired TTL nodes every 100 ms (the lease recipe)."""
+    with ZooKeeperCluster(3, jvm_properties=LEASE_JVM_PROPERTIES) as cluster:
+        yield cluster
+
+
+async def _run_recipe_seed(cluster: ZooKeeperCluster, recipe: str, backend: str) -> None:
+    expected, seed, duration = RECIPE_SEEDS[recipe]
+    assert backend == expected
+    seed = int(os.environ.get("AIOZKLOCK_NEMESIS_SEED", seed))
+    await cluster.await_serving(timeout=30)
+    started = time.monotonic()
+    try:
+        with anyio.fail_after(150):
+            report = await run_nemesis(
+                cluster,
+                seed=seed,
+                duration=duration,
+                session_timeout=CI_SESSION_TIMEOUT,
+                clients=4,
+                processes=2,
+                recipe=recipe,
+                command=f"AIOZKLOCK_NEMESIS_SEED={seed} pytest tests/test_nemesis.py -k {recipe}",
+            )
+    finally:
+        await restore_cluster(cluster)
+    print(f"\nNEMESIS {recipe} {backend} in {time.monotonic() - started:.1f} s\n{report}")
+    assert report.ok, str(report)
+    assert report.recipe == recipe
+    assert report.faults, "no fault was injected"
+    assert report.history.counters.get("section:completed", 0) >= 10
+    assert report.recovery is not None
+    assert all(member.mode() in ("leader", "follower") for member in cluster.members)
+
+
+@pytest.mark.anyio
+@pytest.mark.ensemble
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(
+    ("recipe", "anyio_backend"),
+    [(recipe, RECIPE_SEEDS[recipe][0]) for recipe in ("multilock", "election", "nonfair")],
+)
+async def test_nemesis_recipe_short_seed(
+    zk_ensemble: ZooKeeperCluster, recipe: str, anyio_backend: str
+) -> None:
+    await _run_recipe_seed(zk_ensemble, recipe, anyio_backend)
+
+
+@pytest.mark.anyio
+@pytest.mark.ensemble
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("anyio_backend", [RECIPE_SEEDS["lease"][0]])
+async def test_nemesis_lease_short_seed(
+    lease_ensemble: ZooKeeperCluster, anyio_backend: str
+) -> None:
+    await _run_recipe_seed(lease_ensemble, "lease", anyio_backend)
+
+
+@pytest.mark.timeout(30)
+def test_lease_needs_a_reaping_cluster_and_recipes_are_checked() -> None:
+    cluster = ZooKeeperCluster(3)  # not started: the arguments are refused before anything
+    with pytest.raises(ValueError, match="checkIntervalMs"):
+        anyio.run(lambda: run_nemesis(cluster, seed=1, recipe="lease"))
+    with pytest.raises(ValueError, match="unknown recipe"):
+        anyio.run(lambda: run_nemesis(cluster, seed=1, recipe="semaphore"))

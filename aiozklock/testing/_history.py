@@ -19,6 +19,17 @@ For fault runs (the nemesis) a history also takes:
   (:meth:`History.record_session_lost`): the margin ``server release - holder exit`` of every
   holder stopped by a loss whose session then died;
 * counters (:meth:`History.count`): faults by kind and anything else worth reporting.
+
+Sections may cover several resources (``resources``: a multi-lock's paths): mutual exclusion
+is then "no two overlapping holders of ANY one resource", and token order and fencing are
+judged per resource, against one :class:`FencedStore` per resource (``check(stores=...)``).
+A section without ``resources`` covers the one default resource ``""``.
+
+A lease section (``expires_at`` set: a TTL lease, not bound to a session) is judged by its
+own validity: the server may delete the lease from ``expires_at`` on, so every write of a
+non-paused lease holder must reach the store by then (``expired_writes``); a session loss
+proves nothing about a lease, so its margins (cause ``ttl``) are measured from the
+observer's deletion alone.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ import logging
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -65,7 +76,9 @@ class CriticalSection:
     own pre-write check said the lock may be gone, ``rejected`` = the fenced store refused its
     token, ``cancelled`` = cancelled from outside, ``error``); ``node`` its lock node's name,
     ``session_id`` the session that owned it, ``requested`` when the acquire attempt that led
-    to it started.
+    to it started. ``resources``: what it held (empty: the default resource ``""``);
+    ``expires_at``: for a lease, the instant from which the server may delete it, as known at
+    the holder's last pre-write check.
     """
 
     client: str
@@ -76,6 +89,17 @@ class CriticalSection:
     node: str | None = None
     session_id: int = 0
     requested: float | None = None
+    resources: tuple[str, ...] = ()
+    expires_at: float | None = None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The resources it covers (``("",)`` when none are named)."""
+        return self.resources or ("",)
+
+    def shares(self, other: CriticalSection) -> bool:
+        """Whether both sections cover at least one common resource."""
+        return not set(self.keys).isdisjoint(other.keys)
 
     @property
     def duration(self) -> float:
@@ -189,6 +213,8 @@ class HistoryReport:
     imprecise_margins: int = 0  # the observer was disconnected when the node went
     #: sections covered by a pause with ``react_within`` that exited later than that
     slow_reactions: tuple[tuple[CriticalSection, Pause], ...] = ()
+    #: writes of a non-paused lease holder that reached the store after its ``expires_at``
+    expired_writes: tuple[tuple[CriticalSection, FencedWrite], ...] = ()
     counters: dict[str, int] = field(default_factory=dict)
 
     def margin_values(self, cause: str | None = "timeout") -> list[float]:
@@ -227,6 +253,8 @@ class HistoryReport:
             problems.append(f"{len(self.attempt_violations)} acquire attempt(s) over bound")
         if self.slow_reactions:
             problems.append(f"{len(self.slow_reactions)} holder(s) slow to react to a loss")
+        if self.expired_writes:
+            problems.append(f"{len(self.expired_writes)} write(s) after the lease expired")
         return problems
 
     def __str__(self) -> str:
@@ -278,6 +306,11 @@ class HistoryReport:
                 f"  slow reaction: {section.describe()} exited "
                 f"{(section.exit - pause.end) * 1000:.0f} ms after its session was closed "
                 f"({pause.reason}; bound {(pause.react_within or 0) * 1000:.0f} ms)"
+            )
+        for section, write in self.expired_writes[:10]:
+            lines.append(
+                f"  write after expiry: {section.describe()} wrote at {write.t:.3f}, "
+                f"{(write.t - (section.expires_at or 0.0)) * 1000:.0f} ms after expires_at"
             )
         if self.margins or self.imprecise_margins:
             lines.append(self.margin_summary())
@@ -351,11 +384,26 @@ class History:
         node: str | None = None,
         session_id: int = 0,
         requested: float | None = None,
+        resources: Iterable[str] = (),
+        expires_at: float | None = None,
     ) -> CriticalSection:
-        """Record a finished section (times from ``time.monotonic()``)."""
+        """Record a finished section (times from ``time.monotonic()``); ``resources`` and
+        ``expires_at``: see :class:`CriticalSection`. Raises ``ValueError`` if it exits
+        before it enters."""
         if exit < enter:
             raise ValueError(f"section exits before it enters: {enter} > {exit}")
-        section = CriticalSection(client, token, enter, exit, outcome, node, session_id, requested)
+        section = CriticalSection(
+            client,
+            token,
+            enter,
+            exit,
+            outcome,
+            node,
+            session_id,
+            requested,
+            tuple(resources),
+            expires_at,
+        )
         self.sections.append(section)  # list.append is atomic under the GIL
         return section
 
@@ -441,42 +489,44 @@ class History:
             if p.client == client and p.reason == "SIGSTOP"
         )
 
-    def check(self, *, slack: float = 0.0, store: FencedStore | None = None) -> HistoryReport:
-        """Mutual exclusion and token order; with pauses, attempts, deletions or a
-        ``store``, the checks of a fault run too (see the module docstring).
+    def check(
+        self,
+        *,
+        slack: float = 0.0,
+        store: FencedStore | None = None,
+        stores: Mapping[str, FencedStore] | None = None,
+    ) -> HistoryReport:
+        """Mutual exclusion and token order; with pauses, attempts, deletions or stores, the
+        checks of a fault run too (see the module docstring).
 
         Overlap: after sorting by ``enter``, a later section that enters before an earlier
-        one exits, belonging to a different client or token, by more than ``slack``
-        seconds (0 = strict); pairs with a paused section are reported apart. Token order:
-        in ``enter`` order each non-paused section's token must be strictly greater than the
-        previous one's, except that consecutive sections of the same client and token are
-        one grant (a holder may record several sections per grant).
+        one exits, shares a resource with it, and belongs to a different client or token,
+        by more than ``slack`` seconds (0 = strict); pairs with a paused section are reported
+        apart. Token order: per resource, in ``enter`` order each non-paused section's token
+        must be strictly greater than the previous one's, except that consecutive sections
+        of the same client and token are one grant (a holder may record several sections per
+        grant). ``store`` is the store of the default resource ``""``; ``stores`` maps each
+        resource to its own store. Raises ``ValueError`` if both are given.
         """
+        if store is not None and stores is not None:
+            raise ValueError("pass store= or stores=, not both")
+        by_resource = dict(stores or {}) if store is None else {"": store}
         ordered = sorted(self.sections, key=lambda s: (s.enter, s.exit))
         paused = {id(s) for s in ordered if self.paused(s)}
-        overlaps: list[SectionPair] = []
-        paused_overlaps: list[SectionPair] = []
-        max_overlap = 0.0
-        for i, earlier in enumerate(ordered):
-            for later in ordered[i + 1 :]:
-                if later.enter >= earlier.exit:
-                    break  # sorted by enter: nothing further can overlap `earlier`
-                if earlier.same_grant(later):
-                    continue
-                amount = min(earlier.exit, later.exit) - later.enter
-                if amount > slack:
-                    if id(earlier) in paused or id(later) in paused:
-                        paused_overlaps.append((earlier, later))
-                    else:
-                        overlaps.append((earlier, later))
-                        max_overlap = max(max_overlap, amount)
-        violations: list[SectionPair] = []
-        judged = [s for s in ordered if id(s) not in paused]
-        for previous, current in itertools.pairwise(judged):
-            if current.token <= previous.token and not current.same_grant(previous):
-                violations.append((previous, current))
-
-        stale, fencing_violations, unpaused, late = self._check_fencing(store, ordered, paused)
+        overlaps, paused_overlaps, max_overlap, disjoint = _overlaps(ordered, paused, slack)
+        violations = _token_order([s for s in ordered if id(s) not in paused])
+        stale: list[StaleWrite] = []
+        fencing_violations: list[StaleWrite] = []
+        unpaused: list[StaleWrite] = []
+        late = 0
+        for resource, resource_store in sorted(by_resource.items()):
+            covering = [s for s in ordered if resource in s.keys]
+            found = _check_fencing(resource_store, covering, paused)
+            stale += found[0]
+            fencing_violations += found[1]
+            unpaused += found[2]
+            late += found[3]
+        expired = _expired_writes(ordered, paused, by_resource, slack)
         attempt_violations, max_overrun = self._check_attempts()
         margins, imprecise = self._margins(ordered, paused)
         slow = [
@@ -490,9 +540,11 @@ class History:
         outcomes = Counter(f"section:{s.outcome}" for s in ordered)
         outcomes.update(f"attempt:{a.outcome}" for a in self.attempts)
         counters = dict(self.counters + outcomes)
-        if store is not None:
-            counters["store:accepted"] = len(store.accepted)
-            counters["store:rejected"] = len(store.rejected)
+        if disjoint:
+            counters["concurrent:disjoint"] = disjoint
+        if by_resource:
+            counters["store:accepted"] = sum(len(s.accepted) for s in by_resource.values())
+            counters["store:rejected"] = sum(len(s.rejected) for s in by_resource.values())
         report = HistoryReport(
             sections=len(ordered),
             overlaps=tuple(overlaps),
@@ -505,6 +557,7 @@ class History:
                 or unpaused
                 or attempt_violations
                 or slow
+                or expired
             ),
             paused_sections=len(paused),
             paused_overlaps=tuple(paused_overlaps),
@@ -518,52 +571,12 @@ class History:
             margins=tuple(margins),
             imprecise_margins=imprecise,
             slow_reactions=tuple(slow),
+            expired_writes=tuple(expired),
             counters=counters,
         )
         if not report.ok:
             logger.warning("history check failed:\n%s", report)
         return report
-
-    def _check_fencing(
-        self, store: FencedStore | None, ordered: Sequence[CriticalSection], paused: set[int]
-    ) -> tuple[list[StaleWrite], list[StaleWrite], list[StaleWrite], int]:
-        """Replays the store's accesses in time order, independently of its own decisions:
-        a write is stale if a greater token had already been accepted (read or written)."""
-        if store is None:
-            return [], [], [], 0
-        grants: dict[tuple[str, int], CriticalSection] = {}
-        for section in ordered:
-            grants.setdefault((section.client, section.token), section)
-        events: list[tuple[float, int, FencedRead | FencedWrite]] = [
-            (read.t, read.seq, read) for read in store.reads
-        ]
-        events += [(write.t, write.seq, write) for write in [*store.accepted, *store.rejected]]
-        events.sort(key=lambda e: (e[0], e[1]))
-        highest: int | None = None
-        stale: list[StaleWrite] = []
-        violations: list[StaleWrite] = []
-        unpaused: list[StaleWrite] = []
-        for _, _, access in events:
-            if isinstance(access, FencedWrite) and highest is not None and access.token < highest:
-                grant = grants.get((access.client, access.token))
-                entry = StaleWrite(access, highest, grant is None or id(grant) in paused)
-                stale.append(entry)
-                if access.accepted:
-                    violations.append(entry)
-                elif not entry.paused:
-                    unpaused.append(entry)
-            if access.accepted and (highest is None or access.token > highest):
-                highest = access.token
-        # Accepted writes made after a newer token's grant (enter), before it reached the store.
-        enters = sorted((s.enter, s.token) for s in ordered)
-        times = [enter for enter, _ in enters]
-        newest = list(itertools.accumulate((token for _, token in enters), max))
-        late = 0
-        for write in store.accepted:
-            granted = bisect.bisect_left(times, write.t)  # sections that entered before it
-            if granted and newest[granted - 1] > write.token:
-                late += 1
-        return stale, violations, unpaused, late
 
     def _check_attempts(self) -> tuple[list[tuple[AcquireAttempt, float]], float]:
         violations = []
@@ -581,8 +594,14 @@ class History:
     ) -> tuple[list[Margin], int]:
         margins: list[Margin] = []
         imprecise = 0
-        for section in ordered:
+        sections = list(ordered)
+        for section in sections:
             if section.outcome not in LOSS_OUTCOMES or section.node is None:
+                continue
+            if section.expires_at is not None:
+                margin = self._lease_margin(section, sections)
+                if margin is not None:
+                    margins.append(margin)
                 continue
             lost_at = self.lost_sessions.get(section.session_id)
             released = self.deletions.get(section.node)
@@ -596,6 +615,137 @@ class History:
                 continue
             margins.append(Margin(section, released, cause))
         return margins, imprecise
+
+    def _lease_margin(
+        self, section: CriticalSection, sections: Sequence[CriticalSection]
+    ) -> Margin | None:
+        """A lost lease: its node's deletion (by the server's TTL reaper, or by its holder
+        once it could) minus the exit, unless its holder took the same node back later
+        (re-attached: then the deletion is a later release). Cause ``ttl`` unless paused."""
+        released = self.deletions.get(section.node or "")
+        if released is None or section.node in self.imprecise_deletions:
+            return None
+        if any(
+            other.node == section.node and other.enter > section.exit and other.enter < released
+            for other in sections
+        ):
+            return None
+        cause = self._cause(section)
+        return Margin(section, released, "ttl" if cause == "timeout" else cause)
+
+
+def _overlaps(
+    ordered: Sequence[CriticalSection], paused: set[int], slack: float
+) -> tuple[list[SectionPair], list[SectionPair], float, int]:
+    """Pairs of sections of different grants that share a resource and overlap in time by
+    more than ``slack``: (non-paused pairs, pairs with a paused section, max non-paused, and
+    how many pairs overlapped in time on disjoint resources: allowed, and worth knowing)."""
+    overlaps: list[SectionPair] = []
+    paused_overlaps: list[SectionPair] = []
+    max_overlap = 0.0
+    disjoint = 0
+    for i, earlier in enumerate(ordered):
+        for later in ordered[i + 1 :]:
+            if later.enter >= earlier.exit:
+                break  # sorted by enter: nothing further can overlap `earlier`
+            if earlier.same_grant(later):
+                continue
+            if not earlier.shares(later):
+                disjoint += 1
+                continue
+            amount = min(earlier.exit, later.exit) - later.enter
+            if amount > slack:
+                if id(earlier) in paused or id(later) in paused:
+                    paused_overlaps.append((earlier, later))
+                else:
+                    overlaps.append((earlier, later))
+                    max_overlap = max(max_overlap, amount)
+    return overlaps, paused_overlaps, max_overlap, disjoint
+
+
+def _token_order(judged: Sequence[CriticalSection]) -> list[SectionPair]:
+    """Per resource, consecutive sections (in enter order) whose token does not grow; a pair
+    found on several resources is reported once."""
+    violations: list[SectionPair] = []
+    seen: set[tuple[int, int]] = set()
+    for resource in sorted({key for s in judged for key in s.keys}):
+        covering = [s for s in judged if resource in s.keys]
+        for previous, current in itertools.pairwise(covering):
+            pair = (id(previous), id(current))
+            if current.token <= previous.token and not current.same_grant(previous):
+                if pair in seen:
+                    continue
+                seen.add(pair)
+                violations.append((previous, current))
+    return violations
+
+
+def _check_fencing(
+    store: FencedStore, ordered: Sequence[CriticalSection], paused: set[int]
+) -> tuple[list[StaleWrite], list[StaleWrite], list[StaleWrite], int]:
+    """Replays one store's accesses in time order, independently of its own decisions: a
+    write is stale if a greater token had already been accepted (read or written).
+    ``ordered``: the sections that cover the store's resource."""
+    grants: dict[tuple[str, int], CriticalSection] = {}
+    for section in ordered:
+        grants.setdefault((section.client, section.token), section)
+    events: list[tuple[float, int, FencedRead | FencedWrite]] = [
+        (read.t, read.seq, read) for read in store.reads
+    ]
+    events += [(write.t, write.seq, write) for write in [*store.accepted, *store.rejected]]
+    events.sort(key=lambda e: (e[0], e[1]))
+    highest: int | None = None
+    stale: list[StaleWrite] = []
+    violations: list[StaleWrite] = []
+    unpaused: list[StaleWrite] = []
+    for _, _, access in events:
+        if isinstance(access, FencedWrite) and highest is not None and access.token < highest:
+            grant = grants.get((access.client, access.token))
+            entry = StaleWrite(access, highest, grant is None or id(grant) in paused)
+            stale.append(entry)
+            if access.accepted:
+                violations.append(entry)
+            elif not entry.paused:
+                unpaused.append(entry)
+        if access.accepted and (highest is None or access.token > highest):
+            highest = access.token
+    # Accepted writes made after a newer token's grant (enter), before it reached the store.
+    enters = sorted((s.enter, s.token) for s in ordered)
+    times = [enter for enter, _ in enters]
+    newest = list(itertools.accumulate((token for _, token in enters), max))
+    late = 0
+    for write in store.accepted:
+        granted = bisect.bisect_left(times, write.t)  # sections that entered before it
+        if granted and newest[granted - 1] > write.token:
+            late += 1
+    return stale, violations, unpaused, late
+
+
+def _expired_writes(
+    ordered: Sequence[CriticalSection],
+    paused: set[int],
+    stores: Mapping[str, FencedStore],
+    slack: float,
+) -> list[tuple[CriticalSection, FencedWrite]]:
+    """Writes of non-paused lease sections that reached a store after the section's
+    ``expires_at`` (+ ``slack``): the server could have given the lease away by then."""
+    found: list[tuple[CriticalSection, FencedWrite]] = []
+    for section in ordered:
+        if section.expires_at is None or id(section) in paused:
+            continue
+        for resource in section.keys:
+            store = stores.get(resource)
+            if store is None:
+                continue
+            found.extend(
+                (section, write)
+                for write in [*store.accepted, *store.rejected]
+                if write.client == section.client
+                and write.token == section.token
+                and section.enter <= write.t <= section.exit
+                and write.t > section.expires_at + slack
+            )
+    return found
 
 
 _sequence = itertools.count()

@@ -1,8 +1,8 @@
 """A randomized fault nemesis with a history checker (fault-matrix F18).
 
 N clients, each with its own session behind its own fault proxies (one per server), loop
-acquire -> fenced writes -> release on one lock, some of them in child processes so that a
-holder *process* can be stopped. Meanwhile a nemesis driven by ``random.Random(seed)`` runs a
+acquire -> fenced writes -> release with one recipe, some of them in child processes so that
+a holder *process* can be stopped. Meanwhile a nemesis driven by ``random.Random(seed)`` runs a
 schedule of fault groups (one fault, sometimes two at once, then a heal period): connection
 drops (RST/FIN), black-holes shorter and longer than the session timeout (new connections
 hung or refused), lost replies after creates and after deletes, real session expiries,
@@ -17,6 +17,27 @@ holds when a fault starts) differs between runs. The report prints the schedule,
 fault hit, and the checks of :meth:`History.check <aiozklock.testing.History.check>` plus the
 end-of-run ones: no orphan lock node once every client has closed, no leaked watch, progress
 after the last fault, and the integrity of the fenced counter.
+
+Recipes (``recipe=``, ``--recipe``): ``lock`` (the fair ``zk.lock``), ``nonfair``
+(``zk.lock(path, fair=False)``), ``election`` (the section runs as leader), ``multilock``
+(each acquisition takes a random 2-3 of :data:`MULTI_PATHS` shared paths, in a random order;
+mutual exclusion, token order and fencing are judged per path, one fenced store each; holders
+of disjoint subsets run at the same time) and
+``lease`` (``zk.lease_lock(path, ttl)`` with the TTL equal to the session timeout). Every
+fault applies to every recipe; how they differ:
+
+* ``multilock``: its creates and its release are one ``multi`` transaction each, so the
+  lost-reply faults lose the reply of the client's next ``multi`` (acquire or release) or
+  plain create/delete;
+* ``lease``: the lease is not bound to the session: a real expiry, or a partition longer
+  than the session, does not end it by itself. It is judged by its own validity: a holder
+  keeps the lease until its ``expires_at`` (renewals failing), every write of a non-paused
+  holder must reach the store before it (``expired_writes``), expiries are not "windows the
+  holder could not know" (they take nothing from it), and its margins (``ttl``) are the
+  server's deletion of the lease minus the holder's exit. A lease needs servers that reap TTL
+  nodes promptly: a :class:`ZooKeeperCluster` target must have been started with
+  ``jvm_properties={"znode.container.checkIntervalMs": ...}`` of at most 1 s (see
+  :data:`LEASE_JVM_PROPERTIES`), or a lost lease blocks everyone for up to a minute.
 
 Use :func:`run_nemesis` from any anyio program (asyncio or trio; child processes run the same
 backend), or ``python -m aiozklock nemesis``.
@@ -56,13 +77,23 @@ from aiozklock.testing._internals import session_of
 
 from ._expiry import expire_session
 from ._history import FencedStore, History, HistoryReport
-from ._nemesis_worker import Record, WorkerConfig, WorkerSink, recorded_client, run_worker
+from ._nemesis_worker import (
+    RECIPES,
+    Record,
+    WorkerConfig,
+    WorkerSink,
+    recorded_client,
+    run_worker,
+)
 from ._proxy import FaultProxy, Opcode
 from ._rawclient import RawConnectionClosed, RawSessionExpired, RawZooKeeperError
 from ._server import ZooKeeperCluster, ZooKeeperMember
 
 __all__ = [
     "FAULT_KINDS",
+    "LEASE_JVM_PROPERTIES",
+    "MULTI_PATHS",
+    "RECIPES",
     "FaultGroup",
     "FaultRecord",
     "FaultSpec",
@@ -105,6 +136,11 @@ _ORPHAN_WAIT = 3.0  # for the observer's server to catch up with the closes
 #: A holder whose session is expired must stop acting this soon after (fault-matrix F6: the
 #: EOF tells it at once).
 EXPIRE_REACTION = 0.5
+#: multilock: how many shared paths the clients draw their 2-3 from.
+MULTI_PATHS = 4  # 4, not 3: two disjoint pairs can be held at once
+#: lease: what the servers need so that an expired lease goes within 0.1 s, not a minute.
+LEASE_JVM_PROPERTIES = {"znode.container.checkIntervalMs": "100"}
+_MAX_REAP_MS = 1000
 
 
 # ---------------------------------------------------------------------------- the schedule
@@ -303,6 +339,7 @@ class NemesisReport:
     errors: list[str] = field(default_factory=list)
     log_dir: str | None = None
     command: str = ""
+    recipe: str = "lock"
 
     def failures(self) -> list[str]:
         problems = list(self.history.failures())
@@ -330,9 +367,9 @@ class NemesisReport:
         h = self.history
         c = h.counters
         lines = [
-            f"aiozklock nemesis: seed {self.seed}, {self.duration:g} s, backend {self.backend}, "
-            f"{self.clients} clients ({self.processes} in child processes), session timeout "
-            f"{self.session_timeout:g} s, servers: {self.servers}",
+            f"aiozklock nemesis: seed {self.seed}, recipe {self.recipe}, {self.duration:g} s, "
+            f"backend {self.backend}, {self.clients} clients ({self.processes} in child "
+            f"processes), session timeout {self.session_timeout:g} s, servers: {self.servers}",
         ]
         if self.command:
             lines.append(f"reproduce: {self.command}")
@@ -347,7 +384,14 @@ class NemesisReport:
             for key, n in sorted(c.items())
             if key.startswith("section:")
         )
-        lines.append(f"critical sections {h.sections} ({outcomes}); paused {h.paused_sections}")
+        concurrent = (
+            f"; {c['concurrent:disjoint']} pair(s) at once on disjoint paths"
+            if "concurrent:disjoint" in c
+            else ""
+        )
+        lines.append(
+            f"critical sections {h.sections} ({outcomes}); paused {h.paused_sections}{concurrent}"
+        )
         attempts = ", ".join(
             f"{key.partition(':')[2]} {n}"
             for key, n in sorted(c.items())
@@ -409,6 +453,14 @@ class NemesisReport:
             ),
             (not self.errors, f"nemesis errors: {len(self.errors)}"),
         ]
+        if self.recipe == "lease":
+            checks.insert(
+                3,
+                (
+                    not h.expired_writes,
+                    f"lease validity: {len(h.expired_writes)} write(s) after expires_at",
+                ),
+            )
         lines.append("checks:")
         lines.extend(f"  [{'PASS' if ok else 'FAIL'}] {text}" for ok, text in checks)
         if not h.ok:
@@ -473,12 +525,12 @@ class _LocalSink:
     def emit(self, record: Record) -> None:
         self._nemesis.on_record(self._client, record)
 
-    async def read(self, token: int) -> tuple[bool, int]:
-        ok, value = self._nemesis.store.read(self._client.name, token)
+    async def read(self, resource: str, token: int) -> tuple[bool, int]:
+        ok, value = self._nemesis.stores[resource].read(self._client.name, token)
         return ok, value if isinstance(value, int) else 0
 
-    async def write(self, token: int, value: int) -> bool:
-        return self._nemesis.store.write(self._client.name, token, value)
+    async def write(self, resource: str, token: int, value: int) -> bool:
+        return self._nemesis.stores[resource].write(self._client.name, token, value)
 
     async def before_write(self) -> None:
         pass
@@ -486,14 +538,18 @@ class _LocalSink:
 
 class _Observer:
     """An independent client, straight to the servers: the server-side release time of every
-    lock node it sees (an exists-watch per node), and the lock path's children at the end."""
+    lock node it sees under the lock paths (an exists-watch per node, keyed
+    ``{node path}#{czxid}`` as the workers name their nodes: a fixed node name is reused), and
+    the lock paths' children at the end."""
 
-    def __init__(self, zk: aiozklock.ZooKeeperClient, path: str, history: History) -> None:
+    def __init__(
+        self, zk: aiozklock.ZooKeeperClient, paths: Sequence[str], history: History
+    ) -> None:
         self.zk = zk
-        self.path = path
+        self.paths = tuple(paths)
         self.history = history
-        self.watched: set[str] = set()
-        self.owners: dict[str, int] = {}
+        self.watched: set[str] = set()  # node paths with a live exists-watch
+        self.owners: dict[str, int] = {}  # node path -> ephemeral owner (0: persistent)
         self.reconnected_at = -math.inf
         self._suspended = False
         self._rewatch, self._rewatch_receive = anyio.create_memory_object_stream[str](math.inf)
@@ -511,17 +567,18 @@ class _Observer:
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._rewatch_loop)
-            await self._list_loop()
+            for path in self.paths:
+                tg.start_soon(self._list_loop, path)
 
     async def _rewatch_loop(self) -> None:
         # A data change on a node (some client writing to it) consumes the watch.
         async with self._rewatch_receive:
-            async for name in self._rewatch_receive:
-                await self._watch_node(name)
+            async for node in self._rewatch_receive:
+                await self._watch_node(node)
 
-    async def _list_loop(self) -> None:
+    async def _list_loop(self, path: str) -> None:
         session = session_of(self.zk)
-        server_path = session.server_path(self.path)
+        server_path = session.server_path(path)
         while True:
             changed = anyio.Event()
 
@@ -541,23 +598,34 @@ class _Observer:
             except (ConnectionLoss, SessionExpired):
                 continue
             for name in children:
-                if name not in self.watched:
-                    self.watched.add(name)
-                    await self._watch_node(name)
+                node = f"{path}/{name}"
+                if node not in self.watched:
+                    self.watched.add(node)
+                    await self._watch_node(node)
             await changed.wait()
 
-    async def _watch_node(self, name: str) -> None:
+    async def _watch_node(self, node: str) -> None:
         session = session_of(self.zk)
-        node_path = session.server_path(f"{self.path}/{name}")
+        node_path = session.server_path(node)
+        # The key needs the czxid from the reply; an event may be handled before we resume.
+        key: list[str] = []
+        early: list[tuple[float, bool]] = []
+
+        def deleted(now: float, precise: bool) -> None:
+            if key:
+                self.history.record_deletion(key[0], now, precise=precise)
+            else:
+                early.append((now, precise))
 
         def on_event(event: WatchedEvent) -> None:
             now = time.monotonic()
             if event.type is EventType.DELETED:
-                self.history.record_deletion(name, now, precise=self._precise(now))
+                self.watched.discard(node)  # a fixed name may be created again
+                deleted(now, self._precise(now))
             elif event.type is EventType.CHANGED:
-                self._rewatch.send_nowait(name)
+                self._rewatch.send_nowait(node)
             elif event.type is EventType.SESSION:
-                self.history.record_deletion(name, now, precise=False)
+                deleted(now, False)
 
         while True:
             try:
@@ -566,18 +634,27 @@ class _Observer:
                 continue
             except SessionExpired:
                 return
-            if stat is None:  # gone before we looked: when is unknown
+            if stat is None:  # gone before we looked: when, and which one, is unknown
                 session.remove_watcher(node_path, on_event)
-                self.history.record_deletion(name, time.monotonic(), precise=False)
+                self.watched.discard(node)
             else:
-                self.owners[name] = stat.ephemeral_owner
+                self.owners[node] = stat.ephemeral_owner
+                key.append(f"{node}#{stat.czxid}")
+                for now, precise in early:
+                    self.history.record_deletion(key[0], now, precise=precise)
             return
 
     async def leftovers(self, bound: float) -> list[str]:
-        """The lock path's children, waiting up to ``bound`` s for them to go."""
-        session = session_of(self.zk)
-        server_path = session.server_path(self.path)
+        """The lock paths' children (full paths), waiting up to ``bound`` s for them to go."""
         deadline = time.monotonic() + bound
+        found: list[str] = []
+        for path in self.paths:
+            found += await self._leftovers(path, deadline)
+        return found
+
+    async def _leftovers(self, path: str, deadline: float) -> list[str]:
+        session = session_of(self.zk)
+        server_path = session.server_path(path)
         while True:
             changed = anyio.Event()
 
@@ -597,7 +674,7 @@ class _Observer:
                 await changed.wait()
             if not changed.is_set():
                 session.remove_watcher(server_path, wake)
-                return sorted(children)
+                return sorted(f"{path}/{name}" for name in children)
 
 
 # ---------------------------------------------------------------------------- the nemesis
@@ -654,6 +731,7 @@ class _Nemesis:
         loss_policy: str,
         backend: str,
         path: str,
+        recipe: str,
         cluster: ZooKeeperCluster | None,
         hosts: list[str],
         log_dir: Path,
@@ -669,11 +747,18 @@ class _Nemesis:
         self.loss_policy = loss_policy
         self.backend = backend
         self.path = path
+        self.recipe = recipe
+        #: the lock paths: one, or the multi-lock's shared ones (each a fenced resource)
+        self.paths = (
+            tuple(f"{path}/m{i}" for i in range(1, MULTI_PATHS + 1))
+            if recipe == "multilock"
+            else (path,)
+        )
         self.cluster = cluster
         self.hosts = hosts
         self.log_dir = log_dir
         self.history = History()
-        self.store = FencedStore()
+        self.stores = {resource: FencedStore() for resource in self.paths}
         self.clients: list[_Client] = []
         self.by_name: dict[str, _Client] = {}
         self.sessions: dict[int, str] = {}
@@ -733,6 +818,8 @@ class _Nemesis:
                 node=record.get("node"),
                 session_id=int(record["session_id"]),
                 requested=float(record["requested"]),
+                resources=[str(r) for r in record.get("resources", ())],
+                expires_at=record.get("expires_at"),
             )
             if (
                 section.outcome == "completed"
@@ -779,12 +866,14 @@ class _Nemesis:
                     client.stream = stream
                 kind = record.get("type")
                 if kind == "read":
-                    ok, value = self.store.read(client.name, int(record["token"]))
+                    store = self.stores[str(record["resource"])]
+                    ok, value = store.read(client.name, int(record["token"]))
                     await client.send(
                         {"type": "reply", "id": record["id"], "ok": ok, "value": value}
                     )
                 elif kind == "write":
-                    ok = self.store.write(client.name, int(record["token"]), int(record["value"]))
+                    store = self.stores[str(record["resource"])]
+                    ok = store.write(client.name, int(record["token"]), int(record["value"]))
                     await client.send({"type": "reply", "id": record["id"], "ok": ok})
                 else:
                     self.on_record(client, record)
@@ -1001,7 +1090,9 @@ class _Nemesis:
                 for proxy in proxies:
                     proxy.blackhole(False)
         elif spec.kind in ("lost-create-reply", "lost-delete-reply"):
-            opcodes = Opcode.CREATES if spec.kind == "lost-create-reply" else {Opcode.DELETE}
+            opcodes = set(Opcode.CREATES if spec.kind == "lost-create-reply" else {Opcode.DELETE})
+            if self.recipe == "multilock":
+                opcodes.add(Opcode.MULTI)  # its acquire and its release are one multi each
             before = sum(proxy.swallowed_replies for proxy in proxies)
             active = client.active_member()
             for index, proxy in enumerate(proxies):
@@ -1114,7 +1205,11 @@ class _Nemesis:
         are judged by fencing, and must end within ``EXPIRE_REACTION`` of the expiry (the
         holder hears the EOF), or within half a session timeout more if another fault was
         active meanwhile (a partition hides the EOF: only silence tells). No bound if the
-        holder's process was stopped meanwhile (that pause is judged by itself)."""
+        holder's process was stopped meanwhile (that pause is judged by itself). None for a
+        lease: it is not bound to the session, so an expiry takes nothing from its holder
+        (its sections are judged by their ``expires_at``)."""
+        if self.recipe == "lease":
+            return
         for name, start, end, record in self.expiries:
             window = (start - self.started, end - self.started + EXPIRE_REACTION)
             busy = any(
@@ -1183,6 +1278,7 @@ async def run_nemesis(
     path: str | None = None,
     log_dir: str | os.PathLike[str] | None = None,
     command: str = "",
+    recipe: str = "lock",
 ) -> NemesisReport:
     """Run the nemesis for ``duration`` seconds (plus healing and the end checks).
 
@@ -1194,17 +1290,24 @@ async def run_nemesis(
     timeout from ``acquire_timeout`` (default: 0.25-1 x the session timeout) and must end
     within it plus ``attempt_grace`` (default: one session timeout: a request in flight is
     not abandoned, and the cleanup of a failed attempt is bounded by half of it). ``kinds``
-    restricts the fault kinds (default: every kind that the target allows).
+    restricts the fault kinds (default: every kind that the target allows). ``recipe``: one of
+    :data:`RECIPES` (see the module docstring); ``path`` is its lock path (the multi-lock's
+    paths are ``{path}/m1`` ...), default a fresh one.
 
     Logs of the child processes go to ``log_dir`` (default: a temporary directory, removed
     if the run passes). Returns the report; raises only if the run could not take place
-    (e.g. ``ZooKeeperUnavailable``).
+    (e.g. ``ZooKeeperUnavailable``), and ``ValueError`` for bad arguments (an unknown
+    recipe; a lease on a cluster started without :data:`LEASE_JVM_PROPERTIES`).
     """
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
     if clients < 1 or not 0 <= processes <= clients:
         raise ValueError("need clients >= 1 and 0 <= processes <= clients")
     if duration < 0 or session_timeout <= 0:
         raise ValueError("duration must be >= 0 and session_timeout > 0")
     cluster = target if isinstance(target, ZooKeeperCluster) else None
+    if recipe == "lease" and cluster is not None:
+        _check_reaping(cluster)
     hosts = (
         [m.address for m in target.members]
         if isinstance(target, ZooKeeperCluster)
@@ -1235,7 +1338,8 @@ async def run_nemesis(
         kinds=sorted(allowed),
         loss_policy=loss_policy,
         backend=backend,
-        path=path or f"/aiozklock-nemesis/{seed}-{uuid.uuid4().hex[:8]}/lock",
+        path=path or f"/aiozklock-nemesis/{seed}-{uuid.uuid4().hex[:8]}/{recipe}",
+        recipe=recipe,
         cluster=cluster,
         hosts=hosts,
         log_dir=logs,
@@ -1258,6 +1362,7 @@ async def run_nemesis(
         faults=nemesis.faults,
         history=HistoryReport(0, (), 0.0, (), True),
         command=command,
+        recipe=recipe,
     )
     try:
         await _run(nemesis, plan, report)
@@ -1265,12 +1370,16 @@ async def run_nemesis(
         if cluster is not None:
             await restore_cluster(cluster)
     nemesis.register_expiries()
-    report.history = nemesis.history.check(store=nemesis.store)
+    stores = nemesis.stores
+    report.history = nemesis.history.check(stores=stores)
     report.errors = nemesis.errors
-    report.store_accepted = len(nemesis.store.accepted)
-    report.store_rejected = len(nemesis.store.rejected)
-    report.store_value = nemesis.store.value
-    report.integrity_errors = _counter_integrity(nemesis.store)
+    report.store_accepted = sum(len(store.accepted) for store in stores.values())
+    report.store_rejected = sum(len(store.rejected) for store in stores.values())
+    values = {resource.rpartition("/")[2]: store.value for resource, store in stores.items()}
+    report.store_value = values if len(values) > 1 else next(iter(values.values()))
+    report.integrity_errors = [
+        error for store in stores.values() for error in _counter_integrity(store)
+    ]
     _dump(nemesis, report, logs / "history.json")
     if report.ok and not keep_logs:
         shutil.rmtree(logs, ignore_errors=True)
@@ -1279,11 +1388,25 @@ async def run_nemesis(
     return report
 
 
+def _check_reaping(cluster: ZooKeeperCluster) -> None:
+    """A lease run needs servers that reap expired TTL nodes within a second (else a lost
+    lease blocks everyone for up to a minute): raises ``ValueError`` if not configured."""
+    key = next(iter(LEASE_JVM_PROPERTIES))
+    interval = cluster.jvm_properties.get(key)
+    if interval is None or not interval.isdigit() or int(interval) > _MAX_REAP_MS:
+        raise ValueError(
+            f"recipe lease needs a cluster started with jvm_properties={{{key!r}: '100'}} "
+            f"(at most {_MAX_REAP_MS} ms; see LEASE_JVM_PROPERTIES), not {interval!r}"
+        )
+
+
 def _dump(nemesis: _Nemesis, report: NemesisReport, path: Path) -> None:
     """Everything recorded, as JSON, for a closer look at a failing seed."""
-    history, store = nemesis.history, nemesis.store
+    history = nemesis.history
+    writes = [w for store in nemesis.stores.values() for w in [*store.accepted, *store.rejected]]
     data = {
         "seed": report.seed,
+        "recipe": report.recipe,
         "started": nemesis.started,
         "faults": [{**asdict(record), "spec": asdict(record.spec)} for record in report.faults],
         "sections": [asdict(section) for section in history.sections],
@@ -1293,10 +1416,11 @@ def _dump(nemesis: _Nemesis, report: NemesisReport, path: Path) -> None:
         "imprecise_deletions": sorted(history.imprecise_deletions),
         "lost_sessions": {str(k): v for k, v in history.lost_sessions.items()},
         "session_states": {str(k): v for k, v in history.session_states.items()},
-        "reads": [asdict(read) for read in store.reads],
-        "writes": [
-            asdict(w) for w in sorted([*store.accepted, *store.rejected], key=lambda w: w.seq)
-        ],
+        "reads": {
+            resource: [asdict(read) for read in store.reads]
+            for resource, store in nemesis.stores.items()
+        },
+        "writes": [asdict(w) for w in sorted(writes, key=lambda w: w.seq)],
         "sessions": {str(k): v for k, v in nemesis.sessions.items()},
     }
     with contextlib.suppress(OSError, TypeError, ValueError):
@@ -1334,8 +1458,9 @@ async def _run(nemesis: _Nemesis, plan: list[FaultGroup], report: NemesisReport)
         observer_client = await stack.enter_async_context(
             aiozklock.connect(direct, session_timeout=20.0, connect_timeout=30.0)
         )
-        await observer_client.ensure_path(n.path)
-        observer = _Observer(observer_client, n.path, n.history)
+        for path in n.paths:
+            await observer_client.ensure_path(path)
+        observer = _Observer(observer_client, n.paths, n.history)
         listener = await stack.enter_async_context(
             await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
         )
@@ -1367,6 +1492,9 @@ async def _run(nemesis: _Nemesis, plan: list[FaultGroup], report: NemesisReport)
                     long_hold_probability=0.06,
                     backend=n.backend,
                     control=n.control_address,
+                    recipe=n.recipe,
+                    paths=n.paths if n.recipe == "multilock" else (),
+                    lease_ttl=n.session_timeout if n.recipe == "lease" else 0.0,
                 )
                 if client.process:
                     tg.start_soon(n.run_child, client, config)
@@ -1437,7 +1565,9 @@ async def _run(nemesis: _Nemesis, plan: list[FaultGroup], report: NemesisReport)
                     for client in n.clients:
                         await client.closed.wait()
                         await client.exited.wait()
-                leftovers = await observer.leftovers(_ORPHAN_WAIT)
+                # A lease lost in the run may stay until its TTL runs out (then reaped).
+                wait = _ORPHAN_WAIT + (n.session_timeout if n.recipe == "lease" else 0.0)
+                leftovers = await observer.leftovers(wait)
                 for node in leftovers:
                     owner = observer.owners.get(node, 0)
                     report.orphans.append(

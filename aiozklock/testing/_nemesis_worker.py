@@ -1,5 +1,12 @@
 """One nemesis client: the acquire -> fenced writes -> release loop, in-process or in a child.
 
+The loop runs one recipe (``WorkerConfig.recipe``, see :data:`RECIPES`): ``lock`` (the fair
+``zk.lock``), ``nonfair`` (``zk.lock(path, fair=False)``), ``election`` (the body runs as
+leader), ``lease`` (``zk.lease_lock(path, ttl, holder_id=<client name>)``) or ``multilock``
+(each acquisition takes 2-3 of the shared ``paths``, a random subset in a random order). Each
+path held is a resource with its own fenced store: the section reads every store it holds
+(registering its token), then each write increments every store's counter.
+
 The same loop runs in the nemesis's own process (a task per client) and in child processes
 (one client each, so that a holder *process* can be stopped with SIGSTOP). A child is started
 as ``python -m aiozklock.testing._nemesis_child CONFIG_JSON``; it connects back to the
@@ -9,9 +16,9 @@ nemesis's control port and speaks newline-delimited JSON:
   merges them with its own): ``hello``, ``session`` (state changes, with the session id and
   password so that the nemesis can expire the session for real), ``enter``, ``section``,
   ``attempt``, ``watchers``, ``self_stop``, ``closed``;
-* child -> parent requests ``read``/``write`` to the fenced store, which lives in the parent
-  only: a write's acceptance is decided by that single store when the request reaches it,
-  as with any remote resource; answered by ``reply``;
+* child -> parent requests ``read``/``write`` to the fenced store of a ``resource`` (a lock
+  path), which lives in the parent only: a write's acceptance is decided by that single
+  store when the request reaches it, as with any remote resource; answered by ``reply``;
 * parent -> child commands: ``stop`` (finish the current iteration, report, close),
   ``pause_before_write`` (stop this process with SIGSTOP right after the next pre-write check
   that passes, before the write is sent: the check-then-act window that only fencing
@@ -40,9 +47,11 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 import aiozklock
 from aiozklock import SessionState, StateChange
+from aiozklock._recipes._core._primitive import Primitive
 from aiozklock.testing._internals import session_of
 
 __all__ = [
+    "RECIPES",
     "WorkerConfig",
     "WorkerSink",
     "recorded_client",
@@ -55,6 +64,8 @@ logger = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 _MAX_LINE = 1 << 20
+#: The recipes a worker can loop on.
+RECIPES = ("lock", "multilock", "election", "nonfair", "lease")
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,9 @@ class WorkerConfig:
     think: tuple[float, float] = (0.0, 0.03)  # s between release and the next attempt
     backend: str = "asyncio"
     control: str = ""  # host:port of the nemesis's control listener (children only)
+    recipe: str = "lock"  # one of RECIPES
+    paths: tuple[str, ...] = ()  # multilock: the shared paths (each acquisition takes 2-3)
+    lease_ttl: float = 0.0  # lease: the TTL, s
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -85,7 +99,7 @@ class WorkerConfig:
     @classmethod
     def from_json(cls, text: str) -> WorkerConfig:
         data = json.loads(text)
-        for key in ("acquire_timeout", "work", "think", "long_hold"):
+        for key in ("acquire_timeout", "work", "think", "long_hold", "paths"):
             data[key] = tuple(data[key])
         return cls(**data)
 
@@ -95,9 +109,9 @@ class WorkerSink(Protocol):
 
     def emit(self, record: Record) -> None: ...
 
-    async def read(self, token: int) -> tuple[bool, int]: ...
+    async def read(self, resource: str, token: int) -> tuple[bool, int]: ...
 
-    async def write(self, token: int, value: int) -> bool: ...
+    async def write(self, resource: str, token: int, value: int) -> bool: ...
 
     async def before_write(self) -> None:
         """Called after a pre-write check passed, right before the write is sent."""
@@ -164,6 +178,64 @@ async def recorded_client(
         yield zk
 
 
+class _Contention:
+    """The recipe objects of one worker: ``next()`` gives what the next acquisition uses, the
+    object and the resources (lock paths) it covers. One object per path is reused across
+    iterations (a lease keeps its ``holder_id``: a lost create reply is re-attached); a
+    multi-lock is a new object per acquisition, on a random subset in a random order."""
+
+    def __init__(
+        self, zk: aiozklock.ZooKeeperClient, config: WorkerConfig, rng: random.Random
+    ) -> None:
+        self._zk = zk
+        self._config = config
+        self._rng = rng
+        recipe = config.recipe
+        self._single: Primitive | None = None
+        if recipe == "lock":
+            self._single = zk.lock(config.path, identifier=config.name)
+        elif recipe == "nonfair":
+            self._single = zk.lock(config.path, identifier=config.name, fair=False)
+        elif recipe == "election":
+            self._single = zk.election(config.path, identifier=config.name)
+        elif recipe == "lease":
+            self._single = zk.lease_lock(
+                config.path, config.lease_ttl, holder_id=config.name, identifier=config.name
+            )
+        elif recipe != "multilock" or len(config.paths) < 2:
+            raise ValueError(f"unknown recipe {recipe!r} (or multilock with < 2 paths)")
+
+    def next(self) -> tuple[Primitive, tuple[str, ...]]:
+        if self._single is not None:
+            return self._single, (self._config.path,)
+        paths = list(self._config.paths)
+        chosen = self._rng.sample(paths, self._rng.randint(2, min(3, len(paths))))
+        return self._zk.multi_lock(chosen, identifier=self._config.name), tuple(chosen)
+
+
+def _still_held(primitive: Primitive) -> bool:
+    """Held and not lost (whichever task asks, whatever ``valid_until`` says): the test kit
+    reads the private holding, which no public property exposes for every recipe."""
+    holding = primitive._holding
+    return holding is not None and not holding.lost
+
+
+def _node_key(primitive: Primitive) -> str | None:
+    """``{first node's path}#{czxid}``: names a node uniquely even where the recipe reuses a
+    fixed name (``nonfair``, ``lease``); the observer keys its deletions the same way."""
+    holding = primitive._holding
+    if holding is None or not holding.nodes:
+        return None
+    return f"{holding.nodes[0]}#{holding.token}"
+
+
+def _expires_at(primitive: Primitive) -> float | None:
+    """A lease's ``expires_at`` (None for the session-bound recipes, or once released)."""
+    if isinstance(primitive, aiozklock.LeaseLock):
+        return primitive.statistics().expires_at
+    return None
+
+
 async def run_worker(
     zk: aiozklock.ZooKeeperClient,
     config: WorkerConfig,
@@ -171,17 +243,19 @@ async def run_worker(
     stop: anyio.Event,
 ) -> None:
     """Loop acquire -> critical section -> release until ``stop`` is set (checked between
-    iterations: the attempt in progress ends by itself, within its bound)."""
+    iterations: the attempt in progress ends by itself, within its bound). Raises
+    ``ValueError`` for an unknown ``config.recipe``."""
     rng = random.Random(f"{config.seed}:{config.name}")
-    lock = zk.lock(config.path, identifier=config.name)
+    contention = _Contention(zk, config, rng)
     name = config.name
     while not stop.is_set():
+        primitive, resources = contention.next()
         timeout = rng.uniform(*config.acquire_timeout)
         bound = timeout + config.attempt_grace
         start = time.monotonic()
         acquired = False
         try:
-            async with lock.acquire(timeout=timeout):
+            async with primitive.acquire(timeout=timeout):
                 acquired = True
                 sink.emit(
                     {
@@ -192,11 +266,11 @@ async def run_worker(
                         "outcome": "acquired",
                     }
                 )
-                await _critical_section(zk, lock, config, sink, rng, start)
+                await _critical_section(zk, primitive, resources, config, sink, rng, start)
         except aiozklock.LockTimeout:
             if not acquired:
                 _attempt(sink, start, bound, "timeout")
-        except aiozklock.LockLost:
+        except aiozklock.LockLost:  # LeadershipLost too
             pass  # the section recorded how it ended
         except aiozklock.ClientClosed:
             if not acquired:
@@ -229,15 +303,17 @@ def _attempt(sink: WorkerSink, start: float, bound: float, outcome: str) -> None
 
 async def _critical_section(
     zk: aiozklock.ZooKeeperClient,
-    lock: aiozklock.Lock,
+    primitive: Primitive,
+    resources: tuple[str, ...],
     config: WorkerConfig,
     sink: WorkerSink,
     rng: random.Random,
     requested: float,
 ) -> None:
-    token = lock.fencing_token
-    node = lock.statistics().node
+    token = primitive.fencing_token
+    node = _node_key(primitive)
     session_id = zk.session_id
+    expires_at = _expires_at(primitive)
     writes = rng.randint(1, config.max_writes)
     long_hold = rng.random() < config.long_hold_probability
     pauses = [
@@ -249,25 +325,29 @@ async def _critical_section(
     sink.emit({"type": "enter", "token": token, "node": node, "t": enter, "hold": sum(pauses)})
     outcome = "error"
     try:
-        ok, counter = await sink.read(token)  # registers our token: older holders are fenced
-        if not ok:
-            outcome = "rejected"
-            return
+        counters: dict[str, int] = {}
+        for resource in resources:  # registers our token: older holders are fenced
+            ok, counters[resource] = await sink.read(resource, token)
+            if not ok:
+                outcome = "rejected"
+                return
         for pause in pauses:
             await anyio.sleep(pause)
             # The pre-write check: the loss policy's verdict and ``valid_until`` (a process
             # resumed from a pause may run this before its heartbeat noticed anything).
-            if not lock.is_held:
+            if not primitive.is_held:
                 outcome = "invalid"
                 return
+            expires_at = _expires_at(primitive)
             await sink.before_write()
-            if not await sink.write(token, counter + 1):
-                outcome = "rejected"
-                return
-            counter += 1
+            for resource in resources:
+                if not await sink.write(resource, token, counters[resource] + 1):
+                    outcome = "rejected"
+                    return
+                counters[resource] += 1
         outcome = "completed"
     except anyio.get_cancelled_exc_class():
-        outcome = "cancelled" if lock.statistics().locked else "lost"
+        outcome = "cancelled" if _still_held(primitive) else "lost"
         raise
     finally:
         sink.emit(
@@ -280,6 +360,8 @@ async def _critical_section(
                 "enter": enter,
                 "exit": time.monotonic(),
                 "outcome": outcome,
+                "resources": list(resources),
+                "expires_at": expires_at,
             }
         )
 
@@ -324,13 +406,15 @@ class _ChildSink:
             self._replies.pop(request_id, None)
         return slot[0]
 
-    async def read(self, token: int) -> tuple[bool, int]:
-        reply = await self._request({"type": "read", "token": token})
+    async def read(self, resource: str, token: int) -> tuple[bool, int]:
+        reply = await self._request({"type": "read", "resource": resource, "token": token})
         value = reply.get("value")
         return bool(reply["ok"]), value if isinstance(value, int) else 0
 
-    async def write(self, token: int, value: int) -> bool:
-        reply = await self._request({"type": "write", "token": token, "value": value})
+    async def write(self, resource: str, token: int, value: int) -> bool:
+        reply = await self._request(
+            {"type": "write", "resource": resource, "token": token, "value": value}
+        )
         return bool(reply["ok"])
 
     async def before_write(self) -> None:
