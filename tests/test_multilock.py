@@ -379,3 +379,24 @@ async def test_cancelled_with_the_multi_in_flight_leaves_nothing(
         async with lock.acquire(timeout=5):  # the object stays usable
             assert lock.is_held
     assert await children(observer, A, B) == {A: [], B: []}
+
+
+@pytest.mark.parametrize("kind", ["lock", "multi_lock"])
+async def test_lost_reply_to_the_retry_with_containers_is_resolved(
+    proxy: FaultProxy, open_client: ClientFactory, kind: str
+) -> None:
+    """The first use of a path: the create fails NoNode, the retry goes out with the
+    path's container in the same write, and that write's replies are lost (the connection
+    drops after the container's). The outcome is resolved by GUID: held, exactly one node,
+    no ConnectionLoss for the caller (the queue engine serves both recipes)."""
+    client = await open_client(proxy)
+    observer = await open_client()
+    await client.ensure_path("/locks")
+    lock = client.lock(A) if kind == "lock" else client.multi_lock([A, B])
+    paths = [A] if kind == "lock" else [A, B]
+    proxy.arm_drop_after([Opcode.CREATE_CONTAINER], 1)
+    with anyio.fail_after(10):
+        async with lock:
+            listing = await children(observer, *paths)
+            assert all(len(names) == 1 for names in listing.values()), listing
+    assert await children(observer, *paths) == {p: [] for p in paths}

@@ -205,6 +205,11 @@ class LeaseLock(Primitive):
     resource. The servers need ``extendedTypesEnabled=true`` (else ``TTLNotSupported`` on
     acquire, before any waiting).
 
+    **A ``holder_id`` names one holder:** whoever presents it re-attaches at once, so two
+    live processes (or two objects) given the same ``holder_id`` would both hold the lease
+    until the next renewal of one of them fails. Give each live holder its own (the default
+    is a random one) and reuse it only to resume after that holder stopped.
+
     Bad arguments raise ``InvalidArgument`` here, before any request: ``ttl`` must be a
     positive, finite number of seconds within ZooKeeper's 1 ms .. 2^40-1 ms.
     """
@@ -515,22 +520,28 @@ class LeaseLock(Primitive):
         assert isinstance(holding, LeaseHolding)
         with anyio.CancelScope(shield=True):
             async with self._writing:  # a renewal cancelled in flight settles first
-                if await self._delete_valid(holding):
+                # Bounded like every cleanup (an outage must not block the caller for a TTL);
+                # what is left goes to the janitor, and failing that, to the TTL.
+                until = time.monotonic() + self._session.timeout / 2
+                if await self._delete_valid(holding, until):
                     return
-                until = max(holding.expires_at, time.monotonic() + self._session.timeout / 2)
                 if not await self._delete_ours(holding.token, until):
                     log.warning(
-                        "%s: could not delete our node on release; the server deletes it "
-                        "after its TTL (%s s) and the reaper's interval",
+                        "%s: could not delete our node on release yet: the janitor retries "
+                        "while the session lives, else the server deletes it after its TTL "
+                        "(%s s) and the reaper's interval",
                         self._label,
                         self.ttl,
                     )
+                    if self._session.state is not SessionState.CLOSED:
+                        generation = self._session.generation
+                        self._janitor.delete(self.node, generation, czxid=holding.token)
 
-    async def _delete_valid(self, holding: LeaseHolding) -> bool:
+    async def _delete_valid(self, holding: LeaseHolding, bound: float) -> bool:
         """The 1-round-trip release: while the lease is valid the server cannot have deleted
         our node, so the node with our version is ours. False: check by reading first (a
-        renewal whose reply we did not see, a lost reply, or no longer valid)."""
-        until = self._valid_until(holding)
+        renewal whose reply we did not see, a lost reply, no longer valid, or ``bound``)."""
+        until = min(self._valid_until(holding), bound)
         with anyio.move_on_after(until - time.monotonic()):
             try:
                 op = delete_op(self._server_node, holding.version)

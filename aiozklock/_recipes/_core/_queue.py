@@ -229,43 +229,55 @@ class Queue:
                 self._unresolved = False
                 return await self._complete(listings, generation, deadline)
             index, failure = _failure_of(created)
-            # The member whose create failed, and any whose listing says it is missing (the
-            # listing may also find a path another session created meanwhile).
-            missing = [
-                m
-                for i, (m, r) in enumerate(zip(self.members, listings, strict=True))
-                if i == index or isinstance(r, NoNodeError)
-            ]
-            if isinstance(failure, NoNodeError) and attempts > 0:
-                self._unresolved = False
-                # A member whose own container failed NoNode needs its ancestors too.
-                failed = {
-                    op.path
-                    for op, result in zip(parent_ops, parents, strict=True)
-                    if isinstance(result, NoNodeError)
-                }
-                whole_chain |= {m for m in missing if session.server_path(m) in failed}
-                parent_ops = self._parent_ops(missing, whole_chain)
-                attempts -= 1
-                continue
-            for result in parents:
-                if isinstance(result, BaseException) and not isinstance(result, NodeExistsError):
-                    self._unresolved = False
-                    raise result
-            if isinstance(failure, SessionExpired):
-                self._unresolved = False
-                continue
-            if isinstance(failure, ConnectionLoss):
-                try:
-                    recovered = await self._recover_create(generation, deadline)
-                except SessionExpired:
-                    self._unresolved = False  # the session and any node it made are gone
-                    continue
+            if isinstance(failure, ConnectionLoss):  # outcome unknown: resolve it first
+                recovered = await self._resolve_lost_create(generation, deadline)
                 if recovered is not None:
                     return recovered
                 continue
             self._unresolved = False
+            if isinstance(failure, SessionExpired):
+                continue  # our create went nowhere: bind to the new session
+            if isinstance(failure, NoNodeError) and attempts > 0:
+                whole_chain |= self._chain_needed(index, listings, parent_ops, parents)
+                parent_ops = self._parent_ops(self._missing(index, listings), whole_chain)
+                attempts -= 1
+                continue
+            for result in parents:
+                if isinstance(result, BaseException) and not isinstance(result, NodeExistsError):
+                    raise result
             raise failure
+
+    def _missing(self, index: int, listings: Sequence[object]) -> list[str]:
+        """The member whose create failed, and any whose listing says it is missing (the
+        listing may also find a path another session created meanwhile)."""
+        return [
+            member
+            for i, (member, listing) in enumerate(zip(self.members, listings, strict=True))
+            if i == index or isinstance(listing, NoNodeError)
+        ]
+
+    def _chain_needed(
+        self, index: int, listings: Sequence[object], parent_ops: list[Op[Any]], parents: list[Any]
+    ) -> set[str]:
+        """Missing members whose own container create failed NoNode: their ancestors too."""
+        failed = {
+            op.path
+            for op, result in zip(parent_ops, parents, strict=True)
+            if isinstance(result, NoNodeError)
+        }
+        server_path = self._session.server_path
+        return {m for m in self._missing(index, listings) if server_path(m) in failed}
+
+    async def _resolve_lost_create(
+        self, generation: int, deadline: float | None
+    ) -> Listings | None:
+        """After a ConnectionLoss on our create: the listings if a node set of ours was
+        adopted, None to create again."""
+        try:
+            return await self._recover_create(generation, deadline)
+        except SessionExpired:
+            self._unresolved = False  # the session and any node it made are gone
+            return None
 
     async def _complete(
         self, listings: Sequence[object], generation: int, deadline: float | None
@@ -301,6 +313,7 @@ class Queue:
             stats = await session.pipeline(
                 [exists_op(session.server_path(join(m, name))) for m, name in ours],
                 generation=generation,
+                wait_until=deadline,
             )
             # Without every answer we cannot tell "not created" from "reply lost": ask again.
             if not any(isinstance(stat, ConnectionLoss) for stat in stats):
@@ -333,7 +346,8 @@ class Queue:
     async def list_children(
         self, member: str, generation: int | None, deadline: float | None
     ) -> list[str]:
-        """The children of ``member`` (retried after a connection loss: a read)."""
+        """The children of ``member``, none if it does not exist (a container reaped once
+        empty); retried after a connection loss (a read)."""
         session = self._session
         while True:
             try:
@@ -344,6 +358,8 @@ class Queue:
                 )
             except ConnectionLoss:
                 continue
+            except NoNodeError:
+                return []
 
     async def _list_all(self, generation: int, deadline: float | None) -> Listings:
         """Every member's children, in one round trip (repeated after a connection loss)."""
@@ -354,9 +370,10 @@ class Queue:
             if any(isinstance(r, ConnectionLoss) for r in results):
                 continue  # reads: safe to repeat
             for result in results:
-                if isinstance(result, BaseException):
+                if isinstance(result, BaseException) and not isinstance(result, NoNodeError):
                     raise result
-            return dict(zip(self.members, results, strict=True))
+            listings = [[] if isinstance(r, NoNodeError) else r for r in results]
+            return dict(zip(self.members, listings, strict=True))
 
     # ---------------------------------------------------------------- waiting
 
