@@ -42,7 +42,7 @@ from aiozklock._recipes._core._names import (
     queue_order,
     sequence_of,
 )
-from aiozklock._recipes._core._queue import Decision
+from aiozklock._recipes._core._plan import Decision
 from aiozklock._recipes._decision import decide
 
 pytestmark = pytest.mark.timeout(30)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiozklock._recipes._core._names import node_prefix
-from aiozklock._recipes._core._queue import Step, plan
+from aiozklock._recipes._core._plan import Step, plan
 from aiozklock._recipes._decision import decide
 
 PATHS = ("/a", "/b", "/c", "/d")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from aiozklock._recipes._core._names import guid_of, queue_order
-from aiozklock._recipes._core._queue import Decision
+from aiozklock._recipes._core._plan import Decision
 
 
 def decide(children: Iterable[str], ours: str, guid: str) -> Decision:

@@ -22,7 +22,8 @@ from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner
 from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
-from aiozklock._recipes._core._queue import Decide, Queue
+from aiozklock._recipes._core._plan import Decide
+from aiozklock._recipes._core._queue import Queue
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_timeout
 

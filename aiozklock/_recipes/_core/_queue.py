@@ -24,7 +24,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -41,6 +40,7 @@ from aiozklock._exceptions import (
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import node_prefix, nodes_of
+from aiozklock._recipes._core._plan import Decide, Decision, plan
 from aiozklock._wire._protocol import (
     Created,
     CreateMode,
@@ -62,53 +62,6 @@ from aiozklock._wire._session import Session, SessionState
 from aiozklock._wire._validation import join
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What a contender should do next in one queue (a decision function's answer).
-
-    ``held``: we are first (for this recipe's meaning of first). ``predecessor``: the one node
-    to wait for; ``None`` when held or when our node is missing. ``ahead``: how many nodes are
-    queued ahead of ours (0 when held or missing); nothing can ever queue ahead of a node
-    later, so this only shrinks. ``missing``: our node is not among the children (deleted, or
-    the session that owned it is gone) and must be created again. ``stale``: other nodes
-    carrying our GUID, left behind by an earlier attempt; they must be deleted, and they still
-    count in the queue until they are (others wait on them).
-    """
-
-    held: bool
-    predecessor: str | None
-    missing: bool
-    stale: tuple[str, ...]
-    ahead: int = field(default=0, compare=False)
-
-
-Decide = Callable[[Iterable[str], str, str], Decision]
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """What to do next across all member queues (see ``plan``), in this order of priority:
-    delete ``stale`` nodes of ours; ``requeue`` everywhere (a node of ours is missing); we
-    are ``held`` (first on every member); or wait on the predecessors in ``waits``."""
-
-    stale: tuple[tuple[str, str], ...]
-    requeue: bool
-    held: bool
-    waits: dict[str, Decision]
-
-
-def plan(listings: dict[str, list[str]], nodes: dict[str, str], guid: str, decide: Decide) -> Step:
-    """Combine one decision per member queue: held only when first on every member."""
-    decisions = {member: decide(listings[member], nodes[member], guid) for member in listings}
-    stale = tuple((m, name) for m, d in decisions.items() for name in d.stale)
-    return Step(
-        stale=stale,
-        requeue=any(d.missing for d in decisions.values()),
-        held=all(d.held for d in decisions.values()),
-        waits={m: d for m, d in decisions.items() if not d.held},
-    )
 
 
 Listings = dict[str, list[str]]  # member path -> its children
@@ -593,4 +546,4 @@ def _failure_of(created: object) -> tuple[int, BaseException]:
     return 0, created
 
 
-__all__ = ("Decide", "Decision", "Listings", "Queue", "Step", "plan")
+__all__ = ("Listings", "Queue")

@@ -1,0 +1,60 @@
+"""What a queue contender does next: the pure part of the queue engine (no I/O).
+
+A recipe's decision function answers for one queue (``Decision``); ``plan`` combines the
+answers of every member queue into the engine's next ``Step``. Both are tested exhaustively.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a contender should do next in one queue (a decision function's answer).
+
+    ``held``: we are first (for this recipe's meaning of first). ``predecessor``: the one node
+    to wait for; ``None`` when held or when our node is missing. ``ahead``: how many nodes are
+    queued ahead of ours (0 when held or missing); nothing can ever queue ahead of a node
+    later, so this only shrinks. ``missing``: our node is not among the children (deleted, or
+    the session that owned it is gone) and must be created again. ``stale``: other nodes
+    carrying our GUID, left behind by an earlier attempt; they must be deleted, and they still
+    count in the queue until they are (others wait on them).
+    """
+
+    held: bool
+    predecessor: str | None
+    missing: bool
+    stale: tuple[str, ...]
+    ahead: int = field(default=0, compare=False)
+
+
+Decide = Callable[[Iterable[str], str, str], Decision]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What to do next across all member queues (see ``plan``), in this order of priority:
+    delete ``stale`` nodes of ours; ``requeue`` everywhere (a node of ours is missing); we
+    are ``held`` (first on every member); or wait on the predecessors in ``waits``."""
+
+    stale: tuple[tuple[str, str], ...]
+    requeue: bool
+    held: bool
+    waits: dict[str, Decision]
+
+
+def plan(listings: dict[str, list[str]], nodes: dict[str, str], guid: str, decide: Decide) -> Step:
+    """Combine one decision per member queue: held only when first on every member."""
+    decisions = {member: decide(listings[member], nodes[member], guid) for member in listings}
+    stale = tuple((m, name) for m, d in decisions.items() for name in d.stale)
+    return Step(
+        stale=stale,
+        requeue=any(d.missing for d in decisions.values()),
+        held=all(d.held for d in decisions.values()),
+        waits={m: d for m, d in decisions.items() if not d.held},
+    )
+
+
+__all__ = ("Decide", "Decision", "Step", "plan")
