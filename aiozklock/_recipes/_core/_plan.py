@@ -47,10 +47,15 @@ class Step:
 
 def plan(listings: dict[str, list[str]], nodes: dict[str, str], guid: str, decide: Decide) -> Step:
     """Combine one decision per member queue: held only when first on every member."""
+    if len(listings) == 1:  # the mutex and election: one decision, no combining (hot path)
+        ((member, children),) = listings.items()
+        only = decide(children, nodes[member], guid)
+        stale = tuple((member, name) for name in only.stale) if only.stale else ()
+        waits = {} if only.held else {member: only}
+        return Step(stale=stale, requeue=only.missing, held=only.held, waits=waits)
     decisions = {member: decide(listings[member], nodes[member], guid) for member in listings}
-    stale = tuple((m, name) for m, d in decisions.items() for name in d.stale)
     return Step(
-        stale=stale,
+        stale=tuple((m, name) for m, d in decisions.items() for name in d.stale),
         requeue=any(d.missing for d in decisions.values()),
         held=all(d.held for d in decisions.values()),
         waits={m: d for m, d in decisions.items() if not d.held},

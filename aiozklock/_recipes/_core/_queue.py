@@ -89,8 +89,10 @@ class Queue:
         self._janitor = janitor
         self._decide = decide
         self._label = label
-        self.guid = uuid.uuid4().hex
         self.nodes: dict[str, str] = {}  # member -> our node's name, while queued or holding
+        # Built once (the hot path): the members' listings, and our create prefixes per GUID.
+        self._listing_ops = [get_children_op(session.server_path(m)) for m in self.members]
+        self._set_guid(uuid.uuid4().hex)
         self.generation = -1
         self.token: int | None = None
         self._unresolved = False  # a create was sent and its outcome is unknown
@@ -103,12 +105,6 @@ class Queue:
         ``data()`` gives our nodes' data at each enqueue. Raises ``LockTimeout`` at
         ``deadline``; after any failure or cancellation, ``abandon()`` leaves nothing queued.
         """
-        await self._until_first(deadline, data)
-        assert self.token is not None
-        nodes = tuple(join(member, self.nodes[member]) for member in self.members)
-        return Holding(nodes, self.generation, self.token)
-
-    async def _until_first(self, deadline: float | None, data: Callable[[], bytes]) -> None:
         listings: Listings | None = None
         while True:
             try:
@@ -124,21 +120,26 @@ class Queue:
                         await self._delete_all_of_ours()  # never re-create one member alone
                     listings = None
                 elif step.held:
-                    return
+                    break
                 else:
                     await self._wait(step.waits, listings, deadline)
             except SessionExpired:
                 listings = None  # our nodes' session is gone: queue again in the new one
+        assert self.token is not None
+        nodes = tuple(join(member, self.nodes[member]) for member in self.members)
+        return Holding(nodes, self.generation, self.token)
+
+    def _set_guid(self, guid: str) -> None:
+        self.guid = guid
+        server_path = self._session.server_path
+        self._prefixes = [server_path(join(m, node_prefix(guid))) for m in self.members]
 
     def _create_op(self, data: bytes) -> Op[Any]:
-        session = self._session
-        prefixes = [
-            session.server_path(join(member, node_prefix(self.guid))) for member in self.members
-        ]
+        prefixes, strip = self._prefixes, self._session.client_path
         if len(prefixes) == 1:
-            return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, session.client_path)
+            return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, strip)
         creates = [MultiCreate(prefix, data, _EPHEMERAL_SEQUENTIAL) for prefix in prefixes]
-        return multi_op(creates, session.client_path)
+        return multi_op(creates, strip)
 
     def _adopt_created(self, created: object, generation: int) -> bool:
         """Record our nodes from a create's reply; False if it failed."""
@@ -165,8 +166,7 @@ class Queue:
         while True:
             generation = session.generation
             self.nodes = {}
-            listing_ops = [get_children_op(session.server_path(m)) for m in self.members]
-            ops = [*parent_ops, self._create_op(data()), *listing_ops]
+            ops = [*parent_ops, self._create_op(data()), *self._listing_ops]
             self._unresolved = True
             try:
                 results = await session.pipeline(ops, generation=generation, wait_until=deadline)
@@ -180,6 +180,8 @@ class Queue:
             listings = results[len(parent_ops) + 1 :]
             if self._adopt_created(created, generation):
                 self._unresolved = False
+                if all(isinstance(listing, list) for listing in listings):
+                    return dict(zip(self.members, listings, strict=True))
                 return await self._complete(listings, generation, deadline)
             index, failure = _failure_of(created)
             if isinstance(failure, ConnectionLoss):  # outcome unknown: resolve it first
@@ -235,7 +237,7 @@ class Queue:
     async def _complete(
         self, listings: Sequence[object], generation: int, deadline: float | None
     ) -> Listings:
-        """The listings that came with our create; any that failed is read again."""
+        """The listings that came with our create; those that failed are read again."""
         complete: Listings = {}
         for member, listing in zip(self.members, listings, strict=True):
             if isinstance(listing, list):
@@ -317,9 +319,10 @@ class Queue:
     async def _list_all(self, generation: int, deadline: float | None) -> Listings:
         """Every member's children, in one round trip (repeated after a connection loss)."""
         session = self._session
-        ops = [get_children_op(session.server_path(m)) for m in self.members]
         while True:
-            results = await session.pipeline(ops, generation=generation, wait_until=deadline)
+            results = await session.pipeline(
+                self._listing_ops, generation=generation, wait_until=deadline
+            )
             if any(isinstance(r, ConnectionLoss) for r in results):
                 continue  # reads: safe to repeat
             for result in results:
@@ -450,7 +453,14 @@ class Queue:
             if len(paths) > 1 and await self._delete_in_one(paths):
                 return
             for path in paths:
-                await self._delete_until_gone(path)
+                while True:
+                    try:
+                        await session.call(delete_op(path), generation=self.generation)
+                        break
+                    except (NoNodeError, SessionExpired, ClientClosed):
+                        break  # gone, or its session is (and the server deletes it with it)
+                    except ConnectionLoss:
+                        continue  # outcome unknown: repeat; NoNode then means it worked
 
     async def _delete_in_one(self, paths: list[str]) -> bool:
         """One ``multi`` of deletes (one round trip); False to fall back to single deletes
@@ -464,17 +474,6 @@ class Queue:
         except ConnectionLoss:
             return False
         return result.ok
-
-    async def _delete_until_gone(self, server_path: str) -> None:
-        session = self._session
-        while True:
-            try:
-                await session.call(delete_op(server_path), generation=self.generation)
-                return
-            except (NoNodeError, SessionExpired, ClientClosed):
-                return  # gone, or its session is (and the server deletes it with it)
-            except ConnectionLoss:
-                continue  # outcome unknown: repeat; NoNode then means it worked
 
     async def abandon(self) -> None:
         """After a failed or cancelled acquire: leave nothing of ours in the queues."""
@@ -528,7 +527,7 @@ class Queue:
         """Take a new GUID once a node of ours is left to the janitor: a later lost create
         reply must never find (and adopt) the node the janitor is about to delete, and a GUID
         sweep must never hit a node of a later attempt."""
-        self.guid = uuid.uuid4().hex
+        self._set_guid(uuid.uuid4().hex)
 
     def forget(self) -> None:
         """Released or lost: no node is ours any more."""
