@@ -336,94 +336,102 @@ class Queue:
     async def _wait(
         self, waits: dict[str, Decision], listings: Listings, deadline: float | None
     ) -> None:
-        """Wait until a predecessor is gone (or the session changes); updates ``listings``.
+        """Wait until a predecessor is gone (or the session changes); updates ``listings``."""
+        if len(self.members) == 1:
+            ((member, decision),) = waits.items()
+            await self._wait_one(member, decision, listings, deadline)
+        else:
+            await self._wait_many(waits, listings, deadline)
 
-        A member whose predecessor was the only node ahead of ours is held once the server
-        says that node was deleted: nothing can queue ahead of us later (sequence numbers only
-        grow, and a path with children is never reaped), so no listing is needed to know it.
+    async def _wait_one(
+        self, member: str, decision: Decision, listings: Listings, deadline: float | None
+    ) -> None:
+        """One queue (the mutex, election: the hot path): one existence watch.
+
+        If the predecessor was the only node ahead of ours, we are first once the server says
+        it was deleted: nothing can queue ahead of us later (sequence numbers only grow, and
+        a path with children is never reaped), so no listing is needed to know it.
         """
         session = self._session
         generation = self.generation
         woken = anyio.Event()
-        deleted: set[str] = set()  # members whose predecessor the server reported deleted
+        deleted = False
 
-        def on_state(change: object) -> None:
+        def wake(event: object) -> None:
+            nonlocal deleted
+            if isinstance(event, WatchedEvent) and event.type is EventType.DELETED:
+                deleted = True
             woken.set()
 
-        def watcher(member: str) -> Callable[[WatchedEvent], None]:
-            def wake(event: WatchedEvent) -> None:
-                if event.type is EventType.DELETED:
-                    deleted.add(member)
-                woken.set()
-
-            return wake
-
-        watches = {
-            member: (session.server_path(join(member, d.predecessor)), watcher(member))
-            for member, d in waits.items()
-            if d.predecessor is not None
-        }
-        # The event exists, and the watches and the state listener point at it, before the
-        # existence checks: a deletion between a check and the wait cannot be missed.
-        remove_listener = session.add_listener(on_state)
+        # The event exists, and both the watch and the state listener point at it, before the
+        # existence check: a deletion between the check and the wait cannot be missed.
+        remove_listener = session.add_listener(wake)
+        assert decision.predecessor is not None
+        server_path = session.server_path(join(member, decision.predecessor))
         try:
-            stats = await self._watch(list(watches.values()), generation, deadline)
-            recheck = set()  # a connection loss: read the queue again after the reconnect
-            for member, stat in zip(watches, stats, strict=True):
-                if stat is None:
-                    deleted.add(member)
-                elif isinstance(stat, ConnectionLoss):
-                    recheck.add(member)
-            if not deleted and not recheck:
+            try:
+                op = exists_op(server_path, wake)
+                stat = await session.call(op, generation=generation, wait_until=deadline)
+                deleted = deleted or stat is None
+            except ConnectionLoss:
+                stat = None  # re-check from the listing after the reconnect
+            if stat is not None:
                 self._before_wait_hook()
-                if deadline is None:
-                    await woken.wait()
-                else:
-                    with anyio.move_on_after(deadline - time.monotonic()):
-                        await woken.wait()
-                    if not woken.is_set():
-                        raise LockTimeout(f"{self._label} not acquired in time")
-            if len(self.members) > 1:
-                # Fresh listings of every member, in one round trip: a node of ours that
-                # went missing where we were already first must be seen before we hold.
-                listings.update(await self._list_all(generation, deadline))
-                return
-            ((member, decision),) = waits.items()
-            if member in deleted and decision.ahead == 1 and session.generation == generation:
+                await self._until_woken(woken, deadline)
+            if deleted and decision.ahead == 1 and session.generation == generation:
                 listings[member] = [self.nodes[member]]
             else:
                 listings[member] = await self.list_children(member, generation, deadline)
         finally:
             remove_listener()
-            for path, wake in watches.values():
+            session.remove_watcher(server_path, wake)
+
+    async def _wait_many(
+        self, waits: dict[str, Decision], listings: Listings, deadline: float | None
+    ) -> None:
+        """Several member queues: watch every predecessor (one write), wake on the first
+        change, then list every member again (one round trip): a node of ours that went
+        missing where we were already first must be seen before we hold."""
+        session = self._session
+        generation = self.generation
+        woken = anyio.Event()
+
+        def wake(event: object) -> None:
+            woken.set()
+
+        paths = [
+            session.server_path(join(member, d.predecessor))
+            for member, d in waits.items()
+            if d.predecessor is not None
+        ]
+        remove_listener = session.add_listener(wake)  # before the checks, as in _wait_one
+        try:
+            results = await session.pipeline(
+                [exists_op(path, wake) for path in paths],
+                generation=generation,
+                wait_until=deadline,
+            )
+            for result in results:
+                if isinstance(result, BaseException) and not isinstance(result, ConnectionLoss):
+                    raise result
+            # Wait only if every predecessor is still there (a connection loss: re-list).
+            if all(isinstance(result, Stat) for result in results):
+                self._before_wait_hook()
+                await self._until_woken(woken, deadline)
+            listings.update(await self._list_all(generation, deadline))
+        finally:
+            remove_listener()
+            for path in paths:
                 session.remove_watcher(path, wake)
 
-    async def _watch(
-        self,
-        watches: list[tuple[str, Callable[[WatchedEvent], None]]],
-        generation: int,
-        deadline: float | None,
-    ) -> list[Stat | ConnectionLoss | None]:
-        """Set an existence watch on each path, in one write; None where the node is gone,
-        a ``ConnectionLoss`` where we must re-check from a listing after the reconnect."""
-        session = self._session
-        if len(watches) == 1:  # the mutex's hot path: one request
-            ((path, wake),) = watches
-            op = exists_op(path, wake)
-            try:
-                stat = await session.call(op, generation=generation, wait_until=deadline)
-            except ConnectionLoss as exc:
-                return [exc]
-            return [stat]
-        results = await session.pipeline(
-            [exists_op(path, wake) for path, wake in watches],
-            generation=generation,
-            wait_until=deadline,
-        )
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, ConnectionLoss):
-                raise result
-        return results
+    async def _until_woken(self, woken: anyio.Event, deadline: float | None) -> None:
+        if deadline is None:
+            await woken.wait()
+            return
+        with anyio.move_on_after(deadline - time.monotonic()):
+            await woken.wait()
+        if not woken.is_set():
+            raise LockTimeout(f"{self._label} not acquired in time")
 
     def _before_wait_hook(self) -> None:
         """Test seam: runs between the existence checks and the wait (see test_lock_races)."""
