@@ -126,7 +126,7 @@ class Queue:
             except SessionExpired:
                 listings = None  # our nodes' session is gone: queue again in the new one
         assert self.token is not None
-        nodes = tuple(join(member, self.nodes[member]) for member in self.members)
+        nodes = tuple([join(member, self.nodes[member]) for member in self.members])
         return Holding(nodes, self.generation, self.token)
 
     def _set_guid(self, guid: str) -> None:
@@ -180,8 +180,9 @@ class Queue:
             listings = results[len(parent_ops) + 1 :]
             if self._adopt_created(created, generation):
                 self._unresolved = False
-                if all(isinstance(listing, list) for listing in listings):
-                    return dict(zip(self.members, listings, strict=True))
+                complete = [listing for listing in listings if isinstance(listing, list)]
+                if len(complete) == len(listings):
+                    return dict(zip(self.members, complete, strict=True))
                 return await self._complete(listings, generation, deadline)
             index, failure = _failure_of(created)
             if isinstance(failure, ConnectionLoss):  # outcome unknown: resolve it first
