@@ -37,7 +37,7 @@ from aiozklock._exceptions import (
     NoNodeError,
     SessionExpired,
 )
-from aiozklock._recipes._core._contenders import Contender, Identity
+from aiozklock._recipes._core._contenders import Contender, Identity, contender_of
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._primitive import Primitive
@@ -359,26 +359,7 @@ class NonFairLock(Primitive):
             data, stat = await session.call(get_data_op(session.server_path(self.node)))
         except NoNodeError:
             return []
-        try:
-            identity = json.loads(data.decode())
-        except ValueError:
-            identity = None
-        if not isinstance(identity, dict):
-            identity = {}
-        return [
-            Contender(
-                node=NODE_NAME,
-                sequence=0,
-                is_holder=True,
-                fencing_token=stat.czxid,
-                session_id=stat.ephemeral_owner,
-                identifier=identity.get("identifier"),
-                host=identity.get("host"),
-                pid=identity.get("pid"),
-                task=identity.get("task"),
-                enqueued_at=identity.get("enqueued_at"),
-            )
-        ]
+        return [contender_of(NODE_NAME, data, stat, is_holder=True, sequence=0)]
 
     def __repr__(self) -> str:
         state = "held" if self._holding is not None else "free"

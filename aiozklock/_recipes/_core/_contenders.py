@@ -64,12 +64,16 @@ async def read_contenders(session: Session, queue: Queue, path: str) -> list[Con
     # A node that vanished while we read was released: the next one is the holder.
     present = [(n, r) for n, r in zip(names, results, strict=True) if isinstance(r, tuple)]
     return [
-        _contender(name, data, stat, position == 0)
+        contender_of(name, data, stat, is_holder=position == 0)
         for position, (name, (data, stat)) in enumerate(present)
     ]
 
 
-def _contender(name: str, data: bytes, stat: Stat, is_holder: bool) -> Contender:
+def contender_of(
+    name: str, data: bytes, stat: Stat, *, is_holder: bool, sequence: int | None = None
+) -> Contender:
+    """A contender from its node's name, data (our identity JSON, or anything) and stat;
+    ``sequence`` defaults to the one in the node's name."""
     try:
         identity = json.loads(data.decode()) if data else {}
         if not isinstance(identity, dict):
@@ -78,7 +82,7 @@ def _contender(name: str, data: bytes, stat: Stat, is_holder: bool) -> Contender
         identity = {}
     return Contender(
         node=name,
-        sequence=sequence_of(name),
+        sequence=sequence_of(name) if sequence is None else sequence,
         is_holder=is_holder,
         fencing_token=stat.czxid,
         session_id=stat.ephemeral_owner,
@@ -90,4 +94,4 @@ def _contender(name: str, data: bytes, stat: Stat, is_holder: bool) -> Contender
     )
 
 
-__all__ = ("Contender", "Identity", "read_contenders")
+__all__ = ("Contender", "Identity", "contender_of", "read_contenders")
