@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Literal, TypeVar, overload
@@ -35,6 +36,8 @@ from aiozklock._wire._validation import (
     validate_flag,
     validate_path,
 )
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -110,10 +113,23 @@ class ZooKeeperClient:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool | None:
+    ) -> None:
         await self.close()
         assert self._task_group is not None
-        return await self._task_group.__aexit__(exc_type, exc, tb)
+        # The body's exception must leave unchanged: handed to the task group, it would come
+        # out wrapped in an ExceptionGroup. Only a cancellation goes in, so that the task
+        # group honours it.
+        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+        try:
+            if cancelled:
+                await self._task_group.__aexit__(exc_type, exc, tb)
+            else:
+                await self._task_group.__aexit__(None, None, None)
+        except BaseException as internal:
+            if exc is None or cancelled:
+                raise
+            # The body's own exception wins; a background failure is reported beside it.
+            log.error("aiozklock: background task failed while closing", exc_info=internal)
 
     async def close(self) -> None:
         """Close the session (its ephemeral nodes go at once) and fail everything pending.

@@ -389,6 +389,12 @@ class Session:
                     tg.cancel_scope.cancel()
         finally:
             self._finished.set()
+            if not self._closing:
+                # Cancelled from outside (a scope around the whole client): nothing serves
+                # requests any more, so nothing may wait for a reply (a holder's shielded
+                # release would wait forever). close() still ends the session on the server.
+                self._fail_pending(lambda: ClientClosed("the ZooKeeper session was cancelled"))
+                self._set_state(SessionState.CLOSED, "the session's task was cancelled")
 
     async def _serve(self, conn: Connection) -> None:
         self._drop_reason = "connection closed"

@@ -1,0 +1,66 @@
+"""Exceptions raised in the body of ``async with aiozklock.connect(...)`` leave it unchanged
+(no ExceptionGroup), on asyncio and trio."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+import aiozklock
+from aiozklock.testing import FaultProxy
+from tests.conftest import ClientFactory
+
+pytestmark = [pytest.mark.anyio]
+
+
+class Boom(Exception):
+    pass
+
+
+async def test_a_user_exception_leaves_unchanged(hosts: str) -> None:
+    error = Boom("from the body")
+    with pytest.raises(Boom) as excinfo:
+        async with aiozklock.connect(hosts):
+            raise error
+    assert excinfo.value is error
+    assert not isinstance(excinfo.value, BaseExceptionGroup)
+
+
+async def test_lock_timeout_leaves_unchanged_and_is_catchable(
+    hosts: str, open_client: ClientFactory
+) -> None:
+    other = await open_client()
+    async with other.lock("/locks/t"):
+        caught = None
+        try:
+            async with aiozklock.connect(hosts) as zk:
+                await zk.lock("/locks/t").acquire(timeout=0.1)
+        except aiozklock.LockTimeout as exc:  # not wrapped in an ExceptionGroup
+            caught = exc
+        assert isinstance(caught, aiozklock.LockTimeout)
+
+
+async def test_lock_lost_leaves_unchanged(proxy: FaultProxy) -> None:
+    async def hold() -> None:
+        async with (
+            aiozklock.connect(proxy.address, session_timeout=4.0) as zk,
+            zk.lock("/locks/lost"),
+        ):
+            await proxy.drop_all()
+            await anyio.sleep(10)  # cancelled by the loss policy
+
+    with anyio.fail_after(10), pytest.raises(aiozklock.LockLost) as excinfo:
+        await hold()
+    assert not isinstance(excinfo.value, BaseExceptionGroup)
+
+
+async def test_cancellation_of_the_body_is_honoured(hosts: str) -> None:
+    reached = False
+    with anyio.move_on_after(0.2) as scope:
+        async with aiozklock.connect(hosts) as zk, zk.lock("/locks/c"):
+            await anyio.sleep(10)
+            reached = True
+    assert scope.cancelled_caught
+    assert not reached
+    async with aiozklock.connect(hosts) as zk:
+        assert await zk.get_children("/locks/c") == []  # the session closed with its node
