@@ -272,12 +272,16 @@ async def test_a_member_lost_while_waiting_requeues_all_members_together(
     waiter = other.multi_lock([A, B])
     holder = zk.lock(B)
     await holder.acquire()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(waiter.acquire)
-        await wait_for_queue(zk, B, 2)
-        before = waiter.statistics().nodes
-        await zk.delete(f"{A}/{before[A]}")
-        await holder.release()
+    waiting = anyio.Event()
+    # Its nodes are known to it (not just created on the server) once it waits.
+    waiter._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter.acquire)
+            await waiting.wait()
+            before = waiter.statistics().nodes
+            await zk.delete(f"{A}/{before[A]}")
+            await holder.release()
     after = waiter.statistics().nodes
     assert waiter.statistics().locked
     assert after[A] != before[A]
