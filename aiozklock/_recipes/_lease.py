@@ -53,7 +53,6 @@ from aiozklock._exceptions import (
     ClientClosed,
     ConnectionLoss,
     LockLost,
-    LockTimeout,
     NodeExistsError,
     NoNodeError,
     NotLockOwner,
@@ -64,6 +63,7 @@ from aiozklock._exceptions import (
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor, Spawn
 from aiozklock._recipes._core._primitive import Primitive
+from aiozklock._recipes._core._waiting import wait_woken
 from aiozklock._wire._protocol import (
     Created,
     EventType,
@@ -380,13 +380,8 @@ class LeaseLock(Primitive):
                 if self._is_ours(data):
                     return await self._reattach(stat, deadline)
                 self._maybe_created = False  # someone else's node: our create failed
-                if deadline is None:
-                    await wakeup.event.wait()
-                else:
-                    with anyio.move_on_after(deadline - time.monotonic()):
-                        await wakeup.event.wait()
-                    if not wakeup.event.is_set():
-                        raise LockTimeout(f"{self._label} not acquired in time (held by another)")
+                message = f"{self._label} not acquired in time (held by another)"
+                await wait_woken(wakeup.event, deadline, message)
                 if wakeup.deleted:
                     return None
             finally:

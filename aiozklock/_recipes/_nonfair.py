@@ -41,6 +41,7 @@ from aiozklock._recipes._core._contenders import Contender, Identity, contender_
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._primitive import Primitive
+from aiozklock._recipes._core._waiting import wait_woken
 from aiozklock._wire._protocol import (
     Created,
     CreateMode,
@@ -242,7 +243,7 @@ class NonFairLock(Primitive):
             if _guid_in(data) == self._guid:
                 log.info("%s: our node from an old session: waiting for it to go", self._label)
             self._maybe_ours = None  # someone else's, or ours from a session that is gone
-            await _wait(woken, deadline, self._label)
+            await wait_woken(woken, deadline, f"{self._label} not acquired in time")
             return None
         finally:
             remove_listener()
@@ -368,16 +369,6 @@ class NonFairLock(Primitive):
 
 def _expired(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
-
-
-async def _wait(woken: anyio.Event, deadline: float | None, label: str) -> None:
-    if deadline is None:
-        await woken.wait()
-        return
-    with anyio.move_on_after(deadline - time.monotonic()):
-        await woken.wait()
-    if not woken.is_set():
-        raise LockTimeout(f"{label} not acquired in time")
 
 
 __all__ = ("NODE_NAME", "NonFairLock", "NonFairLockStatistics")

@@ -32,7 +32,6 @@ from aiozklock._exceptions import (
     AiozklockError,
     ClientClosed,
     ConnectionLoss,
-    LockTimeout,
     NodeExistsError,
     NoNodeError,
     SessionExpired,
@@ -41,6 +40,7 @@ from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import node_prefix, nodes_of
 from aiozklock._recipes._core._plan import Decide, Decision, plan
+from aiozklock._recipes._core._waiting import wait_woken
 from aiozklock._wire._protocol import (
     Created,
     CreateMode,
@@ -378,7 +378,7 @@ class Queue:
                 stat = None  # re-check from the listing after the reconnect
             if stat is not None:
                 self._before_wait_hook()
-                await self._until_woken(woken, deadline)
+                await wait_woken(woken, deadline, f"{self._label} not acquired in time")
             if deleted and decision.ahead == 1 and session.generation == generation:
                 listings[member] = [self.nodes[member]]
             else:
@@ -418,21 +418,12 @@ class Queue:
             # Wait only if every predecessor is still there (a connection loss: re-list).
             if all(isinstance(result, Stat) for result in results):
                 self._before_wait_hook()
-                await self._until_woken(woken, deadline)
+                await wait_woken(woken, deadline, f"{self._label} not acquired in time")
             listings.update(await self._list_all(generation, deadline))
         finally:
             remove_listener()
             for path in paths:
                 session.remove_watcher(path, wake)
-
-    async def _until_woken(self, woken: anyio.Event, deadline: float | None) -> None:
-        if deadline is None:
-            await woken.wait()
-            return
-        with anyio.move_on_after(deadline - time.monotonic()):
-            await woken.wait()
-        if not woken.is_set():
-            raise LockTimeout(f"{self._label} not acquired in time")
 
     def _before_wait_hook(self) -> None:
         """Test seam: runs between the existence checks and the wait (see test_lock_races)."""
