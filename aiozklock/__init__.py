@@ -19,6 +19,7 @@ from aiozklock._exceptions import NoNodeError as NoNodeError
 from aiozklock._exceptions import NotLockOwner as NotLockOwner
 from aiozklock._exceptions import SessionExpired as SessionExpired
 from aiozklock._exceptions import TTLNotSupported as TTLNotSupported
+from aiozklock._exceptions import UsageError as UsageError
 from aiozklock._exceptions import ZooKeeperError as ZooKeeperError
 from aiozklock._exceptions import ZooKeeperUnavailable as ZooKeeperUnavailable
 from aiozklock._recipes._core._contenders import Contender as Contender
@@ -65,6 +66,7 @@ __all__ = (
     "Stat",
     "StateChange",
     "TTLNotSupported",
+    "UsageError",
     "ZooKeeperClient",
     "ZooKeeperError",
     "ZooKeeperUnavailable",

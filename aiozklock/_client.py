@@ -13,6 +13,7 @@ import anyio.abc
 from aiozklock._exceptions import ClientClosed, ConnectionLoss, InvalidArgument, NodeExistsError
 from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPolicy
 from aiozklock._recipes._core._janitor import Janitor, Spawn
+from aiozklock._recipes._core._registry import Recipes
 from aiozklock._recipes._election import Election
 from aiozklock._recipes._lease import LeaseLock
 from aiozklock._recipes._lock import Lock
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+ORPHAN_SWEEP = 1.0  # seconds between checks for holders whose task ended without releasing
+
 
 class ZooKeeperClient:
     """A connection to a ZooKeeper ensemble. Use ``async with aiozklock.connect(...) as zk:``."""
@@ -68,6 +71,7 @@ class ZooKeeperClient:
         self._janitor: Janitor | None = None
         self._spawn: Spawn | None = None  # background jobs (lease keepers)
         self._policy: LossMonitor | None = None
+        self._recipes = Recipes()
         self._closed = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -105,8 +109,17 @@ class ZooKeeperClient:
         with anyio.CancelScope() as self._background_scope:
             async with anyio.create_task_group() as jobs:
                 task_status.started(jobs)
+                jobs.start_soon(self._sweep_orphans, name="aiozklock orphan sweep")
                 await session.run()
                 jobs.cancel_scope.cancel()  # janitor jobs: their session is gone
+
+    async def _sweep_orphans(self) -> None:
+        while True:
+            await anyio.sleep(ORPHAN_SWEEP)
+            try:
+                await self._recipes.reap_orphans()
+            except Exception:  # keep sweeping; the failure is the janitor's to retry
+                log.exception("aiozklock: releasing a lock whose task ended failed")
 
     async def __aexit__(
         self,
@@ -154,6 +167,7 @@ class ZooKeeperClient:
             raise ClientClosed("the client is not connected: use 'async with aiozklock.connect()'")
         if self._closed:
             raise ClientClosed("the ZooKeeper client is closed")
+        self._session.check_loop()
         return self._session
 
     @property
@@ -203,15 +217,35 @@ class ZooKeeperClient:
 
         ``fair=True`` (the default): a ``Lock``, FIFO across processes. ``fair=False``: a
         ``NonFairLock`` on one fixed node, cheaper when uncontended, a herd when contended.
-        Raises ``InvalidArgument`` for a bad path, identifier or a non-bool ``fair``, and
-        ``ClientClosed`` if the client is not connected.
+        The same arguments give the same object: one per path and identifier in this
+        client, so that reentrancy holds per task across call sites, and this process's
+        tasks queue on it locally with one node on the server at a time (each local holder
+        takes a new place at the back of the server's queue: no process starves another).
+        A different ``identifier`` is a different contender, as another process would be.
+
+        Raises ``InvalidArgument`` for a bad path, identifier or a non-bool ``fair``,
+        ``ClientClosed`` if the client is not connected, ``UsageError`` outside the event
+        loop the client was opened in.
         """
         session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
-        factory = Lock if validate_flag("fair", fair) else NonFairLock
-        return factory(
-            session, path, identifier=identifier, registry=self._policy, janitor=self._janitor
+        policy, janitor = self._policy, self._janitor
+        key = (path, identifier)
+        if validate_flag("fair", fair):
+            return self._recipes.get(
+                Lock,
+                key,
+                lambda: Lock(
+                    session, path, identifier=identifier, registry=policy, janitor=janitor
+                ),
+            )
+        return self._recipes.get(
+            NonFairLock,
+            key,
+            lambda: NonFairLock(
+                session, path, identifier=identifier, registry=policy, janitor=janitor
+            ),
         )
 
     def multi_lock(self, paths: Iterable[str], *, identifier: str | None = None) -> MultiLock:
@@ -220,8 +254,14 @@ class ZooKeeperClient:
         session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
-        return MultiLock(
-            session, paths, identifier=identifier, registry=self._policy, janitor=self._janitor
+        policy, janitor = self._policy, self._janitor
+        members = paths if isinstance(paths, str) else tuple(paths)
+        return self._recipes.get(
+            MultiLock,
+            (members, identifier),
+            lambda: MultiLock(
+                session, members, identifier=identifier, registry=policy, janitor=janitor
+            ),
         )
 
     def election(self, path: str, *, identifier: str | None = None) -> Election:
@@ -230,8 +270,13 @@ class ZooKeeperClient:
         session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
-        return Election(
-            session, path, identifier=identifier, registry=self._policy, janitor=self._janitor
+        policy, janitor = self._policy, self._janitor
+        return self._recipes.get(
+            Election,
+            (path, identifier),
+            lambda: Election(
+                session, path, identifier=identifier, registry=policy, janitor=janitor
+            ),
         )
 
     def lease_lock(
@@ -252,15 +297,20 @@ class ZooKeeperClient:
         session = self._live_session()
         assert self._janitor is not None
         assert self._spawn is not None
-        return LeaseLock(
-            session,
-            path,
-            ttl,
-            holder_id=holder_id,
-            identifier=identifier,
-            renew=renew,
-            janitor=self._janitor,
-            spawn=self._spawn,
+        janitor, spawn = self._janitor, self._spawn
+        return self._recipes.get(
+            LeaseLock,
+            (path, ttl, holder_id, identifier, renew),
+            lambda: LeaseLock(
+                session,
+                path,
+                ttl,
+                holder_id=holder_id,
+                identifier=identifier,
+                renew=renew,
+                janitor=janitor,
+                spawn=spawn,
+            ),
         )
 
     # ---------------------------------------------------------------- znodes (small API)

@@ -39,6 +39,13 @@ class NotLockOwner(AiozklockError, RuntimeError):
     """``release()`` was called by a task that does not hold the lock."""
 
 
+class UsageError(AiozklockError, RuntimeError):
+    """The API was used in a way that cannot work, detected before any request was sent:
+    a client used from an event loop or thread other than the one it was opened in, or a
+    task acquiring a second lock object on a path it already holds (it would wait for
+    itself). The message says what to do instead."""
+
+
 class ClientClosed(AiozklockError, RuntimeError):
     """The client was closed: pending requests and waiters fail with this, and so does any
     later use."""

@@ -125,9 +125,12 @@ def current_rss_kib() -> int:
 
 
 def peak_rss_kib() -> int:
-    """The process's peak resident set size (``ru_maxrss`` is in KiB on Linux)."""
+    """The process's peak resident set size (``ru_maxrss`` is in KiB on Linux).
+
+    The kernel updates ``ru_maxrss`` lazily, so it can lag the current RSS: the peak is at
+    least the current value."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak // 1024 if sys.platform == "darwin" else peak
+    return max(peak // 1024 if sys.platform == "darwin" else peak, current_rss_kib())
 
 
 async def timed_async_cycles(lock: Any, params: Params, gate: Gate) -> Result:

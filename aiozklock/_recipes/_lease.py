@@ -233,7 +233,9 @@ class LeaseLock(Primitive):
         self.identifier = validate_identifier(identifier)
         self.renew_automatically = validate_flag("renew", renew)
         self.node = join(self.path, LEASE_NODE)
-        super().__init__(session, _Keepers(self._keep, spawn), f"lease lock {self.path}")
+        super().__init__(
+            session, _Keepers(self._keep, spawn), f"lease lock {self.path}", (self.path,)
+        )
         self._janitor = janitor
         self._server_node = session.server_path(self.node)
         self._margin = self.ttl * MARGIN_FRACTION

@@ -127,7 +127,7 @@ class NonFairLock(Primitive):
     ) -> None:
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
-        super().__init__(session, registry, f"non-fair lock {self.path}")
+        super().__init__(session, registry, f"non-fair lock {self.path}", (self.path,))
         self.node = join(self.path, NODE_NAME)
         self._janitor = janitor
         self._identity = Identity(self.identifier)

@@ -50,6 +50,7 @@ from aiozklock._wire._connection import (
     close_quietly,
     read_frame,
 )
+from aiozklock._wire._loop import LoopGuard
 from aiozklock._wire._protocol import FIRES, EventType, Op, Watcher
 from aiozklock._wire._watches import WatchRegistry
 
@@ -130,6 +131,7 @@ class Session:
         self._state_event = anyio.Event()
         self._listeners: list[StateListener] = []
         self._watches = WatchRegistry(self.client_path)
+        self.check_loop = LoopGuard().check  # raises UsageError outside the owning loop
         self._closing = False
         self._finished = anyio.Event()
         # A session we gave up on by our own clock while the server may still keep it: we
@@ -177,6 +179,7 @@ class Session:
         self, op: Op[T], *, generation: int | None = None, wait_until: float | None = None
     ) -> T:
         """Send one request and return its parsed reply (or raise its error)."""
+        self.check_loop()
         # Requests are written without yielding: a caller cancelled already sends nothing.
         await anyio.lowlevel.checkpoint_if_cancelled()
         (pending,) = await self._submit((op,), generation, wait_until)
@@ -198,6 +201,7 @@ class Session:
         ZooKeeper executes a session's requests in order, so the replies describe the state
         after each request in turn.
         """
+        self.check_loop()
         if not ops:
             return []
         await anyio.lowlevel.checkpoint_if_cancelled()

@@ -8,12 +8,16 @@ A recipe subclasses ``Primitive`` and supplies how to take and give back the res
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+import sys
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Coroutine, Generator, Sequence
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -27,24 +31,56 @@ from aiozklock._recipes._core._queue import Queue
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_timeout
 
+log = logging.getLogger(__name__)
+
 P = TypeVar("P", bound="Primitive")
+
+
+class Tracker(Protocol):
+    """What a primitive reports to its client's registry (``_core/_registry.py``)."""
+
+    def check(self, primitive: Primitive, task_id: int) -> None: ...
+
+    def held(self, primitive: Primitive, task_id: int) -> None: ...
+
+    def released(self, primitive: Primitive, task_id: int) -> None: ...
+
+
+def _task_ended(coro: object) -> bool:
+    """True if the coroutine a task runs has finished (its frame is gone)."""
+    if isinstance(coro, AcquireContext):  # a task made of ``lock.acquire()`` itself
+        coro = coro._coro
+    return getattr(coro, "cr_frame", False) is None
 
 
 class AcquireContext(Coroutine[Any, Any, None], Generic[P]):
     """What ``acquire()`` returns: an async context manager, and a coroutine (so that
     ``await``, ``asyncio.create_task(lock.acquire())`` and ``tg.start_soon(lock.acquire)``
-    all work). The underlying coroutine is created only if it is awaited or driven."""
+    all work). The underlying coroutine is created only if it is awaited or driven; one that
+    is never awaited or entered warns, as an un-awaited coroutine does."""
 
-    __slots__ = ("_coro", "_primitive", "_scope", "_timeout")
+    __slots__ = ("_coro", "_origin", "_primitive", "_scope", "_timeout")
 
-    def __init__(self, primitive: P, timeout: float | None) -> None:
+    def __init__(self, primitive: P, timeout: float | None, origin: str | None) -> None:
         self._primitive = primitive
         self._timeout = timeout
+        self._origin = origin  # where acquire() was called; None once used
         self._scope: anyio.CancelScope | None = None
         self._coro: Coroutine[Any, Any, None] | None = None
 
+    def __del__(self) -> None:
+        if self._origin is not None:
+            warnings.warn(
+                f"{self._primitive._label}: acquire() called at {self._origin} was never "
+                "awaited or entered, so it was not acquired: "
+                "use 'await x.acquire()' or 'async with x.acquire():'",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
     def _coroutine(self) -> Coroutine[Any, Any, None]:
         if self._coro is None:
+            self._origin = None
             self._coro = self._primitive._acquire(self._timeout)
         return self._coro
 
@@ -58,10 +94,12 @@ class AcquireContext(Coroutine[Any, Any, None], Generic[P]):
         return self._coroutine().throw(*args)
 
     def close(self) -> None:
+        self._origin = None  # closed on purpose, as for a coroutine: no warning
         if self._coro is not None:
             self._coro.close()
 
     async def __aenter__(self) -> P:
+        self._origin = None
         primitive: Any = self._primitive
         await primitive._acquire(self._timeout)
         self._scope = primitive._enter_body()
@@ -73,11 +111,12 @@ class AcquireContext(Coroutine[Any, Any, None], Generic[P]):
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
+        self._primitive._session.check_loop()
         assert self._scope is not None
         scope, self._scope = self._scope, None
         task_id = anyio.get_current_task().id
-        return await self._primitive._exit_body(scope, exc_type, exc, tb, task_id)
+        await self._primitive._exit_body(scope, exc_type, exc, tb, task_id)
 
 
 class Primitive(ABC):
@@ -88,11 +127,17 @@ class Primitive(ABC):
 
     _lost_error: type[LockLost] = LockLost  # what a loss raises (election: LeadershipLost)
 
-    def __init__(self, session: Session, registry: HoldingRegistry, label: str) -> None:
+    def __init__(
+        self, session: Session, registry: HoldingRegistry, label: str, paths: Sequence[str]
+    ) -> None:
         self._session = session
         self._registry = registry
         self._label = label
-        self._local = anyio.Lock()  # one holding per object: local tasks queue here, FIFO
+        self._paths = tuple(paths)  # what it locks, for the registry's self-deadlock check
+        self._tracker: Tracker | None = None
+        # One holding per object: local tasks queue here, FIFO. A semaphore, not a lock, so
+        # that an orphaned holding can be given back from another task.
+        self._local = anyio.Semaphore(1, max_value=1)
         self._owner: anyio.TaskInfo | None = None
         self._depth = 0
         self._holding: Holding | None = None
@@ -137,12 +182,19 @@ class Primitive(ABC):
         ``timeout`` bounds the waiting (for the connection, for other tasks of this process,
         for the holder); the round trip already in flight is never abandoned, so a free
         resource is acquired even with ``timeout=0``. Raises ``LockTimeout`` if not acquired
-        in time, ``InvalidArgument`` for a bad ``timeout``.
+        in time, ``InvalidArgument`` for a bad ``timeout``, ``UsageError`` outside the
+        client's event loop, or if the task holds another object on the same path (it
+        would wait for itself). Never awaited nor entered, it warns (``RuntimeWarning``).
         """
-        return AcquireContext(self, validate_timeout(timeout))
+        self._session.check_loop()
+        frame = sys._getframe(1)
+        origin = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        return AcquireContext(self, validate_timeout(timeout), origin)
 
     async def try_acquire(self) -> bool:
-        """One attempt, no waiting: True if it is now held by the current task."""
+        """One attempt, no waiting: True if it is now held by the current task.
+
+        Raises what ``acquire()`` raises, except ``LockTimeout``."""
         try:
             await self._acquire(0.0)
         except LockTimeout:
@@ -152,9 +204,12 @@ class Primitive(ABC):
     async def release(self) -> None:
         """Release what the current task holds (one level, if reentered).
 
-        Raises ``NotLockOwner`` if the current task does not hold it, and ``LockLost`` if it
-        was lost while held (its nodes are then removed in the background once possible).
+        Raises ``NotLockOwner`` if the current task does not hold it (if it was held by a
+        task that ended without releasing it, it is released now, and logged as an error),
+        ``LockLost`` if it was lost while held (its nodes are then removed in the
+        background once possible), ``UsageError`` outside the client's event loop.
         """
+        self._session.check_loop()
         await self._release(anyio.get_current_task().id)
 
     async def __aenter__(self) -> Self:
@@ -169,13 +224,14 @@ class Primitive(ABC):
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
+        self._session.check_loop()
         task_id = anyio.get_current_task().id
         scopes = self._body_scopes[task_id]
         scope = scopes.pop()
         if not scopes:
             del self._body_scopes[task_id]
-        return await self._exit_body(scope, exc_type, exc, tb, task_id)
+        await self._exit_body(scope, exc_type, exc, tb, task_id)
 
     @property
     def is_held(self) -> bool:
@@ -222,14 +278,20 @@ class Primitive(ABC):
     # ---------------------------------------------------------------- acquire and release
 
     async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
+        self._session.check_loop()
         if task is None:
             task = anyio.get_current_task()
-        if self._owner is not None and self._owner.id == task.id:
-            assert self._holding is not None
-            if self._holding.lost:
-                raise self._lost_error(f"{self._label} was lost: {self._holding.lost_reason}")
-            self._depth += 1
-            return
+        if self._owner is not None:
+            if self._orphaned():
+                await self._reap_orphan()  # it would block us forever
+            elif self._owner.id == task.id:
+                assert self._holding is not None
+                if self._holding.lost:
+                    raise self._lost_error(f"{self._label} was lost: {self._holding.lost_reason}")
+                self._depth += 1
+                return
+        if self._tracker is not None:
+            self._tracker.check(self, task.id)
         started = time.monotonic()
         deadline = None if limit is None else started + limit
         try:
@@ -237,7 +299,7 @@ class Primitive(ABC):
         except anyio.WouldBlock:
             with anyio.move_on_after(math.inf if limit is None else limit) as scope:
                 await self._local.acquire()
-            if scope.cancelled_caught:  # anyio.Lock gives the lock back if cancelled late
+            if scope.cancelled_caught:  # anyio's semaphore gives it back if cancelled late
                 raise LockTimeout(
                     f"{self._label} not acquired within {limit} s "
                     "(other tasks of this process were first)"
@@ -258,20 +320,33 @@ class Primitive(ABC):
         self._depth = 1
         self._acquisitions += 1
         self._last_wait = time.monotonic() - started
+        if self._tracker is not None:
+            self._tracker.held(self, task.id)
 
     async def _release(self, task_id: int) -> None:
         holding = self._holding
-        if self._owner is None or self._owner.id != task_id or holding is None:
-            raise NotLockOwner(f"the current task does not hold the {self._label}")
+        # An ended owner's task id may have been reused by the caller: not the owner either.
+        if self._owner is None or self._owner.id != task_id or self._orphaned():
+            orphan = await self._reap_orphan()
+            detail = f" (task {orphan!r} held it, ended without releasing it: released now)"
+            raise NotLockOwner(
+                f"the current task does not hold the {self._label}{detail if orphan else ''}"
+            )
+        assert holding is not None
         if self._depth > 1:
             self._depth -= 1
             if holding.lost:
                 raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
             return
+        await self._let_go(holding, task_id)
+
+    async def _let_go(self, holding: Holding, task_id: int) -> None:
         self._depth = 0
         self._owner = None
         self._holding = None
         self._registry.unregister(holding)
+        if self._tracker is not None:
+            self._tracker.released(self, task_id)
         try:
             if holding.lost:
                 self._losses += 1
@@ -282,6 +357,30 @@ class Primitive(ABC):
             self._local.release()
         # The give-back was shielded; a cancellation that arrived meanwhile is delivered now.
         await anyio.lowlevel.checkpoint_if_cancelled()
+
+    def _orphaned(self) -> bool:
+        """True if the task that holds it has ended without releasing it."""
+        return self._owner is not None and _task_ended(self._owner.coro)
+
+    async def _reap_orphan(self) -> str | None:
+        """If the task holding it has ended without releasing it: log an error and release
+        it (its nodes would otherwise block every contender until the session ends).
+        Returns the task's name if it did."""
+        owner = self._owner
+        if owner is None or not self._orphaned():
+            return None
+        log.error(
+            "%s was held by task %r (id %d), which ended without releasing it: releasing it "
+            "now. Release in the task that acquired (use 'async with')",
+            self._label,
+            owner.name,
+            owner.id,
+        )
+        self._body_scopes.pop(owner.id, None)
+        assert self._holding is not None
+        with contextlib.suppress(LockLost):  # lost: the loss policy left it to the janitor
+            await self._let_go(self._holding, owner.id)
+        return owner.name or str(owner.id)
 
     # ---------------------------------------------------------------- body scopes
 
@@ -302,8 +401,10 @@ class Primitive(ABC):
         exc: BaseException | None,
         tb: TracebackType | None,
         task_id: int,
-    ) -> bool:
+    ) -> None:
         holding = self._holding
+        # The scope swallows only a cancellation of its own, made by a loss; then _release
+        # raises the loss, which replaces it.
         swallowed = bool(scope.__exit__(exc_type, exc, tb))
         if holding is not None and scope in holding.scopes:
             holding.scopes.remove(scope)
@@ -312,10 +413,8 @@ class Primitive(ABC):
         try:
             await self._release(task_id)
         except LockLost:
-            if outer_cancel:
-                return False  # the caller's own cancellation must propagate, not be hidden
-            raise
-        return swallowed
+            if not outer_cancel:  # the caller's own cancellation must propagate, not be hidden
+                raise
 
 
 class QueuedPrimitive(Primitive):
@@ -332,7 +431,7 @@ class QueuedPrimitive(Primitive):
         label: str,
         identifier: str | None,
     ) -> None:
-        super().__init__(session, registry, label)
+        super().__init__(session, registry, label, members)
         self._queue = Queue(session, janitor, members, decide, label)
         self._identity = Identity(identifier)
 

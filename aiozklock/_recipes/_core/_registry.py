@@ -1,0 +1,78 @@
+"""The client's recipe objects: one per recipe and arguments, shared by every call site.
+
+Sharing makes reentrancy per task hold across call sites (``async with zk.lock(p):`` in a
+helper called under ``async with zk.lock(p):``), and makes this process's tasks queue
+locally on one object, with one node on the server at a time, instead of one node each.
+Objects are kept while held (strongly) or referenced (weakly), so per-request paths do not
+accumulate.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Hashable
+from typing import TypeVar
+
+from aiozklock._exceptions import UsageError
+from aiozklock._recipes._core._primitive import Primitive
+
+P = TypeVar("P", bound=Primitive)
+
+
+class Recipes:
+    """The registry (see the module docstring); also the tracker its objects report to."""
+
+    def __init__(self) -> None:
+        self._objects: weakref.WeakValueDictionary[Hashable, Primitive] = (
+            weakref.WeakValueDictionary()
+        )
+        self._held_by: dict[int, list[Primitive]] = {}  # task id -> what it holds
+
+    def get(self, cls: type[P], key: Hashable, create: Callable[[], P]) -> P:
+        """The object of recipe ``cls`` for ``key`` (the factory's arguments), made by
+        ``create()`` if there is none (``create`` validates, and may raise)."""
+        try:
+            found = self._objects.get((cls, key))
+        except TypeError:  # unhashable arguments: create() rejects them
+            return create()
+        if isinstance(found, cls):
+            return found
+        made = create()
+        made._tracker = self
+        self._objects[(cls, key)] = made
+        return made
+
+    def check(self, primitive: Primitive, task_id: int) -> None:
+        """Raise ``UsageError`` if the task holds another object on one of the same paths:
+        it would wait for itself forever."""
+        for other in self._held_by.get(task_id, ()):
+            if other is primitive or other._orphaned():  # an ended task's id may be reused
+                continue
+            if set(other._paths) & set(primitive._paths):
+                raise UsageError(
+                    f"this task holds the {other._label} and now acquires the "
+                    f"{primitive._label}: it would wait for itself. Use one object per path "
+                    "(zk.lock(path) returns the same one for the same arguments; a different "
+                    "identifier makes a different contender)"
+                )
+
+    def held(self, primitive: Primitive, task_id: int) -> None:
+        """``primitive`` is now held by the task: keep it alive until released."""
+        self._held_by.setdefault(task_id, []).append(primitive)
+
+    def released(self, primitive: Primitive, task_id: int) -> None:
+        """``primitive`` was released by (or for) the task."""
+        held = self._held_by.get(task_id)
+        if held is not None:
+            held.remove(primitive)
+            if not held:
+                del self._held_by[task_id]
+
+    async def reap_orphans(self) -> None:
+        """Release what tasks that ended without releasing still hold (logged as errors)."""
+        for held in list(self._held_by.values()):
+            for primitive in list(held):
+                await primitive._reap_orphan()
+
+
+__all__ = ("Recipes",)
