@@ -86,3 +86,21 @@ async def test_a_real_loss_still_logs_a_warning(
     assert not lock.statistics().locked
     (warning,) = _warnings(caplog)
     assert "lost: session suspended" in warning.getMessage()
+
+
+# ---------------------------------------------------------------- a clamped session timeout
+
+
+async def test_a_clamped_session_timeout_is_logged_once(
+    hosts: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="aiozklock")
+    with anyio.fail_after(10):
+        async with aiozklock.connect(hosts, session_timeout=600.0) as client:
+            granted = client.negotiated_timeout
+        async with aiozklock.connect(hosts, session_timeout=4.0) as unclamped:
+            assert unclamped.negotiated_timeout == 4.0
+    assert granted < 600
+    clamped = [record.getMessage() for record in _warnings(caplog)]
+    assert len(clamped) == 1
+    assert f"session_timeout 600 s was clamped by the server to {granted:g} s" in clamped[0]

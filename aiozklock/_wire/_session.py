@@ -501,6 +501,14 @@ class Session:
         self.last_sent = self.last_acked_send = sent_at
         if not session_id:
             log.info("new session 0x%x, timeout %.3f s", self.session_id, self.timeout)
+            if handshake.timeout_ms != self._requested_timeout_ms:
+                # Loss detection and re-grants run on the server's value, not the one asked.
+                log.warning(
+                    "session 0x%x: session_timeout %g s was clamped by the server to %g s",
+                    self.session_id,
+                    self._requested_timeout_ms / 1000,
+                    self.timeout,
+                )
         return conn
 
     async def _rearm_watches(self, conn: Connection) -> None:
