@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Literal, TypeVar, overload
 
 import anyio
 import anyio.abc
 
-from aiozklock._exceptions import ClientClosed, ConnectionLoss, InvalidArgument, NodeExistsError
+from aiozklock._exceptions import (
+    ClientClosed,
+    ConnectionLoss,
+    InvalidArgument,
+    NodeExistsError,
+    NoNodeError,
+)
 from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPolicy
 from aiozklock._recipes._core._janitor import Janitor, Spawn
 from aiozklock._recipes._election import Election
@@ -264,26 +271,49 @@ class ZooKeeperClient:
         )
 
     # ---------------------------------------------------------------- znodes (small API)
+    # Paths are relative to the chroot. Every method validates its arguments before any
+    # traffic (``InvalidArgument``) and raises ``ClientClosed`` if the client is not
+    # connected. Reads are repeated after a ``ConnectionLoss``; writes are not (their outcome
+    # is unknown: the ``ConnectionLoss`` is raised). A ``NoNodeError`` caused by a chroot
+    # that does not exist says so.
 
     async def exists(self, path: str) -> Stat | None:
+        """The node's ``Stat``, or None if it does not exist."""
         session = self._live_session()
         op = exists_op(session.server_path(validate_path(path)))
         return await self._read(lambda: session.call(op))
 
-    async def get_children(self, path: str) -> list[str]:
+    async def get_children(self, path: str, *, missing_ok: bool = False) -> list[str]:
+        """The names of the node's children (not full paths), in no particular order.
+
+        Raises ``NoNodeError`` if the node does not exist, unless ``missing_ok``: then
+        returns ``[]``. Recipes' parent nodes are containers, which the server deletes some
+        time after their last child goes: listing one may find it gone.
+        """
         session = self._live_session()
         op = get_children_op(session.server_path(validate_path(path)))
-        return await self._read(lambda: session.call(op))
+        if validate_flag("missing_ok", missing_ok):
+            with contextlib.suppress(NoNodeError):
+                return await self._read(lambda: session.call(op))
+            return []
+        async with self._naming_chroot(session):
+            return await self._read(lambda: session.call(op))
 
     async def get_data(self, path: str) -> tuple[bytes, Stat]:
+        """The node's data and ``Stat``; raises ``NoNodeError`` if it does not exist."""
         session = self._live_session()
         op = get_data_op(session.server_path(validate_path(path)))
-        return await self._read(lambda: session.call(op))
+        async with self._naming_chroot(session):
+            return await self._read(lambda: session.call(op))
 
     async def create(
         self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequential: bool = False
     ) -> str:
-        """Create a node; returns its path (with the sequence suffix if ``sequential``)."""
+        """Create a node; returns its path (with the sequence suffix if ``sequential``).
+
+        An ephemeral node goes with the session. Raises ``NodeExistsError`` if it exists,
+        ``NoNodeError`` if its parent does not (see ``ensure_path``).
+        """
         session = self._live_session()
         mode = CreateMode.PERSISTENT
         if ephemeral:
@@ -293,14 +323,19 @@ class ZooKeeperClient:
         op = create_op(
             session.server_path(validate_path(path)), validate_data(data), mode, session.client_path
         )
-        return (await session.call(op)).path
+        async with self._naming_chroot(session):
+            return (await session.call(op)).path
 
     async def delete(self, path: str) -> None:
+        """Delete a node (any version). Raises ``NoNodeError`` if it does not exist and
+        ``NotEmptyError`` (a ``ZooKeeperError``) if it has children."""
         session = self._live_session()
-        await session.call(delete_op(session.server_path(validate_path(path))))
+        async with self._naming_chroot(session):
+            await session.call(delete_op(session.server_path(validate_path(path))))
 
     async def ensure_path(self, path: str) -> None:
-        """Create ``path`` and its ancestors (chroot included) as containers, in one round trip."""
+        """Create ``path`` and its ancestors (chroot included) as containers, in one round
+        trip; existing ones are left alone. Returns nothing."""
         session = self._live_session()
         ops = container_path_ops(session.server_path(validate_path(path)), session.client_path)
         for result in await session.pipeline(ops):
@@ -314,6 +349,20 @@ class ZooKeeperClient:
                 return await call()
             except ConnectionLoss:
                 continue  # reads are idempotent: repeat after the reconnect
+
+    @contextlib.asynccontextmanager
+    async def _naming_chroot(self, session: Session) -> AsyncIterator[None]:
+        # A missing chroot makes every path missing: say so, rather than blame the path.
+        try:
+            yield
+        except NoNodeError as exc:
+            chroot = session.chroot
+            if chroot and await self._read(lambda: session.call(exists_op(chroot))) is None:
+                exc.args = (
+                    f"{exc.args[0]} (in chroot {chroot}, which does not exist: create it with "
+                    "ensure_path('/'); recipes create it as a container on first use)",
+                )
+            raise
 
 
 def connect(

@@ -10,12 +10,83 @@ import pytest
 
 import aiozklock
 from aiozklock import SessionState, StateChange
-from aiozklock.testing import FaultProxy, expire_session
+from aiozklock.testing import FaultProxy, Opcode, expire_session
 from tests.conftest import ClientFactory
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 PATH = "/locks/orders/157"
+
+
+# ---------------------------------------------------------------- a chroot that does not exist
+
+
+async def test_a_missing_chroot_is_named_by_no_node_errors(
+    zk: aiozklock.ZooKeeperClient, chroot: str
+) -> None:
+    with anyio.fail_after(10):
+        assert await zk.exists("/") is None  # the test's chroot is not created for it
+        calls = (
+            lambda: zk.get_children("/"),
+            lambda: zk.get_data("/config"),
+            lambda: zk.delete("/config"),
+            lambda: zk.create("/config", b"x"),
+        )
+        for call in calls:
+            with pytest.raises(aiozklock.NoNodeError) as raised:
+                await call()
+            message = str(raised.value)
+            assert f"in chroot {chroot}, which does not exist" in message
+            assert "ensure_path('/')" in message
+        # The tolerant form does not care why the node is missing.
+        assert await zk.get_children("/", missing_ok=True) == []
+
+        # Recipes create the chroot (as a container) on first use.
+        async with zk.lock(PATH):
+            pass
+        assert await zk.exists("/") is not None
+        await zk.create("/kept")  # a persistent child: the container is not reaped under us
+        with pytest.raises(aiozklock.NoNodeError) as raised:
+            await zk.get_children("/missing")
+        assert raised.value.path == "/missing"
+        assert "chroot" not in str(raised.value)  # the chroot exists: the path is to blame
+
+
+async def test_ensure_path_root_creates_the_chroot(
+    zk: aiozklock.ZooKeeperClient, zk_hosts: str, chroot: str
+) -> None:
+    with anyio.fail_after(10):
+        await zk.ensure_path("/")
+        assert await zk.get_children("/") == []
+        async with aiozklock.connect(zk_hosts, session_timeout=4.0) as root:
+            assert chroot.lstrip("/") in await root.get_children("/")
+
+
+# ---------------------------------------------------------------- get_children(missing_ok=)
+
+
+async def test_get_children_missing_ok_returns_nothing_for_a_reaped_container(
+    zk: aiozklock.ZooKeeperClient,
+) -> None:
+    with anyio.fail_after(10):
+        async with zk.lock(PATH):
+            assert len(await zk.get_children(PATH, missing_ok=True)) == 1
+        # What the server's container reaper does to the lock's empty parent.
+        await zk.delete(PATH)
+        with pytest.raises(aiozklock.NoNodeError):
+            await zk.get_children(PATH)
+        assert await zk.get_children(PATH, missing_ok=True) == []
+
+
+async def test_get_children_missing_ok_must_be_a_bool_and_sends_nothing(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    with anyio.fail_after(10):
+        before = proxy.count(Opcode.GET_CHILDREN)
+        with pytest.raises(aiozklock.InvalidArgument, match="missing_ok must be True or False"):
+            await client.get_children("/", missing_ok="yes")  # type: ignore[arg-type]
+        assert proxy.count(Opcode.GET_CHILDREN) == before
 
 
 # ---------------------------------------------------------------- the lost session's id
