@@ -50,7 +50,11 @@ T = TypeVar("T")
 
 
 class ZooKeeperClient:
-    """A connection to a ZooKeeper ensemble. Use ``async with aiozklock.connect(...) as zk:``."""
+    """A connection to a ZooKeeper ensemble. Use ``async with aiozklock.connect(...) as zk:``.
+
+    The constructor takes ``connect()``'s arguments and validates them the same way
+    (``InvalidArgument``); it sends nothing. The connection is made by ``async with``.
+    """
 
     def __init__(
         self,
@@ -80,6 +84,8 @@ class ZooKeeperClient:
     # ---------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> ZooKeeperClient:
+        """Establish the session; returns the client. Raises ``ZooKeeperUnavailable`` if no
+        server answers within ``connect_timeout``, ``RuntimeError`` if entered twice."""
         if self._session is not None or self._closed:
             raise RuntimeError("a ZooKeeperClient can be entered only once")
         session = Session(
@@ -121,6 +127,7 @@ class ZooKeeperClient:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        """Close the client (see ``close()``); the body's exception, if any, leaves unchanged."""
         await self.close()
         assert self._task_group is not None
         # The body's exception must leave unchanged: handed to the task group, it would come
@@ -141,7 +148,8 @@ class ZooKeeperClient:
     async def close(self) -> None:
         """Close the session (its ephemeral nodes go at once) and fail everything pending.
 
-        Bounded: returns within about a second even if the server does not answer.
+        Bounded: returns within about a second even if the server does not answer. Idempotent;
+        raises nothing. Locks still held are lost (their ``async with`` bodies are cancelled).
         """
         if self._closed:
             return
@@ -165,25 +173,35 @@ class ZooKeeperClient:
 
     @property
     def state(self) -> SessionState:
+        """The session's state now: ``CONNECTING`` before the first session, then
+        ``CONNECTED``, ``SUSPENDED`` (disconnected, the session may live), ``LOST`` (a new
+        session is being established), and ``CLOSED`` (final). Raises nothing."""
         return self._session.state if self._session is not None else SessionState.CONNECTING
 
     @property
     def session_id(self) -> int:
+        """The current ZooKeeper session id; 0 before the first session and while a lost
+        session is being replaced (listeners see the lost id in ``StateChange.session_id``).
+        Raises nothing."""
         return self._session.session_id if self._session is not None else 0
 
     @property
     def session_password(self) -> bytes:
-        """With ``session_id``, what re-attaches to the session (e.g. ``expire_session``)."""
+        """With ``session_id``, what re-attaches to the session (e.g. ``expire_session``);
+        empty before the first session. Raises nothing."""
         return self._session.password if self._session is not None else b""
 
     @property
     def negotiated_timeout(self) -> float:
-        """The session timeout the server granted, in seconds (it may clamp the request)."""
+        """The session timeout the server granted, in seconds (it may clamp the request; a
+        clamp is logged as a WARNING); the requested one before connecting. Raises nothing."""
         return self._session.timeout if self._session is not None else self.session_timeout
 
     def add_listener(self, listener: StateListener) -> Callable[[], None]:
         """Call ``listener(change)`` on every session state change; returns a callable that
-        removes it. Raises ``ClientClosed`` if the client is not connected."""
+        removes it. The listener runs synchronously in the session's task: it must not block
+        (exceptions it raises are logged). Raises ``ClientClosed`` if the client is not
+        connected."""
         return self._live_session().add_listener(listener)
 
     # ---------------------------------------------------------------- recipes
@@ -222,8 +240,11 @@ class ZooKeeperClient:
         )
 
     def multi_lock(self, paths: Iterable[str], *, identifier: str | None = None) -> MultiLock:
-        """All-or-nothing lock of several paths, deadlock-free (validated now: bad or empty
-        paths raise ``InvalidArgument``; duplicates are dropped)."""
+        """All-or-nothing lock of several paths, deadlock-free; returns a ``MultiLock``.
+
+        Validated now: bad or empty paths or identifier raise ``InvalidArgument``
+        (duplicates are dropped); ``ClientClosed`` if the client is not connected.
+        """
         session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
@@ -232,8 +253,10 @@ class ZooKeeperClient:
         )
 
     def election(self, path: str, *, identifier: str | None = None) -> Election:
-        """A leader election on ``path``: ``async with zk.election(path):`` runs its body as
-        leader (validated now: a bad path or identifier raises ``InvalidArgument``)."""
+        """A leader election on ``path``; returns an ``Election``: ``async with
+        zk.election(path):`` runs its body as leader. Validated now: a bad path or
+        identifier raises ``InvalidArgument``; ``ClientClosed`` if the client is not
+        connected."""
         session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
@@ -254,7 +277,8 @@ class ZooKeeperClient:
         survives disconnections and restarts (re-attach with the same ``holder_id``) and
         expires ``ttl`` seconds after its last renewal (see ``LeaseLock``). Renewed every
         ttl/3 in the background while held if ``renew``. Arguments are validated now
-        (``InvalidArgument``); servers without TTL nodes raise ``TTLNotSupported`` on acquire.
+        (``InvalidArgument``; ``ClientClosed`` if the client is not connected); servers
+        without TTL nodes raise ``TTLNotSupported`` on acquire. Returns a ``LeaseLock``.
         """
         session = self._live_session()
         assert self._janitor is not None
@@ -374,10 +398,30 @@ def connect(
 ) -> ZooKeeperClient:
     """Connect to ZooKeeper: ``async with aiozklock.connect("zk1:2181,zk2:2181/app") as zk:``.
 
-    Arguments are validated at once (``ValueError`` subclasses); the connection is made on
-    entry, which raises ``ZooKeeperUnavailable`` if no server answers within
-    ``connect_timeout``. ``loss_policy`` decides when a holder is told it lost its lock:
-    ``"suspended"`` (default, safest) or ``"expired"``.
+    Returns a ``ZooKeeperClient``; nothing is sent until ``async with`` enters it.
+
+    - ``hosts``: ``"host[:port],host[:port],..."`` (port 2181 by default; IPv6 as
+      ``[::1]:2181``), optionally followed by a chroot, e.g. ``"zk1,zk2/app"``: every path
+      is then relative to ``/app`` on the server. The chroot need not exist: recipes create
+      it (as a container) on first use, ``ensure_path("/")`` creates it explicitly, and a
+      ``NoNodeError`` caused by its absence says so.
+    - ``session_timeout``: seconds without hearing from us after which the server expires
+      the session (and deletes its lock nodes). The server clamps it to its
+      ``[minSessionTimeout, maxSessionTimeout]``, by default ``[2, 20] times tickTime`` (4 to
+      40 s with the usual 2 s tick); a clamp is logged as a WARNING, and
+      ``negotiated_timeout`` tells the granted value. Default 10 s; when idle, the client
+      pings every third of it.
+    - ``connect_timeout``: seconds to establish the first session, over all hosts; default
+      10 s.
+    - ``loss_policy``: when a holder is told it lost its lock (its ``async with`` body is
+      cancelled, ``LockLost`` raised): ``"suspended"`` (default, safest) as soon as the
+      connection is lost or silent for half the session timeout, before the server can
+      expire the session and grant the lock to another; ``"expired"`` only once the
+      session is lost, keeping the lock through short disconnections at the price of a
+      thin margin before a re-grant.
+
+    Arguments are validated at once (``InvalidArgument``, a ``ValueError``). Entering raises
+    ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``.
     """
     return ZooKeeperClient(
         hosts,

@@ -3,6 +3,7 @@ session's id, the log level of a deliberate close, a clamped session timeout."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 
 import anyio
@@ -16,6 +17,32 @@ from tests.conftest import ClientFactory
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 PATH = "/locks/orders/157"
+
+
+def _undocumented(name: str, obj: object) -> list[str]:
+    doc = inspect.getdoc(obj) if inspect.isfunction(obj) else getattr(obj, "__doc__", None)
+    # A dataclass without a docstring gets its signature as one.
+    missing = [name] if not doc or doc.startswith(f"{name}(") else []
+    if inspect.isclass(obj):
+        for member, value in vars(obj).items():
+            if member.startswith("_"):
+                continue
+            if isinstance(value, property | staticmethod | classmethod) or inspect.isfunction(
+                value
+            ):
+                target = value.fget if isinstance(value, property) else value
+                if not getattr(target, "__doc__", None):
+                    missing.append(f"{name}.{member}")
+    return missing
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    missing = []
+    for name in aiozklock.__all__:
+        obj = getattr(aiozklock, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            missing += _undocumented(name, obj)
+    assert missing == []
 
 
 # ---------------------------------------------------------------- a chroot that does not exist

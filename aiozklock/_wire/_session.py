@@ -62,6 +62,8 @@ LOST_MARGIN = 0.1  # LOST this fraction of the timeout before the server may exp
 
 
 class SessionState(enum.Enum):
+    """A client's session state (``zk.state``, ``StateChange.state``)."""
+
     CONNECTING = "CONNECTING"  # before the first session was established
     CONNECTED = "CONNECTED"
     SUSPENDED = "SUSPENDED"  # connection lost or silent; the session may still be alive
