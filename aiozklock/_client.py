@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Literal, TypeVar, overload
 
 import anyio
 import anyio.abc
 
-from aiozklock._exceptions import ClientClosed, ConnectionLoss, InvalidArgument, NodeExistsError
+from aiozklock._exceptions import (
+    ClientClosed,
+    ConnectionLoss,
+    InvalidArgument,
+    NodeExistsError,
+    NoNodeError,
+)
 from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPolicy
 from aiozklock._recipes._core._janitor import Janitor, Spawn
 from aiozklock._recipes._core._registry import Recipes
@@ -46,7 +53,11 @@ ORPHAN_SWEEP = 1.0  # seconds between checks for holders whose task ended withou
 
 
 class ZooKeeperClient:
-    """A connection to a ZooKeeper ensemble. Use ``async with aiozklock.connect(...) as zk:``."""
+    """A connection to a ZooKeeper ensemble. Use ``async with aiozklock.connect(...) as zk:``.
+
+    The constructor takes ``connect()``'s arguments and validates them the same way
+    (``InvalidArgument``); it sends nothing. The connection is made by ``async with``.
+    """
 
     def __init__(
         self,
@@ -77,6 +88,8 @@ class ZooKeeperClient:
     # ---------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> ZooKeeperClient:
+        """Establish the session; returns the client. Raises ``ZooKeeperUnavailable`` if no
+        server answers within ``connect_timeout``, ``RuntimeError`` if entered twice."""
         if self._session is not None or self._closed:
             raise RuntimeError("a ZooKeeperClient can be entered only once")
         session = Session(
@@ -127,6 +140,7 @@ class ZooKeeperClient:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        """Close the client (see ``close()``); the body's exception, if any, leaves unchanged."""
         await self.close()
         assert self._task_group is not None
         # The body's exception must leave unchanged: handed to the task group, it would come
@@ -147,7 +161,8 @@ class ZooKeeperClient:
     async def close(self) -> None:
         """Close the session (its ephemeral nodes go at once) and fail everything pending.
 
-        Bounded: returns within about a second even if the server does not answer.
+        Bounded: returns within about a second even if the server does not answer. Idempotent;
+        raises nothing. Locks still held are lost (their ``async with`` bodies are cancelled).
         """
         if self._closed:
             return
@@ -172,25 +187,35 @@ class ZooKeeperClient:
 
     @property
     def state(self) -> SessionState:
+        """The session's state now: ``CONNECTING`` before the first session, then
+        ``CONNECTED``, ``SUSPENDED`` (disconnected, the session may live), ``LOST`` (a new
+        session is being established), and ``CLOSED`` (final). Raises nothing."""
         return self._session.state if self._session is not None else SessionState.CONNECTING
 
     @property
     def session_id(self) -> int:
+        """The current ZooKeeper session id; 0 before the first session and while a lost
+        session is being replaced (listeners see the lost id in ``StateChange.session_id``).
+        Raises nothing."""
         return self._session.session_id if self._session is not None else 0
 
     @property
     def session_password(self) -> bytes:
-        """With ``session_id``, what re-attaches to the session (e.g. ``expire_session``)."""
+        """With ``session_id``, what re-attaches to the session (e.g. ``expire_session``);
+        empty before the first session. Raises nothing."""
         return self._session.password if self._session is not None else b""
 
     @property
     def negotiated_timeout(self) -> float:
-        """The session timeout the server granted, in seconds (it may clamp the request)."""
+        """The session timeout the server granted, in seconds (it may clamp the request; a
+        clamp is logged as a WARNING); the requested one before connecting. Raises nothing."""
         return self._session.timeout if self._session is not None else self.session_timeout
 
     def add_listener(self, listener: StateListener) -> Callable[[], None]:
         """Call ``listener(change)`` on every session state change; returns a callable that
-        removes it. Raises ``ClientClosed`` if the client is not connected."""
+        removes it. The listener runs synchronously in the session's task: it must not block
+        (exceptions it raises are logged). Raises ``ClientClosed`` if the client is not
+        connected."""
         return self._live_session().add_listener(listener)
 
     # ---------------------------------------------------------------- recipes
@@ -249,8 +274,11 @@ class ZooKeeperClient:
         )
 
     def multi_lock(self, paths: Iterable[str], *, identifier: str | None = None) -> MultiLock:
-        """All-or-nothing lock of several paths, deadlock-free (validated now: bad or empty
-        paths raise ``InvalidArgument``; duplicates are dropped)."""
+        """All-or-nothing lock of several paths, deadlock-free; returns a ``MultiLock``.
+
+        Validated now: bad or empty paths or identifier raise ``InvalidArgument``
+        (duplicates are dropped); ``ClientClosed`` if the client is not connected.
+        """
         session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
@@ -265,8 +293,10 @@ class ZooKeeperClient:
         )
 
     def election(self, path: str, *, identifier: str | None = None) -> Election:
-        """A leader election on ``path``: ``async with zk.election(path):`` runs its body as
-        leader (validated now: a bad path or identifier raises ``InvalidArgument``)."""
+        """A leader election on ``path``; returns an ``Election``: ``async with
+        zk.election(path):`` runs its body as leader. Validated now: a bad path or
+        identifier raises ``InvalidArgument``; ``ClientClosed`` if the client is not
+        connected."""
         session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
@@ -292,7 +322,8 @@ class ZooKeeperClient:
         survives disconnections and restarts (re-attach with the same ``holder_id``) and
         expires ``ttl`` seconds after its last renewal (see ``LeaseLock``). Renewed every
         ttl/3 in the background while held if ``renew``. Arguments are validated now
-        (``InvalidArgument``); servers without TTL nodes raise ``TTLNotSupported`` on acquire.
+        (``InvalidArgument``; ``ClientClosed`` if the client is not connected); servers
+        without TTL nodes raise ``TTLNotSupported`` on acquire. Returns a ``LeaseLock``.
         """
         session = self._live_session()
         assert self._janitor is not None
@@ -314,26 +345,49 @@ class ZooKeeperClient:
         )
 
     # ---------------------------------------------------------------- znodes (small API)
+    # Paths are relative to the chroot. Every method validates its arguments before any
+    # traffic (``InvalidArgument``) and raises ``ClientClosed`` if the client is not
+    # connected. Reads are repeated after a ``ConnectionLoss``; writes are not (their outcome
+    # is unknown: the ``ConnectionLoss`` is raised). A ``NoNodeError`` caused by a chroot
+    # that does not exist says so.
 
     async def exists(self, path: str) -> Stat | None:
+        """The node's ``Stat``, or None if it does not exist."""
         session = self._live_session()
         op = exists_op(session.server_path(validate_path(path)))
         return await self._read(lambda: session.call(op))
 
-    async def get_children(self, path: str) -> list[str]:
+    async def get_children(self, path: str, *, missing_ok: bool = False) -> list[str]:
+        """The names of the node's children (not full paths), in no particular order.
+
+        Raises ``NoNodeError`` if the node does not exist, unless ``missing_ok``: then
+        returns ``[]``. Recipes' parent nodes are containers, which the server deletes some
+        time after their last child goes: listing one may find it gone.
+        """
         session = self._live_session()
         op = get_children_op(session.server_path(validate_path(path)))
-        return await self._read(lambda: session.call(op))
+        if validate_flag("missing_ok", missing_ok):
+            with contextlib.suppress(NoNodeError):
+                return await self._read(lambda: session.call(op))
+            return []
+        async with self._naming_chroot(session):
+            return await self._read(lambda: session.call(op))
 
     async def get_data(self, path: str) -> tuple[bytes, Stat]:
+        """The node's data and ``Stat``; raises ``NoNodeError`` if it does not exist."""
         session = self._live_session()
         op = get_data_op(session.server_path(validate_path(path)))
-        return await self._read(lambda: session.call(op))
+        async with self._naming_chroot(session):
+            return await self._read(lambda: session.call(op))
 
     async def create(
         self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequential: bool = False
     ) -> str:
-        """Create a node; returns its path (with the sequence suffix if ``sequential``)."""
+        """Create a node; returns its path (with the sequence suffix if ``sequential``).
+
+        An ephemeral node goes with the session. Raises ``NodeExistsError`` if it exists,
+        ``NoNodeError`` if its parent does not (see ``ensure_path``).
+        """
         session = self._live_session()
         mode = CreateMode.PERSISTENT
         if ephemeral:
@@ -343,14 +397,19 @@ class ZooKeeperClient:
         op = create_op(
             session.server_path(validate_path(path)), validate_data(data), mode, session.client_path
         )
-        return (await session.call(op)).path
+        async with self._naming_chroot(session):
+            return (await session.call(op)).path
 
     async def delete(self, path: str) -> None:
+        """Delete a node (any version). Raises ``NoNodeError`` if it does not exist and
+        ``NotEmptyError`` (a ``ZooKeeperError``) if it has children."""
         session = self._live_session()
-        await session.call(delete_op(session.server_path(validate_path(path))))
+        async with self._naming_chroot(session):
+            await session.call(delete_op(session.server_path(validate_path(path))))
 
     async def ensure_path(self, path: str) -> None:
-        """Create ``path`` and its ancestors (chroot included) as containers, in one round trip."""
+        """Create ``path`` and its ancestors (chroot included) as containers, in one round
+        trip; existing ones are left alone. Returns nothing."""
         session = self._live_session()
         ops = container_path_ops(session.server_path(validate_path(path)), session.client_path)
         for result in await session.pipeline(ops):
@@ -365,6 +424,20 @@ class ZooKeeperClient:
             except ConnectionLoss:
                 continue  # reads are idempotent: repeat after the reconnect
 
+    @contextlib.asynccontextmanager
+    async def _naming_chroot(self, session: Session) -> AsyncIterator[None]:
+        # A missing chroot makes every path missing: say so, rather than blame the path.
+        try:
+            yield
+        except NoNodeError as exc:
+            chroot = session.chroot
+            if chroot and await self._read(lambda: session.call(exists_op(chroot))) is None:
+                exc.args = (
+                    f"{exc.args[0]} (in chroot {chroot}, which does not exist: create it with "
+                    "ensure_path('/'); recipes create it as a container on first use)",
+                )
+            raise
+
 
 def connect(
     hosts: str,
@@ -375,10 +448,30 @@ def connect(
 ) -> ZooKeeperClient:
     """Connect to ZooKeeper: ``async with aiozklock.connect("zk1:2181,zk2:2181/app") as zk:``.
 
-    Arguments are validated at once (``ValueError`` subclasses); the connection is made on
-    entry, which raises ``ZooKeeperUnavailable`` if no server answers within
-    ``connect_timeout``. ``loss_policy`` decides when a holder is told it lost its lock:
-    ``"suspended"`` (default, safest) or ``"expired"``.
+    Returns a ``ZooKeeperClient``; nothing is sent until ``async with`` enters it.
+
+    - ``hosts``: ``"host[:port],host[:port],..."`` (port 2181 by default; IPv6 as
+      ``[::1]:2181``), optionally followed by a chroot, e.g. ``"zk1,zk2/app"``: every path
+      is then relative to ``/app`` on the server. The chroot need not exist: recipes create
+      it (as a container) on first use, ``ensure_path("/")`` creates it explicitly, and a
+      ``NoNodeError`` caused by its absence says so.
+    - ``session_timeout``: seconds without hearing from us after which the server expires
+      the session (and deletes its lock nodes). The server clamps it to its
+      ``[minSessionTimeout, maxSessionTimeout]``, by default ``[2, 20] times tickTime`` (4 to
+      40 s with the usual 2 s tick); a clamp is logged as a WARNING, and
+      ``negotiated_timeout`` tells the granted value. Default 10 s; when idle, the client
+      pings every third of it.
+    - ``connect_timeout``: seconds to establish the first session, over all hosts; default
+      10 s.
+    - ``loss_policy``: when a holder is told it lost its lock (its ``async with`` body is
+      cancelled, ``LockLost`` raised): ``"suspended"`` (default, safest) as soon as the
+      connection is lost or silent for half the session timeout, before the server can
+      expire the session and grant the lock to another; ``"expired"`` only once the
+      session is lost, keeping the lock through short disconnections at the price of a
+      thin margin before a re-grant.
+
+    Arguments are validated at once (``InvalidArgument``, a ``ValueError``). Entering raises
+    ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``.
     """
     return ZooKeeperClient(
         hosts,

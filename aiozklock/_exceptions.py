@@ -67,7 +67,8 @@ class SessionExpired(ZooKeeperUnavailable):
 
 
 class ZooKeeperError(AiozklockError):
-    """The server answered with an error code."""
+    """The server answered with an error code: ``code``, for the node ``path`` (relative to
+    the chroot; None if the request had no path)."""
 
     code: int = 0
 
@@ -81,6 +82,9 @@ class ZooKeeperError(AiozklockError):
 
 
 class NoNodeError(ZooKeeperError):
+    """The node does not exist (or, for a create, its parent does not). When the cause is a
+    chroot that does not exist, the message says so."""
+
     code = -101
 
 
@@ -97,10 +101,14 @@ class NoChildrenForEphemeralsError(ZooKeeperError):
 
 
 class NodeExistsError(ZooKeeperError):
+    """The node to create already exists."""
+
     code = -110
 
 
 class NotEmptyError(ZooKeeperError):
+    """The node to delete has children."""
+
     code = -111
 
 

@@ -110,6 +110,11 @@ Watcher = Callable[[WatchedEvent], None]
 
 @dataclass(frozen=True, slots=True)
 class Stat:
+    """A node's metadata, as ZooKeeper keeps it (times in ms since the epoch): ``czxid``
+    is the transaction that created it (a lock's fencing token), ``version`` counts data
+    changes, ``cversion`` child changes, ``ephemeral_owner`` is the owning session's id
+    (0 for a persistent node)."""
+
     czxid: int
     mzxid: int
     ctime: int

@@ -63,6 +63,8 @@ LOST_MARGIN = 0.1  # LOST this fraction of the timeout before the server may exp
 
 
 class SessionState(enum.Enum):
+    """A client's session state (``zk.state``, ``StateChange.state``)."""
+
     CONNECTING = "CONNECTING"  # before the first session was established
     CONNECTED = "CONNECTED"
     SUSPENDED = "SUSPENDED"  # connection lost or silent; the session may still be alive
@@ -72,10 +74,12 @@ class SessionState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class StateChange:
+    """One session state change, as listeners (``zk.add_listener``) see it."""
+
     state: SessionState
     previous: SessionState
-    session_id: int
-    generation: int
+    session_id: int  # the session this change is about: on LOST, the one that was lost
+    generation: int  # changes whenever the session that owns our ephemeral nodes is gone
     at: float  # time.monotonic()
     reason: str
 
@@ -299,16 +303,20 @@ class Session:
 
     # ---------------------------------------------------------------- state
 
-    def _set_state(self, state: SessionState, reason: str) -> None:
+    def _set_state(
+        self, state: SessionState, reason: str, *, session_id: int | None = None
+    ) -> None:
         if state is self.state or self.state is SessionState.CLOSED:
             return  # CLOSED is final
+        if session_id is None:
+            session_id = self.session_id
         change = StateChange(
-            state, self.state, self.session_id, self.generation, time.monotonic(), reason
+            state, self.state, session_id, self.generation, time.monotonic(), reason
         )
         self.state = state
         log.info(
             "session 0x%x: %s -> %s (%s)",
-            self.session_id,
+            session_id,
             change.previous.value,
             state.value,
             reason,
@@ -344,10 +352,11 @@ class Session:
         if stale and self.session_id:
             self._stale_session = (self.session_id, self._password, time.monotonic() + self.timeout)
         self._fail_pending(lambda: SessionExpired(reason))
-        self.session_id = 0
+        lost_id, self.session_id = self.session_id, 0
         self._password = bytes(16)
         self.generation += 1
-        self._set_state(SessionState.LOST, reason)
+        # Listeners are told which session was lost, not the placeholder 0.
+        self._set_state(SessionState.LOST, reason, session_id=lost_id)
         self._watches.fire_all_session_gone()
 
     # ---------------------------------------------------------------- connection loop
@@ -498,6 +507,14 @@ class Session:
         self.last_sent = self.last_acked_send = sent_at
         if not session_id:
             log.info("new session 0x%x, timeout %.3f s", self.session_id, self.timeout)
+            if handshake.timeout_ms != self._requested_timeout_ms:
+                # Loss detection and re-grants run on the server's value, not the one asked.
+                log.warning(
+                    "session 0x%x: session_timeout %g s was clamped by the server to %g s",
+                    self.session_id,
+                    self._requested_timeout_ms / 1000,
+                    self.timeout,
+                )
         return conn
 
     async def _rearm_watches(self, conn: Connection) -> None:

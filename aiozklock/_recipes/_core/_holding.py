@@ -100,8 +100,11 @@ class LossMonitor:
 
     def _lose(self, holding: Holding, reason: str) -> None:
         if holding.mark_lost(reason):
-            log.warning("lock node(s) %s lost: %s", ", ".join(holding.nodes), reason)
-            if self._session.state is not SessionState.CLOSED:
+            closed = self._session.state is SessionState.CLOSED
+            # A close is the user's own doing: worth a note, not a warning.
+            level = logging.INFO if closed else logging.WARNING
+            log.log(level, "lock node(s) %s lost: %s", ", ".join(holding.nodes), reason)
+            if not closed:
                 # If the session comes back, the nodes must not stay behind, held by nobody.
                 for node in holding.nodes:
                     czxid = holding.token if holding.guarded else None
