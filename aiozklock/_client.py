@@ -261,14 +261,14 @@ class ZooKeeperClient:
             return self._recipes.get(
                 Lock,
                 key,
-                lambda: Lock(
+                lambda: Lock._construct(
                     session, path, identifier=identifier, registry=policy, janitor=janitor
                 ),
             )
         return self._recipes.get(
             NonFairLock,
             key,
-            lambda: NonFairLock(
+            lambda: NonFairLock._construct(
                 session, path, identifier=identifier, registry=policy, janitor=janitor
             ),
         )
@@ -287,7 +287,7 @@ class ZooKeeperClient:
         return self._recipes.get(
             MultiLock,
             (members, identifier),
-            lambda: MultiLock(
+            lambda: MultiLock._construct(
                 session, members, identifier=identifier, registry=policy, janitor=janitor
             ),
         )
@@ -304,7 +304,7 @@ class ZooKeeperClient:
         return self._recipes.get(
             Election,
             (path, identifier),
-            lambda: Election(
+            lambda: Election._construct(
                 session, path, identifier=identifier, registry=policy, janitor=janitor
             ),
         )
@@ -332,7 +332,7 @@ class ZooKeeperClient:
         return self._recipes.get(
             LeaseLock,
             (path, ttl, holder_id, identifier, renew),
-            lambda: LeaseLock(
+            lambda: LeaseLock._construct(
                 session,
                 path,
                 ttl,

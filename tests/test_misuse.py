@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import logging
 import warnings
 import weakref
@@ -32,7 +33,14 @@ RECIPES: dict[str, Callable[[aiozklock.ZooKeeperClient], Any]] = {
 
 
 async def nothing_under(zk: aiozklock.ZooKeeperClient, path: str) -> bool:
-    return await zk.exists(path) is None or await zk.get_children(path) == []
+    """No ephemeral node (a contender's) anywhere under ``path``."""
+    for child in await zk.get_children(path, missing_ok=True):
+        stat = await zk.exists(f"{path}/{child}")
+        if stat is not None and (
+            stat.ephemeral_owner or not await nothing_under(zk, f"{path}/{child}")
+        ):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------- a forgotten await
@@ -289,3 +297,51 @@ async def test_local_waiters_do_not_starve_another_process(
             release_first.set()
     assert order[:2] == ["a0", "b"]  # b was queued first on the server: it goes next
     assert sorted(order[2:]) == ["a1", "a2", "a3", "a4"]  # trio starts tasks in any order
+
+
+# ---------------------------------------------------------------- small ones
+
+
+class Mistake(Exception):
+    pass
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+async def test_a_body_exception_leaves_every_recipe_unchanged(
+    zk: aiozklock.ZooKeeperClient, recipe: str
+) -> None:
+    raised = Mistake("from the body")
+    with anyio.fail_after(10), pytest.raises(Mistake) as caught:
+        async with RECIPES[recipe](zk):
+            raise raised
+    assert caught.value is raised
+    with anyio.fail_after(10), pytest.raises(Mistake) as caught:
+        async with RECIPES[recipe](zk).acquire(timeout=5):
+            raise raised
+    assert caught.value is raised
+    assert await nothing_under(zk, P)
+
+
+def test_recipe_classes_have_no_public_constructor() -> None:
+    for cls in (aiozklock.Lock, aiozklock.NonFairLock, aiozklock.MultiLock, aiozklock.Election):
+        with pytest.raises(TypeError, match=r"zk\.lock\(\)"):
+            cls("/locks/x")
+        assert str(inspect.signature(cls)) == "()"  # help() shows no private signature
+
+
+def test_mypy_sees_a_return_inside_async_with(tmp_path: Any) -> None:
+    """``__aexit__`` returns None, so mypy knows the body's exceptions are not swallowed
+    and does not report a false 'Missing return statement'."""
+    api = pytest.importorskip("mypy.api")
+    program = tmp_path / "program.py"
+    program.write_text(
+        "import aiozklock\n\n\n"
+        "async def read(zk: aiozklock.ZooKeeperClient) -> int:\n"
+        "    async with zk.lock('/a').acquire(timeout=1) as lock:\n"
+        "        return lock.fencing_token\n\n\n"
+        "async def read2(zk: aiozklock.ZooKeeperClient) -> int:\n"
+        "    async with zk.lock('/a') as lock:\n"
+        "        return lock.fencing_token\n"
+    )
+    out, err, status = api.run(["--strict", "--no-incremental", str(program)])
+    assert status == 0, out + err

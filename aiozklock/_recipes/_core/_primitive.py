@@ -9,15 +9,16 @@ A recipe subclasses ``Primitive`` and supplies how to take and give back the res
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import math
 import sys
 import time
 import warnings
-from abc import ABC, abstractmethod
+from abc import ABCMeta, abstractmethod
 from collections.abc import Coroutine, Generator, Sequence
 from types import TracebackType
-from typing import Any, Generic, Protocol, Self, TypeVar
+from typing import Any, Generic, NoReturn, Protocol, Self, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -119,11 +120,30 @@ class AcquireContext(Coroutine[Any, Any, None], Generic[P]):
         await self._primitive._exit_body(scope, exc_type, exc, tb, task_id)
 
 
-class Primitive(ABC):
+class _FactoryMade(ABCMeta):
+    """Recipe objects come from the client's factories, which share one object per
+    arguments (``_core/_registry.py``); calling a recipe class raises ``TypeError``."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError(
+            f"aiozklock.{cls.__name__} objects come from the client: use zk.lock(), "
+            "zk.multi_lock(), zk.election() or zk.lease_lock()"
+        )
+
+
+class Primitive(metaclass=_FactoryMade):
     """Shared implementation of the lock-like recipes (see the module docstring).
 
     ``label`` names the object in error messages, e.g. ``"lock /locks/a"``.
     """
+
+    __signature__ = inspect.Signature()  # help() shows no private constructor
+
+    @classmethod
+    def _construct(cls, *args: Any, **kwargs: Any) -> Self:
+        """Construct (for the client's factories only; see ``_FactoryMade``)."""
+        made: Self = type.__call__(cls, *args, **kwargs)
+        return made
 
     _lost_error: type[LockLost] = LockLost  # what a loss raises (election: LeadershipLost)
 
