@@ -242,9 +242,13 @@ async def test_a_second_object_on_a_held_path_raises_instead_of_deadlocking(
     with anyio.fail_after(10):
         async with zk.lock(P):
             before = await zk.get_children(P)
-            with pytest.raises(aiozklock.UsageError, match="would wait for itself"):
+            with pytest.raises(aiozklock.UsageError, match="would wait for itself forever"):
                 await other(zk).acquire()
             assert await zk.get_children(P) == before  # nothing was sent
+            if not isinstance(other(zk), aiozklock.NonFairLock):  # a different node: no queue
+                assert not await other(zk).try_acquire()  # bounded: just not acquired
+                with pytest.raises(aiozklock.LockTimeout):
+                    await other(zk).acquire(timeout=0.1)
     assert await nothing_under(zk, P)
 
 

@@ -315,7 +315,7 @@ async def test_cancelled_acquire_leaves_nothing_behind(
 
             async def queue_in_the_middle() -> None:
                 with middle:
-                    await zk.lock(PATH).acquire()
+                    await zk.lock(PATH, identifier="middle").acquire()  # another contender
 
             tg.start_soon(queue_in_the_middle)
             await wait_for_queue(zk, PATH, 2)

@@ -203,8 +203,9 @@ class Primitive(metaclass=_FactoryMade):
         for the holder); the round trip already in flight is never abandoned, so a free
         resource is acquired even with ``timeout=0``. Raises ``LockTimeout`` if not acquired
         in time, ``InvalidArgument`` for a bad ``timeout``, ``UsageError`` outside the
-        client's event loop, or if the task holds another object on the same path (it
-        would wait for itself). Never awaited nor entered, it warns (``RuntimeWarning``).
+        client's event loop, or if the task holds another object on the same path and
+        ``timeout`` is None (it would wait for itself forever). Never awaited nor entered,
+        it warns (``RuntimeWarning``).
         """
         self._session.check_loop()
         frame = sys._getframe(1)
@@ -310,7 +311,7 @@ class Primitive(metaclass=_FactoryMade):
                     raise self._lost_error(f"{self._label} was lost: {self._holding.lost_reason}")
                 self._depth += 1
                 return
-        if self._tracker is not None:
+        if self._tracker is not None and limit is None:  # bounded waits simply time out
             self._tracker.check(self, task.id)
         started = time.monotonic()
         deadline = None if limit is None else started + limit

@@ -44,16 +44,16 @@ class Recipes:
 
     def check(self, primitive: Primitive, task_id: int) -> None:
         """Raise ``UsageError`` if the task holds another object on one of the same paths:
-        it would wait for itself forever."""
+        waiting without a timeout, it would wait for itself forever."""
         for other in self._held_by.get(task_id, ()):
             if other is primitive or other._orphaned():  # an ended task's id may be reused
                 continue
             if set(other._paths) & set(primitive._paths):
                 raise UsageError(
                     f"this task holds the {other._label} and now acquires the "
-                    f"{primitive._label}: it would wait for itself. Use one object per path "
-                    "(zk.lock(path) returns the same one for the same arguments; a different "
-                    "identifier makes a different contender)"
+                    f"{primitive._label}: it would wait for itself forever. Use one object "
+                    "per path (zk.lock(path) returns the same one for the same arguments; a "
+                    "different identifier makes a different contender)"
                 )
 
     def held(self, primitive: Primitive, task_id: int) -> None:
