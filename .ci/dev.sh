@@ -2,7 +2,7 @@
 # The one bootstrap script behind the README's quickstart, on Debian/Ubuntu:
 #
 #   bash .ci/dev.sh demo [demo options]   # workers race for one lock on a throwaway ZooKeeper
-#   bash .ci/dev.sh test [pytest args]    # ruff check, ruff format --check, mypy, pytest
+#   bash .ci/dev.sh test [pytest args]    # ruff, mypy, mkdocs build --strict, pytest
 #   bash .ci/dev.sh bench [run.py args]   # aiozklock vs aiozk, kazoo, Curator (--quick: ~1 min)
 #   bash .ci/dev.sh setup                 # only install what is missing
 #
@@ -246,6 +246,13 @@ run_tests() {
     "$VENV/bin/ruff" format --check . || failed+=("ruff format --check")
     say "mypy (strict, see pyproject.toml)"
     "$VENV/bin/mypy" || failed+=("mypy")
+    # Not --quiet: mkdocs 1.6 then drops the warnings that --strict counts, and passes.
+    say "mkdocs build --strict (the documentation site: broken references fail)"
+    local site
+    site="$(mktemp -d)"
+    NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --site-dir "$site" \
+        || failed+=("mkdocs build --strict")
+    rm -rf "$site"
     say "pytest $*"
     # A hard bound for the whole run (pytest-timeout bounds single tests, but not every kind
     # of hang): SIGINT first, so pytest reports and its ZooKeeper servers are stopped.
