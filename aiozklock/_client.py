@@ -55,8 +55,8 @@ ORPHAN_SWEEP = 1.0  # seconds between checks for holders whose task ended withou
 class ZooKeeperClient:
     """A connection to a ZooKeeper ensemble. Use ``async with aiozklock.connect(...) as zk:``.
 
-    The constructor takes ``connect()``'s arguments and validates them the same way
-    (``InvalidArgument``); it sends nothing. The connection is made by ``async with``.
+    The constructor takes ``connect()``'s arguments and validates them the same way (it
+    raises ``InvalidArgument``); it sends nothing. The connection is made by ``async with``.
     """
 
     def __init__(
@@ -352,7 +352,9 @@ class ZooKeeperClient:
     # that does not exist says so.
 
     async def exists(self, path: str) -> Stat | None:
-        """The node's ``Stat``, or None if it does not exist."""
+        """The node's ``Stat``, or None if it does not exist. Raises ``InvalidArgument`` for
+        a bad path, ``ClientClosed`` if the client is not connected, ``UsageError`` outside
+        its event loop (connection losses are retried)."""
         session = self._live_session()
         op = exists_op(session.server_path(validate_path(path)))
         return await self._read(lambda: session.call(op))
@@ -409,7 +411,10 @@ class ZooKeeperClient:
 
     async def ensure_path(self, path: str) -> None:
         """Create ``path`` and its ancestors (chroot included) as containers, in one round
-        trip; existing ones are left alone. Returns nothing."""
+        trip; existing ones are left alone. Returns nothing. Raises ``InvalidArgument`` for a
+        bad path, ``ClientClosed`` if the client is not connected, ``UsageError`` outside
+        its event loop, ``ConnectionLoss`` or ``SessionExpired`` if the connection or the
+        session is lost meanwhile (calling it again is safe)."""
         session = self._live_session()
         ops = container_path_ops(session.server_path(validate_path(path)), session.client_path)
         for result in await session.pipeline(ops):

@@ -270,7 +270,7 @@ class LeaseLock(Primitive):
         return self._current("have an expiry").expires_at
 
     def statistics(self) -> LeaseStatistics:
-        """Local state of this object; sends nothing."""
+        """Local state of this object; sends nothing and raises nothing."""
         holding = self._holding
         assert holding is None or isinstance(holding, LeaseHolding)
         return LeaseStatistics(

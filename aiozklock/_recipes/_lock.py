@@ -68,7 +68,7 @@ class Lock(QueuedPrimitive):
         )
 
     def statistics(self) -> LockStatistics:
-        """Local state of this object; sends nothing."""
+        """Local state of this object; sends nothing and raises nothing."""
         holding = self._holding
         return LockStatistics(
             path=self.path,
@@ -84,7 +84,9 @@ class Lock(QueuedPrimitive):
         )
 
     async def contenders(self) -> list[Contender]:
-        """The queue as ZooKeeper has it, holder first, with each contender's identity."""
+        """The queue as ZooKeeper has it, holder first, with each contender's identity.
+        Connection losses are retried; raises ``ClientClosed`` once closed, ``UsageError``
+        outside the client's event loop."""
         return await read_contenders(self._session, self._queue, self.path)
 
     def __repr__(self) -> str:

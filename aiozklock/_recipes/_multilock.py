@@ -98,7 +98,7 @@ class MultiLock(QueuedPrimitive):
         return dict.fromkeys(self.paths, token)
 
     def statistics(self) -> MultiLockStatistics:
-        """Local state of this object; sends nothing."""
+        """Local state of this object; sends nothing and raises nothing."""
         holding = self._holding
         return MultiLockStatistics(
             paths=self.paths,
@@ -114,7 +114,9 @@ class MultiLock(QueuedPrimitive):
         )
 
     async def contenders(self) -> dict[str, list[Contender]]:
-        """Each member's queue as ZooKeeper has it, holder first."""
+        """Each member's queue as ZooKeeper has it, holder first. Connection losses are
+        retried; raises ``ClientClosed`` once closed, ``UsageError`` outside the client's
+        event loop."""
         return {
             path: await read_contenders(self._session, self._queue, path) for path in self.paths
         }

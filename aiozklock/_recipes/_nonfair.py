@@ -332,7 +332,7 @@ class NonFairLock(Primitive):
     # ---------------------------------------------------------------- introspection
 
     def statistics(self) -> NonFairLockStatistics:
-        """Local state of this object; sends nothing."""
+        """Local state of this object; sends nothing and raises nothing."""
         holding = self._holding
         return NonFairLockStatistics(
             path=self.path,

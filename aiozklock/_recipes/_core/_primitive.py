@@ -257,7 +257,8 @@ class Primitive(metaclass=_FactoryMade):
     @property
     def is_held(self) -> bool:
         """True if the current task holds it, it has not been lost, and it is still within
-        ``valid_until``: a cheap check to make right before acting on the resource."""
+        ``valid_until``: a cheap check to make right before acting on the resource. Never
+        raises."""
         holding = self._holding
         if holding is None or holding.lost or self._owner is None:
             return False
