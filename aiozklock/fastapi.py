@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import string
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
+from starlette.convertors import StringConvertor
 from starlette.routing import BaseRoute, Mount
 
 from aiozklock._client import ZooKeeperClient, connect
@@ -78,7 +80,9 @@ def lifespan(
     Raises ``InvalidArgument`` now for bad connection arguments. Startup raises
     ``UsageError`` for a route whose lock template names a path parameter the route does not
     have, or whose endpoint is not ``async def`` (a thread cannot be cancelled on a loss),
-    and ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``.
+    and ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``; it warns
+    (``RuntimeWarning``) for a template field the endpoint reads as a non-str type that the
+    route does not convert (``/orders/007`` and ``/orders/7`` would be two locks).
     """
     options: dict[str, Any] = {
         "session_timeout": session_timeout,
@@ -320,7 +324,8 @@ def check_routes(routes: Iterable[BaseRoute], mounted: frozenset[str] = frozense
     field must be a path parameter of its route, and the endpoint must be ``async def``.
 
     ``lifespan`` calls it at startup; call it yourself when you do not use ``lifespan``.
-    ``mounted``: the path parameters of the enclosing mounts. Raises ``UsageError``."""
+    ``mounted``: the path parameters of the enclosing mounts. Raises ``UsageError``; warns
+    as ``lifespan`` says."""
     for route in routes:
         if isinstance(route, Mount):
             check_routes(route.routes, mounted | set(route.param_convertors))
@@ -342,6 +347,7 @@ def _check_route(
             f"{where}: lock path template {template!r} needs the path parameter(s) "
             f"{missing}, the route has {sorted(params)}"
         )
+    _warn_unconverted(route, where, template, names)
     endpoint = route.endpoint
     if not (
         inspect.iscoroutinefunction(endpoint)
@@ -353,6 +359,23 @@ def _check_route(
             f"{where}: a locked endpoint must be 'async def': FastAPI runs a 'def' endpoint "
             "in a thread, which cannot be cancelled when the lock is lost"
         )
+
+
+def _warn_unconverted(route: APIRoute, where: str, template: str, names: tuple[str, ...]) -> None:
+    """Warn when the endpoint reads a field as a non-str type that the route does not
+    convert: the lock takes the text as sent, so ``/orders/007`` and ``/orders/7`` would be
+    one order for the endpoint and two locks."""
+    for field in route.dependant.path_params:
+        converted = not isinstance(route.param_convertors.get(field.name), StringConvertor)
+        if field.name in names and field.field_info.annotation is not str and not converted:
+            warnings.warn(
+                f"{where}: lock path template {template!r} takes {field.name!r} as text, but "
+                f"the endpoint reads it as {field.field_info.annotation!r}: two spellings of "
+                f"one value would be two locks; convert it in the route, e.g. "
+                f"'{{{field.name}:int}}'",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 def _dependants(dependant: Dependant) -> Iterable[Dependant]:

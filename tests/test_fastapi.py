@@ -28,7 +28,7 @@ from aiozklock.fastapi import (
 from aiozklock.testing import FaultProxy, History
 from tests.conftest import ClientFactory
 
-pytestmark = [pytest.mark.anyio]
+pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("error::RuntimeWarning")]
 
 ORDER = "/locks/orders/{order_id}"
 
@@ -62,7 +62,7 @@ async def test_concurrent_requests_for_one_order_hold_the_lock_one_at_a_time(
     inside = most = 0
     app = FastAPI(lifespan=lifespan(hosts, session_timeout=4.0))
 
-    @app.post("/orders/{order_id}")
+    @app.post("/orders/{order_id:int}")
     async def ship(
         order_id: int, n: int, lock: Annotated[aiozklock.Lock, locked(ORDER, timeout=20.0)]
     ) -> dict[str, int]:
@@ -90,13 +90,13 @@ async def test_not_acquired_in_time_is_409_or_the_configured_status(
 ) -> None:
     app = FastAPI(lifespan=lifespan(hosts, session_timeout=4.0))
 
-    @app.post("/orders/{order_id}")
+    @app.post("/orders/{order_id:int}")
     async def ship(order_id: int, lock: Annotated[aiozklock.Lock, locked(ORDER, timeout=0)]) -> int:
         return lock.fencing_token
 
     locked_423 = locked(ORDER, timeout=0.2, errors=HTTPErrors(not_acquired=423))
 
-    @app.post("/orders/{order_id}/pay")
+    @app.post("/orders/{order_id:int}/pay")
     async def pay(order_id: int, lock: Annotated[aiozklock.Lock, locked_423]) -> int:
         return lock.fencing_token
 
@@ -116,7 +116,7 @@ async def test_distinct_orders_run_in_parallel(hosts: str) -> None:
     entered = {1: anyio.Event(), 2: anyio.Event()}
     app = FastAPI(lifespan=lifespan(hosts, session_timeout=4.0))
 
-    @app.post("/orders/{order_id}")
+    @app.post("/orders/{order_id:int}")
     async def ship(
         order_id: int, lock: Annotated[aiozklock.Lock, locked(ORDER, timeout=10.0)]
     ) -> str:
@@ -153,7 +153,7 @@ async def test_the_lock_is_released_before_the_response_is_sent(
     app = FastAPI(lifespan=lifespan(hosts, session_timeout=4.0))
     seen: dict[str, list[str]] = {}
 
-    @app.post("/orders/{order_id}")
+    @app.post("/orders/{order_id:int}")
     async def ship(
         order_id: int, lock: Annotated[aiozklock.Lock, locked(ORDER, timeout=5.0)]
     ) -> None:
@@ -177,7 +177,7 @@ async def test_a_connection_drop_during_the_request_is_503_and_stops_the_endpoin
     app = FastAPI(lifespan=lifespan(proxy.address + chroot, session_timeout=4.0))
     order_lock = locked(ORDER, timeout=5.0, errors=HTTPErrors(retry_after=7))
 
-    @app.post("/orders/{order_id}")
+    @app.post("/orders/{order_id:int}")
     async def ship(order_id: int, lock: Annotated[aiozklock.Lock, order_lock]) -> int:
         writes.append(f"first write, token {lock.fencing_token}")
         entered.set()
@@ -253,13 +253,13 @@ async def test_locked_all_holds_every_path_and_fair_false_a_non_fair_lock(
     app = FastAPI(lifespan=lifespan(hosts, session_timeout=4.0))
     both = locked_all(["/locks/customers/{customer}", ORDER], timeout=0)
 
-    @app.post("/customers/{customer}/orders/{order_id}")
+    @app.post("/customers/{customer}/orders/{order_id:int}")
     async def order(
         customer: str, order_id: int, locks: Annotated[aiozklock.MultiLock, both]
     ) -> dict[str, int]:
         return locks.fencing_tokens
 
-    @app.post("/orders/{order_id}")
+    @app.post("/orders/{order_id:int}")
     async def ship(
         order_id: int, lock: Annotated[aiozklock.NonFairLock, locked(ORDER, timeout=1, fair=False)]
     ) -> str:
@@ -323,11 +323,25 @@ async def test_misuse_is_refused_at_definition_or_at_startup(hosts: str) -> None
 
     app = FastAPI(lifespan=lifespan(hosts))
 
-    @app.post("/orders/{order_id}")
+    @app.post("/orders/{order_id:int}")
     def sync(order_id: int, lock: Annotated[aiozklock.Lock, locked(ORDER, timeout=1)]) -> None:
         pass
 
     with pytest.raises(aiozklock.UsageError, match="must be 'async def'"):
+        async with app.router.lifespan_context(app):
+            pass
+
+
+async def test_a_lock_on_unconverted_text_the_endpoint_reads_as_int_warns(hosts: str) -> None:
+    app = FastAPI(lifespan=lifespan(hosts, session_timeout=4.0))
+
+    @app.post("/orders/{order_id}")  # "007" and "7": one order, but two lock paths
+    async def ship(
+        order_id: int, lock: Annotated[aiozklock.Lock, locked(ORDER, timeout=1)]
+    ) -> None:
+        pass
+
+    with anyio.fail_after(10), pytest.warns(RuntimeWarning, match=r"'\{order_id:int\}'"):
         async with app.router.lifespan_context(app):
             pass
 
