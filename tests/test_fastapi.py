@@ -5,6 +5,7 @@ No ``from __future__ import annotations`` here: FastAPI reads the endpoints' ann
 which refer to values local to each test.
 """
 
+import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -358,3 +359,16 @@ async def test_the_client_dependency_without_the_lifespan_says_what_is_missing()
         async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
             with pytest.raises(aiozklock.UsageError, match=r"lifespan=aiozklock\.fastapi"):
                 await http.get("/")
+
+
+async def test_the_example_application_ships_an_order(
+    hosts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIOZKLOCK_HOSTS", hosts)
+    example = importlib.reload(importlib.import_module("examples.fastapi_app"))
+    with anyio.fail_after(10):
+        async with serve(example.app) as http:
+            first, second = await post_all(http, ["/orders/157/ship"] * 2)
+    tokens = sorted(r.json()["fencing_token"] for r in (first, second))
+    assert tokens[0] < tokens[1]
+    assert example.shipped == {157: tokens[1]}
