@@ -48,6 +48,7 @@ from aiozklock._exceptions import (
 )
 from aiozklock._recipes._core._holding import LossPolicy
 from aiozklock._recipes._core._primitive import AcquireContext, Primitive
+from aiozklock._wire._session import SessionState
 from aiozklock._wire._validation import validate_recipe_path, validate_timeout
 
 #: The attribute of ``app.state`` that holds the application's client.
@@ -173,9 +174,10 @@ def locked(
 
     Raises ``InvalidArgument`` now for a bad template, timeout, identifier or ``fair``. At
     request time raises ``HTTPException``: ``errors.not_acquired`` (409) if not acquired in
-    time, ``errors.unavailable`` (503, ``Retry-After``) if ZooKeeper is unavailable, the
-    client closed or the lock lost, 422 if a path parameter cannot be a node name (a ``/``,
-    ``.`` or ``..``); ``UsageError`` (a 500) for a template field the route does not have.
+    time, ``errors.unavailable`` (503, ``Retry-After``) if ZooKeeper is unavailable (also
+    when the time ran out while disconnected), the client closed or the lock lost, 422 if a
+    path parameter cannot be a node name (a ``/``, ``.``, ``..``, a control character);
+    ``UsageError`` (a 500) for a template field the route does not have.
     """
     if not isinstance(fair, bool):
         raise InvalidArgument(f"fair must be a bool, not {fair!r}")
@@ -232,10 +234,13 @@ def _dependency(
     async def hold(request: Request) -> AsyncIterator[Primitive]:
         paths = [_fill(t, fields[t], request) for t in templates]
         label = ", ".join(paths)
+        zk = client(request)
         try:
-            acquiring = make(client(request), paths).acquire(timeout=bound)
+            acquiring = make(zk, paths).acquire(timeout=bound)
             held = await acquiring.__aenter__()
         except LockTimeout as exc:
+            if zk.state is not SessionState.CONNECTED:  # it waited for ZooKeeper, not a holder
+                raise _unavailable(errors, f"{label}: ZooKeeper is unreachable") from exc
             detail = f"{label} is held by another request; not acquired within {bound} s"
             raise HTTPException(errors.not_acquired, detail) from exc
         except _UNAVAILABLE as exc:

@@ -372,3 +372,33 @@ async def test_the_example_application_ships_an_order(
     tokens = sorted(r.json()["fencing_token"] for r in (first, second))
     assert tokens[0] < tokens[1]
     assert example.shipped == {157: tokens[1]}
+
+
+async def test_waiting_while_zookeeper_is_unreachable_is_503_not_409(
+    proxy: FaultProxy, chroot: str
+) -> None:
+    app = FastAPI(lifespan=lifespan(proxy.address + chroot, session_timeout=10.0))
+
+    @app.post("/orders/{order_id:int}")
+    async def ship(
+        order_id: int, lock: Annotated[aiozklock.Lock, locked(ORDER, timeout=0.2)]
+    ) -> None:
+        pass
+
+    with anyio.fail_after(15):
+        async with serve(app) as http:
+            client = getattr(app.state, STATE_ATTRIBUTE)
+            suspended = anyio.Event()
+            client.add_listener(
+                lambda change: (
+                    suspended.set() if change.state is aiozklock.SessionState.SUSPENDED else None
+                )
+            )
+            proxy.blackhole(True, new="hang")
+            await proxy.drop_all()
+            await suspended.wait()
+            response = await http.post("/orders/7")
+            proxy.blackhole(False)
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert "ZooKeeper is unreachable" in response.json()["detail"]
