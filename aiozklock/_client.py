@@ -20,6 +20,7 @@ from aiozklock._exceptions import (
 )
 from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPolicy
 from aiozklock._recipes._core._janitor import Janitor, Spawn
+from aiozklock._recipes._core._observe import Observer
 from aiozklock._recipes._core._registry import Recipes
 from aiozklock._recipes._election import Election
 from aiozklock._recipes._lease import LeaseLock
@@ -66,6 +67,7 @@ class ZooKeeperClient:
         session_timeout: float = 10.0,
         connect_timeout: float = 10.0,
         loss_policy: LossPolicy = "suspended",
+        telemetry: Observer | None = None,
     ) -> None:
         self._hosts, self.chroot = parse_hosts(hosts)
         self.hosts = hosts
@@ -76,13 +78,19 @@ class ZooKeeperClient:
                 f"loss_policy must be one of {LOSS_POLICIES}, not {loss_policy!r}"
             )
         self.loss_policy: LossPolicy = loss_policy
+        if telemetry is not None and not isinstance(telemetry, Observer):
+            raise InvalidArgument(
+                "telemetry must be an aiozklock.otel.Telemetry (or have its methods "
+                f"recipe() and session_changed()), not {telemetry!r}"
+            )
+        self._telemetry = telemetry
         self._session: Session | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._background_scope: anyio.CancelScope | None = None
         self._janitor: Janitor | None = None
         self._spawn: Spawn | None = None  # background jobs (lease keepers)
         self._policy: LossMonitor | None = None
-        self._recipes = Recipes()
+        self._recipes = Recipes(telemetry)
         self._closed = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -98,6 +106,8 @@ class ZooKeeperClient:
             session_timeout=self.session_timeout,
             connect_timeout=self.connect_timeout,
         )
+        if self._telemetry is not None:
+            session.add_listener(self._telemetry.session_changed)
         await session.connect_first()
         self._session = session
         task_group = anyio.create_task_group()
@@ -450,6 +460,7 @@ def connect(
     session_timeout: float = 10.0,
     connect_timeout: float = 10.0,
     loss_policy: LossPolicy = "suspended",
+    telemetry: Observer | None = None,
 ) -> ZooKeeperClient:
     """Connect to ZooKeeper: ``async with aiozklock.connect("zk1:2181,zk2:2181/app") as zk:``.
 
@@ -474,6 +485,9 @@ def connect(
       expire the session and grant the lock to another; ``"expired"`` only once the
       session is lost, keeping the lock through short disconnections at the price of a
       thin margin before a re-grant.
+    - ``telemetry``: where to report metrics and traces, e.g.
+      ``aiozklock.otel.Telemetry(meter_provider=..., tracer_provider=...)`` (the ``otel``
+      extra); None (the default) reports nothing and costs nothing.
 
     Arguments are validated at once (``InvalidArgument``, a ``ValueError``). Entering raises
     ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``.
@@ -483,4 +497,5 @@ def connect(
         session_timeout=session_timeout,
         connect_timeout=connect_timeout,
         loss_policy=loss_policy,
+        telemetry=telemetry,
     )

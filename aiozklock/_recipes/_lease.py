@@ -166,16 +166,18 @@ class _Keepers:
                     await self._keep(holding)
             except Exception:  # never into the client's task group
                 log.exception("lease keeper of %s failed", holding.nodes[0])
-                holding.mark_lost("the lease keeper failed")
+                holding.mark_lost("the lease keeper failed", "lease")
             finally:
                 if self._scopes.pop(holding, None) is not None:  # not released: cancelled
-                    holding.mark_lost("the client was closed: the lease can not be renewed")
+                    holding.mark_lost(
+                        "the client was closed: the lease can not be renewed", "closed"
+                    )
 
         try:
             self._spawn(keeper)
         except RuntimeError:  # the client is closing
             self._scopes.pop(holding, None)
-            holding.mark_lost("the client is closing: the lease can not be renewed")
+            holding.mark_lost("the client is closing: the lease can not be renewed", "closed")
 
     def unregister(self, holding: Holding) -> None:
         scope = self._scopes.pop(holding, None)
@@ -213,6 +215,8 @@ class LeaseLock(Primitive):
     Bad arguments raise ``InvalidArgument`` here, before any request: ``ttl`` must be a
     positive, finite number of seconds within ZooKeeper's 1 ms .. 2^40-1 ms.
     """
+
+    _kind = "lease_lock"
 
     def __init__(
         self,
@@ -505,7 +509,7 @@ class LeaseLock(Primitive):
         ``delete``: the node may still be ours (not renewed in time): the janitor deletes it
         once possible, if it still has our czxid, so that it does not block others for the
         rest of its TTL."""
-        if holding.mark_lost(reason):
+        if holding.mark_lost(reason, "lease"):
             log.warning("%s: lease lost: %s", self._label, reason)
             if delete and self._session.state is not SessionState.CLOSED:
                 self._janitor.delete(self.node, self._session.generation, czxid=holding.token)

@@ -52,6 +52,8 @@ class Lock(QueuedPrimitive):
     ``InvalidArgument`` here, before any request.
     """
 
+    _kind = "lock"
+
     def __init__(
         self,
         session: Session,

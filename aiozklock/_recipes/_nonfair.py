@@ -116,6 +116,8 @@ class NonFairLock(Primitive):
     Bad arguments raise ``InvalidArgument`` here, before any request.
     """
 
+    _kind = "nonfair_lock"
+
     def __init__(
         self,
         session: Session,

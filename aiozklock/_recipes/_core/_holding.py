@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 import anyio
 
 from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._wire._session import Session, SessionState, StateChange
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,8 @@ class Holding:
     (czxid), and the cancel scopes of the bodies to cancel if it can no longer be trusted.
 
     ``guarded``: the node names are not unique to us (a fixed node), so a background delete
-    must first check that the node still has our czxid.
+    must first check that the node still has our czxid. ``observer``: told of the loss
+    (``connect(telemetry=...)``).
     """
 
     nodes: tuple[str, ...]
@@ -38,15 +40,21 @@ class Holding:
     scopes: list[anyio.CancelScope] = field(default_factory=list)
     lost: bool = False
     lost_reason: str = ""
+    observer: RecipeObserver | None = None
 
-    def mark_lost(self, reason: str) -> bool:
-        """Mark the holding lost and cancel its bodies; True if it was not lost before."""
+    def mark_lost(self, reason: str, cause: str) -> bool:
+        """Mark the holding lost and cancel its bodies; True if it was not lost before.
+
+        ``reason`` says what happened, for messages; ``cause`` is one of a few words, for
+        metrics (see ``RecipeObserver.lost``)."""
         if self.lost:
             return False
         self.lost = True
         self.lost_reason = reason
         for scope in self.scopes:
             scope.cancel()
+        if self.observer is not None:
+            self.observer.lost(cause)
         return True
 
 
@@ -99,7 +107,10 @@ class LossMonitor:
                 self._lose(holding, f"{reason}: {change.reason}")
 
     def _lose(self, holding: Holding, reason: str) -> None:
-        if holding.mark_lost(reason):
+        # The state that made it unsafe (a newer generation means the session was lost).
+        state = self._session.state
+        cause = state.value.lower() if state is not SessionState.CONNECTED else "lost"
+        if holding.mark_lost(reason, cause):
             closed = self._session.state is SessionState.CLOSED
             # A close is the user's own doing: worth a note, not a warning.
             level = logging.INFO if closed else logging.WARNING

@@ -18,7 +18,7 @@ import warnings
 from abc import ABCMeta, abstractmethod
 from collections.abc import Coroutine, Generator, Sequence
 from types import TracebackType
-from typing import Any, Generic, NoReturn, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Generic, NoReturn, Protocol, Self, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -27,6 +27,7 @@ from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner
 from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._queue import Queue
 from aiozklock._wire._session import Session
@@ -146,6 +147,7 @@ class Primitive(metaclass=_FactoryMade):
         return made
 
     _lost_error: type[LockLost] = LockLost  # what a loss raises (election: LeadershipLost)
+    _kind: ClassVar[str]  # the recipe's name in telemetry, e.g. "lock"
 
     def __init__(
         self, session: Session, registry: HoldingRegistry, label: str, paths: Sequence[str]
@@ -155,6 +157,8 @@ class Primitive(metaclass=_FactoryMade):
         self._label = label
         self._paths = tuple(paths)  # what it locks, for the registry's self-deadlock check
         self._tracker: Tracker | None = None
+        self._observer: RecipeObserver | None = None  # set by the registry, with telemetry
+        self._granted_at = 0.0  # time.monotonic() of the grant (kept only with an observer)
         # One holding per object: local tasks queue here, FIFO. A semaphore, not a lock, so
         # that an orphaned holding can be given back from another task.
         self._local = anyio.Semaphore(1, max_value=1)
@@ -314,6 +318,34 @@ class Primitive(metaclass=_FactoryMade):
                 return
         if self._tracker is not None and limit is None:  # bounded waits simply time out
             self._tracker.check(self, task.id)
+        if self._observer is None:
+            await self._obtain(limit, task)
+        else:
+            await self._obtain_observed(limit, task, self._observer)
+        if self._tracker is not None:
+            self._tracker.held(self, task.id)
+
+    async def _obtain_observed(
+        self, limit: float | None, task: anyio.TaskInfo, observer: RecipeObserver
+    ) -> None:
+        attempt = observer.acquiring()
+        started = time.monotonic()
+        try:
+            await self._obtain(limit, task)
+        except BaseException as exc:
+            attempt.failed(time.monotonic() - started, exc)
+            raise
+        self._granted_at = time.monotonic()
+        assert self._holding is not None
+        attempt.acquired(self._granted_at - started, self._ahead(), self._holding.token)
+
+    def _ahead(self) -> int | None:
+        """How many contenders were queued before us when we last joined (telemetry);
+        None for a recipe without a queue."""
+        return None
+
+    async def _obtain(self, limit: float | None, task: anyio.TaskInfo) -> None:
+        """Wait for this process's other tasks, then take the resource (see ``_acquire``)."""
         started = time.monotonic()
         deadline = None if limit is None else started + limit
         try:
@@ -337,13 +369,12 @@ class Primitive(metaclass=_FactoryMade):
                 raise LockTimeout(f"{self._label} not acquired in time: {exc}") from None
             raise
         self._holding = holding
+        holding.observer = self._observer
         self._registry.register(holding)  # marks it lost at once if it is unsafe already
         self._owner = task
         self._depth = 1
         self._acquisitions += 1
         self._last_wait = time.monotonic() - started
-        if self._tracker is not None:
-            self._tracker.held(self, task.id)
 
     async def _release(self, task_id: int) -> None:
         holding = self._holding
@@ -369,6 +400,8 @@ class Primitive(metaclass=_FactoryMade):
         self._registry.unregister(holding)
         if self._tracker is not None:
             self._tracker.released(self, task_id)
+        if self._observer is not None:
+            self._observer.released(time.monotonic() - self._granted_at)
         try:
             if holding.lost:
                 self._losses += 1
@@ -459,6 +492,9 @@ class QueuedPrimitive(Primitive):
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
         return await self._queue.take(deadline, lambda: self._identity.data(task_name))
+
+    def _ahead(self) -> int | None:
+        return self._queue.ahead
 
     async def _abandon(self) -> None:
         await self._queue.abandon()

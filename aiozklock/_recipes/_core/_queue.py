@@ -96,6 +96,7 @@ class Queue:
         self.generation = -1
         self.token: int | None = None
         self._unresolved = False  # a create was sent and its outcome is unknown
+        self.ahead = 0  # contenders queued before us when we last joined (for telemetry)
 
     # ---------------------------------------------------------------- acquire
 
@@ -108,9 +109,12 @@ class Queue:
         listings: Listings | None = None
         while True:
             try:
+                enqueued = listings is None
                 if listings is None:
                     listings = await self._enqueue(deadline, data)
                 step = plan(listings, self.nodes, self.guid, self._decide)
+                if enqueued:
+                    self.ahead = max([d.ahead for d in step.waits.values()], default=0)
                 if step.stale:
                     await self._delete_stale(step.stale)
                     for member, name in step.stale:

@@ -4,7 +4,7 @@ Sharing makes reentrancy per task hold across call sites (``async with zk.lock(p
 helper called under ``async with zk.lock(p):``), and makes this process's tasks queue
 locally on one object, with one node on the server at a time, instead of one node each.
 Objects are kept while held (strongly) or referenced (weakly), so per-request paths do not
-accumulate.
+accumulate. With telemetry, each object gets its observer here, once.
 """
 
 from __future__ import annotations
@@ -14,15 +14,18 @@ from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 from aiozklock._exceptions import UsageError
+from aiozklock._recipes._core._observe import Observer
 from aiozklock._recipes._core._primitive import Primitive
 
 P = TypeVar("P", bound=Primitive)
 
 
 class Recipes:
-    """The registry (see the module docstring); also the tracker its objects report to."""
+    """The registry (see the module docstring); also the tracker its objects report to.
+    ``observer``: the client's telemetry, if any."""
 
-    def __init__(self) -> None:
+    def __init__(self, observer: Observer | None = None) -> None:
+        self._observer = observer
         self._objects: weakref.WeakValueDictionary[Hashable, Primitive] = (
             weakref.WeakValueDictionary()
         )
@@ -39,6 +42,8 @@ class Recipes:
             return found
         made = create()
         made._tracker = self
+        if self._observer is not None:
+            made._observer = self._observer.recipe(made._kind, made._paths)
         self._objects[(cls, key)] = made
         return made
 
