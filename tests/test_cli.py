@@ -336,21 +336,24 @@ async def test_holders_walks_the_prefix(zk: aiozklock.ZooKeeperClient, hosts: st
             zk.lock("/locks/a", identifier="a") as a,
             zk.lock("/locks/deep/er/b", identifier="b"),
             zk.lock("/locks/n", identifier="n", fair=False) as n,
+            zk.lease_lock("/locks/t", 30, identifier="t") as t,
             zk.lock("/elsewhere/c", identifier="c"),
         ):
             report = await _json("holders", "--hosts", hosts, "/locks")
-            tokens = [a.fencing_token, n.fencing_token]
+            tokens = [a.fencing_token, n.fencing_token, t.fencing_token]
     assert report["prefix"] == "/locks"
     locks = report["locks"]
     assert [(x["path"], x["kind"], x["waiting"]) for x in locks] == [
         ("/locks/a", "lock", 0),
         ("/locks/deep/er/b", "lock", 0),
         ("/locks/n", "nonfair", 0),
+        ("/locks/t", "lease", 0),
     ]
     assert set(locks[0]) == {"path", "kind", "waiting", "holder"}
     assert all(set(x["holder"]) == CONTENDER_KEYS for x in locks)
-    assert [x["holder"]["identifier"] for x in locks] == ["a", "b", "n"]
-    assert [locks[0]["holder"]["fencing_token"], locks[2]["holder"]["fencing_token"]] == tokens
+    assert [x["holder"]["identifier"] for x in locks] == ["a", "b", "n", "t"]
+    assert [locks[i]["holder"]["fencing_token"] for i in (0, 2, 3)] == tokens
+    assert locks[3]["holder"]["session_id"] is None  # a lease is not bound to a session
 
 
 async def test_leader_reports_the_election(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 import time
 from typing import Any
 
@@ -43,11 +44,27 @@ from aiozklock._recipes._lease import LEASE_NODE
 from aiozklock._recipes._nonfair import NODE_NAME
 from aiozklock._wire._validation import join, validate_path, validate_recipe_path
 
-READ_EPILOG = f"""\
-Read-only: nothing is created; a path that does not exist shows no contender.
-exit status: 0 done (even if empty), {EX_USAGE} usage error, {EX_UNAVAILABLE} ZooKeeper unavailable.
-"""
-_TTL_OWNER = 0xFF  # the high byte of a TTL node's ephemeralOwner (not a session)
+_CONTENDER = (
+    'C = {"position", "is_holder", "identifier", "host", "pid", "task", "session_id": "0x..." '
+    '(null for a lease), "fencing_token", "node", "sequence", "enqueued_at", "queued_for"}'
+)
+_SHAPES = {
+    "contenders": '{"path", "kind": "lock"|"nonfair"|"lease"|null, "contenders": [C, ...]}',
+    "holders": '{"prefix", "locks": [{"path", "kind", "waiting", "holder": C}, ...]}',
+    "leader": '{"path", "leader": str|null, "contenders": [C, ...]}',
+}
+
+
+def _epilog(command: str) -> str:
+    paragraphs = [
+        "Read-only: nothing is created; a path that does not exist shows no contender.",
+        f"--json prints {_SHAPES[command]}, where {_CONTENDER}.",
+        f"exit status: 0 done (even if empty), {EX_USAGE} usage error, {EX_UNAVAILABLE} "
+        "ZooKeeper unavailable.",
+    ]
+    return "\n\n".join(textwrap.fill(paragraph, 79) for paragraph in paragraphs)
+
+
 _WALK_CONCURRENCY = 16  # listings in flight while walking a prefix
 Json = dict[str, Any]
 
@@ -63,10 +80,13 @@ def add_inspect_parsers(commands: argparse._SubParsersAction[Parser]) -> None:
             name,
             help=helptext,
             description=f"{helptext[0].upper()}{helptext[1:]}.",
-            epilog=READ_EPILOG,
+            epilog=_epilog(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         add_connection_options(parser)
-        parser.add_argument("--json", action="store_true", help="one JSON object (see docs)")
+        parser.add_argument(
+            "--json", action="store_true", help="print one JSON object (shape below)"
+        )
         parser.add_argument("path", metavar=argument)
 
 
@@ -112,9 +132,18 @@ async def _queue_at(
             data, stat = await zk.get_data(join(path, LEASE_NODE))
         except aiozklock.NoNodeError:  # released meanwhile
             return "lease", []
-        if stat.ephemeral_owner >> 56 == _TTL_OWNER:
+        if _is_lease(data):
             return "lease", [contender_of(LEASE_NODE, data, stat, is_holder=True, sequence=0)]
     return None, []
+
+
+def _is_lease(data: bytes) -> bool:
+    # A TTL node shows no owner in its stat: a lease is told by its data, JSON with holder_id.
+    try:
+        fields = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(fields, dict) and "holder_id" in fields
 
 
 async def _contenders(zk: aiozklock.ZooKeeperClient, path: str) -> Json:
