@@ -1,5 +1,7 @@
-"""Command line: ``python -m aiozklock demo`` and ``python -m aiozklock nemesis`` (also
-installed as the ``aiozklock`` script).
+"""Command line: ``python -m aiozklock COMMAND`` (also installed as the ``aiozklock`` script).
+
+The operator commands ``run`` (a command under a lock, like ``flock(1)``), ``contenders``,
+``holders`` and ``leader`` are in ``aiozklock._cli``; ``demo`` and ``nemesis`` are here.
 
 The demo is the classic race: many workers, each with its own ZooKeeper session, compete for
 one order's lock, hold it briefly while doing a fenced read-modify-write, and record every
@@ -26,6 +28,7 @@ from typing import TextIO
 import anyio
 
 import aiozklock
+from aiozklock import _cli
 from aiozklock._wire._validation import validate_recipe_path
 from aiozklock.testing import FencedStore, History, HistoryReport
 
@@ -264,7 +267,7 @@ def _seconds(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _cli.Parser(
         prog="aiozklock", description="aiozklock: async distributed locks on ZooKeeper"
     )
     parser.add_argument("--version", action="version", version=aiozklock.__version__)
@@ -304,10 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--ttl", type=_seconds, default=5.0, help="lease TTL, s (%(default)s)")
     _add_nemesis_parser(commands)
+    _cli.add_commands(commands)
     return parser
 
 
-def _add_nemesis_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_nemesis_parser(commands: argparse._SubParsersAction[_cli.Parser]) -> None:
     from aiozklock.testing import FAULT_KINDS
     from aiozklock.testing._nemesis import RECIPES
 
@@ -554,7 +558,13 @@ def _nemesis(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m aiozklock`` and of the ``aiozklock`` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        usage_error = getattr(args, "usage_error", parser.error)
+        usage_error(f"unrecognized arguments: {' '.join(extras)}")
+    if args.command in _cli.COMMANDS:
+        return _cli.run(args)
     commands = {"demo": _demo, "nemesis": _nemesis}
     if args.command in commands:
         try:

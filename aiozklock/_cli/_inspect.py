@@ -1,0 +1,255 @@
+"""Read-only commands: ``contenders PATH``, ``holders PREFIX``, ``leader PATH``.
+
+They only read (listings and node data): nothing is created, a missing path is an empty
+result. Output is an aligned table, or with ``--json`` one JSON object whose shape is stable:
+
+- a contender: ``{"position": 0, "is_holder": true, "identifier": str|null, "host":
+  str|null, "pid": int|null, "task": str|null, "session_id": "0x..."|null (null for a
+  lease), "fencing_token": int, "node": str, "sequence": int, "enqueued_at": float|null
+  (Unix time), "queued_for": float|null (seconds, by this machine's clock)}``
+- ``contenders``: ``{"path": str, "kind": "lock"|"nonfair"|"lease"|null, "contenders":
+  [contender, ...]}`` (holder first; ``kind`` null when nothing is queued);
+- ``holders``: ``{"prefix": str, "locks": [{"path": str, "kind": str, "waiting": int,
+  "holder": contender}, ...]}`` (sorted by path);
+- ``leader``: ``{"path": str, "leader": str|null, "contenders": [contender, ...]}``.
+
+``kind`` "lock" is the queue shared by ``zk.lock()``, elections and multi-lock members;
+"nonfair" a ``zk.lock(fair=False)``; "lease" a ``zk.lease_lock()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+import time
+from typing import Any
+
+import anyio
+import anyio.abc
+
+import aiozklock
+from aiozklock._cli._common import (
+    EX_UNAVAILABLE,
+    EX_USAGE,
+    Parser,
+    UsageFailure,
+    add_connection_options,
+    make_client,
+    say,
+)
+from aiozklock._recipes._core._contenders import Contender, contender_of
+from aiozklock._recipes._core._names import is_lock_node
+from aiozklock._recipes._lease import LEASE_NODE
+from aiozklock._recipes._nonfair import NODE_NAME
+from aiozklock._wire._validation import join, validate_path, validate_recipe_path
+
+_CONTENDER = (
+    'C = {"position", "is_holder", "identifier", "host", "pid", "task", "session_id": "0x..." '
+    '(null for a lease), "fencing_token", "node", "sequence", "enqueued_at", "queued_for"}'
+)
+_SHAPES = {
+    "contenders": '{"path", "kind": "lock"|"nonfair"|"lease"|null, "contenders": [C, ...]}',
+    "holders": '{"prefix", "locks": [{"path", "kind", "waiting", "holder": C}, ...]}',
+    "leader": '{"path", "leader": str|null, "contenders": [C, ...]}',
+}
+
+
+def _epilog(command: str) -> str:
+    paragraphs = [
+        "Read-only: nothing is created; a path that does not exist shows no contender.",
+        f"--json prints {_SHAPES[command]}, where {_CONTENDER}.",
+        f"exit status: 0 done (even if empty), {EX_USAGE} usage error, {EX_UNAVAILABLE} "
+        "ZooKeeper unavailable.",
+    ]
+    return "\n\n".join(textwrap.fill(paragraph, 79) for paragraph in paragraphs)
+
+
+_WALK_CONCURRENCY = 16  # listings in flight while walking a prefix
+Json = dict[str, Any]
+
+
+def add_inspect_parsers(commands: argparse._SubParsersAction[Parser]) -> None:
+    """The ``contenders``, ``holders`` and ``leader`` subcommands' parsers."""
+    for name, argument, helptext in (
+        ("contenders", "PATH", "a lock's queue, holder first"),
+        ("holders", "PREFIX", "every held lock under a prefix"),
+        ("leader", "PATH", "an election's leader and candidates"),
+    ):
+        parser = commands.add_parser(
+            name,
+            help=helptext,
+            description=f"{helptext[0].upper()}{helptext[1:]}.",
+            epilog=_epilog(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        add_connection_options(parser)
+        parser.add_argument(
+            "--json", action="store_true", help="print one JSON object (shape below)"
+        )
+        parser.add_argument("path", metavar=argument)
+
+
+def inspect_command(args: argparse.Namespace) -> int:
+    """The ``contenders``, ``holders`` and ``leader`` subcommands; returns the exit status.
+
+    Raises ``UsageFailure`` for a bad path or hosts, before anything is contacted."""
+    try:
+        path = (validate_path if args.command == "holders" else validate_recipe_path)(args.path)
+    except aiozklock.InvalidArgument as exc:
+        raise UsageFailure(str(exc)) from None
+    client = make_client(args)
+    report = {"contenders": _contenders, "holders": _holders, "leader": _leader}[args.command]
+
+    async def main() -> Json:
+        async with client as zk:
+            return await report(zk, path)
+
+    try:
+        result = anyio.run(main)
+    except aiozklock.ZooKeeperUnavailable as exc:
+        say(args.command, f"ZooKeeper unavailable: {exc}")
+        return EX_UNAVAILABLE
+    print(json.dumps(result, indent=2) if args.json else _table(args.command, result))
+    return 0
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+async def _queue_at(
+    zk: aiozklock.ZooKeeperClient, path: str, children: list[str]
+) -> tuple[str | None, list[Contender]]:
+    """The kind of lock at ``path`` (given its children) and its contenders, holder first."""
+    if any(is_lock_node(child) for child in children):
+        return "lock", await zk.lock(path).contenders()
+    if NODE_NAME in children:
+        holders = await zk.lock(path, fair=False).contenders()
+        # A plain node that happens to be called "lock" has no ephemeral owner.
+        return "nonfair", [h for h in holders if h.session_id]
+    if LEASE_NODE in children:
+        try:
+            data, stat = await zk.get_data(join(path, LEASE_NODE))
+        except aiozklock.NoNodeError:  # released meanwhile
+            return "lease", []
+        if _is_lease(data):
+            return "lease", [contender_of(LEASE_NODE, data, stat, is_holder=True, sequence=0)]
+    return None, []
+
+
+def _is_lease(data: bytes) -> bool:
+    # A TTL node shows no owner in its stat: a lease is told by its data, JSON with holder_id.
+    try:
+        fields = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(fields, dict) and "holder_id" in fields
+
+
+async def _contenders(zk: aiozklock.ZooKeeperClient, path: str) -> Json:
+    kind, queue = await _queue_at(zk, path, await zk.get_children(path, missing_ok=True))
+    now = time.time()
+    return {
+        "path": path,
+        "kind": kind if queue else None,
+        "contenders": [_contender_json(c, i, now, kind) for i, c in enumerate(queue)],
+    }
+
+
+async def _leader(zk: aiozklock.ZooKeeperClient, path: str) -> Json:
+    election = zk.election(path)
+    leader = await election.leader()
+    queue = await election.contenders()
+    now = time.time()
+    return {
+        "path": path,
+        "leader": leader,
+        "contenders": [_contender_json(c, i, now, "lock") for i, c in enumerate(queue)],
+    }
+
+
+async def _holders(zk: aiozklock.ZooKeeperClient, prefix: str) -> Json:
+    locks: list[Json] = []
+    limiter = anyio.CapacityLimiter(_WALK_CONCURRENCY)
+
+    async def visit(path: str, tg: anyio.abc.TaskGroup) -> None:
+        async with limiter:
+            children = await zk.get_children(path, missing_ok=True)
+            kind, queue = await _queue_at(zk, path, children)
+        if queue:
+            holder = _contender_json(queue[0], 0, time.time(), kind)
+            locks.append({"path": path, "kind": kind, "waiting": len(queue) - 1, "holder": holder})
+        for child in children:
+            if not is_lock_node(child):  # a queue's nodes are ephemeral: they have no children
+                tg.start_soon(visit, join(path, child), tg)
+
+    async with anyio.create_task_group() as tg:
+        await visit(prefix, tg)
+    return {"prefix": prefix, "locks": sorted(locks, key=lambda lock: str(lock["path"]))}
+
+
+def _contender_json(contender: Contender, position: int, now: float, kind: str | None) -> Json:
+    enqueued = contender.enqueued_at
+    return {
+        "position": position,
+        "is_holder": contender.is_holder,
+        "identifier": contender.identifier,
+        "host": contender.host,
+        "pid": contender.pid,
+        "task": contender.task,
+        "session_id": None if kind == "lease" else f"0x{contender.session_id:x}",
+        "fencing_token": contender.fencing_token,
+        "node": contender.node,
+        "sequence": contender.sequence,
+        "enqueued_at": enqueued,
+        "queued_for": round(max(0.0, now - enqueued), 3) if enqueued is not None else None,
+    }
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def _table(command: str, result: Json) -> str:
+    if command == "holders":
+        if not result["locks"]:
+            return f"no held lock under {result['prefix']}"
+        header = ["PATH", "KIND", "WAITING", *_COLUMNS]
+        rows = [
+            [lock["path"], lock["kind"], str(lock["waiting"]), *_cells(lock["holder"])]
+            for lock in result["locks"]
+        ]
+        return _aligned(header, rows)
+    lines = [f"leader: {result['leader'] or '(none)'}"] if command == "leader" else []
+    if not result["contenders"]:
+        lines.append(f"no contender on {result['path']}")
+    else:
+        rows = [
+            ["holder" if c["is_holder"] else "waiting", *_cells(c)] for c in result["contenders"]
+        ]
+        lines.append(_aligned(["STATE", *_COLUMNS], rows))
+    return "\n".join(lines)
+
+
+_COLUMNS = ["IDENTIFIER", "HOST", "PID", "SESSION", "TOKEN", "QUEUED", "NODE"]
+
+
+def _cells(contender: Json) -> list[str]:
+    queued = contender["queued_for"]
+    values = [
+        contender["identifier"],
+        contender["host"],
+        contender["pid"],
+        contender["session_id"],
+        contender["fencing_token"],
+        None if queued is None else f"{queued:.1f}s",
+        contender["node"],
+    ]
+    return ["-" if value is None else str(value) for value in values]
+
+
+def _aligned(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )
