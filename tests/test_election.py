@@ -530,9 +530,15 @@ async def crash_and_succeed(
     successor_client: aiozklock.ZooKeeperClient,
     fault: Callable[[], Awaitable[None]],
     within: float,
+    *,
+    fenced_only: bool = False,
 ) -> tuple[Term, Term, float]:
     """``leader_client`` leads, ``successor_client`` waits; ``fault()``; both terms end.
-    Returns the terms and when the fault started."""
+    Returns the terms and when the fault started.
+
+    ``fenced_only``: the fault re-grants on the server before the leader can hear of it (a
+    session expired by another connection), so terms may overlap by the notification's
+    latency and only the fencing tokens separate them."""
     history = History()
     leader, successor = Term(), Term()
     election = leader_client.election(PATH, identifier="leader")
@@ -555,9 +561,10 @@ async def crash_and_succeed(
     assert not election.is_leader
     assert successor.error is None
     assert successor.token > leader.token
-    assert leader.exit < successor.enter  # never two leaders
-    result = history.check()
-    assert result.ok, str(result)
+    if not fenced_only:
+        assert leader.exit < successor.enter  # never two leaders
+        result = history.check()
+        assert result.ok, str(result)
     return leader, successor, fault_at
 
 
@@ -646,7 +653,7 @@ async def test_session_expiry_then_campaign_again_in_the_new_session(
         await expire_session(zk_hosts.split(",")[0], old_session, password)
 
     leader, successor, fault_at = await crash_and_succeed(
-        leader_client, successor_client, expire, within=10
+        leader_client, successor_client, expire, within=10, fenced_only=True
     )
     proxy.set_delay(0)
     report(
