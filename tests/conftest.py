@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -94,3 +95,21 @@ async def wait_for_children(
 async def wait_for_queue(zk: aiozklock.ZooKeeperClient, path: str, size: int) -> list[str]:
     """Wait until ``path`` has at least ``size`` children."""
     return await wait_for_children(zk, path, lambda children: len(children) >= size)
+
+
+async def gone(zk: aiozklock.ZooKeeperClient, *paths: str, within: float = 5.0) -> None:
+    """Wait (children watches, bounded) until no path has a child left (a missing path has
+    none). A release returns once its delete is written, so another session, or a listing
+    sent before it, may still see the node for a moment."""
+    with anyio.fail_after(within):
+        for path in paths:
+            if await zk.exists(path) is not None:
+                with contextlib.suppress(aiozklock.NoNodeError):  # a container reaped
+                    await wait_for_children(zk, path, lambda children: children == [])
+
+
+async def node_gone(zk: aiozklock.ZooKeeperClient, node: str, within: float = 5.0) -> None:
+    """Wait (a children watch on the parent, bounded) until ``node`` does not exist."""
+    parent, _, name = node.rpartition("/")
+    with anyio.fail_after(within), contextlib.suppress(aiozklock.NoNodeError):
+        await wait_for_children(zk, parent or "/", lambda children: name not in children)

@@ -28,7 +28,7 @@ import pytest
 import aiozklock
 from aiozklock import SessionState, StateChange
 from aiozklock.testing import FaultProxy, History, Opcode, expire_session, session_of
-from tests.conftest import ClientFactory, wait_for_children, wait_for_queue
+from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(40)]
 
@@ -223,7 +223,7 @@ async def test_cancel_while_campaigning_leaves_no_node(
         # The object campaigns again normally afterwards.
         async with candidate:
             assert await candidate.leader() == "candidate"
-        assert await zk.get_children(PATH) == []
+        await gone(zk, PATH)
 
 
 async def test_one_leader_at_a_time_among_sessions(open_client: ClientFactory) -> None:
@@ -670,7 +670,7 @@ async def test_session_expiry_then_campaign_again_in_the_new_session(
             assert stat.ephemeral_owner == leader_client.session_id != old_session
             assert election.fencing_token == stat.czxid > successor.token
             assert election.is_leader
-    assert await successor_client.get_children(PATH) == []
+    await gone(successor_client, PATH)
 
 
 async def test_successor_connection_dropped_during_the_handover(
@@ -702,7 +702,7 @@ async def test_successor_connection_dropped_during_the_handover(
     assert leader.error is None
     assert successor.error is None
     assert history.check().ok
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_watch_leader_survives_the_path_being_wiped(

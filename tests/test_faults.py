@@ -34,7 +34,7 @@ from aiozklock.testing import (
     expire_session,
     session_of,
 )
-from tests.conftest import ClientFactory, wait_for_queue
+from tests.conftest import ClientFactory, gone, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
 
@@ -304,7 +304,7 @@ async def test_waiter_connection_drop_keeps_session_and_wakes_after_release(
     assert [c.state for c in states.changes] == [SessionState.SUSPENDED, SessionState.CONNECTED]
     report_ = history.check()
     assert report_.ok, str(report_)
-    assert await holder_client.get_children(PATH) == []
+    await gone(holder_client, PATH)
 
 
 # --- F6: real session expiry while holding --------------------------------------------------
@@ -398,7 +398,7 @@ async def test_real_session_expiry_while_holding(
             assert node_stat.ephemeral_owner == new_session
     report_ = history.check()
     assert report_.ok, str(report_)
-    assert await other_client.get_children(PATH) == []
+    await gone(other_client, PATH)
 
 
 # --- F7: partition longer than the session timeout ---------------------------------------

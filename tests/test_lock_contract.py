@@ -12,7 +12,7 @@ import pytest
 
 import aiozklock
 from aiozklock.testing import FencedStore, History, session_of
-from tests.conftest import wait_for_queue
+from tests.conftest import gone, wait_for_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -79,7 +79,7 @@ async def test_timeout_raises_lock_timeout_and_leaves_no_node(
     # The object stays usable after a timeout.
     async with contender.acquire(timeout=2.0):
         assert contender.is_held
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_reentrant_in_the_same_task(zk: aiozklock.ZooKeeperClient) -> None:
@@ -240,7 +240,7 @@ async def test_exclusion_with_many_sessions_checked_by_history(
     assert report.ok, str(report)
     assert report.sections == clients * cycles
     assert not store.rejected
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_waiter_cancelled_leaves_no_node_and_object_stays_usable(

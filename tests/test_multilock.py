@@ -12,7 +12,7 @@ import pytest
 
 import aiozklock
 from aiozklock.testing import FaultProxy, History, Opcode, expire_session, session_of
-from tests.conftest import ClientFactory, wait_for_queue
+from tests.conftest import ClientFactory, gone, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
 
@@ -63,6 +63,7 @@ async def test_one_round_trip_when_free_and_one_to_release(
     assert proxy.count() == 4
     proxy.reset_counters()
     await lock.release()
+    await proxy.wait_for_request(Opcode.MULTI)  # written before release() returned
     assert proxy.count(Opcode.MULTI) == 1
     assert proxy.count() == 1
 
@@ -222,7 +223,7 @@ async def test_lost_multi_reply_is_resolved_by_guid(
             assert lock.statistics().nodes == {p: n[0] for p, n in listing.items()}
             _, stat = await zk.get_data(f"{A}/{listing[A][0]}")
             assert lock.fencing_token == stat.czxid
-    assert await children(zk, A, B) == {A: [], B: []}
+    await gone(zk, A, B)
 
 
 async def test_connection_drop_cancels_the_body_and_nothing_stays(
@@ -359,7 +360,7 @@ async def test_session_expiry_cancels_the_body_and_the_lock_works_in_the_new_ses
             assert stat.ephemeral_owner == holder_client.session_id != old_session
             assert holder.fencing_token == stat.czxid
     assert holder.statistics().losses == 1
-    assert await children(observer, A, B) == {A: [], B: []}
+    await gone(observer, A, B)
 
 
 @pytest.mark.parametrize("cancel_after", [0.0, 0.05, 0.2])
@@ -382,7 +383,7 @@ async def test_cancelled_with_the_multi_in_flight_leaves_nothing(
         assert not lock.statistics().locked
         async with lock.acquire(timeout=5):  # the object stays usable
             assert lock.is_held
-    assert await children(observer, A, B) == {A: [], B: []}
+    await gone(observer, A, B)
 
 
 @pytest.mark.parametrize("kind", ["lock", "multi_lock"])
@@ -403,4 +404,4 @@ async def test_lost_reply_to_the_retry_with_containers_is_resolved(
         async with lock:
             listing = await children(observer, *paths)
             assert all(len(names) == 1 for names in listing.values()), listing
-    assert await children(observer, *paths) == {p: [] for p in paths}
+    await gone(observer, *paths)

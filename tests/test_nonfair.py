@@ -22,7 +22,7 @@ from aiozklock.testing import (
     four_letter_word,
     session_of,
 )
-from tests.conftest import ClientFactory, wait_for_children
+from tests.conftest import ClientFactory, gone, node_gone, wait_for_children
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -124,6 +124,7 @@ async def test_acquire_is_one_create_and_release_one_delete(
     assert json.loads(data)["identifier"] == "w1"
     proxy.reset_counters()
     await lock.release()
+    await proxy.wait_for_request(Opcode.DELETE)  # written before release() returned
     assert proxy.count(Opcode.DELETE) == 1
     assert requests_sent(proxy) == 1
     assert await zk.exists(NODE) is None
@@ -150,7 +151,7 @@ async def test_missing_path_is_created_as_a_container(
         stat = await zk.exists(PATH)
         assert stat is not None
         assert stat.ephemeral_owner == 0
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_exclusion_across_sessions(
@@ -244,7 +245,7 @@ async def test_timeout_leaves_nothing_and_object_stays_usable(
         async with contender.acquire(timeout=2.0):
             assert contender.is_held
             assert contender.fencing_token > holder.token
-    assert await zk.exists(NODE) is None
+    await node_gone(zk, NODE)
 
 
 async def test_try_acquire(zk: aiozklock.ZooKeeperClient, open_client: ClientFactory) -> None:
@@ -367,7 +368,7 @@ async def test_release_wakes_every_waiter_and_one_wins(
         for outcome in outcomes:
             outcome.release.set()
     assert all(o.error is None and o.token for o in outcomes)
-    assert await zk.exists(NODE) is None
+    await node_gone(zk, NODE)
 
 
 # ---------------------------------------------------------------- faults
@@ -393,7 +394,7 @@ async def test_lost_create_reply_is_adopted(
     assert stat.ephemeral_owner == client.session_id
     assert lock.fencing_token == stat.czxid
     await lock.release()
-    assert await zk.exists(NODE) is None
+    await node_gone(zk, NODE)
 
 
 async def test_lost_delete_reply_never_deletes_the_next_holders_node(
@@ -425,12 +426,16 @@ async def test_lost_delete_reply_never_deletes_the_next_holders_node(
         proxy.set_delay(0.5)
         with anyio.fail_after(10):
             await competitor.entered.wait()
-            await ours.done.wait()  # our release has returned
+            await ours.done.wait()  # our release has returned (it did not wait for the reply)
+            # The unknown outcome is the janitor's: it re-checks the node's czxid.
+            await proxy.wait_for_request(Opcode.EXISTS)
         proxy.set_delay(0)
+        for _ in range(2):  # round trips ordered after the re-check: the janitor has decided
+            await client.exists("/")
         assert ours.error is None
         assert proxy.swallowed_replies == 1
         assert proxy.count(Opcode.DELETE) == 1  # the re-check saw another czxid: no retry
-        assert proxy.count(Opcode.EXISTS) == 1
+        assert proxy.count(Opcode.EXISTS) == 3  # the re-check, and our two
         stat = await zk.exists(NODE)
         assert stat is not None
         assert stat.czxid == competitor.token
@@ -560,4 +565,4 @@ async def test_lost_create_reply_then_new_session_never_adopts_the_old_node(
     assert lock.fencing_token == stat.czxid
     assert lock.is_held
     await lock.release()
-    assert await zk.exists(NODE) is None
+    await node_gone(zk, NODE)

@@ -16,7 +16,7 @@ import pytest
 import aiozklock
 from aiozklock._recipes._core._names import nodes_of
 from aiozklock.testing import FaultProxy, session_of
-from tests.conftest import wait_for_queue
+from tests.conftest import gone, wait_for_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(40)]
 
@@ -137,6 +137,7 @@ async def test_uncontended_acquire_and_release_take_one_round_trip_each(
     assert create.connection_index == listing.connection_index
     proxy.reset_counters()
     await lock.release()
+    await proxy.wait_for_request(DELETE)  # written before release() returned
     assert requests_except_pings(proxy) == [DELETE]
 
     # Pipelined, not sequential: with every request held 0.4 s by the proxy, one round trip
@@ -253,7 +254,7 @@ async def test_lost_create_reply_contended_keeps_one_node_in_the_queue(
             await acquired.wait()
     assert proxy.swallowed_replies == 1
     assert proxy.count(CREATE2) == 1
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_lost_create_reply_then_timeout_leaves_no_node(
@@ -270,7 +271,7 @@ async def test_lost_create_reply_then_timeout_leaves_no_node(
         assert len(await zk.get_children(PATH)) == 1
     async with lock.acquire(timeout=2):  # reusable
         assert lock.is_held
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 # ------------------------------------------------------------------ cancellation (F3)
@@ -346,7 +347,7 @@ async def test_cancelled_acquire_leaves_nothing_behind(
     await holder.release()
     async with lock.acquire(timeout=2):  # the object stays usable
         assert lock.is_held
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_next_in_line_is_granted_by_the_notification_alone(
@@ -375,7 +376,7 @@ async def test_next_in_line_is_granted_by_the_notification_alone(
         proxy.reset_counters()
         await holder.release()
     assert sent_for_the_grant == []  # granted by the NodeDeleted event alone
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_cancelled_release_still_deletes_the_node(
@@ -391,14 +392,14 @@ async def test_cancelled_release_still_deletes_the_node(
         proxy.set_delay(0.3)
         proxy.reset_counters()
         held.set()
-        await lock.release()
+        await lock.release(confirm=True)  # the only release that waits, so can be cancelled
 
     async def trigger() -> None:
         await held.wait()
         await proxy.wait_for_request(DELETE)
 
     cancelled = await _cancel_when(acquire_then_release, trigger)
-    # release() is shielded: it finished deleting, then the cancellation was delivered.
+    # A confirmed release is shielded: it finished deleting, then the cancellation came.
     assert cancelled
     assert not lock.is_held
     assert await zk.get_children(PATH) == []

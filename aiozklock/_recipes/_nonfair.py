@@ -266,6 +266,26 @@ class NonFairLock(Primitive):
         with anyio.CancelScope(shield=True):
             await self._delete(holding.generation, stat.czxid, stat.version)
 
+    def _give_back_nowait(self, holding: Holding) -> bool:
+        stat = self._held
+        assert stat is not None
+        node, janitor, generation = self.node, self._janitor, holding.generation
+
+        def done(result: object, error: AiozklockError | None) -> None:
+            if error is not None and not isinstance(
+                error, (NoNodeError, SessionExpired, ClientClosed)
+            ):
+                # Unknown outcome: the janitor deletes it only if it is still ours (czxid).
+                janitor.delete(node, generation, czxid=stat.czxid)
+
+        op = delete_op(self._session.server_path(node), stat.version)
+        try:
+            if not self._session.send((op,), generation=generation, on_done=done):
+                janitor.delete(node, generation, czxid=stat.czxid)  # once reconnected
+        except SessionExpired:
+            pass  # our session is gone, and the server deletes its node with it
+        return True
+
     def _drop(self, holding: Holding) -> None:
         self._held = None
 

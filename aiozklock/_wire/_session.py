@@ -87,15 +87,30 @@ class StateChange:
 StateListener = Callable[[StateChange], None]
 
 
-class _Pending:
-    __slots__ = ("error", "event", "op", "result", "xid")
+ReplyCallback = Callable[[Any, "AiozklockError | None"], None]
 
-    def __init__(self, xid: int, op: Op[Any]) -> None:
+
+class _Pending:
+    __slots__ = ("error", "event", "on_done", "op", "result", "xid")
+
+    def __init__(self, xid: int, op: Op[Any], on_done: ReplyCallback | None = None) -> None:
         self.xid = xid
         self.op = op
-        self.event = anyio.Event()
+        self.on_done = on_done  # a request sent without waiting: told instead of a waiter
+        self.event = anyio.Event() if on_done is None else None
         self.result: Any = None
         self.error: AiozklockError | None = None
+
+    def finish(self) -> None:
+        """The reply, or the failure, is in: wake the waiter or call ``on_done``."""
+        if self.on_done is None:
+            assert self.event is not None
+            self.event.set()
+            return
+        try:
+            self.on_done(self.result, self.error)
+        except Exception:
+            log.exception("a reply callback raised")
 
 
 class Session:
@@ -248,8 +263,26 @@ class Session:
                 return pendings
             await self.wait_connected(generation, wait_until)
 
+    def send(self, ops: Sequence[Op[Any]], *, generation: int, on_done: ReplyCallback) -> bool:
+        """Write ``ops`` now and return without waiting for their replies; False (nothing
+        sent) if not connected now. ZooKeeper runs a session's requests in order, so every
+        later request of this session is ordered after them.
+
+        ``on_done(result, error)`` is called for each reply, or with the failure
+        (``ConnectionLoss``, ``SessionExpired``, ``ClientClosed``), synchronously by the
+        session: it must neither block nor raise. Raises ``SessionExpired`` if
+        ``generation`` is gone, ``UsageError`` outside the session's event loop.
+        """
+        self.check_loop()
+        return self._send_now(ops, generation, on_done=on_done) is not None
+
     def _send_now(
-        self, ops: Sequence[Op[Any]], generation: int | None, *, closing: bool = False
+        self,
+        ops: Sequence[Op[Any]],
+        generation: int | None,
+        *,
+        closing: bool = False,
+        on_done: ReplyCallback | None = None,
     ) -> list[_Pending] | None:
         """Write ``ops`` now if connected (None if not). Synchronous: nothing can change the
         connection or the generation between the checks and the write."""
@@ -263,7 +296,7 @@ class Session:
         now = time.monotonic()
         for op in ops:
             self._xid = xid = (self._xid + 1) & 0x7FFFFFFF or 1
-            pending = _Pending(xid, op)
+            pending = _Pending(xid, op, on_done)
             self._pending[xid] = pending
             pendings.append(pending)
             if op.watcher is not None and op.watch is not None:
@@ -279,14 +312,16 @@ class Session:
         return pendings
 
     async def _await_replies(self, pendings: Sequence[_Pending]) -> None:
+        last = pendings[-1].event
+        assert last is not None  # sent to be awaited
         try:
             # Replies come in request order, and a dropped connection fails every pending at
             # once: when the last one is answered, all are.
-            await pendings[-1].event.wait()
+            await last.wait()
         except BaseException:
             # Cancelled: forget what is still in flight; late replies are then skipped.
             for pending in pendings:
-                if not pending.event.is_set():
+                if pending.event is not None and not pending.event.is_set():
                     self._forget(pending)
             raise
 
@@ -345,7 +380,7 @@ class Session:
         for pending in pendings:
             pending.error = error_factory()
             self._watches.settle(pending.op, pending.error is not None, pending.result)
-            pending.event.set()
+            pending.finish()
 
     def _session_gone(self, reason: str, *, stale: bool) -> None:
         """The session that owns our ephemerals is gone (or given up): LOST, new generation."""
@@ -590,14 +625,14 @@ class Session:
                 pending.result = op.parse(data, proto.REPLY_HEADER_SIZE)
             except Exception as exc:
                 pending.error = ConnectionLoss(f"unreadable reply: {exc!r}")
-                pending.event.set()
+                pending.finish()
                 raise
         elif err == proto.NO_NODE and op.absent_ok:
             pending.result = None
         else:
             pending.error = error_for_code(err, self.client_path(op.path) if op.path else None)
         self._watches.settle(op, pending.error is not None, pending.result)
-        pending.event.set()
+        pending.finish()
         if err == -112:  # the server says our session expired
             self._drop_connection("server reports session expired")
 

@@ -31,7 +31,7 @@ from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._queue import Queue
 from aiozklock._wire._session import Session
-from aiozklock._wire._validation import validate_timeout
+from aiozklock._wire._validation import validate_flag, validate_timeout
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +188,12 @@ class Primitive(metaclass=_FactoryMade):
     async def _give_back(self, holding: Holding) -> None:
         """Release a holding that was not lost: shielded, returns once it is given up."""
 
+    def _give_back_nowait(self, holding: Holding) -> bool:
+        """Write the release of ``holding`` without waiting for the reply (what fails, or
+        cannot be written now, is the janitor's); False if the recipe cannot release so
+        (a lease: its node is not bound to the session): ``_give_back`` then runs."""
+        return False
+
     @abstractmethod
     def _drop(self, holding: Holding) -> None:
         """Forget the local state of ``holding`` (released, or lost and left to the janitor)."""
@@ -226,16 +232,26 @@ class Primitive(metaclass=_FactoryMade):
             return False
         return True
 
-    async def release(self) -> None:
+    async def release(self, *, confirm: bool = False) -> None:
         """Release what the current task holds (one level, if reentered).
+
+        Returns once the release is written, without waiting for the server's reply (so
+        does leaving ``async with``): ZooKeeper runs this session's requests in order, so a
+        re-acquire, or any other request of this client, is ordered after it, and no
+        other contender can be granted before it is applied. Until then other sessions may
+        still list our node. A delete that fails, or cannot be written now (disconnected),
+        is done in the background once reconnected in the same session; ``close()`` sends
+        what is written before closing. ``confirm=True`` waits until the server has applied
+        the release (one round trip more; through a reconnect if need be).
 
         Raises ``NotLockOwner`` if the current task does not hold it (if it was held by a
         task that ended without releasing it, it is released now, and logged as an error),
         ``LockLost`` if it was lost while held (its nodes are then removed in the
-        background once possible), ``UsageError`` outside the client's event loop.
+        background once possible), ``UsageError`` outside the client's event loop,
+        ``InvalidArgument`` for a non-bool ``confirm``.
         """
         self._session.check_loop()
-        await self._release(anyio.get_current_task().id)
+        await self._release(anyio.get_current_task().id, validate_flag("confirm", confirm))
 
     async def __aenter__(self) -> Self:
         task = anyio.get_current_task()
@@ -376,7 +392,7 @@ class Primitive(metaclass=_FactoryMade):
         self._acquisitions += 1
         self._last_wait = time.monotonic() - started
 
-    async def _release(self, task_id: int) -> None:
+    async def _release(self, task_id: int, confirm: bool = False) -> None:
         holding = self._holding
         # An ended owner's task id may have been reused by the caller: not the owner either.
         if self._owner is None or self._owner.id != task_id or self._orphaned():
@@ -391,9 +407,9 @@ class Primitive(metaclass=_FactoryMade):
             if holding.lost:
                 raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
             return
-        await self._let_go(holding, task_id)
+        await self._let_go(holding, task_id, confirm)
 
-    async def _let_go(self, holding: Holding, task_id: int) -> None:
+    async def _let_go(self, holding: Holding, task_id: int, confirm: bool = True) -> None:
         self._depth = 0
         self._owner = None
         self._holding = None
@@ -406,7 +422,8 @@ class Primitive(metaclass=_FactoryMade):
             if holding.lost:
                 self._losses += 1
                 raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
-            await self._give_back(holding)
+            if confirm or not self._give_back_nowait(holding):
+                await self._give_back(holding)
         finally:
             self._drop(holding)
             self._local.release()
@@ -501,6 +518,10 @@ class QueuedPrimitive(Primitive):
 
     async def _give_back(self, holding: Holding) -> None:
         await self._queue.delete_own()
+
+    def _give_back_nowait(self, holding: Holding) -> bool:
+        self._queue.delete_own_nowait()
+        return True
 
     def _drop(self, holding: Holding) -> None:
         if holding.lost:

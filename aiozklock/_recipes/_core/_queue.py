@@ -63,6 +63,10 @@ from aiozklock._wire._validation import join
 
 log = logging.getLogger(__name__)
 
+# A delete that failed with these needs no retry: the node is gone, or its session is (and
+# the server deletes it with the session).
+GONE_ALREADY = (NoNodeError, SessionExpired, ClientClosed)
+
 
 Listings = dict[str, list[str]]  # member path -> its children
 _EPHEMERAL_SEQUENTIAL = CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL
@@ -465,6 +469,35 @@ class Queue:
                         break  # gone, or its session is (and the server deletes it with it)
                     except ConnectionLoss:
                         continue  # outcome unknown: repeat; NoNode then means it worked
+
+    def delete_own_nowait(self) -> None:
+        """Write the deletes of our nodes and return without their replies. Every later
+        request of this session is ordered after them, so a re-acquire goes out at once:
+        one round trip per cycle. A delete that fails, or that cannot be written now
+        (disconnected), is the janitor's."""
+        if not self.nodes:
+            return
+        session, janitor, generation = self._session, self._janitor, self.generation
+        nodes = [join(m, self.nodes[m]) for m in self.members]
+        paths = [session.server_path(node) for node in nodes]
+        if len(paths) == 1:
+            op: Op[Any] = delete_op(paths[0])
+        else:
+            op = multi_op([MultiDelete(path) for path in paths], session.client_path)
+
+        def done(result: Any, error: AiozklockError | None) -> None:
+            failed_multi = isinstance(result, MultiResult) and not result.ok
+            if isinstance(error, GONE_ALREADY) or (error is None and not failed_multi):
+                return
+            for node in nodes:  # outcome unknown, or a multi that a missing node failed
+                janitor.delete(node, generation)
+
+        try:
+            if not session.send((op,), generation=generation, on_done=done):
+                for node in nodes:
+                    janitor.delete(node, generation)  # once reconnected, in this session
+        except SessionExpired:
+            pass  # their session is gone, and the server deletes them with it
 
     async def _delete_in_one(self, paths: list[str]) -> bool:
         """One ``multi`` of deletes (one round trip); False to fall back to single deletes
