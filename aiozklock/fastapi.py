@@ -264,10 +264,15 @@ async def _exit(
     errors: HTTPErrors,
     label: str,
 ) -> None:
-    """Release; a loss (or a close) found on the way out becomes ``errors.unavailable``."""
+    """Release, confirmed by the server (so that a client that has the response finds the
+    lock free from any process); a loss (or a close) on the way out becomes
+    ``errors.unavailable``."""
     try:
-        await acquiring.__aexit__(
-            type(exc) if exc else None, exc, exc.__traceback__ if exc else None
+        await acquiring.exit(
+            type(exc) if exc else None,
+            exc,
+            exc.__traceback__ if exc else None,
+            confirm=True,
         )
     except _UNAVAILABLE as error:
         if error is exc:  # the endpoint's own error, passed through

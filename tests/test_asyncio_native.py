@@ -10,7 +10,7 @@ import pytest
 
 import aiozklock
 from aiozklock.testing import FencedStore, History, session_of
-from tests.conftest import wait_for_queue
+from tests.conftest import gone, wait_for_queue
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 
@@ -37,7 +37,7 @@ async def test_task_cancel_of_a_waiter_leaves_no_node(zk_hosts: str) -> None:
         await holder.release()
         async with waiter:  # still usable
             assert waiter.is_held
-        assert await a.get_children(PATH) == []
+        await gone(a, PATH)
 
 
 async def test_wait_for_and_timeout_leave_no_node(zk_hosts: str) -> None:
@@ -72,7 +72,7 @@ async def test_gathered_tasks_are_mutually_excluded(zk_hosts: str) -> None:
         report = history.check()
         assert report.ok, str(report)
         assert report.sections == 30
-        assert await a.get_children(PATH) == []
+        await gone(a, PATH)
 
 
 async def test_native_cancel_never_leaks_a_watcher(zk_hosts: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 import aiozklock
 from aiozklock.testing import FaultProxy, Opcode
+from tests.conftest import gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -52,7 +53,7 @@ async def test_close_while_suspended_closes_the_session_on_the_server(
     with anyio.fail_after(2):
         await client.close()
     # Closed on the server: the node went with the session, long before its 10 s expiry.
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
     with anyio.fail_after(1):
         async with zk.lock(PATH):
             pass
@@ -75,4 +76,4 @@ async def test_close_while_a_background_job_runs_raises_nothing(
         assert not lock.statistics().locked  # lost, and left to the janitor
     # Leaving the client closed it with the job in flight, and nothing was raised.
     assert client.state is aiozklock.SessionState.CLOSED
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)

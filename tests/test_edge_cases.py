@@ -12,7 +12,7 @@ import pytest
 import aiozklock
 from aiozklock._recipes._core._names import nodes_of
 from aiozklock.testing import FaultProxy
-from tests.conftest import wait_for_children
+from tests.conftest import gone, wait_for_children
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -38,7 +38,7 @@ async def test_acquire_in_an_already_cancelled_scope_is_just_cancelled(
         scope.cancel()
         await lock.acquire()
     assert scope.cancelled_caught
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
     async with lock.acquire(timeout=2):
         assert lock.is_held
 
@@ -171,7 +171,7 @@ async def test_release_inside_the_block_does_not_corrupt_another_task(
         assert lock.statistics().locked  # B still holds it, unharmed
         b_done.set()
     assert len(errors) == 1  # A's misuse surfaced as NotLockOwner
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_node_left_to_the_janitor_retires_the_guid(

@@ -146,7 +146,7 @@ async def test_leader_scope_fencing_token_and_resign(zk: aiozklock.ZooKeeperClie
             assert seen == {"is_leader": True, "is_held": False}
             assert election.is_held
         assert not election.is_leader
-        assert await zk.get_children(PATH) == []
+        await gone(zk, PATH)
         assert await election.leader() is None  # the path exists, with no candidate
 
 
@@ -165,7 +165,7 @@ async def test_campaign_and_resign_methods(zk: aiozklock.ZooKeeperClient) -> Non
         await first.resign()
         async with second.acquire(timeout=5):
             assert await first.leader() == "second"
-        assert await zk.get_children(PATH) == []
+        await gone(zk, PATH)
 
 
 async def test_default_identifier_is_host_and_pid(zk: aiozklock.ZooKeeperClient) -> None:
@@ -579,7 +579,7 @@ async def test_leader_client_closed(open_client: ClientFactory) -> None:
         close_to_cancel=leader.exit - fault_at,
         close_to_successor=successor.enter - fault_at,
     )
-    assert await successor_client.get_children(PATH) == []
+    await gone(successor_client, PATH)
 
 
 async def test_leader_connection_dropped(proxy: FaultProxy, open_client: ClientFactory) -> None:
@@ -598,7 +598,7 @@ async def test_leader_connection_dropped(proxy: FaultProxy, open_client: ClientF
     )
     assert leader.exit - fault_at < 0.5
     assert leader_client.session_id == session_id  # not a session expiry
-    assert await successor_client.get_children(PATH) == []
+    await gone(successor_client, PATH)
 
 
 async def test_partition_longer_than_the_session_cancels_before_reelection(

@@ -38,7 +38,7 @@ from aiozklock.testing import (
     ZooKeeperMember,
     session_of,
 )
-from tests.conftest import ClientFactory, wait_for_queue
+from tests.conftest import ClientFactory, gone, wait_for_queue
 from tests.test_faults import (
     PATH,
     TIMEOUT,
@@ -220,7 +220,7 @@ async def test_lost_create_reply_then_timeout_or_cancel_leaves_no_node(
             assert lock.fencing_token > holder_token
             assert await observer.get_children(parent) == [lock.statistics().node]
     # The release is ordered before the client's next request: it sees nothing left.
-    assert await client.get_children(PATH) == []
+    await gone(client, PATH)
 
 
 # --- F5: release with a dead or black-holed connection ----------------------------------------
@@ -316,7 +316,7 @@ async def test_release_right_after_connection_drop(
     assert states.first(is_state(SessionState.LOST)) is None, states.changes
     report_ = history.check()
     assert report_.ok, str(report_)
-    assert await other.get_children(PATH) == []
+    await gone(other, PATH)
 
 
 @pytest.mark.timeout(30)
@@ -402,7 +402,7 @@ async def test_release_during_short_partition(
         assert set(proxy.session_ids) == {session_id}
     report_ = history.check()
     assert report_.ok, str(report_)
-    assert await other.get_children(PATH) == []
+    await gone(other, PATH)
 
 
 # --- F8: partition shorter than the session timeout, under both loss policies -----------------
@@ -532,7 +532,7 @@ async def test_partition_shorter_than_session_timeout(
         assert log.first(is_state(SessionState.LOST)) is None, log.changes
     report_ = history.check()
     assert report_.ok, str(report_)
-    assert await waiter_client.get_children(PATH) == []
+    await gone(waiter_client, PATH)
 
 
 # --- F15: the watch race, deterministic and under load ----------------------------------------
@@ -634,7 +634,7 @@ async def test_predecessor_gone_between_check_and_wait(
     assert session_of(client).watcher_count() == baseline_watchers
     report_ = history.check()
     assert report_.ok, str(report_)
-    assert await client.get_children(PATH) == []
+    await gone(client, PATH)
 
 
 F15_HANDOFFS = 300
@@ -838,7 +838,7 @@ async def test_server_frozen_longer_than_session_timeout(
         assert await anyio.to_thread.run_sync(member.mode) == "standalone"
         async with holder_client.lock(PATH).acquire(timeout=5):
             pass
-        assert await holder_client.get_children(PATH) == []
+        await gone(holder_client, PATH)
 
 
 # --- F13: an ensemble follower is frozen --------------------------------------------------------

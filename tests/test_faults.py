@@ -384,7 +384,7 @@ async def test_real_session_expiry_while_holding(
         assert new_session not in (0, old_session)
         assert proxy.session_ids[0] == old_session
         assert proxy.session_ids[-1] == new_session
-        assert await other_client.get_children(PATH) == []
+        await gone(other_client, PATH)
 
         # The old lock object, acquired again, gets a new node and a newer token.
         async with lock:
@@ -492,7 +492,7 @@ async def test_partition_longer_than_session_timeout(
     assert report_.ok, str(report_)
     assert back.at - lifted_at < 2.0
     assert holder_client.session_id == back.session_id
-    assert await waiter_client.get_children(PATH) == []
+    await gone(waiter_client, PATH)
 
 
 # --- F12: the ensemble leader is killed ------------------------------------------------------
@@ -716,7 +716,7 @@ async def test_close_fails_pending_waiter_and_ends_the_session(
         held_after_close = holder_lock.statistics().locked
         if server == "answering":
             # closeSession is answered after the ephemerals are deleted: gone at once.
-            assert await watcher.get_children(PATH) == []
+            await gone(watcher, PATH)
         with anyio.move_on_after(1.0):
             await waiter_done.wait()
             await holder.done.wait()
@@ -749,7 +749,7 @@ async def test_close_fails_pending_waiter_and_ends_the_session(
             assert closed_at - started < 2.5
             with anyio.fail_after(TIMEOUT + 2):
                 await deletion.deleted.wait()
-            assert await watcher.get_children(PATH) == []
+            await gone(watcher, PATH)
 
         # Use after close.
         with pytest.raises(aiozklock.ClientClosed):
@@ -866,7 +866,7 @@ async def test_server_restart_within_session_timeout_keeps_session_and_lock(chro
                 ]
             report_ = history.check()
             assert report_.ok, str(report_)
-            assert await waiter_client.get_children(PATH) == []
+            await gone(waiter_client, PATH)
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(cluster.close)

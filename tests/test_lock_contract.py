@@ -32,7 +32,7 @@ async def test_async_with_holds_and_releases_one_node(zk: aiozklock.ZooKeeperCli
         assert lock.fencing_token == stat.czxid
         assert stat.ephemeral_owner == zk.session_id
     assert not lock.is_held
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_awaitable_acquire_and_release(zk: aiozklock.ZooKeeperClient) -> None:
@@ -41,14 +41,14 @@ async def test_awaitable_acquire_and_release(zk: aiozklock.ZooKeeperClient) -> N
     assert lock.is_held
     await lock.release()
     assert not lock.is_held
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_acquire_with_timeout_as_context_manager(zk: aiozklock.ZooKeeperClient) -> None:
     lock = zk.lock(PATH)
     async with lock.acquire(timeout=1.0) as held:
         assert held.is_held
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_free_lock_is_acquired_even_with_zero_timeout(
@@ -92,7 +92,7 @@ async def test_reentrant_in_the_same_task(zk: aiozklock.ZooKeeperClient) -> None
             assert len(await zk.get_children(PATH)) == 1
         assert lock.is_held
         assert lock.statistics().depth == 1
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_other_tasks_of_the_process_wait_their_turn_fifo(
@@ -122,7 +122,7 @@ async def test_other_tasks_of_the_process_wait_their_turn_fifo(
         assert lock.statistics().tasks_waiting == 5
         await lock.release()
     assert order == [0, 1, 2, 3, 4]
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_release_by_non_owner_raises(zk: aiozklock.ZooKeeperClient) -> None:
@@ -256,7 +256,7 @@ async def test_waiter_cancelled_leaves_no_node_and_object_stays_usable(
         assert session_of(other).watcher_count() == 0
     async with waiter_lock.acquire(timeout=2):
         assert waiter_lock.is_held
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_infinite_timeout_means_wait_forever(zk: aiozklock.ZooKeeperClient) -> None:
@@ -281,4 +281,4 @@ async def test_acquire_result_is_a_coroutine_and_a_context_manager(
     async with anyio.create_task_group() as tg:
         tg.start_soon(holder)
     assert results == [True]
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)

@@ -44,7 +44,7 @@ async def test_holds_every_member_with_one_transaction_and_releases_all(
             assert tokens[path] == stat.czxid == lock.fencing_token  # one transaction
         assert lock.statistics().nodes == {p: n[0] for p, n in listing.items()}
     assert not lock.is_held
-    assert await children(zk, A, B, C) == {A: [], B: [], C: []}
+    await gone(zk, A, B, C)
 
 
 async def test_one_round_trip_when_free_and_one_to_release(
@@ -78,7 +78,7 @@ async def test_missing_member_paths_cost_one_more_round_trip(
     async with lock:
         assert proxy.count(Opcode.MULTI) == 2  # failed NoNode, then retried with containers
         assert proxy.count(Opcode.CREATE_CONTAINER) == 2  # /locks/b and /locks/c only
-    assert await children(client, A, B, C) == {A: [], B: [], C: []}
+    await gone(client, A, B, C)
 
 
 async def test_paths_are_validated_and_deduplicated_before_any_traffic(
@@ -118,7 +118,7 @@ async def test_timeout_leaves_nothing_on_any_member(
         assert session_of(other).watcher_count() == 0
     async with contender.acquire(timeout=2):
         assert contender.is_held
-    assert await children(zk, A, B, C) == {A: [], B: [], C: []}
+    await gone(zk, A, B, C)
 
 
 async def test_cancelled_waiter_leaves_nothing_and_stays_usable(
@@ -134,7 +134,7 @@ async def test_cancelled_waiter_leaves_nothing_and_stays_usable(
         assert session_of(other).watcher_count() == 0
     async with waiter.acquire(timeout=2):
         assert waiter.is_held
-    assert await children(zk, A, B, C) == {A: [], B: [], C: []}
+    await gone(zk, A, B, C)
 
 
 async def test_excludes_the_plain_lock_on_a_shared_path(
@@ -163,7 +163,7 @@ async def test_reentrant_in_the_same_task(zk: aiozklock.ZooKeeperClient) -> None
         async with lock:
             assert lock.statistics().depth == 2
         assert lock.is_held
-    assert await children(zk, A, B) == {A: [], B: []}
+    await gone(zk, A, B)
 
 
 async def test_overlapping_sets_in_every_order_never_deadlock(
@@ -204,7 +204,7 @@ async def test_overlapping_sets_in_every_order_never_deadlock(
     assert sum(h.check().sections for h in histories.values()) == sum(
         len(m) for plan in plans for m in plan
     )
-    assert await children(zk, *paths) == {key: [] for key in paths}
+    await gone(zk, *paths)
 
 
 async def test_lost_multi_reply_is_resolved_by_guid(
@@ -260,7 +260,7 @@ async def test_release_when_one_member_node_was_deleted_by_hand(
     (name,) = await other.get_children(A)
     await other.delete(f"{A}/{name}")
     await lock.release()  # the multi delete fails; single deletes finish the job
-    assert await children(zk, A, B) == {A: [], B: []}
+    await gone(zk, A, B)
 
 
 async def test_a_member_lost_while_waiting_requeues_all_members_together(
@@ -276,18 +276,28 @@ async def test_a_member_lost_while_waiting_requeues_all_members_together(
     waiting = anyio.Event()
     # Its nodes are known to it (not just created on the server) once it waits.
     waiter._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    held, done = anyio.Event(), anyio.Event()
+
+    async def wait_then_hold() -> None:  # a live holder (one that ended would be reaped)
+        async with waiter:
+            held.set()
+            await done.wait()
+
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(waiter.acquire)
+            tg.start_soon(wait_then_hold)
             await waiting.wait()
             before = waiter.statistics().nodes
             await zk.delete(f"{A}/{before[A]}")
             await holder.release()
-    after = waiter.statistics().nodes
-    assert waiter.statistics().locked
-    assert after[A] != before[A]
-    assert after[B] != before[B]
-    assert await children(zk, A, B) == {A: [after[A]], B: [after[B]]}
+            await held.wait()
+            after = waiter.statistics().nodes
+            assert waiter.statistics().locked
+            assert after[A] != before[A]
+            assert after[B] != before[B]
+            assert await children(zk, A, B) == {A: [after[A]], B: [after[B]]}
+            done.set()
+    await gone(zk, A, B)
 
 
 async def hold_until_lost(lock: aiozklock.MultiLock, entered: anyio.Event) -> float:
@@ -379,7 +389,7 @@ async def test_cancelled_with_the_multi_in_flight_leaves_nothing(
             await lock.acquire()
         assert scope.cancelled_caught
         proxy.set_delay(0)
-        assert await children(observer, A, B) == {A: [], B: []}
+        await gone(observer, A, B)
         assert not lock.statistics().locked
         async with lock.acquire(timeout=5):  # the object stays usable
             assert lock.is_held

@@ -127,7 +127,7 @@ async def test_acquire_is_one_create_and_release_one_delete(
     await proxy.wait_for_request(Opcode.DELETE)  # written before release() returned
     assert proxy.count(Opcode.DELETE) == 1
     assert requests_sent(proxy) == 1
-    assert await zk.exists(NODE) is None
+    await node_gone(zk, NODE)
 
 
 @pytest.mark.parametrize(("existing", "creates"), [("/locks", 2), (None, 3)])
@@ -178,7 +178,7 @@ async def test_exclusion_across_sessions(
     assert report.ok, str(report)
     assert report.sections == clients * cycles
     assert not store.rejected
-    assert await zk.get_children(PATH) == []
+    await gone(zk, PATH)
 
 
 async def test_reentrant_per_task(zk: aiozklock.ZooKeeperClient) -> None:
@@ -194,7 +194,7 @@ async def test_reentrant_per_task(zk: aiozklock.ZooKeeperClient) -> None:
         assert lock.is_held
         assert (await zk.exists(NODE)) is not None
     assert not lock.is_held
-    assert await zk.exists(NODE) is None
+    await node_gone(zk, NODE)
 
 
 async def test_tasks_of_one_object_take_turns(zk: aiozklock.ZooKeeperClient) -> None:
@@ -216,7 +216,7 @@ async def test_tasks_of_one_object_take_turns(zk: aiozklock.ZooKeeperClient) -> 
             for _ in range(4):
                 tg.start_soon(worker)
     assert entries == 4
-    assert await zk.exists(NODE) is None
+    await node_gone(zk, NODE)
 
 
 async def test_timeout_leaves_nothing_and_object_stays_usable(
@@ -257,7 +257,7 @@ async def test_try_acquire(zk: aiozklock.ZooKeeperClient, open_client: ClientFac
     await lock.release()
     assert await lock.try_acquire() is True
     await lock.release()
-    assert await zk.exists(NODE) is None
+    await node_gone(zk, NODE)
 
 
 async def test_cancel_while_waiting_leaves_no_node_and_no_watcher(
@@ -282,7 +282,7 @@ async def test_cancel_while_waiting_leaves_no_node_and_no_watcher(
         assert not lock.is_held
         holder.release.set()
     # The holder released; the cancelled waiter must not take the lock behind our back.
-    assert await zk.exists(NODE) is None
+    await node_gone(zk, NODE)
     assert await lock.try_acquire() is True  # and the object stays usable
     await lock.release()
 
@@ -442,7 +442,7 @@ async def test_lost_delete_reply_never_deletes_the_next_holders_node(
         assert stat.ephemeral_owner == rival.session_id
         competitor.release.set()
     assert competitor.error is None
-    assert await zk.exists(NODE) is None
+    await node_gone(zk, NODE)
 
 
 async def test_connection_drop_while_holding_cancels_the_body_and_frees_the_lock(
@@ -469,7 +469,7 @@ async def test_connection_drop_while_holding_cancels_the_body_and_frees_the_lock
                 assert other.fencing_token > holder.token
     report = history.check()
     assert report.ok, str(report)
-    assert await zk.exists(NODE) is None
+    await node_gone(zk, NODE)
 
 
 def partition_on_suspend(client: aiozklock.ZooKeeperClient, proxy: FaultProxy) -> None:
@@ -526,7 +526,7 @@ async def test_cancel_while_the_create_is_in_flight_deletes_our_node_at_once(
         tg.cancel_scope.cancel()
     # The cancelled acquire resolved the create (read back) and deleted its node before
     # returning: nothing is left, and nothing went to the background.
-    assert await zk.exists(NODE) is None
+    await node_gone(zk, NODE)
     assert proxy.count(Opcode.GET_DATA) == 1
     assert proxy.count(Opcode.DELETE) == 1
     proxy.set_delay(0)

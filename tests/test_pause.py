@@ -25,7 +25,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 import aiozklock
 from aiozklock import SessionState
 from aiozklock.testing import FaultProxy, FencedStore, RawZooKeeperConnection, expire_session
-from tests.conftest import ClientFactory
+from tests.conftest import ClientFactory, gone
 from tests.test_faults import TIMEOUT, DeletionWatch, StateLog, first_host, observer, report
 
 pytestmark = [pytest.mark.anyio]
@@ -159,7 +159,7 @@ async def test_paused_holder_is_fenced_and_its_validity_has_expired_on_resume(
         await other_lock.release()
         with anyio.fail_after(10):
             assert await process.wait() == 0
-        assert await other.get_children(PATH) == []
+        await gone(other, PATH)
     finally:
         if process.returncode is None:
             os.kill(process.pid, signal.SIGCONT)

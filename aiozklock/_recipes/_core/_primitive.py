@@ -114,11 +114,23 @@ class AcquireContext(Coroutine[Any, Any, None], Generic[P]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        await self.exit(exc_type, exc, tb)
+
+    async def exit(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        *,
+        confirm: bool = False,
+    ) -> None:
+        """``__aexit__``; with ``confirm``, it returns once the server has applied the
+        release (for integrations that promise it, e.g. before an HTTP response)."""
         self._primitive._session.check_loop()
         assert self._scope is not None
         scope, self._scope = self._scope, None
         task_id = anyio.get_current_task().id
-        await self._primitive._exit_body(scope, exc_type, exc, tb, task_id)
+        await self._primitive._exit_body(scope, exc_type, exc, tb, task_id, confirm)
 
 
 class _FactoryMade(ABCMeta):
@@ -473,6 +485,7 @@ class Primitive(metaclass=_FactoryMade):
         exc: BaseException | None,
         tb: TracebackType | None,
         task_id: int,
+        confirm: bool = False,
     ) -> None:
         holding = self._holding
         # The scope swallows only a cancellation of its own, made by a loss; then _release
@@ -483,7 +496,7 @@ class Primitive(metaclass=_FactoryMade):
         cancelled = anyio.get_cancelled_exc_class()
         outer_cancel = exc_type is not None and issubclass(exc_type, cancelled) and not swallowed
         try:
-            await self._release(task_id)
+            await self._release(task_id, confirm)
         except LockLost:
             if not outer_cancel:  # the caller's own cancellation must propagate, not be hidden
                 raise
