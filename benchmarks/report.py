@@ -265,9 +265,10 @@ def requests_table(concurrency: Sequence[int], hold_ms: float) -> Table:
         "`recipes.Lock` on one shared `ZKClient`; kazoo: `client.Lock(path)` on one shared "
         "`KazooClient`; Curator: an `InterProcessMutex` per path on one shared "
         "`CuratorFramework`. The raw floor is the same loop on aiozklock's own wire session "
-        "with each lock replaced by a bare create (ephemeral) then delete of the task's node "
-        "(one request each, no recipe): C pairs in flight; the % row is each round's "
-        "aiozklock cycles/s over that round's floor, median [min-max].",
+        "with each lock replaced by a bare create (ephemeral) of the task's node, whose "
+        "delete is written with the task's next create (two writes, one round trip per "
+        "cycle: the least a lock cycle can cost); the % row is each round's aiozklock "
+        "cycles/s over that round's floor, median [min-max].",
         SUBJECT,
         (SUBJECT, "aiozk", "kazoo", "Curator"),
         tuple(requests_rows(concurrency)),

@@ -1,7 +1,7 @@
 """Benchmark aiozklock against aiozk, kazoo and Apache Curator, side by side, in one run.
 
-    python benchmarks/run.py --quick                  # about a minute
-    python benchmarks/run.py                          # the full run
+    python benchmarks/run.py --quick                  # 3 short rounds, a few minutes
+    python benchmarks/run.py                          # the full run: 5 rounds, ~10 min
     python benchmarks/run.py --only aiozklock,kazoo --scenarios uncontended,wire
 
 It starts its own ZooKeeper (free port, fsync on) unless --hosts is given, runs every
@@ -99,7 +99,7 @@ class Settings:
 
 QUICK = Settings(
     iterations=300,
-    warmup=100,
+    warmup=300,
     duration=0.3,
     sessions=(2, 10, 50),
     process_sessions=(2, 10),
@@ -119,16 +119,16 @@ QUICK = Settings(
     server_warmup=3.0,
 )
 # Full: 5 rounds, each about a fifth of the former single pass (the median of 5 short
-# rounds says more than one long one), about 10 minutes on 2 cores.
+# rounds says more than one long one), about 10 minutes on 2 cores. 50 processes (about
+# 100 s more) only with --process-sessions 2,10,50.
 FULL = dataclasses.replace(
     QUICK,
     iterations=1000,
-    warmup=200,
+    warmup=2000,  # a fresh JVM each round: Curator's CPU per cycle settles after ~2,000 cycles
     duration=1.0,
-    process_sessions=(2, 10, 50),
     contended_warmup=3,
     wire_cycles=500,
-    pairs=1000,
+    pairs=600,
     rounds=5,
     server_warmup=10.0,
 )
@@ -585,7 +585,7 @@ class Bench:
         s = self.settings
         params = self.params(  # half the cycles: a multi-lock cycle is up to 12 round trips
             self.path(driver, "multilock"),
-            warmup=min(s.warmup, 100),
+            warmup=min(s.warmup, 300),
             iterations=max(1, s.iterations // 2),
             members=s.members,
         )
@@ -927,7 +927,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="short run (about a minute)")
+    parser.add_argument(
+        "--quick", action="store_true", help="3 short rounds instead of 5 (a few minutes)"
+    )
     parser.add_argument("--only", help=f"comma-separated clients, of: {','.join(LIBRARIES)}")
     parser.add_argument("--scenarios", help=f"comma-separated, of: {','.join(SCENARIOS)}")
     parser.add_argument("--no-trio", action="store_true", help="skip aiozklock on trio")
