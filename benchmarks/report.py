@@ -574,12 +574,19 @@ def _ratio_panel(axis: Any, rows: Sequence[Metric], rounds: Rounds, columns: Seq
             )
     axis.axvline(1.0, color="black", linewidth=0.8)
     axis.set_xscale("log")
+    spreads = [ratio_range(m, rounds, SUBJECT, p) for m in shown for p in peers]
+    low = min([s.low for s in spreads if s is not None] + [1.0]) / 1.2
+    high = max([s.high for s in spreads if s is not None] + [1.0]) * 1.2
+    ticks = [t for t in (0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32) if low <= t <= high]
+    axis.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+    axis.minorticks_off()
+    axis.set_xlim(low, high)
     axis.set_yticks([i + height * (len(peers) - 1) / 2 for i in range(len(shown))])
     axis.set_yticklabels([m.label for m in shown], fontsize=7)
     axis.invert_yaxis()
     axis.set_title(
-        "aiozklock vs each peer: > 1 means aiozklock is better (median of the rounds' "
-        "ratios, bars: min-max; pale: range straddles 1, not significant)",
+        "aiozklock vs each peer, > 1x: aiozklock is better\n(median of the rounds' ratios, "
+        "bars: min-max; pale: the range straddles 1x, not significant)",
         fontsize=10,
     )
     if peers:
