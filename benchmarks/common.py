@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 import anyio
+import anyio.lowlevel
 
 #: The same session timeout for every client (seconds).
 SESSION_TIMEOUT = 10.0
@@ -45,6 +46,8 @@ class Params:
     backend: str = "asyncio"  # aiozklock: the anyio backend
     fair: bool = True  # aiozklock: False takes zk.lock(path, fair=False) (NonFairLock)
     members: int = 3  # multilock: member paths {path}/m0, {path}/m1, ...
+    concurrency: int = 10  # requests: tasks (threads) in one session, each on its own path
+    hold: float = 0.0  # requests: seconds a lock is held (0: one yield to the scheduler)
     profile: bool = False  # profile the measured part with cProfile (top functions in result)
 
     def to_words(self) -> list[str]:
@@ -113,6 +116,11 @@ def member_paths(params: Params) -> list[str]:
     return [f"{params.path}/m{i}" for i in range(params.members)]
 
 
+def request_paths(params: Params) -> list[str]:
+    """The lock paths of the per-request scenario: one per task, ``{path}/<i>``."""
+    return [f"{params.path}/{i}" for i in range(params.concurrency)]
+
+
 def emit(stream: TextIO, message: Result) -> None:
     stream.write(json.dumps(message) + "\n")
     stream.flush()
@@ -152,3 +160,47 @@ async def timed_async_cycles(lock: Any, params: Params, gate: Gate) -> Result:
     cpu = time.process_time_ns() - cpu_start
     gate.measured()
     return {"latencies_ns": latencies, "wall_ns": wall, "cpu_ns": cpu}
+
+
+async def per_request_cycles(locks: list[Any], params: Params, gate: Gate) -> Result:
+    """The per-request measurement of every async client (anyio, so on asyncio or trio):
+    one task per lock, each ``warmup`` cycles, then "ready"; after "go", each loops
+    acquire -> hold -> release on its own lock until ``duration`` is over."""
+
+    async def hold() -> None:
+        if params.hold > 0:
+            await anyio.sleep(params.hold)
+        else:
+            await anyio.lowlevel.checkpoint()
+
+    async def warm(lock: Any) -> None:
+        for _ in range(params.warmup):
+            async with lock:
+                await hold()
+
+    async def timed(lock: Any, latencies: list[int], deadline: int) -> None:
+        while True:
+            start = time.monotonic_ns()
+            async with lock:
+                await hold()
+            end = time.monotonic_ns()
+            latencies.append(end - start)
+            if end >= deadline:
+                return
+
+    async with anyio.create_task_group() as tasks:
+        for lock in locks:
+            tasks.start_soon(warm, lock)
+    await gate.aready()
+    per_task: list[list[int]] = [[] for _ in locks]
+    go = time.monotonic_ns()
+    async with anyio.create_task_group() as tasks:
+        for lock, latencies in zip(locks, per_task, strict=True):
+            tasks.start_soon(timed, lock, latencies, go + int(params.duration * 1e9))
+    last_end = time.monotonic_ns()
+    gate.measured()
+    return {
+        "latencies_ns": [latency for latencies in per_task for latency in latencies],
+        "per_task": [len(latencies) for latencies in per_task],
+        "measured_ns": last_end - go,
+    }

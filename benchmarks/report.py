@@ -8,9 +8,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.stats import RatioRange, median
+
 #: The column every ratio is computed from, and the peers it is compared with.
 SUBJECT = "aiozklock"
 PEERS = ("aiozk", "kazoo", "Curator")
+#: A round in which the hypervisor took more than this share of the CPUs is flagged.
+HEAVY_STEAL_PCT = 10.0
+#: Marks a ratio whose min-max range over the rounds straddles 1.00x (not significant).
+NOT_SIGNIFICANT = "~"
+
+#: The values of one run: round -> column -> metric key -> value.
+Rounds = Sequence[dict[str, dict[str, float]]]
+
+HOW_TO_READ = (
+    "Every client ran every scenario once per round, {rounds} rounds, the client order "
+    "rotated by one each round, each measurement in a fresh worker process. Client columns: "
+    'the median over the rounds. Ratios ("X vs Y"): how many times better X is than Y, '
+    'whichever the direction of the metric ("Better" column), **> 1.00x means aiozklock is '
+    "better** (X is aiozklock on asyncio, or its non-fair lock in that table); each round "
+    "gives one ratio (both measured in that round), shown as **median [min-max]** over the "
+    "rounds. **A trailing `~` marks a ratio whose min-max range straddles 1.00x: not "
+    "significant**, the rounds disagree on which client is better. Wire counts are taken in "
+    "the first round only (they do not depend on the load), so they have no range. The "
+    "Rounds table gives each round's load average and CPU steal; a round with more than "
+    "{steal:.0f} % steal is flagged ⚠."
+)
 
 
 @dataclass(frozen=True)
@@ -20,6 +43,7 @@ class Metric:
     unit: str
     higher_is_better: bool
     digits: int = 0
+    show_range: bool = False  # the cell shows "median [min-max]" over the rounds
 
     @property
     def better(self) -> str:
@@ -108,12 +132,12 @@ class Table:
     def render(
         self,
         run_columns: Sequence[str],
-        values: dict[str, dict[str, float]],
+        rounds: Rounds,
         flags: dict[str, dict[str, str]],
     ) -> str:
         columns = [c for c in self.columns if c in run_columns]
         peers = [c for c in columns if c != self.subject]
-        table = markdown(self.rows, columns, values, flags, self.subject, peers)
+        table = markdown(self.rows, columns, rounds, flags, self.subject, peers)
         if table.count("\n") < 2:  # no row was measured (scenario not run)
             return ""
         return f"### {self.title}\n\n{self.note}\n\n{table}"
@@ -200,6 +224,82 @@ def recipe_tables(
     return [multilock, election, non_fair]
 
 
+def requests_rows(concurrency: Sequence[int]) -> list[Metric]:
+    """The per-request rows, for each number of concurrent tasks C."""
+    rows: list[Metric] = []
+    for c in concurrency:
+        rows += [
+            Metric(f"requests_{c}_per_s", f"C={c}: cycles per second", "/s", True),
+            Metric(f"requests_{c}_p50_us", f"C={c}: cycle latency, p50", "µs", False),
+            Metric(f"requests_{c}_p99_us", f"C={c}: cycle latency, p99", "µs", False),
+            Metric(
+                f"requests_{c}_floor_per_s",
+                f"C={c}: raw floor, create(ephemeral)+delete pairs per second, {c} in flight",
+                "/s",
+                True,
+            ),
+            Metric(
+                f"requests_{c}_floor_pct",
+                f"C={c}: aiozklock's cycles/s, % of the floor (per round)",
+                "%",
+                True,
+                show_range=True,
+            ),
+        ]
+    return rows
+
+
+def requests_table(concurrency: Sequence[int], hold_ms: float) -> Table:
+    """Per-request locking: one session, C tasks, each cycling on its own lock path."""
+    hold = (
+        "a yield (`await sleep(0)`, `time.sleep(0)`, `Thread.yield()`)"
+        if hold_ms <= 0
+        else (f"a sleep of {hold_ms:g} ms")
+    )
+    return Table(
+        "Per-request locking: one session, C tasks, each on its own lock",
+        f"One client (one session); C tasks (threads for kazoo and Curator) each loop "
+        f"acquire → hold ({hold}) → release on their own path `req/<i>`, after a warm-up, "
+        "for `--duration` s. Cycles/s = cycles / (last cycle end - go); latency: one "
+        "acquire→release cycle, caller's view. aiozklock: `zk.lock(path)`; aiozk: "
+        "`recipes.Lock` on one shared `ZKClient`; kazoo: `client.Lock(path)` on one shared "
+        "`KazooClient`; Curator: an `InterProcessMutex` per path on one shared "
+        "`CuratorFramework`. The raw floor is the same loop on aiozklock's own wire session "
+        "with each lock replaced by a bare create (ephemeral) of the task's node, whose "
+        "delete is written with the task's next create (two writes, one round trip per "
+        "cycle: the least a lock cycle can cost); the % row is each round's aiozklock "
+        "cycles/s over that round's floor, median [min-max].",
+        SUBJECT,
+        (SUBJECT, "aiozk", "kazoo", "Curator"),
+        tuple(requests_rows(concurrency)),
+    )
+
+
+def headline(rows: Sequence[Metric]) -> list[Metric]:
+    """The rows of the chart's ratio panel: rates, medians, CPU and wall times (not p99s,
+    counts, memory or the raw floor)."""
+    ends = ("_per_s", "_median_us", "cpu_per_cycle_us", "_ms")
+    return [m for m in rows if m.key.endswith(ends) and "floor" not in m.key]
+
+
+def rounds_markdown(machine: Sequence[dict[str, Any]]) -> str:
+    """One line per round: its client order, duration, load average and CPU steal."""
+    lines = [
+        "| Round | Client order | Duration (s) | Load average (1 min), start → end "
+        "| CPU steal (%) | CPU busy (%) |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for index, state in enumerate(machine, 1):
+        steal = state["steal_pct"]
+        heavy = " ⚠ heavy steal" if steal > HEAVY_STEAL_PCT else ""
+        lines.append(
+            f"| {index} | {', '.join(state['order'])} | {state['duration_s']:.0f} "
+            f"| {state['load_start'][0]:.2f} → {state['load_end'][0]:.2f} "
+            f"| {steal:.1f}{heavy} | {state['busy_pct']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def regression_rows(sessions: Sequence[int]) -> list[Metric]:
     """The rows compared between this checkout and the baseline commit."""
     rows = [
@@ -221,7 +321,7 @@ def regression_rows(sessions: Sequence[int]) -> list[Metric]:
 
 def regression(
     rows: Sequence[Metric],
-    rounds: Sequence[dict[str, dict[str, float]]],
+    rounds: Rounds,
     current: str,
     baseline: str,
     flags: dict[str, dict[str, str]],
@@ -232,36 +332,38 @@ def regression(
     lines = ["| " + " | ".join(header) + " |", "|---|---|---:|---:|---:|"]
     summary: dict[str, Any] = {}
     for metric in rows:
-        ours = [r[current].get(metric.key, math.nan) for r in rounds]
-        theirs = [r[baseline].get(metric.key, math.nan) for r in rounds]
-        factors = [ratio(metric, a, b) for a, b in zip(ours, theirs, strict=True)]
-        known = sorted(f for f in factors if f is not None)
-        if not known:
+        spread = ratio_range(metric, rounds, current, baseline)
+        if spread is None:
             continue
-        cells = [f"{metric.label} ({metric.unit})" if metric.unit else metric.label, metric.better]
-        for column, samples in ((current, ours), (baseline, theirs)):
-            cell = format_value(metric, _median(samples))
-            cells.append(cell + (" ⚠" if metric.key in flags.get(column, {}) else ""))
-        middle = _median(known)
-        cells.append(f"{middle:.2f}x [{known[0]:.2f}-{known[-1]:.2f}]")
+        cells = [label(metric), metric.better]
+        for column in (current, baseline):
+            cells.append(value_cell(metric, rounds, column, flags))
+        cells.append(format_ratio(spread))
         lines.append("| " + " | ".join(cells) + " |")
         summary[metric.key] = {
-            "current": ours,
-            "baseline": theirs,
-            "ratios": factors,
-            "ratio_median": middle,
-            "ratio_min": known[0],
-            "ratio_max": known[-1],
+            "current": samples(rounds, current, metric.key),
+            "baseline": samples(rounds, baseline, metric.key),
+            "ratios": list(spread.ratios),
+            "ratio_median": spread.median,
+            "ratio_min": spread.low,
+            "ratio_max": spread.high,
+            "significant": spread.significant,
         }
     return "\n".join(lines), summary
 
 
-def _median(samples: Sequence[float]) -> float:
-    ordered = sorted(x for x in samples if not math.isnan(x))
-    if not ordered:
-        return math.nan
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+def label(metric: Metric) -> str:
+    return f"{metric.label} ({metric.unit})" if metric.unit else metric.label
+
+
+def samples(rounds: Rounds, column: str, key: str) -> list[float]:
+    """One value per round (NaN where that round has none)."""
+    return [r.get(column, {}).get(key, math.nan) for r in rounds]
+
+
+def value_of(rounds: Rounds, column: str, key: str) -> float:
+    """A column's value for the table: the median over the rounds that measured it."""
+    return median(samples(rounds, column, key))
 
 
 def ratio(metric: Metric, subject: float | None, peer: float | None) -> float | None:
@@ -273,93 +375,222 @@ def ratio(metric: Metric, subject: float | None, peer: float | None) -> float | 
     return subject / peer if metric.higher_is_better else peer / subject
 
 
+def ratio_range(metric: Metric, rounds: Rounds, subject: str, peer: str) -> RatioRange | None:
+    """The ratio of each round (both measured in it), as median and min-max."""
+    return RatioRange.of(
+        [
+            ratio(metric, r.get(subject, {}).get(metric.key), r.get(peer, {}).get(metric.key))
+            for r in rounds
+        ]
+    )
+
+
+def format_ratio(spread: RatioRange | None) -> str:
+    """``1.06x [0.94-1.21] ~``: median [min-max] of the rounds' ratios, ``~`` when the range
+    straddles 1.00x; one round alone is just ``1.06x``."""
+    if spread is None:
+        return "—"
+    if len(spread.ratios) < 2:
+        return f"{spread.median:.2f}x"
+    text = f"{spread.median:.2f}x [{spread.low:.2f}-{spread.high:.2f}]"
+    return text if spread.significant else f"{text} {NOT_SIGNIFICANT}"
+
+
 def format_value(metric: Metric, value: float | None) -> str:
     if value is None or math.isnan(value):
         return "—"
     return f"{value:,.{metric.digits}f}"
 
 
+def value_cell(
+    metric: Metric, rounds: Rounds, column: str, flags: dict[str, dict[str, str]]
+) -> str:
+    """The median over the rounds (with ``show_range``, its min-max too), ⚠ if flagged."""
+    values = [v for v in samples(rounds, column, metric.key) if not math.isnan(v)]
+    cell = format_value(metric, median(values))
+    if metric.show_range and len(values) > 1:
+        low, high = format_value(metric, min(values)), format_value(metric, max(values))
+        cell += f" [{low}-{high}]"
+    if metric.key in flags.get(column, {}):
+        cell += " ⚠"
+    return cell
+
+
 def markdown(
     rows: Sequence[Metric],
     columns: Sequence[str],
-    values: dict[str, dict[str, float]],
+    rounds: Rounds,
     flags: dict[str, dict[str, str]],
     subject: str = SUBJECT,
     peer_columns: Sequence[str] = PEERS,
 ) -> str:
-    """One row per metric, one column per client, then "<subject> vs X" for each peer."""
+    """One row per metric, one column per client (medians over the rounds), then
+    "<subject> vs X" for each peer (the rounds' ratios: median [min-max])."""
     peers = [peer for peer in peer_columns if peer in columns and subject in columns]
     header = ["Metric", "Better", *columns, *(f"{subject} vs {peer}" for peer in peers)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 2 + "---:|" * (len(header) - 2)]
     for metric in rows:
-        cells = [f"{metric.label} ({metric.unit})" if metric.unit else metric.label, metric.better]
-        for column in columns:
-            cell = format_value(metric, values.get(column, {}).get(metric.key))
-            if metric.key in flags.get(column, {}):
-                cell += " ⚠"
-            cells.append(cell)
-        for peer in peers:
-            factor = ratio(
-                metric,
-                values.get(subject, {}).get(metric.key),
-                values.get(peer, {}).get(metric.key),
-            )
-            cells.append("—" if factor is None else f"{factor:.2f}x")
-        if any(cell != "—" for cell in cells[2 : 2 + len(columns)]):
-            lines.append("| " + " | ".join(cells) + " |")
+        cells = [label(metric), metric.better]
+        cells += [value_cell(metric, rounds, column, flags) for column in columns]
+        if all(cell.startswith("—") for cell in cells[2:]):
+            continue  # not measured for any client
+        cells += [format_ratio(ratio_range(metric, rounds, subject, peer)) for peer in peers]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def ratio_summary(
+    rows: Sequence[Metric], rounds: Rounds, subject: str = SUBJECT, peers: Sequence[str] = PEERS
+) -> dict[str, dict[str, Any]]:
+    """For latest.json: metric -> peer -> the rounds' ratios, median, min, max, significance."""
+    summary: dict[str, dict[str, Any]] = {}
+    for metric in rows:
+        for peer in peers:
+            spread = ratio_range(metric, rounds, subject, peer)
+            if spread is not None:
+                summary.setdefault(metric.key, {})[peer] = spread.as_dict()
+    return summary
+
+
 def chart(
-    path: Path, columns: Sequence[str], values: dict[str, dict[str, float]], sessions: Sequence[int]
+    path: Path,
+    columns: Sequence[str],
+    rounds: Rounds,
+    ratio_rows: Sequence[Metric],
+    sessions: Sequence[int],
+    concurrency: Sequence[int],
 ) -> None:
-    """A few bar charts (matplotlib, Agg backend)."""
+    """Bar charts (matplotlib, Agg backend): the ratios to each peer on top, then values;
+    every bar is the median over the rounds, its error bar their min-max."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(3, 2, figsize=(12, 12))
+    figure = plt.figure(figsize=(12, 22))
+    grid = figure.add_gridspec(5, 2, height_ratios=[2.2, 1, 1, 1, 1])
+    _ratio_panel(figure.add_subplot(grid[0, :]), ratio_rows, rounds, columns)
     singles = [
-        (axes[0][0], "cycles_per_s", "Uncontended cycles/s (higher is better)"),
-        (axes[0][1], "cpu_per_cycle_us", "Client CPU per cycle, µs (lower is better)"),
-        (axes[1][1], "many_acquire_ms", "1,000 locks: acquire all, ms (lower is better)"),
-        (
-            axes[2][0],
-            "multilock_cycles_per_s",
-            "Multi-lock (3 paths; kazoo, aiozk: 3 locks in order), cycles/s (higher is better)",
-        ),
-        (
-            axes[2][1],
-            "election_handoff_median_us",
-            "Leader election hand-off, median µs (lower is better)",
-        ),
+        ((1, 0), "cycles_per_s", "Uncontended cycles/s (higher is better)"),
+        ((1, 1), "cpu_per_cycle_us", "Client CPU per cycle, µs (lower is better)"),
+        ((2, 1), "many_acquire_ms", "1,000 locks: acquire all, ms (lower is better)"),
+        ((3, 0), "multilock_cycles_per_s", "Multi-lock (3 paths), cycles/s (higher is better)"),
+        ((3, 1), "election_handoff_median_us", "Election hand-off, median µs (lower is better)"),
     ]
-    for axis, key, title in singles:
-        shown = [c for c in columns if not math.isnan(values.get(c, {}).get(key, math.nan))]
-        bars = axis.bar(shown, [values[c][key] for c in shown], color="tab:blue")
-        axis.bar_label(bars, fmt="{:,.0f}", fontsize=8)
-        axis.set_title(title, fontsize=10)
-        axis.tick_params(axis="x", labelsize=8)
-    axis = axes[1][0]
-    keys = [f"contended_{n}_per_s" for n in sessions]
-    shown = [
-        c for c in columns if any(not math.isnan(values.get(c, {}).get(k, math.nan)) for k in keys)
-    ]
-    width = 0.8 / max(len(shown), 1)
-    for index, column in enumerate(shown):
-        heights = [values[column].get(key, math.nan) for key in keys]
-        positions = [i + index * width for i in range(len(sessions))]
-        axis.bar(positions, heights, width, label=column)
-    axis.set_xticks([i + width * (len(shown) - 1) / 2 for i in range(len(sessions))])
-    axis.set_xticklabels([f"{n} sessions" for n in sessions])
-    axis.set_title("Contended grants/s, one process (higher is better)", fontsize=10)
-    axis.set_ylim(top=axis.get_ylim()[1] * 1.2)  # room for the legend
-    if shown:
-        axis.legend(fontsize=8, ncols=len(shown), loc="upper center")
+    for (row, col), key, title in singles:
+        _bars(figure.add_subplot(grid[row, col]), columns, rounds, key, title)
+    contended = [(c, c, [f"contended_{n}_per_s" for n in sessions]) for c in columns]
+    _grouped(
+        figure.add_subplot(grid[2, 0]),
+        contended,
+        rounds,
+        [f"{n} sessions" for n in sessions],
+        "Contended grants/s, one process (higher is better)",
+    )
+    per_request = [(c, c, [f"requests_{n}_per_s" for n in concurrency]) for c in columns]
+    floor = [f"requests_{n}_floor_per_s" for n in concurrency]
+    per_request.append(("raw floor (aiozklock's wire)", SUBJECT, floor))
+    _grouped(
+        figure.add_subplot(grid[4, :]),
+        per_request,
+        rounds,
+        [f"C={n} tasks" for n in concurrency],
+        "Per-request locking, one session, C tasks on their own locks: cycles/s (higher is better)",
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def _spread(rounds: Rounds, column: str, key: str) -> tuple[float, float, float]:
+    """Median, and how far below and above it the rounds' min and max are."""
+    values = [v for v in samples(rounds, column, key) if not math.isnan(v)]
+    if not values:
+        return math.nan, 0.0, 0.0
+    middle = median(values)
+    return middle, middle - min(values), max(values) - middle
+
+
+def _bars(axis: Any, columns: Sequence[str], rounds: Rounds, key: str, title: str) -> None:
+    spreads = {c: _spread(rounds, c, key) for c in columns}
+    shown = [c for c in columns if not math.isnan(spreads[c][0])]
+    errors = [[spreads[c][1] for c in shown], [spreads[c][2] for c in shown]]
+    bars = axis.bar(shown, [spreads[c][0] for c in shown], yerr=errors, capsize=3, color="tab:blue")
+    axis.bar_label(bars, fmt="{:,.0f}", fontsize=8, label_type="center", color="white")
+    axis.set_title(title, fontsize=10)
+    axis.tick_params(axis="x", labelsize=8)
+
+
+def _grouped(
+    axis: Any,
+    series: Sequence[tuple[str, str, Sequence[str]]],
+    rounds: Rounds,
+    groups: Sequence[str],
+    title: str,
+) -> None:
+    """One bar per (legend label, column, key of each group), grouped by ``groups``."""
+    shown = [
+        (name, column, keys)
+        for name, column, keys in series
+        if any(not math.isnan(_spread(rounds, column, k)[0]) for k in keys)
+    ]
+    width = 0.8 / max(len(shown), 1)
+    for index, (name, column, keys) in enumerate(shown):
+        spreads = [_spread(rounds, column, key) for key in keys]
+        positions = [i + index * width for i in range(len(groups))]
+        errors = [[s[1] for s in spreads], [s[2] for s in spreads]]
+        heights = [s[0] for s in spreads]
+        axis.bar(positions, heights, width, yerr=errors, capsize=2, label=name)
+    axis.set_xticks([i + width * (len(shown) - 1) / 2 for i in range(len(groups))])
+    axis.set_xticklabels(groups)
+    axis.set_title(title, fontsize=10)
+    axis.set_ylim(top=axis.get_ylim()[1] * 1.25)  # room for the legend
+    if shown:
+        axis.legend(fontsize=8, ncols=min(len(shown), 5), loc="upper center")
+
+
+def _ratio_panel(axis: Any, rows: Sequence[Metric], rounds: Rounds, columns: Sequence[str]) -> None:
+    """Horizontal bars: aiozklock vs each peer per row, median ratio with min-max error
+    bars, log scale; a pale bar is not significant (its range straddles 1.00x)."""
+    peers = [p for p in PEERS if p in columns and SUBJECT in columns]
+    shown = [m for m in rows if any(ratio_range(m, rounds, SUBJECT, p) for p in peers)]
+    height = 0.8 / max(len(peers), 1)
+    for index, peer in enumerate(peers):
+        colour = f"C{index}"
+        for position, metric in enumerate(shown):
+            spread = ratio_range(metric, rounds, SUBJECT, peer)
+            if spread is None:
+                continue
+            errors = [[spread.median - spread.low], [spread.high - spread.median]]
+            axis.barh(
+                position + index * height,
+                spread.median,
+                height,
+                xerr=errors,
+                capsize=2,
+                color=colour,
+                alpha=1.0 if spread.significant else 0.35,
+                label=f"vs {peer}" if position == 0 else None,
+            )
+    axis.axvline(1.0, color="black", linewidth=0.8)
+    axis.set_xscale("log")
+    spreads = [ratio_range(m, rounds, SUBJECT, p) for m in shown for p in peers]
+    low = min([s.low for s in spreads if s is not None] + [1.0]) / 1.2
+    high = max([s.high for s in spreads if s is not None] + [1.0]) * 1.2
+    ticks = [t for t in (0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32) if low <= t <= high]
+    axis.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+    axis.minorticks_off()
+    axis.set_xlim(low, high)
+    axis.set_yticks([i + height * (len(peers) - 1) / 2 for i in range(len(shown))])
+    axis.set_yticklabels([m.label for m in shown], fontsize=7)
+    axis.invert_yaxis()
+    axis.set_title(
+        "aiozklock vs each peer, > 1x: aiozklock is better\n(median of the rounds' ratios, "
+        "bars: min-max; pale: the range straddles 1x, not significant)",
+        fontsize=10,
+    )
+    if peers:
+        axis.legend(fontsize=8, loc="lower right")
 
 
 def notes_markdown(notes: Sequence[str]) -> str:

@@ -1,7 +1,7 @@
 """Benchmark aiozklock against aiozk, kazoo and Apache Curator, side by side, in one run.
 
-    python benchmarks/run.py --quick                  # about a minute
-    python benchmarks/run.py                          # the full run
+    python benchmarks/run.py --quick                  # 3 short rounds, a few minutes
+    python benchmarks/run.py                          # the full run: 5 rounds, ~10 min
     python benchmarks/run.py --only aiozklock,kazoo --scenarios uncontended,wire
 
 It starts its own ZooKeeper (free port, fsync on) unless --hosts is given, runs every
@@ -18,6 +18,7 @@ import dataclasses
 import datetime
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import queue
@@ -42,7 +43,7 @@ if str(ROOT) not in sys.path:  # run as a script: make ``benchmarks`` and ``aioz
 
 from benchmarks import report  # noqa: E402
 from benchmarks.common import Params  # noqa: E402
-from benchmarks.stats import Grants, Summary  # noqa: E402
+from benchmarks.stats import CpuShare, Grants, Summary, cpu_times  # noqa: E402
 
 LIBRARIES = ("aiozklock", "aiozk", "kazoo", "curator")
 SCENARIOS = (
@@ -54,6 +55,7 @@ SCENARIOS = (
     "floor",
     "multilock",
     "election",
+    "requests",
     "regression",
 )
 NON_FAIR = report.NON_FAIR
@@ -89,13 +91,16 @@ class Settings:
     max_jvms: int  # Curator: at most this many JVMs in the process-per-session case
     members: int  # multilock: member paths of the multi-lock
     candidates: int  # election: candidates in one process, one session each
-    rounds: int  # regression: interleaved rounds of current vs baseline
+    rounds: int  # every scenario of every client, once per round (the order rotates)
+    concurrency: tuple[int, ...]  # requests: tasks of one session, each on its own lock
+    hold_ms: float  # requests: how long each task holds its lock (0: one yield)
+    server_warmup: float  # seconds of lock cycles to warm ZooKeeper's JIT before round 1
 
 
 QUICK = Settings(
-    iterations=500,
-    warmup=200,
-    duration=0.5,
+    iterations=300,
+    warmup=300,
+    duration=0.3,
     sessions=(2, 10, 50),
     process_sessions=(2, 10),
     contended_warmup=2,
@@ -103,22 +108,29 @@ QUICK = Settings(
     waiters=50,
     locks=1000,
     kazoo_threads=100,
-    pairs=300,
+    pairs=200,
     batch=100,
     max_jvms=10,
     members=3,
     candidates=10,
     rounds=3,
+    concurrency=(10, 100),
+    hold_ms=0.0,
+    server_warmup=3.0,
 )
+# Full: 5 rounds, each about a fifth of the former single pass (the median of 5 short
+# rounds says more than one long one), about 10 minutes on 2 cores. 50 processes (about
+# 100 s more) only with --process-sessions 2,10,50.
 FULL = dataclasses.replace(
     QUICK,
-    iterations=5000,
-    warmup=1000,
-    duration=5.0,
-    process_sessions=(2, 10, 50),
-    contended_warmup=5,
-    wire_cycles=1000,
-    pairs=3000,
+    iterations=1000,
+    warmup=2000,  # a fresh JVM each round: Curator's CPU per cycle settles after ~2,000 cycles
+    duration=1.0,
+    contended_warmup=3,
+    wire_cycles=500,
+    pairs=600,
+    rounds=5,
+    server_warmup=10.0,
 )
 
 
@@ -327,21 +339,48 @@ def compile_curator(build_dir: Path) -> Driver | str:
 
 
 class Bench:
-    """Runs the scenarios and gathers metric values, raw summaries and notes."""
+    """Runs the scenarios round after round and gathers each round's metric values, raw
+    summaries and machine state, and the notes."""
 
     def __init__(self, settings: Settings, hosts: str, log_dir: Path) -> None:
         self.settings = settings
         self.hosts = hosts
         self.log_dir = log_dir
         self.root = f"/aiozklock-bench-{os.getpid()}-{int(time.time())}"
-        self.values: dict[str, dict[str, float]] = {}
+        self.round_index = 0
+        self.values: dict[str, dict[str, float]] = {}  # this round's: column -> metric -> value
+        self.raw: dict[str, dict[str, Any]] = {}  # this round's raw summaries
+        self.rounds: list[dict[str, dict[str, float]]] = []  # the finished rounds' values
+        self.raw_rounds: list[dict[str, dict[str, Any]]] = []
+        self.machine_rounds: list[dict[str, Any]] = []
         self.flags: dict[str, dict[str, str]] = {}  # column -> metric -> why it is suspect
-        self.raw: dict[str, dict[str, Any]] = {}
         self.notes: list[str] = []
         self.wire_counts: dict[str, Any] = {}
-        self.regression_rounds: list[dict[str, dict[str, float]]] = []
         self.baseline: tuple[Driver, Driver] | None = None  # (this checkout, the baseline)
         self._labels = 0
+
+    # -- rounds
+
+    def run_round(self, scenarios: Sequence[str], drivers: Sequence[Driver]) -> None:
+        """Every scenario for every client, in an order rotated by one each round, with
+        the machine's load and CPU steal over the round."""
+        shift = self.round_index % max(len(drivers), 1)
+        order = [*drivers[shift:], *drivers[:shift]]
+        probe = MachineProbe()
+        for scenario in scenarios:
+            run_scenario(self, scenario, order)
+        state = probe.finish([d.column for d in order])
+        if state["steal_pct"] > report.HEAVY_STEAL_PCT:
+            self.notes.append(
+                f"⚠ round {self.round_index + 1} ran under heavy CPU steal "
+                f"({state['steal_pct']:.1f} % of the CPUs' time went to other guests of the "
+                "hypervisor): its ratios are kept in the ranges, but read them with care"
+            )
+        self.machine_rounds.append(state)
+        self.rounds.append(self.values)
+        self.raw_rounds.append(self.raw)
+        self.values, self.raw = {}, {}
+        self.round_index += 1
 
     # -- plumbing
 
@@ -354,12 +393,12 @@ class Bench:
     def flag(self, driver: Driver, keys: Sequence[str], why: str) -> None:
         for key in keys:
             self.flags.setdefault(driver.column, {})[key] = why
-        self.notes.append(f"⚠ {driver.column}: {why}")
+        self.notes.append(f"⚠ {driver.column} (round {self.round_index + 1}): {why}")
 
     def path(self, driver: Driver, name: str) -> str:
-        """A fresh persistent node for one scenario (the lock path, or a parent)."""
+        """A fresh persistent node for one scenario of one round (the lock path, or a parent)."""
         slug = re.sub(r"[^a-z0-9]+", "-", driver.column.lower()).strip("-")
-        path = f"{self.root}/{slug}/{name}"
+        path = f"{self.root}/r{self.round_index + 1}/{slug}/{name}"
         create_paths(self.hosts, [path])
         return path
 
@@ -381,7 +420,7 @@ class Bench:
             workers = []
             for _ in range(count):
                 self._labels += 1
-                label = f"{self._labels:03d}-{driver.library}-{scenario}"
+                label = f"{self._labels:04d}-{driver.library}-{scenario}"
                 worker = Worker(command, label, self.log_dir, driver.env)
                 stack.callback(worker.stop)
                 workers.append(worker)
@@ -540,13 +579,14 @@ class Bench:
             )
         self.keep(driver, "floor", {"pair": pair.as_dict(), **_without_samples(result)})
 
-    def multilock(self, driver: Driver, tap: Tap) -> None:
-        """One multi-lock on ``members`` paths, uncontended: timed, then counted on the wire."""
+    def multilock(self, driver: Driver, tap: Tap | None) -> None:
+        """One multi-lock on ``members`` paths, uncontended: timed, then (with a ``tap``)
+        counted on the wire."""
         s = self.settings
-        params = self.params(
+        params = self.params(  # half the cycles: a multi-lock cycle is up to 12 round trips
             self.path(driver, "multilock"),
-            warmup=s.warmup,
-            iterations=s.iterations,
+            warmup=min(s.warmup, 300),
+            iterations=max(1, s.iterations // 2),
             members=s.members,
         )
         (result,) = self.run_workers(driver, "multilock", params)
@@ -558,6 +598,9 @@ class Bench:
             multilock_cycles_per_s=latency.n / (result["wall_ns"] / 1e9),
             multilock_cpu_per_cycle_us=result["cpu_ns"] / 1000 / latency.n,
         )
+        self.keep(driver, "multilock", {"latency": latency.as_dict(), **_without_samples(result)})
+        if tap is None:
+            return
         on_wire = dataclasses.replace(
             params,
             hosts=tap.address,
@@ -572,11 +615,7 @@ class Bench:
             multilock_requests_per_cycle=counts["requests"] / s.wire_cycles,
             multilock_round_trips_per_cycle=counts["round_trips"] / s.wire_cycles,
         )
-        self.keep(
-            driver,
-            "multilock",
-            {"latency": latency.as_dict(), **_without_samples(result), "wire": counts},
-        )
+        self.raw[driver.column]["multilock"]["wire"] = counts
 
     def election(self, driver: Driver) -> None:
         """``candidates`` sessions in one process campaign, lead (one yield) and resign in a
@@ -597,18 +636,46 @@ class Bench:
 
     def regression(self, current: Driver, baseline: Driver) -> None:
         """The uncontended and contended (one process) rows for this checkout and for the
-        baseline commit, interleaved for ``rounds`` rounds (the order alternates), so that
-        each round gives one paired ratio."""
-        rounds: list[dict[str, dict[str, float]]] = []
-        for index in range(self.settings.rounds):
-            pair = (current, baseline) if index % 2 == 0 else (baseline, current)
-            for driver in pair:
-                say(f"regression round {index + 1}/{self.settings.rounds}: {driver.column}")
-                self.uncontended(driver)
-                for n in self.settings.sessions:
-                    self.contended(driver, n, processes=False)
-            rounds.append({d.column: dict(self.values[d.column]) for d in pair})
-        self.regression_rounds = rounds
+        baseline commit, in an order that alternates each round: each round gives one
+        paired ratio."""
+        pair = (current, baseline) if self.round_index % 2 == 0 else (baseline, current)
+        for driver in pair:
+            say(f"regression: {driver.column}")
+            self.uncontended(driver)
+            for n in self.settings.sessions:
+                self.contended(driver, n, processes=False)
+
+    def requests(self, driver: Driver, concurrency: int, scenario: str = "requests") -> None:
+        """One session, ``concurrency`` tasks each cycling on its own lock for ``duration``
+        (with ``request_floor``: a bare create+delete instead of the lock, aiozklock only)."""
+        s = self.settings
+        params = self.params(
+            self.path(driver, f"{scenario}-{concurrency}"),
+            concurrency=concurrency,
+            warmup=s.contended_warmup,
+            duration=s.duration,
+            hold=s.hold_ms / 1000,
+        )
+        (result,) = self.run_workers(driver, scenario, params)
+        latency = Summary.of_ns(result["latencies_ns"])
+        per_s = latency.n / (result["measured_ns"] / 1e9)
+        if scenario == "request_floor":
+            keys = [f"requests_{concurrency}_floor_per_s"]
+            self.record(driver, **{keys[0]: per_s})
+            cycles = self.values.get(driver.column, {}).get(f"requests_{concurrency}_per_s")
+            if cycles is not None:
+                self.record(driver, **{f"requests_{concurrency}_floor_pct": 100 * cycles / per_s})
+        else:
+            keys = [f"requests_{concurrency}_{name}" for name in ("per_s", "p50_us", "p99_us")]
+            values = (per_s, latency.median_us, latency.p99_us)
+            self.record(driver, **dict(zip(keys, values, strict=True)))
+        idle = sum(count == 0 for count in result["per_task"])
+        if idle or len(result["per_task"]) != concurrency:
+            self.flag(driver, keys, f"{idle} of {concurrency} tasks completed no cycle")
+        if result.get("errors"):
+            self.flag(driver, keys, f"{result['errors']} of {concurrency} tasks failed")
+        raw = {"latency": latency.as_dict(), **_without_samples(result)}
+        self.keep(driver, f"{scenario}-{concurrency}", raw)
 
     def profile(self, driver: Driver) -> str:
         """cProfile of the uncontended cycle (top functions by own time)."""
@@ -651,61 +718,152 @@ def create_paths(hosts: str, paths: Sequence[str]) -> None:
     anyio.run(create)
 
 
+def warm_server(hosts: str, root: str, seconds: float) -> None:
+    """Load ZooKeeper with lock cycles (20 tasks, each on its own path) for ``seconds``.
+
+    The server is a JVM: its JIT compiles the hot paths during the first seconds of load,
+    which would handicap whichever client happens to be measured first in round 1."""
+    import anyio
+
+    import aiozklock
+
+    async def warm() -> None:
+        deadline = time.monotonic() + seconds
+
+        async def cycle_until(lock: aiozklock.Lock) -> None:
+            while time.monotonic() < deadline:
+                async with lock:
+                    pass
+
+        async with aiozklock.connect(hosts) as zk, anyio.create_task_group() as tasks:
+            for i in range(20):
+                tasks.start_soon(cycle_until, zk.lock(f"{root}/server-warm-up/{i}"))
+
+    anyio.run(warm)
+
+
 def run_scenario(bench: Bench, scenario: str, drivers: Sequence[Driver]) -> None:
     """One scenario for every client in turn (scenario-major, so that a change of the
     machine's load during the run hits the clients of one row alike)."""
-    settings = bench.settings
 
     def attempt(driver: Driver, what: str, run: Callable[[], None]) -> None:
         if scenario not in driver.scenarios:
             return
-        say(f"{what}: {driver.column}")
+        say(f"round {bench.round_index + 1}, {what}: {driver.column}")
         try:
             run()
         except WorkerError as exc:
-            bench.notes.append(f"{driver.column}, {what}: failed: {exc}")
+            bench.notes.append(
+                f"{driver.column}, {what} (round {bench.round_index + 1}): failed: {exc}"
+            )
             say(f"  FAILED: {exc}")
 
     if scenario == "regression":
-        if bench.baseline is None:
-            bench.notes.append("Regression rows not run: no --baseline-commit")
-        else:
-            current, baseline = bench.baseline
-            try:
-                bench.regression(current, baseline)
-            except WorkerError as exc:
-                bench.notes.append(f"regression: failed: {exc}")
-                say(f"  FAILED: {exc}")
-        return
-    if scenario in ("wire", "multilock"):
-        tap = Tap(bench.hosts)
-        counted = bench.wire if scenario == "wire" else bench.multilock
-        try:
+        run_regression(bench)
+    elif scenario in ("wire", "multilock"):
+        run_counted(bench, scenario, drivers, attempt)
+    elif scenario in ("contended", "processes"):
+        for driver in drivers:
+            run_contended(bench, scenario, driver, attempt)
+    elif scenario == "requests":
+        subject = [d for d in drivers if d.column == report.SUBJECT]
+        for concurrency in bench.settings.concurrency:
             for driver in drivers:
-                attempt(driver, scenario, partial(counted, driver, tap))
-        finally:
-            tap.stop()
+                attempt(
+                    driver,
+                    f"requests C={concurrency}",
+                    partial(bench.requests, driver, concurrency),
+                )
+            for driver in subject:  # the raw floor, right after the clients of this C
+                run = partial(bench.requests, driver, concurrency, "request_floor")
+                attempt(driver, f"requests floor C={concurrency}", run)
+    else:
+        method = getattr(bench, scenario)
+        for driver in drivers:
+            attempt(driver, scenario, partial(method, driver))
+
+
+Attempt = Callable[[Driver, str, Callable[[], None]], None]
+
+
+def run_regression(bench: Bench) -> None:
+    if bench.baseline is None:
+        if bench.round_index == 0:
+            bench.notes.append("Regression rows not run: no --baseline-commit")
         return
-    for driver in drivers:
-        if scenario == "uncontended":
-            attempt(driver, scenario, partial(bench.uncontended, driver))
-        elif scenario == "many":
-            attempt(driver, scenario, partial(bench.many, driver))
-        elif scenario == "floor":
-            attempt(driver, scenario, partial(bench.floor, driver))
-        elif scenario == "election":
-            attempt(driver, scenario, partial(bench.election, driver))
-        else:
-            processes = scenario == "processes"
-            for n in settings.process_sessions if processes else settings.sessions:
-                if processes and driver.is_jvm and n > settings.max_jvms:
-                    bench.notes.append(
-                        f"Curator, {n} processes: not run (more than --max-jvms "
-                        f"{settings.max_jvms} JVMs)"
-                    )
-                    continue
-                run = partial(bench.contended, driver, n, processes=processes)
-                attempt(driver, f"{scenario} N={n}", run)
+    try:
+        bench.regression(*bench.baseline)
+    except WorkerError as exc:
+        bench.notes.append(f"regression (round {bench.round_index + 1}): failed: {exc}")
+        say(f"  FAILED: {exc}")
+
+
+def run_counted(bench: Bench, scenario: str, drivers: Sequence[Driver], attempt: Attempt) -> None:
+    """The scenarios counted through the wire tap. Counts do not depend on the machine's
+    load, so they are taken in the first round only (multilock is timed in every round)."""
+    if scenario == "wire" and bench.round_index > 0:
+        return
+    tap = Tap(bench.hosts) if bench.round_index == 0 else None
+    try:
+        for driver in drivers:
+            if scenario == "wire":
+                assert tap is not None
+                attempt(driver, scenario, partial(bench.wire, driver, tap))
+            else:
+                attempt(driver, scenario, partial(bench.multilock, driver, tap))
+    finally:
+        if tap is not None:
+            tap.stop()
+
+
+def run_contended(bench: Bench, scenario: str, driver: Driver, attempt: Attempt) -> None:
+    settings = bench.settings
+    processes = scenario == "processes"
+    for n in settings.process_sessions if processes else settings.sessions:
+        if processes and driver.is_jvm and n > settings.max_jvms:
+            if bench.round_index == 0:
+                bench.notes.append(
+                    f"Curator, {n} processes: not run (more than --max-jvms "
+                    f"{settings.max_jvms} JVMs)"
+                )
+            continue
+        attempt(
+            driver, f"{scenario} N={n}", partial(bench.contended, driver, n, processes=processes)
+        )
+
+
+class MachineProbe:
+    """The machine's load average and CPU times at its creation, and over the interval
+    until :meth:`finish`."""
+
+    def __init__(self) -> None:
+        self._clock = time.monotonic()
+        self._load = os.getloadavg()
+        self._cpu = read_cpu_times()
+
+    def finish(self, order: Sequence[str]) -> dict[str, Any]:
+        after = read_cpu_times()
+        share = (
+            CpuShare.between(self._cpu, after)
+            if self._cpu and after
+            else CpuShare(math.nan, math.nan)
+        )
+        return {
+            "order": list(order),
+            "duration_s": time.monotonic() - self._clock,
+            "load_start": self._load,
+            "load_end": os.getloadavg(),
+            "steal_pct": share.steal_pct,
+            "busy_pct": share.busy_pct,
+        }
+
+
+def read_cpu_times() -> dict[str, int] | None:
+    """The machine's CPU times from /proc/stat (None where there is none)."""
+    try:
+        return cpu_times(Path("/proc/stat").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 # ---------------------------------------------------------------- machine and versions
@@ -769,7 +927,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="short run (about a minute)")
+    parser.add_argument(
+        "--quick", action="store_true", help="3 short rounds instead of 5 (a few minutes)"
+    )
     parser.add_argument("--only", help=f"comma-separated clients, of: {','.join(LIBRARIES)}")
     parser.add_argument("--scenarios", help=f"comma-separated, of: {','.join(SCENARIOS)}")
     parser.add_argument("--no-trio", action="store_true", help="skip aiozklock on trio")
@@ -802,7 +962,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
         ("max-jvms", int, "Curator: cap on JVMs for one-session-per-process"),
         ("members", int, "multilock: paths of the multi-lock"),
         ("candidates", int, "election: candidates (sessions) in one process"),
-        ("rounds", int, "regression: interleaved rounds of this checkout vs the baseline"),
+        ("rounds", int, "rounds: every scenario of every client once per round"),
+        ("concurrency", ints, "requests: tasks of one session, each on its own lock, e.g. 10,100"),
+        ("hold-ms", float, "requests: ms each task holds its lock (0: one yield)"),
+        ("server-warmup", float, "seconds of lock cycles to warm ZooKeeper up before round 1"),
     ]
     for name, kind, help_text in options:
         parser.add_argument(f"--{name}", type=kind, help=help_text)
@@ -872,13 +1035,52 @@ def zookeeper(hosts: str | None) -> Iterator[str]:
         cluster.close()
 
 
-def main(argv: Sequence[str]) -> int:
-    args, settings = parse_args(argv)
-    libraries = choose(args.only, LIBRARIES, "clients")
-    scenarios = choose(args.scenarios, SCENARIOS, "scenarios")
-    started = datetime.datetime.now(datetime.UTC)
-    clock = time.monotonic()
-    machine = machine_info()
+def make_drivers(
+    libraries: Sequence[str], build_dir: Path, trio: bool
+) -> tuple[list[Driver], list[str]]:
+    """The columns of the run (Curator compiled into ``build_dir``), and notes on those
+    that cannot run."""
+    notes: list[str] = []
+    drivers: list[Driver] = []
+    for library in libraries:
+        if library == "curator":
+            curator = compile_curator(build_dir)
+            if isinstance(curator, str):
+                notes.append(curator)
+            else:
+                drivers.append(curator)
+            continue
+        drivers.append(python_driver(library))
+        if library != "aiozklock":
+            continue
+        if trio:
+            drivers.append(
+                python_driver("aiozklock", "aiozklock (trio)", ["uncontended"], backend="trio")
+            )
+        non_fair = ["uncontended", "wire", "contended"]
+        drivers.append(python_driver("aiozklock", NON_FAIR, non_fair, fair=False))
+    return drivers, notes
+
+
+def baseline_drivers(baseline: Baseline) -> tuple[Driver, Driver]:
+    """This checkout and the baseline commit's aiozklock, for the regression rows."""
+    return (
+        python_driver("aiozklock", "aiozklock (this checkout)", ["regression"]),
+        python_driver(
+            "aiozklock",
+            f"aiozklock @{baseline.commit}",
+            ["regression"],
+            pythonpath=[str(baseline.shim)],
+            source=baseline.tree / "aiozklock",
+        ),
+    )
+
+
+def measure(
+    args: argparse.Namespace, settings: Settings, libraries: list[str], scenarios: list[str]
+) -> tuple[Bench, list[Driver], str | None, dict[str, Any]]:
+    """Start ZooKeeper (unless ``--hosts``), warm it up, run the rounds (and the profile):
+    the bench, its columns, the profile and the versions."""
     log_dir = args.output / "logs"  # one log per worker (ignored by git: results/.gitignore)
     shutil.rmtree(log_dir, ignore_errors=True)
     log_dir.mkdir(parents=True)
@@ -886,44 +1088,19 @@ def main(argv: Sequence[str]) -> int:
         build_dir = Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="aiozklock-bench-"))
         )
-        notes: list[str] = []
-        drivers: list[Driver] = []
-        for library in libraries:
-            if library == "curator":
-                curator = compile_curator(build_dir)
-                if isinstance(curator, str):
-                    notes.append(curator)
-                else:
-                    drivers.append(curator)
-                continue
-            drivers.append(python_driver(library))
-            if library != "aiozklock":
-                continue
-            if not args.no_trio:
-                trio = python_driver(
-                    "aiozklock", "aiozklock (trio)", ["uncontended"], backend="trio"
-                )
-                drivers.append(trio)
-            non_fair = ["uncontended", "wire", "contended"]
-            drivers.append(python_driver("aiozklock", NON_FAIR, non_fair, fair=False))
+        drivers, notes = make_drivers(libraries, build_dir, trio=not args.no_trio)
         hosts = stack.enter_context(zookeeper(args.hosts))
         bench = Bench(settings, hosts, log_dir)
         bench.notes += notes
         if args.baseline_commit and "regression" in scenarios and "aiozklock" in libraries:
             baseline = stack.enter_context(baseline_checkout(args.baseline_commit))
-            bench.baseline = (
-                python_driver("aiozklock", "aiozklock (this checkout)", ["regression"]),
-                python_driver(
-                    "aiozklock",
-                    f"aiozklock @{baseline.commit}",
-                    ["regression"],
-                    pythonpath=[str(baseline.shim)],
-                    source=baseline.tree / "aiozklock",
-                ),
-            )
+            bench.baseline = baseline_drivers(baseline)
         say(f"ZooKeeper at {hosts}; clients: {', '.join(d.column for d in drivers)}")
-        for scenario in scenarios:
-            run_scenario(bench, scenario, drivers)
+        say(f"warming the server up ({settings.server_warmup:g} s of lock cycles)")
+        warm_server(hosts, bench.root, settings.server_warmup)
+        for index in range(settings.rounds):
+            say(f"round {index + 1} of {settings.rounds}")
+            bench.run_round(scenarios, drivers)
         profile = None
         if args.profile and "aiozklock" in libraries:
             say("profile: aiozklock (cProfile of the uncontended cycle, not timed)")
@@ -931,36 +1108,20 @@ def main(argv: Sequence[str]) -> int:
                 profile = bench.profile(python_driver("aiozklock"))
             except WorkerError as exc:
                 bench.notes.append(f"profile failed: {exc}")
-        machine["load_average_at_end"] = os.getloadavg()
-        found_versions = versions(hosts)
+        return bench, drivers, profile, versions(hosts)
+
+
+def main(argv: Sequence[str]) -> int:
+    args, settings = parse_args(argv)
+    libraries = choose(args.only, LIBRARIES, "clients")
+    scenarios = choose(args.scenarios, SCENARIOS, "scenarios")
+    started = datetime.datetime.now(datetime.UTC)
+    clock = time.monotonic()
+    machine = machine_info()
+    bench, drivers, profile, found_versions = measure(args, settings, libraries, scenarios)
+    machine["load_average_at_end"] = os.getloadavg()
     columns = [d.column for d in drivers]
-    main_columns = [c for c in columns if c != NON_FAIR]  # non-fair: a table of its own
-    rows = report.metrics(settings.sessions, settings.process_sessions, settings.waiters)
-    sections = [report.markdown(rows, main_columns, bench.values, bench.flags)]
-    for recipe in report.recipe_tables(
-        settings.members, settings.candidates, settings.sessions, settings.waiters
-    ):
-        sections.append(recipe.render(columns, bench.values, bench.flags))
-    sections = [section for section in sections if section.count("\n") >= 2]
-    regression: dict[str, Any] = {}
-    if bench.baseline is not None and bench.regression_rounds:
-        this_column, baseline_column = (d.column for d in bench.baseline)
-        text, regression = report.regression(
-            report.regression_rows(settings.sessions),
-            bench.regression_rounds,
-            this_column,
-            baseline_column,
-            bench.flags,
-        )
-        sections.append(
-            f"### Regression check: this checkout vs {baseline_column}\n\n"
-            f"{len(bench.regression_rounds)} interleaved rounds (the order alternates), each "
-            "measuring both in fresh worker processes; columns: medians over the rounds; "
-            "ratio: of each round's pair, **> 1.00x means this checkout is better**, "
-            "median [min-max] over the rounds. The baseline's aiozklock is imported from a "
-            "temporary `git worktree` of that commit (checked in each worker).\n\n" + text
-        )
-    table = "\n\n".join(sections)
+    table, summary = render(bench, columns)
     document: dict[str, Any] = {
         "date": started.isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "full",
@@ -970,18 +1131,19 @@ def main(argv: Sequence[str]) -> int:
         "versions": found_versions,
         "settings": dataclasses.asdict(settings),
         "columns": columns,
-        "metrics": bench.values,
+        "metrics": medians(bench.rounds),
         "flags": bench.flags,
-        "raw": bench.raw,
         "notes": bench.notes,
         "profile": profile,
-        "regression": {
-            "columns": [d.column for d in bench.baseline] if bench.baseline else None,
-            "rounds": bench.regression_rounds,
-            "summary": regression,
-        },
+        **summary,
+        "rounds": [
+            {"machine": state, "metrics": values, "raw": raw}
+            for state, values, raw in zip(
+                bench.machine_rounds, bench.rounds, bench.raw_rounds, strict=True
+            )
+        ],
     }
-    write_outputs(args.output, document, table)
+    write_outputs(args.output, document, table, bench.rounds)
     print(table)
     if bench.notes:
         print("\n" + report.notes_markdown(bench.notes))
@@ -990,10 +1152,53 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def write_outputs(output: Path, document: dict[str, Any], table: str) -> None:
+def medians(rounds: report.Rounds) -> dict[str, dict[str, float]]:
+    """Each column's value of each metric: the median over the rounds."""
+    keys = {(column, key) for values in rounds for column in values for key in values[column]}
+    result: dict[str, dict[str, float]] = {}
+    for column, key in sorted(keys):
+        result.setdefault(column, {})[key] = report.value_of(rounds, column, key)
+    return result
+
+
+def render(bench: Bench, columns: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    """The markdown tables (main, per-request, recipes, regression, rounds), and the
+    ratio summaries for latest.json."""
+    s, rounds, flags = bench.settings, bench.rounds, bench.flags
+    main_columns = [c for c in columns if c != NON_FAIR]  # non-fair: a table of its own
+    rows = report.metrics(s.sessions, s.process_sessions, s.waiters)
+    requests = report.requests_table(s.concurrency, s.hold_ms)
+    sections = [report.markdown(rows, main_columns, rounds, flags)]
+    tables = [requests, *report.recipe_tables(s.members, s.candidates, s.sessions, s.waiters)]
+    sections += [table.render(columns, rounds, flags) for table in tables]
+    summary: dict[str, Any] = {
+        "ratios": report.ratio_summary([*rows, *requests.rows], rounds),
+        "regression": None,
+    }
+    if bench.baseline is not None:
+        this_column, baseline_column = (d.column for d in bench.baseline)
+        text, regression = report.regression(
+            report.regression_rows(s.sessions), rounds, this_column, baseline_column, flags
+        )
+        sections.append(
+            f"### Regression check: this checkout vs {baseline_column}\n\n"
+            "Measured in every round (their order alternates), each in fresh worker processes; "
+            "columns: medians over the rounds; ratio: of each round's pair, **> 1.00x means "
+            "this checkout is better**, median [min-max] over the rounds. The baseline's "
+            "aiozklock is imported from a temporary `git worktree` of that commit (checked in "
+            "each worker).\n\n" + text
+        )
+        summary["regression"] = {"columns": [this_column, baseline_column], "summary": regression}
+    sections.append("### Rounds\n\n" + report.rounds_markdown(bench.machine_rounds))
+    return "\n\n".join(section for section in sections if section.count("\n") >= 2), summary
+
+
+def write_outputs(
+    output: Path, document: dict[str, Any], table: str, rounds: report.Rounds
+) -> None:
     """latest.json (everything), latest.md (the table and its context), latest.png."""
     (output / "latest.json").write_text(json.dumps(report.jsonable(document), indent=1) + "\n")
-    machine, versions = document["machine"], document["versions"]
+    machine, versions, settings = document["machine"], document["versions"], document["settings"]
     load = machine["load_average_at_start"][0], machine["load_average_at_end"][0]
     lines = [
         f"# aiozklock benchmarks ({document['mode']} run, {document['date']})",
@@ -1001,21 +1206,30 @@ def write_outputs(output: Path, document: dict[str, Any], table: str) -> None:
         f"Machine: {machine.get('cpu')}, {machine['cpus']} CPUs, Python {machine['python']}, "
         f"{machine.get('java')}; load average {load[0]:.2f} at start, {load[1]:.2f} at end. "
         f"ZooKeeper: {document['zookeeper']}. "
-        f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items())}.",
+        f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items())}. "
+        f"Wall time of the run: {document['elapsed_s'] / 60:.1f} min.",
         "",
-        'Ratios ("X vs Y"): how many times better X is than Y, whichever the direction of '
-        'the metric ("Better" column): **> 1.00x means aiozklock is better** (X is '
-        "aiozklock on asyncio, or its non-fair lock in that table).",
+        report.HOW_TO_READ.format(rounds=len(rounds), steal=report.HEAVY_STEAL_PCT),
         "",
         table,
     ]
     if document["notes"]:
         lines += ["", "Notes:", "", report.notes_markdown(document["notes"])]
-    lines += ["", f"Settings: `{json.dumps(document['settings'])}`", ""]
+    lines += ["", f"Settings: `{json.dumps(settings)}`", ""]
     (output / "latest.md").write_text("\n".join(lines))
-    sessions = document["settings"]["sessions"]
     columns = [c for c in document["columns"] if c != NON_FAIR]
-    report.chart(output / "latest.png", columns, document["metrics"], sessions)
+    ratio_rows = [
+        *report.metrics(settings["sessions"], settings["process_sessions"], settings["waiters"]),
+        *report.requests_rows(settings["concurrency"]),
+    ]
+    report.chart(
+        output / "latest.png",
+        columns,
+        rounds,
+        report.headline(ratio_rows),
+        settings["sessions"],
+        settings["concurrency"],
+    )
     if document["profile"]:
         (output / "profile-aiozklock.txt").write_text(document["profile"])
 

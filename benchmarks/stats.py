@@ -76,3 +76,70 @@ class Grants:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "handoff": self.handoff.as_dict()}
+
+
+def median(samples: Sequence[float]) -> float:
+    """The median of the samples that are not NaN (NaN if there is none)."""
+    ordered = sorted(x for x in samples if not math.isnan(x))
+    if not ordered:
+        return math.nan
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+@dataclass(frozen=True)
+class RatioRange:
+    """Per-round ratios of one row: their median and min-max over the rounds."""
+
+    ratios: tuple[float, ...]  # the rounds' ratios that could be computed, in round order
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, ratios: Sequence[float | None]) -> RatioRange | None:
+        known = tuple(r for r in ratios if r is not None and not math.isnan(r))
+        if not known:
+            return None
+        return cls(known, median(known), min(known), max(known))
+
+    @property
+    def significant(self) -> bool:
+        """False when the min-max range straddles (or touches) 1.00: the rounds disagree on
+        which side is better, or there is no difference. One round alone has no range."""
+        return len(self.ratios) < 2 or not self.low <= 1.0 <= self.high
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "significant": self.significant}
+
+
+#: The fields of the ``cpu`` line of /proc/stat, in order (jiffies since boot). ``guest``
+#: and ``guest_nice`` are already counted in ``user`` and ``nice``.
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_times(proc_stat: str) -> dict[str, int]:
+    """The aggregate ``cpu`` line of /proc/stat's text, as jiffies per field."""
+    for line in proc_stat.splitlines():
+        name, *numbers = line.split()
+        if name == "cpu":
+            padded = [*numbers, *("0",) * len(CPU_FIELDS)]  # old kernels: fewer fields
+            return {field: int(padded[i]) for i, field in enumerate(CPU_FIELDS)}
+    raise ValueError("no aggregate 'cpu' line in /proc/stat")
+
+
+@dataclass(frozen=True)
+class CpuShare:
+    """How the machine's CPUs spent an interval, in percent of all their jiffies."""
+
+    steal_pct: float  # taken by the hypervisor for other guests: this machine could not run
+    busy_pct: float  # user, system, irq... (neither idle, iowait nor steal)
+
+    @classmethod
+    def between(cls, before: dict[str, int], after: dict[str, int]) -> CpuShare:
+        delta = {field: after[field] - before[field] for field in CPU_FIELDS}
+        total = sum(delta.values())
+        if total <= 0:
+            return cls(math.nan, math.nan)
+        idle = delta["idle"] + delta["iowait"] + delta["steal"]
+        return cls(100 * delta["steal"] / total, 100 * (total - idle) / total)

@@ -2,7 +2,8 @@
 
     python -m benchmarks.worker LIBRARY SCENARIO key=value...
 
-LIBRARY is aiozklock, aiozk or kazoo; SCENARIO is uncontended, contended, many or floor.
+LIBRARY is aiozklock, aiozk or kazoo; SCENARIO is one of the client module's SCENARIOS
+(uncontended, contended, multilock, election, many, floor, requests; aiozklock: request_floor).
 The ready/go protocol and the parameters are described in ``benchmarks.common``.
 """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import anyio
 import pytest
@@ -12,10 +13,10 @@ import pytest
 import aiozklock
 from aiozklock._wire._protocol import CreateMode, create_op, delete_op, get_children_op
 from aiozklock.testing import session_of
-from benchmarks import report
-from benchmarks.clients import aiozklock_bench
+from benchmarks import report, run
+from benchmarks.clients import aiozk_bench, aiozklock_bench, kazoo_bench
 from benchmarks.common import Gate, Params, member_paths
-from benchmarks.stats import Grants, Summary
+from benchmarks.stats import CPU_FIELDS, CpuShare, Grants, RatioRange, Summary, cpu_times
 from benchmarks.wire_tap import WireTap
 from tests.conftest import gone
 
@@ -80,6 +81,51 @@ async def test_raw_floor(zk: aiozklock.ZooKeeperClient, hosts: str) -> None:
     assert len(result["pair_latencies_ns"]) == 5
     assert result["errors"] == 0
     assert await zk.get_children("/floor") == []
+
+
+def assert_every_task_cycled(result: dict[str, Any], concurrency: int) -> None:
+    assert len(result["per_task"]) == concurrency
+    assert min(result["per_task"]) >= 1  # no task starved
+    assert len(result["latencies_ns"]) == sum(result["per_task"])
+    assert result["measured_ns"] > 0
+    assert result.get("errors", 0) == 0
+
+
+async def test_per_request_tasks_cycle_on_their_own_locks(hosts: str) -> None:
+    params = Params(hosts=hosts, path="/requests", concurrency=5, warmup=1, duration=0.2)
+    with anyio.fail_after(20):
+        result = await aiozklock_bench.requests(params, Gate(None))
+    assert_every_task_cycled(result, 5)
+
+
+async def test_per_request_floor_leaves_no_node(zk: aiozklock.ZooKeeperClient, hosts: str) -> None:
+    params = Params(hosts=hosts, path="/request-floor", concurrency=4, warmup=1, duration=0.2)
+    with anyio.fail_after(20):
+        await zk.ensure_path("/request-floor")
+        result = await aiozklock_bench.request_floor(params, Gate(None))
+        assert_every_task_cycled(result, 4)
+        assert await zk.get_children("/request-floor") == []
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # aiozk is asyncio only
+async def test_per_request_aiozk(zk_hosts: str, chroot: str) -> None:
+    # aiozk does not take a chroot in its connect string: the path goes under it instead
+    path = f"{chroot}/requests-aiozk"
+    params = Params(hosts=zk_hosts, path=path, concurrency=3, warmup=1, duration=0.2)
+    with anyio.fail_after(20):
+        result = await aiozk_bench.requests(params, Gate(None))
+    assert_every_task_cycled(result, 3)
+
+
+async def test_per_request_kazoo_threads(zk: aiozklock.ZooKeeperClient, hosts: str) -> None:
+    params = Params(
+        hosts=hosts, path="/requests-kazoo", concurrency=3, warmup=1, duration=0.2, hold=0.001
+    )
+    with anyio.fail_after(30):
+        await zk.ensure_path("/requests-kazoo")  # and the chroot, which kazoo expects to exist
+        result = await anyio.to_thread.run_sync(kazoo_bench.requests, params, Gate(None))
+    assert_every_task_cycled(result, 3)
+    assert min(result["latencies_ns"]) >= 1_000_000  # each cycle held its lock for 1 ms
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the tap is asyncio code
@@ -156,7 +202,69 @@ def test_recipe_tables_skip_unmeasured_and_flag_violations() -> None:
     }
     flags = {"kazoo": {"election_handoff_median_us": "two leaders"}}
     columns = ["aiozklock", "kazoo", "Curator"]
-    assert multilock.render(columns, values, flags) == ""
-    text = election.render(columns, values, flags)
-    assert "| Hand-off, median (µs) | lower | 100 | 200 ⚠ | — | 2.00x | — |" in text
-    assert non_fair.render(columns, values, flags) == ""
+    assert multilock.render(columns, [values], flags) == ""
+    text = election.render(columns, [values], flags)
+    assert "| Hand-off, median (µs) | lower | 100 | 200 ⚠ | — | 2.00x | — |" in text  # 1 round
+    assert non_fair.render(columns, [values], flags) == ""
+
+
+def test_ratio_range_is_the_median_and_min_max_of_the_rounds() -> None:
+    spread = RatioRange.of([1.2, None, 0.9, 1.5, 1.1])  # round 2 measured one side only
+    assert spread is not None
+    assert spread.ratios == (1.2, 0.9, 1.5, 1.1)
+    assert spread.median == pytest.approx(1.15)
+    assert (spread.low, spread.high) == (0.9, 1.5)
+    assert not spread.significant  # 0.9 .. 1.5 straddles 1.00
+    assert report.format_ratio(spread) == "1.15x [0.90-1.50] ~"
+    slower = RatioRange.of([0.62, 0.81, 0.74])
+    assert slower is not None
+    assert slower.significant  # all below 1: the peer is better
+    assert report.format_ratio(slower) == "0.74x [0.62-0.81]"
+    assert report.format_ratio(RatioRange.of([1.3])) == "1.30x"  # one round: no range
+    assert RatioRange.of([None, None]) is None
+
+
+def test_table_shows_medians_and_per_round_ratios() -> None:
+    rows = [report.Metric("cycles_per_s", "Cycles per second", "/s", True)]
+    rounds = [
+        {"aiozklock": {"cycles_per_s": 800.0}, "Curator": {"cycles_per_s": 1000.0}},
+        {"aiozklock": {"cycles_per_s": 900.0}, "Curator": {"cycles_per_s": 600.0}},
+        {"aiozklock": {"cycles_per_s": 700.0}, "Curator": {"cycles_per_s": 700.0}},
+    ]
+    text = report.markdown(rows, ["aiozklock", "Curator"], rounds, {}, peer_columns=["Curator"])
+    # medians 800 and 700; ratios 0.80, 1.50, 1.00: median 1.00, straddles 1.00
+    assert "| Cycles per second (/s) | higher | 800 | 700 | 1.00x [0.80-1.50] ~ |" in text
+    summary = report.ratio_summary(rows, rounds, peers=["Curator"])["cycles_per_s"]["Curator"]
+    assert summary["ratios"] == pytest.approx([0.8, 1.5, 1.0])
+    assert summary["significant"] is False
+
+
+def test_cpu_steal_between_two_proc_stat_samples() -> None:
+    before = cpu_times(
+        "cpu  292402 0 83411 2139160 18973 0 14194 141 0 0\n"
+        "cpu0 146201 0 41705 1069580 9486 0 7097 70 0 0\n"
+        "intr 123 0 0\n"
+    )
+    after = cpu_times("cpu  292902 0 83711 2139360 18973 0 14294 541 0 0\n")
+    share = CpuShare.between(before, after)
+    # deltas: user 500, system 300, idle 200, softirq 100, steal 400: total 1500 jiffies
+    assert share.steal_pct == pytest.approx(100 * 400 / 1500)
+    assert share.busy_pct == pytest.approx(100 * 900 / 1500)
+    with pytest.raises(ValueError, match="no aggregate"):
+        cpu_times("cpu0 1 2 3 4\n")
+
+
+def test_rounds_table_flags_heavy_steal() -> None:
+    now = run.read_cpu_times()  # this machine's /proc/stat
+    assert now is not None
+    assert set(now) == set(CPU_FIELDS)
+    probe = run.MachineProbe().finish(["aiozklock", "Curator"])
+    assert probe["order"] == ["aiozklock", "Curator"]
+    calm = {**probe, "load_start": (1.5, 1, 1), "load_end": (2.25, 1, 1), "steal_pct": 2.0}
+    heavy = {**probe, "duration_s": 95.0, "steal_pct": 26.7, "busy_pct": 60.0}
+    lines = report.rounds_markdown([calm, heavy]).splitlines()
+    assert len(lines) == 4
+    assert "| 1.50 → 2.25 | 2.0 |" in lines[2]
+    assert "⚠" not in lines[2]
+    assert "| 2 | aiozklock, Curator | 95 |" in lines[3]
+    assert "| 26.7 ⚠ heavy steal | 60 |" in lines[3]

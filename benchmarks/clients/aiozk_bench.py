@@ -20,6 +20,8 @@ from benchmarks.common import (
     current_rss_kib,
     member_paths,
     peak_rss_kib,
+    per_request_cycles,
+    request_paths,
     timed_async_cycles,
 )
 
@@ -86,6 +88,13 @@ async def multilock(params: Params, gate: Gate) -> Result:
     async with connect(params) as client:
         locks = [client.recipes.Lock(path) for path in member_paths(params)]
         return await timed_async_cycles(InOrder(locks), params, gate)
+
+
+async def requests(params: Params, gate: Gate) -> Result:
+    """One client, ``concurrency`` tasks, each with its own ``Lock`` on its own path."""
+    async with connect(params) as client:
+        locks = [client.recipes.Lock(path) for path in request_paths(params)]
+        return await per_request_cycles(locks, params, gate)
 
 
 def make_lock(client: Any, params: Params) -> Any:
@@ -189,6 +198,7 @@ SCENARIOS: dict[str, Scenario] = {
     "election": partial(contended, make=Campaign),
     "many": many,
     "floor": floor,
+    "requests": requests,
 }
 
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Coroutine
 from contextlib import AsyncExitStack
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
@@ -26,8 +26,14 @@ from benchmarks.common import (
     current_rss_kib,
     member_paths,
     peak_rss_kib,
+    per_request_cycles,
+    request_paths,
     timed_async_cycles,
 )
+
+if TYPE_CHECKING:  # only for types: a baseline commit run by the runner may lack them
+    from aiozklock._wire._protocol import Created, CreateMode, Op
+    from aiozklock._wire._session import Session
 
 Scenario = Callable[[Params, Gate], Coroutine[Any, Any, Result]]
 
@@ -64,6 +70,14 @@ async def multilock(params: Params, gate: Gate) -> Result:
     """The uncontended cycle of one multi-lock on ``members`` paths."""
     async with connect(params) as zk:
         return await timed_async_cycles(zk.multi_lock(member_paths(params)), params, gate)
+
+
+async def requests(params: Params, gate: Gate) -> Result:
+    """One session, ``concurrency`` tasks, each cycling on its own lock path."""
+    async with connect(params) as zk:
+        locks = [zk.lock(path) for path in request_paths(params)]
+        result = await per_request_cycles(locks, params, gate)
+    return {**result, "library_file": aiozklock.__file__}
 
 
 async def contended(
@@ -145,21 +159,34 @@ async def many(params: Params, gate: Gate) -> Result:
     }
 
 
+def wire_ops(
+    zk: aiozklock.ZooKeeperClient, parent: str, mode: CreateMode
+) -> tuple[Callable[[str], Op[Created]], Callable[[str], Op[None]]]:
+    """Builders of raw create (in ``mode``) and delete requests for ``parent/<name>``, on
+    the client's own wire session (no recipe)."""
+    from aiozklock._wire._protocol import create_op, delete_op
+    from aiozklock.testing import session_of
+
+    session = session_of(zk)
+
+    def create(name: str) -> Op[Created]:
+        server_path = session.server_path(f"{parent}/{name}")
+        return create_op(server_path, b"", mode, session.client_path)
+
+    def delete(name: str) -> Op[None]:
+        return delete_op(session.server_path(f"{parent}/{name}"))
+
+    return create, delete
+
+
 async def floor(params: Params, gate: Gate) -> Result:
     """The raw floor from our own wire: create+delete of a persistent node, no recipe."""
-    from aiozklock._wire._protocol import Created, CreateMode, Op, create_op, delete_op
+    from aiozklock._wire._protocol import CreateMode
     from aiozklock.testing import session_of
 
     async with connect(params) as zk:
         session = session_of(zk)
-
-        def create(name: str) -> Op[Created]:
-            server_path = session.server_path(f"{params.path}/{name}")
-            return create_op(server_path, b"", CreateMode.PERSISTENT, session.client_path)
-
-        def delete(name: str) -> Op[None]:
-            return delete_op(session.server_path(f"{params.path}/{name}"))
-
+        create, delete = wire_ops(zk, params.path, CreateMode.PERSISTENT)
         for i in range(params.warmup):
             await session.call(create(f"w{i}"))
             await session.call(delete(f"w{i}"))
@@ -187,6 +214,52 @@ async def floor(params: Params, gate: Gate) -> Result:
     }
 
 
+class RawPair:
+    """The per-request floor's stand-in for a lock: entering creates an ephemeral node,
+    leaving writes nothing; the delete goes out with the next create, in one write (two
+    writes on the server, one round trip per cycle, the least a lock cycle can cost)."""
+
+    def __init__(self, session: Session, create: Op[Created], delete: Op[None]) -> None:
+        self._session, self._create, self._delete = session, create, delete
+        self._pending_delete = False
+
+    async def __aenter__(self) -> None:
+        ops: list[Op[Any]] = [self._create]
+        if self._pending_delete:
+            ops.insert(0, self._delete)
+        self._pending_delete = False
+        for result in await self._session.pipeline(ops):
+            if isinstance(result, BaseException):
+                raise result
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._pending_delete = True
+
+    async def flush(self) -> None:
+        if self._pending_delete:
+            self._pending_delete = False
+            await self._session.call(self._delete)
+
+
+async def request_floor(params: Params, gate: Gate) -> Result:
+    """The per-request scenario with each lock replaced by a bare create (ephemeral) of
+    the task's node, its delete pipelined with the next create: ``concurrency`` tasks in
+    flight on one session, no recipe."""
+    from aiozklock._wire._protocol import CreateMode
+    from aiozklock.testing import session_of
+
+    async with connect(params) as zk:
+        create, delete = wire_ops(zk, params.path, CreateMode.EPHEMERAL)
+        session = session_of(zk)
+        pairs = [
+            RawPair(session, create(str(i)), delete(str(i))) for i in range(params.concurrency)
+        ]
+        result = await per_request_cycles(pairs, params, gate)
+        for pair in pairs:  # the last deletes, after the measurement
+            await pair.flush()
+    return result
+
+
 SCENARIOS: dict[str, Scenario] = {
     "uncontended": uncontended,
     "contended": contended,
@@ -194,6 +267,8 @@ SCENARIOS: dict[str, Scenario] = {
     "election": partial(contended, make=make_election),
     "many": many,
     "floor": floor,
+    "requests": requests,
+    "request_floor": request_floor,
 }
 
 

@@ -20,6 +20,7 @@ from benchmarks.common import (
     current_rss_kib,
     member_paths,
     peak_rss_kib,
+    request_paths,
 )
 
 Scenario = Callable[[Params, Gate], Result]
@@ -139,6 +140,64 @@ def contended(
     return {"intervals": intervals, "counter": counter}
 
 
+def requests(params: Params, gate: Gate) -> Result:
+    """One ``KazooClient``, ``concurrency`` threads, each cycling on its own ``Lock``: each
+    warms up, then all wait for "go" and loop until ``duration`` is over."""
+    with connect(params) as client:
+        locks = [client.Lock(path) for path in request_paths(params)]
+        per_thread: list[list[int]] = [[] for _ in locks]
+        warmed = threading.Barrier(len(locks) + 1)
+        go = threading.Event()
+        deadline = 0
+        errors: list[str] = []
+
+        def cycle_until(lock: Lock, latencies: list[int]) -> None:
+            for _ in range(params.warmup):
+                with lock:
+                    time.sleep(params.hold)
+            warmed.wait()
+            go.wait()
+            while True:
+                start = time.monotonic_ns()
+                with lock:
+                    time.sleep(params.hold)  # 0: a yield of the GIL
+                end = time.monotonic_ns()
+                latencies.append(end - start)
+                if end >= deadline:
+                    return
+
+        def loop(lock: Lock, latencies: list[int]) -> None:
+            try:
+                cycle_until(lock, latencies)
+            except BaseException as exc:
+                errors.append(repr(exc))
+                warmed.abort()  # the others (and the main thread) stop waiting
+                raise
+
+        threads = [
+            threading.Thread(target=loop, args=args) for args in zip(locks, per_thread, strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            warmed.wait()
+            gate.ready()
+        finally:
+            started = time.monotonic_ns()
+            deadline = started + int(params.duration * 1e9)
+            go.set()
+            for thread in threads:
+                thread.join()
+        measured = time.monotonic_ns() - started
+        gate.measured()
+    return {
+        "latencies_ns": [latency for latencies in per_thread for latency in latencies],
+        "per_task": [len(latencies) for latencies in per_thread],
+        "measured_ns": measured,
+        "errors": len(errors),
+    }
+
+
 def many(params: Params, gate: Gate) -> Result:
     """kazoo's Lock is not owned by a thread: a pool of ``threads`` acquires them all."""
     with connect(params) as client:
@@ -203,6 +262,7 @@ SCENARIOS: dict[str, Scenario] = {
     "election": partial(contended, make=election_turn),
     "many": many,
     "floor": floor,
+    "requests": requests,
 }
 
 

@@ -65,6 +65,7 @@ public final class CuratorBench {
                 case "election" -> bench.contended(Campaign::new);
                 case "many" -> bench.many();
                 case "floor" -> bench.floor();
+                case "requests" -> bench.requests();
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             };
             System.out.println("{\"event\": \"result\", " + result + "}");
@@ -216,6 +217,91 @@ public final class CuratorBench {
                     .append('[').append(interval[0]).append(", ").append(interval[1]).append(']');
         }
         return "\"intervals\": " + out.append(']') + ", \"counter\": " + sharedCounter;
+    }
+
+    /**
+     * Per-request locking: one CuratorFramework, one thread per task, each with an
+     * InterProcessMutex on its own path (a mutex is owned by the thread that acquired it).
+     * Each thread warms up, then all wait for "go" and loop until the duration is over.
+     */
+    private String requests() throws Exception {
+        CuratorFramework client = connect();
+        int concurrency = intParam("concurrency");
+        long holdNanos = (long) (Double.parseDouble(param("hold")) * 1e9);
+        long durationNanos = (long) (Double.parseDouble(param("duration")) * 1e9);
+        CountDownLatch warmed = new CountDownLatch(concurrency);
+        CountDownLatch go = new CountDownLatch(1);
+        long[] deadline = new long[1];
+        List<List<Long>> perThread = new ArrayList<>();
+        AtomicInteger errors = new AtomicInteger();
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 0; i < concurrency; i++) {
+            InterProcessMutex mutex = new InterProcessMutex(client, param("path") + "/" + i);
+            List<Long> latencies = new ArrayList<>();
+            perThread.add(latencies);
+            Thread thread = new Thread(() -> {
+                try {
+                    for (int w = 0; w < intParam("warmup"); w++) {
+                        holdCycle(mutex, holdNanos);
+                    }
+                    warmed.countDown();
+                    go.await();
+                    while (true) {
+                        long start = System.nanoTime();
+                        holdCycle(mutex, holdNanos);
+                        long end = System.nanoTime();
+                        latencies.add(end - start);
+                        if (end >= deadline[0]) {
+                            break;
+                        }
+                    }
+                } catch (Throwable t) {
+                    t.printStackTrace();
+                    errors.incrementAndGet();
+                    warmed.countDown();
+                }
+            });
+            thread.start();
+            threads.add(thread);
+        }
+        warmed.await();
+        ready();
+        long started = System.nanoTime();
+        deadline[0] = started + durationNanos;
+        go.countDown();
+        for (Thread thread : threads) {
+            thread.join();
+        }
+        long measuredNanos = System.nanoTime() - started;
+        measured();
+        return requestsResult(perThread, measuredNanos, errors.get());
+    }
+
+    private static void holdCycle(InterProcessMutex mutex, long holdNanos) throws Exception {
+        mutex.acquire();
+        try {
+            if (holdNanos > 0) {
+                Thread.sleep(holdNanos / 1_000_000, (int) (holdNanos % 1_000_000));
+            } else {
+                Thread.yield();
+            }
+        } finally {
+            mutex.release();
+        }
+    }
+
+    private static String requestsResult(List<List<Long>> perThread, long measured, int errors) {
+        StringBuilder latencies = new StringBuilder("[");
+        StringBuilder perTask = new StringBuilder("[");
+        for (List<Long> mine : perThread) {
+            perTask.append(perTask.length() > 1 ? ", " : "").append(mine.size());
+            for (long latency : mine) {
+                latencies.append(latencies.length() > 1 ? ", " : "").append(latency);
+            }
+        }
+        return "\"latencies_ns\": " + latencies.append(']') + ", \"per_task\": "
+                + perTask.append(']') + ", \"measured_ns\": " + measured
+                + ", \"errors\": " + errors;
     }
 
     /** Many distinct locks at once: InterProcessMutex is owned by a thread, so one thread each. */
