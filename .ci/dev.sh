@@ -3,7 +3,7 @@
 #
 #   bash .ci/dev.sh demo [demo options]   # workers race for one lock on a throwaway ZooKeeper
 #   bash .ci/dev.sh test [pytest args]    # ruff, mypy, mkdocs build --strict, pytest
-#   bash .ci/dev.sh bench [run.py args]   # aiozklock vs aiozk, kazoo, Curator (--quick: ~1 min)
+#   bash .ci/dev.sh bench [run.py args]   # aiozklock vs aiozk, kazoo, Curator (--quick: ~3 min)
 #   bash .ci/dev.sh setup                 # only install what is missing
 #
 # It installs what it needs: ZooKeeper and a Java runtime from apt (unless $ZOOKEEPER_HOME or

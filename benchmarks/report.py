@@ -56,6 +56,12 @@ def metrics(sessions: Sequence[int], process_sessions: Sequence[int], waiters: i
         Metric("cycle_median_us", "Uncontended acquire→release, median", "µs", False),
         Metric("cycle_p99_us", "Uncontended acquire→release, p99", "µs", False),
         Metric("cycles_per_s", "Uncontended cycles per second (sequential)", "/s", True),
+        Metric(
+            "confirmed_cycle_median_us",
+            "Uncontended cycle, release confirmed by the server, median",
+            "µs",
+            False,
+        ),
         Metric("cpu_per_cycle_us", "Client CPU per uncontended cycle", "µs", False),
         Metric("requests_per_cycle", "Requests per uncontended cycle", "", False, 2),
         Metric("round_trips_per_cycle", "Round trips per uncontended cycle", "", False, 2),

@@ -8,6 +8,7 @@ are made inside the scenarios that need them.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import AsyncExitStack
@@ -62,8 +63,24 @@ async def cycle(lock: Primitive) -> None:
 
 async def uncontended(params: Params, gate: Gate) -> Result:
     async with connect(params) as zk:
-        result = await timed_async_cycles(make_lock(zk, params), params, gate)
-    return {**result, "library_file": aiozklock.__file__}
+        lock = make_lock(zk, params)
+        result = await timed_async_cycles(lock, params, gate)
+        confirmed = await confirmed_cycles(lock, params.iterations)
+    return {**result, "confirmed_latencies_ns": confirmed, "library_file": aiozklock.__file__}
+
+
+async def confirmed_cycles(lock: Primitive, iterations: int) -> list[int] | None:
+    """Cycles whose release waits for the server (``release(confirm=True)``), timed after
+    the main loop; None for a baseline without ``confirm``, whose release always waits."""
+    if "confirm" not in inspect.signature(lock.release).parameters:
+        return None
+    latencies = []
+    for _ in range(iterations):
+        start = time.monotonic_ns()
+        await lock.acquire()
+        await lock.release(confirm=True)
+        latencies.append(time.monotonic_ns() - start)
+    return latencies
 
 
 async def multilock(params: Params, gate: Gate) -> Result:
