@@ -699,7 +699,7 @@ async def test_fast_handoffs_lose_no_wakeup(open_client: ClientFactory) -> None:
     assert handoffs >= F15_HANDOFFS // 2
     for client in clients.values():
         assert session_of(client).watcher_count() == 0
-    assert await clients["a"].get_children(PATH) == []
+    await gone(clients["a"], PATH)  # the last release may be another session's
 
 
 # --- F11: the ZooKeeper server is frozen longer than the session timeout ------------------------
