@@ -11,12 +11,14 @@ the critical sections of several processes can be merged on one time line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -204,3 +206,18 @@ async def per_request_cycles(locks: list[Any], params: Params, gate: Gate) -> Re
         "per_task": [len(latencies) for latencies in per_task],
         "measured_ns": last_end - go,
     }
+
+
+@contextlib.contextmanager
+def zookeeper(hosts: str | None) -> Iterator[str]:
+    """``hosts`` if given, else a standalone server started for the run."""
+    if hosts:
+        yield hosts
+        return
+    from aiozklock.testing import ZooKeeperCluster
+
+    cluster = ZooKeeperCluster(1).start()
+    try:
+        yield cluster.hosts
+    finally:
+        cluster.close()

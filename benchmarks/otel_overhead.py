@@ -15,11 +15,9 @@ per-cycle wall and CPU time, and the ratio to ``off``: median over rounds, and m
 from __future__ import annotations
 
 import argparse
-import contextlib
-import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 
 import anyio
@@ -32,6 +30,8 @@ from opentelemetry.trace import NoOpTracerProvider
 
 import aiozklock
 from aiozklock.otel import Telemetry
+from benchmarks.common import zookeeper
+from benchmarks.stats import RatioRange, median
 
 VARIANTS = ("off", "metrics", "traces")
 
@@ -82,31 +82,16 @@ def report(results: dict[str, list[tuple[float, float]]]) -> str:
     for variant, times in results.items():
         walls = [wall for wall, _ in times]
         cpus = [cpu for _, cpu in times]
-        wall_ratios = [w / b[0] for w, b in zip(walls, base, strict=True)]
-        cpu_ratios = [c / b[1] for c, b in zip(cpus, base, strict=True)]
+        wall = RatioRange.of([w / b[0] for w, b in zip(walls, base, strict=True)])
+        cpu = RatioRange.of([c / b[1] for c, b in zip(cpus, base, strict=True)])
+        assert wall is not None
+        assert cpu is not None
         lines.append(
-            f"{variant:8}  {statistics.median(walls) * 1e6:7.0f} us  "
-            f"{statistics.median(cpus) * 1e6:6.0f} us   "
-            f"{statistics.median(wall_ratios):.3f} ({min(wall_ratios):.3f}-{max(wall_ratios):.3f})"
-            f"     {statistics.median(cpu_ratios):.3f} "
-            f"({min(cpu_ratios):.3f}-{max(cpu_ratios):.3f})"
+            f"{variant:8}  {median(walls) * 1e6:7.0f} us  {median(cpus) * 1e6:6.0f} us   "
+            f"{wall.median:.3f} ({wall.low:.3f}-{wall.high:.3f})"
+            f"     {cpu.median:.3f} ({cpu.low:.3f}-{cpu.high:.3f})"
         )
     return "\n".join(lines)
-
-
-@contextlib.contextmanager
-def zookeeper(hosts: str | None) -> Iterator[str]:
-    """``hosts`` if given, else a standalone server started for the run."""
-    if hosts:
-        yield hosts
-        return
-    from aiozklock.testing import ZooKeeperCluster
-
-    cluster = ZooKeeperCluster(1).start()
-    try:
-        yield cluster.hosts
-    finally:
-        cluster.close()
 
 
 def main(argv: Sequence[str]) -> int:

@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:  # run as a script: make ``benchmarks`` and ``aioz
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import report  # noqa: E402
-from benchmarks.common import Params  # noqa: E402
+from benchmarks.common import Params, zookeeper  # noqa: E402
 from benchmarks.stats import CpuShare, Grants, Summary, cpu_times  # noqa: E402
 
 LIBRARIES = ("aiozklock", "aiozk", "kazoo", "curator")
@@ -1022,20 +1022,6 @@ def baseline_checkout(commit: str) -> Iterator[Baseline]:
             git("worktree", "remove", "--force", str(tree))
     finally:
         shutil.rmtree(parent, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def zookeeper(hosts: str | None) -> Iterator[str]:
-    if hosts:
-        yield hosts
-        return
-    from aiozklock.testing import ZooKeeperCluster
-
-    cluster = ZooKeeperCluster(1).start()
-    try:
-        yield cluster.hosts
-    finally:
-        cluster.close()
 
 
 def make_drivers(
