@@ -12,7 +12,7 @@ import pytest
 import aiozklock
 from aiozklock._recipes._core._names import nodes_of
 from aiozklock.testing import FaultProxy
-from tests.conftest import gone, wait_for_children
+from tests.conftest import gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -20,10 +20,6 @@ PATH = "/locks/orders/157"
 ClientFactory = Callable[..., Awaitable[aiozklock.ZooKeeperClient]]
 CLOSE = -11
 CREATE2 = 15
-
-
-async def wait_until_empty(zk: aiozklock.ZooKeeperClient, path: str) -> None:
-    await wait_for_children(zk, path, lambda children: not children)
 
 
 async def test_acquire_in_an_already_cancelled_scope_is_just_cancelled(
@@ -84,7 +80,7 @@ async def test_connection_dying_during_close_still_closes_the_session(
     proxy.set_delay(0)
     # The session was closed by re-attaching, long before its 10 s expiry.
     with anyio.fail_after(2):
-        await wait_until_empty(zk, PATH)
+        await gone(zk, PATH)
 
 
 @pytest.fixture
@@ -198,4 +194,4 @@ async def test_node_left_to_the_janitor_retires_the_guid(
     async with waiter.acquire(timeout=5):
         assert waiter.is_held
     with anyio.fail_after(5):
-        await wait_until_empty(zk, PATH)  # the janitor deleted the old node too
+        await gone(zk, PATH)  # the janitor deleted the old node too

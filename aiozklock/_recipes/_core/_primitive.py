@@ -229,8 +229,7 @@ class Primitive(metaclass=_FactoryMade):
         ``timeout`` is None (it would wait for itself forever). Never awaited nor entered,
         it warns (``RuntimeWarning``).
         """
-        self._session.check_loop()
-        frame = sys._getframe(1)
+        frame = sys._getframe(1)  # the loop check is _acquire's, when it runs
         origin = f"{frame.f_code.co_filename}:{frame.f_lineno}"
         return AcquireContext(self, validate_timeout(timeout), origin)
 
