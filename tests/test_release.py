@@ -71,6 +71,7 @@ async def test_a_reacquire_is_written_before_the_delete_is_answered(
         proxy.reset_counters()
         async with anyio.create_task_group() as tg:
             await lock.release()
+            await proxy.wait_for_request(DELETE)  # written, not taken into a re-acquire
             tg.start_soon(reacquire)
             await proxy.wait_for_request(CREATE2)  # pipelined behind the unanswered delete
             assert [r.opcode for r in proxy.requests][:2] == [DELETE, CREATE2]
@@ -192,3 +193,94 @@ async def test_a_release_while_disconnected_returns_and_is_done_after_the_reconn
         proxy.blackhole(False)
         await wait_for_children(observer, listed, lambda children: children == [])
     assert client.session_id == session_id  # deleted by us after the reconnect, not expired
+
+
+FOLDED = {
+    "lock": (lambda zk: zk.lock(PATH), [PATH]),
+    "multilock": (lambda zk: zk.multi_lock([PATH + "/a", PATH + "/b"]), [PATH + "/a", PATH + "/b"]),
+}
+
+
+async def _only_nodes(observer: aiozklock.ZooKeeperClient, members: list[str]) -> list[int]:
+    """The czxid of the single node left in each member (asserts there is one)."""
+    czxids = []
+    for member in members:
+        children = await observer.get_children(member)
+        assert len(children) == 1, (member, children)
+        stat = await observer.exists(f"{member}/{children[0]}")
+        assert stat is not None
+        czxids.append(stat.czxid)
+    return czxids
+
+
+@pytest.mark.parametrize("recipe", sorted(FOLDED))
+async def test_a_reacquire_before_the_delete_is_written_takes_it_into_its_create(
+    proxy: FaultProxy, open_client: ClientFactory, recipe: str
+) -> None:
+    make, members = FOLDED[recipe]
+    client = await open_client(proxy)
+    observer = await open_client()
+    lock = make(client)
+    with anyio.fail_after(10):
+        await lock.acquire()
+        first = lock.fencing_token
+        proxy.reset_counters()
+        await lock.release()  # no yield until the re-acquire writes
+        await lock.acquire()
+        # One transaction: the old nodes' deletes and the new creates, one commit.
+        assert proxy.requests[0].opcode == MULTI
+        assert proxy.count(DELETE) == 0
+        assert proxy.count(CREATE2) == 0
+        assert await _only_nodes(observer, members) == [lock.fencing_token] * len(members)
+        assert lock.fencing_token > first
+        await lock.release()
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["applied", "never-arrived"])
+@pytest.mark.parametrize("recipe", sorted(FOLDED))
+async def test_a_folded_create_whose_reply_is_lost_leaves_only_the_new_nodes(
+    proxy: FaultProxy, open_client: ClientFactory, recipe: str, applied: bool
+) -> None:
+    make, members = FOLDED[recipe]
+    client = await open_client(proxy)
+    observer = await open_client()
+    lock = make(client)
+    tokens: list[int] = []
+    held, go, reheld, checked = anyio.Event(), anyio.Event(), anyio.Event(), anyio.Event()
+
+    async def hold_release_and_reacquire() -> None:
+        await lock.acquire()
+        tokens.append(lock.fencing_token)
+        held.set()
+        await go.wait()
+        await lock.release()  # no yield until the re-acquire writes
+        await lock.acquire()
+        tokens.append(lock.fencing_token)
+        reheld.set()
+        await checked.wait()
+        await lock.release()
+
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold_release_and_reacquire)
+            await held.wait()
+            session_id = client.session_id
+            proxy.reset_counters()
+            if applied:  # the server applies it; its reply is lost with the connection
+                proxy.arm_drop_after([MULTI])
+            else:  # held in the partition, then discarded: the server never sees it
+                proxy.blackhole(True)
+            go.set()
+            await proxy.wait_for_request(MULTI)
+            if not applied:
+                await proxy.drop_all()
+                proxy.blackhole(False)
+            await reheld.wait()
+            assert await _only_nodes(observer, members) == [tokens[1]] * len(members)
+            checked.set()
+            await wait_for_children(observer, members[0], lambda children: children == [])
+        # The old nodes went: by the transaction, or (never arrived) as stale nodes of ours
+        # once the new ones were created; the new ones were adopted, not the old.
+        assert tokens[1] > tokens[0]
+        assert client.session_id == session_id
+        assert proxy.count(MULTI) >= 1

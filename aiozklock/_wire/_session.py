@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import enum
+import functools
 import logging
 import math
 import random
@@ -113,6 +114,25 @@ class _Pending:
             log.exception("a reply callback raised")
 
 
+class _Soon:
+    """Requests queued by ``send_soon``: not written yet, so not numbered yet."""
+
+    __slots__ = ("generation", "on_done", "ops")
+
+    def __init__(self, ops: Sequence[Op[Any]], generation: int, on_done: ReplyCallback) -> None:
+        self.ops = ops
+        self.generation = generation
+        self.on_done = on_done
+
+    def fail(self, error_factory: Callable[[], AiozklockError]) -> None:
+        """Never written: tell ``on_done`` that each request failed."""
+        for _ in self.ops:
+            try:
+                self.on_done(None, error_factory())
+            except Exception:
+                log.exception("a reply callback raised")
+
+
 class Session:
     """The wire-level session. Created and run by the client; not public API."""
 
@@ -142,6 +162,8 @@ class Session:
         self.last_acked_send = now  # send time of the newest request answered
         self._sent_at: collections.deque[float] = collections.deque()  # per reply, FIFO
         self._pending: dict[int, _Pending] = {}
+        self._soon: list[_Soon] = []  # written just before the loop next waits
+        self._soon_ready = anyio.Event()
         self._xid = 0
         self._conn: Connection | None = None
         self._read_buffer = bytearray()  # the current connection's incomplete frame
@@ -276,6 +298,34 @@ class Session:
         self.check_loop()
         return self._send_now(ops, generation, on_done=on_done) is not None
 
+    def send_soon(
+        self, ops: Sequence[Op[Any]], *, generation: int, on_done: ReplyCallback
+    ) -> Callable[[], bool] | None:
+        """Like ``send``, but written just before the event loop next waits (or with this
+        session's next request, in the same write): a request made meanwhile follows it.
+
+        Returns ``take_back()``, which unsends ``ops`` if they are not written yet (True:
+        then ``on_done`` is never called); None (nothing queued) if not connected now.
+        Raises ``SessionExpired`` if ``generation`` is gone, ``UsageError`` outside the
+        session's event loop.
+        """
+        self.check_loop()
+        if self._conn is None or self.state is not SessionState.CONNECTED:
+            return None
+        if generation != self.generation:
+            raise SessionExpired(f"session generation {generation} is gone")
+        soon = _Soon(ops, generation, on_done)
+        self._soon.append(soon)
+        self._soon_ready.set()
+
+        def take_back() -> bool:
+            if soon not in self._soon:
+                return False
+            self._soon.remove(soon)
+            return True
+
+        return take_back
+
     def _send_now(
         self,
         ops: Sequence[Op[Any]],
@@ -284,16 +334,31 @@ class Session:
         closing: bool = False,
         on_done: ReplyCallback | None = None,
     ) -> list[_Pending] | None:
-        """Write ``ops`` now if connected (None if not). Synchronous: nothing can change the
-        connection or the generation between the checks and the write."""
+        """Write ``ops`` now if connected (None if not), after what ``send_soon`` queued.
+        Synchronous: nothing can change the connection or the generation between the
+        checks and the write."""
         conn = self._conn
         if conn is None or (self.state is not SessionState.CONNECTED and not closing):
             return None
         if generation is not None and generation != self.generation:
             raise SessionExpired(f"session generation {generation} is gone")
-        pendings = []
-        frames = []
+        frames: list[bytes] = []
         now = time.monotonic()
+        if self._soon:
+            self._frame_soon(frames, now)
+        pendings = self._frame(ops, on_done, frames, now)
+        self._write(conn, frames, now)
+        return pendings
+
+    def _frame(
+        self,
+        ops: Sequence[Op[Any]],
+        on_done: ReplyCallback | None,
+        frames: list[bytes],
+        now: float,
+    ) -> list[_Pending]:
+        """Number ``ops``, expect their replies, and add their frames to ``frames``."""
+        pendings = []
         for op in ops:
             self._xid = xid = (self._xid + 1) & 0x7FFFFFFF or 1
             pending = _Pending(xid, op, on_done)
@@ -303,13 +368,38 @@ class Session:
                 self._watches.add(op.watch, op.path, op.watcher)
             frames.append(proto.frame(xid, op.body))
             self._sent_at.append(now)
+        return pendings
+
+    def _frame_soon(self, frames: list[bytes], now: float) -> None:
+        """Frame what ``send_soon`` queued (of the current generation; the rest is told)."""
+        queued, self._soon = self._soon, []
+        for soon in queued:
+            if soon.generation == self.generation:
+                self._frame(soon.ops, soon.on_done, frames, now)
+            else:
+                gone = f"session generation {soon.generation} is gone"
+                soon.fail(functools.partial(SessionExpired, gone))
+
+    def _write(self, conn: Connection, frames: list[bytes], now: float) -> None:
+        if not frames:
+            return
         try:
             conn.write(b"".join(frames) if len(frames) > 1 else frames[0])
         except OSError as exc:
             # The pendings fail with ConnectionLoss when the connection is torn down.
             self._drop_connection(f"write failed: {exc!r}")
         self.last_sent = now
-        return pendings
+
+    async def _write_soon_forever(self, conn: Connection) -> None:
+        """Write what ``send_soon`` queued once the tasks that ran meanwhile are done."""
+        while True:
+            await self._soon_ready.wait()
+            self._soon_ready = anyio.Event()
+            if self._soon:
+                frames: list[bytes] = []
+                now = time.monotonic()
+                self._frame_soon(frames, now)
+                self._write(conn, frames, now)
 
     async def _await_replies(self, pendings: Sequence[_Pending]) -> None:
         last = pendings[-1].event
@@ -374,6 +464,9 @@ class Session:
             self._conn_scope.cancel()
 
     def _fail_pending(self, error_factory: Callable[[], AiozklockError]) -> None:
+        queued, self._soon = self._soon, []
+        for soon in queued:
+            soon.fail(error_factory)
         pendings = list(self._pending.values())
         self._pending.clear()
         self._sent_at.clear()
@@ -452,6 +545,7 @@ class Session:
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(conn.flush_forever, self.timeout / 2)
+                    tg.start_soon(self._write_soon_forever, conn)
                     await conn.read_forever(self._on_data)
             except* TimeoutError:  # before OSError, its base class
                 self._drop_reason = "write blocked for half the session timeout"

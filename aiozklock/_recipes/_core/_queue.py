@@ -100,6 +100,8 @@ class Queue:
         self.generation = -1
         self.token: int | None = None
         self._unresolved = False  # a create was sent and its outcome is unknown
+        # Our last release's deletes while not yet written: take_back() and their nodes.
+        self._give_back: tuple[Callable[[], bool], int, list[tuple[str, str]]] | None = None
         self.ahead = 0  # contenders queued before us when we last joined (for telemetry)
 
     # ---------------------------------------------------------------- acquire
@@ -142,20 +144,33 @@ class Queue:
         server_path = self._session.server_path
         self._prefixes = [server_path(join(m, node_prefix(guid))) for m in self.members]
 
-    def _create_op(self, data: bytes) -> Op[Any]:
-        prefixes, strip = self._prefixes, self._session.client_path
-        if len(prefixes) == 1:
+    def _create_op(self, data: bytes, folded: list[tuple[str, str]]) -> Op[Any]:
+        """Our creates; after the ``folded`` deletes, in one transaction, if any."""
+        session = self._session
+        prefixes, strip = self._prefixes, session.client_path
+        if len(prefixes) == 1 and not folded:
             return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, strip)
+        deletes = [MultiDelete(session.server_path(join(m, name))) for m, name in folded]
         creates = [MultiCreate(prefix, data, _EPHEMERAL_SEQUENTIAL) for prefix in prefixes]
-        return multi_op(creates, strip)
+        return multi_op([*deletes, *creates], strip)
 
-    def _adopt_created(self, created: object, generation: int) -> bool:
-        """Record our nodes from a create's reply; False if it failed."""
+    def _fold(self, generation: int) -> list[tuple[str, str]]:
+        """Our last release's deletes, if not written yet: they go with our next create,
+        in one transaction (one commit on the server, one wake-up here)."""
+        give_back, self._give_back = self._give_back, None
+        if give_back is None:
+            return []
+        take_back, released_in, nodes = give_back
+        return nodes if released_in == generation and take_back() else []
+
+    def _adopt_created(self, created: object, generation: int, skip: int) -> bool:
+        """Record our nodes from a create's reply (after ``skip`` folded deletes); False if
+        it failed."""
         if isinstance(created, Created):
             self._adopt({self.members[0]: created.path}, created.stat.czxid, generation)
             return True
         if isinstance(created, MultiResult) and created.ok:
-            paths = dict(zip(self.members, created.results, strict=True))
+            paths = dict(zip(self.members, created.results[skip:], strict=True))
             self._adopt(paths, created.zxid, generation)  # the transaction's zxid: the czxid
             return True
         return False
@@ -174,7 +189,8 @@ class Queue:
         while True:
             generation = session.generation
             self.nodes = {}
-            ops = [*parent_ops, self._create_op(data()), *self._listing_ops]
+            folded = self._fold(generation)
+            ops = [*parent_ops, self._create_op(data(), folded), *self._listing_ops]
             self._unresolved = True
             try:
                 results = await session.pipeline(ops, generation=generation, wait_until=deadline)
@@ -186,21 +202,21 @@ class Queue:
                 raise
             parents, created = results[: len(parent_ops)], results[len(parent_ops)]
             listings = results[len(parent_ops) + 1 :]
-            if self._adopt_created(created, generation):
+            if self._adopt_created(created, generation, len(folded)):
                 self._unresolved = False
                 complete = [listing for listing in listings if isinstance(listing, list)]
                 if len(complete) == len(listings):
                     return dict(zip(self.members, complete, strict=True))
                 return await self._complete(listings, generation, deadline)
-            index, failure = _failure_of(created)
+            index, failure = _failure_of(created, len(folded))
             if isinstance(failure, ConnectionLoss):  # outcome unknown: resolve it first
-                recovered = await self._resolve_lost_create(generation, deadline)
+                recovered = await self._resolve_lost_create(generation, deadline, folded)
                 if recovered is not None:
                     return recovered
                 continue
             self._unresolved = False
-            if isinstance(failure, SessionExpired):
-                continue  # our create went nowhere: bind to the new session
+            if isinstance(failure, SessionExpired) or index < 0:
+                continue  # nothing was created (a folded delete failed: that node is gone)
             if isinstance(failure, NoNodeError) and attempts > 0:
                 whole_chain |= self._chain_needed(index, listings, parent_ops, parents)
                 parent_ops = self._parent_ops(self._missing(index, listings), whole_chain)
@@ -233,12 +249,12 @@ class Queue:
         return {m for m in self._missing(index, listings) if server_path(m) in failed}
 
     async def _resolve_lost_create(
-        self, generation: int, deadline: float | None
+        self, generation: int, deadline: float | None, released: list[tuple[str, str]]
     ) -> Listings | None:
         """After a ConnectionLoss on our create: the listings if a node set of ours was
-        adopted, None to create again."""
+        adopted, None to create again (``released``: nodes whose deletes went with it)."""
         try:
-            return await self._recover_create(generation, deadline)
+            return await self._recover_create(generation, deadline, released)
         except SessionExpired:
             self._unresolved = False  # the session and any node it made are gone
             return None
@@ -267,13 +283,21 @@ class Queue:
                 ops.setdefault(op.path, op)
         return list(ops.values())
 
-    async def _recover_create(self, generation: int, deadline: float | None) -> Listings | None:
-        """The create's reply was lost: find our nodes by GUID. Returns the listings if ours
-        were adopted, None to create again."""
+    async def _recover_create(
+        self, generation: int, deadline: float | None, released: list[tuple[str, str]]
+    ) -> Listings | None:
+        """The create's reply was lost: find our nodes by GUID (not the ``released`` ones,
+        still there if the transaction was not applied: they are then stale). Returns the
+        listings if ours were adopted, None to create again."""
         session = self._session
         while True:
             listings = await self._list_all(generation, deadline)
-            ours = [(m, name) for m in self.members for name in nodes_of(listings[m], self.guid)]
+            ours = [
+                (m, name)
+                for m in self.members
+                for name in nodes_of(listings[m], self.guid)
+                if (m, name) not in released
+            ]
             stats = await session.pipeline(
                 [exists_op(session.server_path(join(m, name))) for m, name in ours],
                 generation=generation,
@@ -471,14 +495,16 @@ class Queue:
                         continue  # outcome unknown: repeat; NoNode then means it worked
 
     def delete_own_nowait(self) -> None:
-        """Write the deletes of our nodes and return without their replies. Every later
-        request of this session is ordered after them, so a re-acquire goes out at once:
-        one round trip per cycle. A delete that fails, or that cannot be written now
-        (disconnected), is the janitor's."""
+        """Have the deletes of our nodes written before the event loop next waits, and
+        return without their replies. Every later request of this session is ordered after
+        them, so a re-acquire goes out at once: one round trip per cycle, and a re-acquire
+        by this queue before they are written takes them into its create's transaction. A
+        delete that fails, or that cannot be written now (disconnected), is the janitor's."""
         if not self.nodes:
             return
         session, janitor, generation = self._session, self._janitor, self.generation
-        nodes = [join(m, self.nodes[m]) for m in self.members]
+        names = [(m, self.nodes[m]) for m in self.members]
+        nodes = [join(m, name) for m, name in names]
         paths = [session.server_path(node) for node in nodes]
         if len(paths) == 1:
             op: Op[Any] = delete_op(paths[0])
@@ -493,9 +519,12 @@ class Queue:
                 janitor.delete(node, generation)
 
         try:
-            if not session.send((op,), generation=generation, on_done=done):
+            take_back = session.send_soon((op,), generation=generation, on_done=done)
+            if take_back is None:
                 for node in nodes:
                     janitor.delete(node, generation)  # once reconnected, in this session
+            else:
+                self._give_back = (take_back, generation, names)
         except SessionExpired:
             pass  # their session is gone, and the server deletes them with it
 
@@ -572,12 +601,13 @@ class Queue:
         self.token = None
 
 
-def _failure_of(created: object) -> tuple[int, BaseException]:
-    """Which member's create failed (its index), and why."""
+def _failure_of(created: object, skip: int) -> tuple[int, BaseException]:
+    """Which member's create failed (its index; negative for one of the ``skip`` folded
+    deletes before the creates), and why."""
     if isinstance(created, MultiResult):
         failure = created.failure
         assert failure is not None
-        return failure
+        return failure[0] - skip, failure[1]
     assert isinstance(created, BaseException)
     return 0, created
 
