@@ -91,7 +91,7 @@ class Connection:
     async def read_forever(self, on_data: Callable[[bytes], None]) -> None:
         """Pass every chunk received to ``on_data``; returns only by raising (EOF, a socket
         error, or what ``on_data`` raised)."""
-        loop = _running_asyncio_loop()
+        loop = running_asyncio_loop()
         if loop is not None:
             await self._read_in_callback(loop, on_data)  # returns if the loop cannot
         while True:
@@ -132,7 +132,7 @@ class Connection:
         await close_quietly(self.stream)
 
 
-def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
     """The running asyncio loop if asyncio runs this task (trio, even as asyncio's guest, is
     not asyncio: its tasks must not be served from asyncio callbacks)."""
     try:

@@ -20,6 +20,7 @@ The byte stream of each connection is ``_connection``'s; the watchers, ``_watche
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import enum
@@ -50,6 +51,7 @@ from aiozklock._wire._connection import (
     HandshakeRejected,
     close_quietly,
     read_frame,
+    running_asyncio_loop,
 )
 from aiozklock._wire._loop import LoopGuard
 from aiozklock._wire._protocol import FIRES, EventType, Op, Watcher
@@ -94,19 +96,22 @@ ReplyCallback = Callable[[Any, "AiozklockError | None"], None]
 class _Pending:
     __slots__ = ("error", "event", "on_done", "op", "result", "xid")
 
-    def __init__(self, xid: int, op: Op[Any], on_done: ReplyCallback | None = None) -> None:
+    def __init__(
+        self, xid: int, op: Op[Any], on_done: ReplyCallback | None, *, awaited: bool
+    ) -> None:
         self.xid = xid
         self.op = op
         self.on_done = on_done  # a request sent without waiting: told instead of a waiter
-        self.event = anyio.Event() if on_done is None else None
+        # Replies come in order: a pipeline's caller awaits only its last one.
+        self.event = anyio.Event() if awaited else None
         self.result: Any = None
         self.error: AiozklockError | None = None
 
     def finish(self) -> None:
         """The reply, or the failure, is in: wake the waiter or call ``on_done``."""
         if self.on_done is None:
-            assert self.event is not None
-            self.event.set()
+            if self.event is not None:
+                self.event.set()
             return
         try:
             self.on_done(self.result, self.error)
@@ -163,6 +168,9 @@ class Session:
         self._sent_at: collections.deque[float] = collections.deque()  # per reply, FIFO
         self._pending: dict[int, _Pending] = {}
         self._soon: list[_Soon] = []  # written just before the loop next waits
+        # What writes them: a callback on asyncio (cancelled if taken back), else a task.
+        self._asyncio = running_asyncio_loop()
+        self._soon_handle: asyncio.Handle | None = None
         self._soon_ready = anyio.Event()
         self._xid = 0
         self._conn: Connection | None = None
@@ -316,12 +324,18 @@ class Session:
             raise SessionExpired(f"session generation {generation} is gone")
         soon = _Soon(ops, generation, on_done)
         self._soon.append(soon)
-        self._soon_ready.set()
+        if self._asyncio is None:
+            self._soon_ready.set()
+        elif self._soon_handle is None:
+            self._soon_handle = self._asyncio.call_soon(self._write_soon)
 
         def take_back() -> bool:
             if soon not in self._soon:
                 return False
             self._soon.remove(soon)
+            if not self._soon and self._soon_handle is not None:
+                self._soon_handle.cancel()
+                self._soon_handle = None
             return True
 
         return take_back
@@ -359,9 +373,10 @@ class Session:
     ) -> list[_Pending]:
         """Number ``ops``, expect their replies, and add their frames to ``frames``."""
         pendings = []
+        last = ops[-1] if on_done is None else None
         for op in ops:
             self._xid = xid = (self._xid + 1) & 0x7FFFFFFF or 1
-            pending = _Pending(xid, op, on_done)
+            pending = _Pending(xid, op, on_done, awaited=op is last)
             self._pending[xid] = pending
             pendings.append(pending)
             if op.watcher is not None and op.watch is not None:
@@ -390,16 +405,22 @@ class Session:
             self._drop_connection(f"write failed: {exc!r}")
         self.last_sent = now
 
-    async def _write_soon_forever(self, conn: Connection) -> None:
-        """Write what ``send_soon`` queued once the tasks that ran meanwhile are done."""
+    def _write_soon(self) -> None:
+        """Write what ``send_soon`` queued (the tasks that ran meanwhile are done)."""
+        self._soon_handle = None
+        conn = self._conn
+        if self._soon and conn is not None:
+            frames: list[bytes] = []
+            now = time.monotonic()
+            self._frame_soon(frames, now)
+            self._write(conn, frames, now)
+
+    async def _write_soon_forever(self) -> None:
+        """``_write_soon`` whenever ``send_soon`` asks (where there is no ``call_soon``)."""
         while True:
             await self._soon_ready.wait()
             self._soon_ready = anyio.Event()
-            if self._soon:
-                frames: list[bytes] = []
-                now = time.monotonic()
-                self._frame_soon(frames, now)
-                self._write(conn, frames, now)
+            self._write_soon()
 
     async def _await_replies(self, pendings: Sequence[_Pending]) -> None:
         last = pendings[-1].event
@@ -411,13 +432,12 @@ class Session:
         except BaseException:
             # Cancelled: forget what is still in flight; late replies are then skipped.
             for pending in pendings:
-                if pending.event is not None and not pending.event.is_set():
+                if self._pending.get(pending.xid) is pending:
                     self._forget(pending)
             raise
 
     def _forget(self, pending: _Pending) -> None:
-        if self._pending.get(pending.xid) is pending:
-            del self._pending[pending.xid]
+        self._pending.pop(pending.xid, None)
         op = pending.op
         if op.watcher is not None and op.watch is not None:
             self.remove_watcher(op.path, op.watcher)
@@ -545,7 +565,8 @@ class Session:
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(conn.flush_forever, self.timeout / 2)
-                    tg.start_soon(self._write_soon_forever, conn)
+                    if self._asyncio is None:
+                        tg.start_soon(self._write_soon_forever)
                     await conn.read_forever(self._on_data)
             except* TimeoutError:  # before OSError, its base class
                 self._drop_reason = "write blocked for half the session timeout"
