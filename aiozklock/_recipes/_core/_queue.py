@@ -28,10 +28,13 @@ from typing import Any
 
 import anyio
 
+from aiozklock._acl import ACL
 from aiozklock._exceptions import (
     AiozklockError,
     ClientClosed,
     ConnectionLoss,
+    InvalidACLError,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     SessionExpired,
@@ -54,6 +57,7 @@ from aiozklock._wire._protocol import (
     container_path_ops,
     create_op,
     delete_op,
+    encode_acl,
     exists_op,
     get_children_op,
     multi_op,
@@ -87,8 +91,10 @@ class Queue:
         members: Sequence[str],
         decide: Decide,
         label: str,
+        acl: tuple[ACL, ...],
     ) -> None:
         self.members = tuple(members)
+        self._acl = encode_acl(acl)  # our nodes', and the containers' we create
         self._session = session
         self._janitor = janitor
         self._decide = decide
@@ -143,10 +149,10 @@ class Queue:
         self._prefixes = [server_path(join(m, node_prefix(guid))) for m in self.members]
 
     def _create_op(self, data: bytes) -> Op[Any]:
-        prefixes, strip = self._prefixes, self._session.client_path
+        prefixes, strip, acl = self._prefixes, self._session.client_path, self._acl
         if len(prefixes) == 1:
-            return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, strip)
-        creates = [MultiCreate(prefix, data, _EPHEMERAL_SEQUENTIAL) for prefix in prefixes]
+            return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, strip, acl=acl)
+        creates = [MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in prefixes]
         return multi_op(creates, strip)
 
     def _adopt_created(self, created: object, generation: int) -> bool:
@@ -201,7 +207,7 @@ class Queue:
             self._unresolved = False
             if isinstance(failure, SessionExpired):
                 continue  # our create went nowhere: bind to the new session
-            if isinstance(failure, NoNodeError) and attempts > 0:
+            if isinstance(failure, NoNodeError) and attempts > 0 and not _refused(parents):
                 whole_chain |= self._chain_needed(index, listings, parent_ops, parents)
                 parent_ops = self._parent_ops(self._missing(index, listings), whole_chain)
                 attempts -= 1
@@ -262,7 +268,9 @@ class Queue:
         session = self._session
         ops: dict[str, Op[Any]] = {}
         for member in missing:
-            chain = container_path_ops(session.server_path(member), session.client_path)
+            chain = container_path_ops(
+                session.server_path(member), session.client_path, acl=self._acl
+            )
             for op in chain if member in whole_chain else chain[-1:]:
                 ops.setdefault(op.path, op)
         return list(ops.values())
@@ -570,6 +578,11 @@ class Queue:
         """Released or lost: no node is ours any more."""
         self.nodes = {}
         self.token = None
+
+
+def _refused(results: Sequence[object]) -> bool:
+    """A container create the ACLs refused: creating again cannot help."""
+    return any(isinstance(result, NoAuthError | InvalidACLError) for result in results)
 
 
 def _failure_of(created: object) -> tuple[int, BaseException]:
