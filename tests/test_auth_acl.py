@@ -3,6 +3,7 @@ credentials re-sent on every connection before anything else, refused credential
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -146,6 +147,47 @@ async def test_lock_preset_lets_others_observe_but_not_interfere(
 
 
 # recipe -> (make it with default_acl, the paths it creates a node under)
+class _Signal(logging.Handler):
+    """Sets ``event`` when a record at ``level`` or above is logged."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.event = anyio.Event()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+        self.event.set()
+
+
+async def test_a_delete_an_acl_refuses_is_reported_not_retried(
+    open_client: ClientFactory,
+) -> None:
+    """A lock path anyone may create under but nobody may delete from: the release is
+    refused. Confirmed, it raises ``NoAuthError`` naming the node; not confirmed, the
+    janitor tries once and gives up with an ERROR naming it."""
+    client = await open_client()
+    create_only = [ACL(Perms.READ | Perms.CREATE, "world", "anyone")]
+    signal = _Signal(logging.ERROR)
+    janitor_log = logging.getLogger("aiozklock._recipes._core._janitor")
+    janitor_log.addHandler(signal)
+    try:
+        with anyio.fail_after(10):
+            confirmed = client.lock("/confirmed", acl=create_only)
+            await confirmed.acquire()
+            node = f"/confirmed/{confirmed.statistics().node}"
+            with pytest.raises(aiozklock.NoAuthError, match=node):
+                await confirmed.release(confirm=True)
+            background = client.lock("/background", acl=create_only)
+            async with background:
+                node = f"/background/{background.statistics().node}"
+            await signal.event.wait()
+            assert any(node in message for message in signal.messages), signal.messages
+            assert await client.exists(node) is not None  # left until the session ends
+    finally:
+        janitor_log.removeHandler(signal)
+
+
 RECIPES: dict[str, tuple[Any, list[str]]] = {
     "lock": (lambda zk: zk.lock("/r"), ["/r"]),
     "nonfair": (lambda zk: zk.lock("/r", fair=False), ["/r"]),
