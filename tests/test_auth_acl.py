@@ -189,11 +189,11 @@ async def test_a_delete_an_acl_refuses_is_reported_not_retried(
 
 
 RECIPES: dict[str, tuple[Any, list[str]]] = {
-    "lock": (lambda zk: zk.lock("/r"), ["/r"]),
-    "nonfair": (lambda zk: zk.lock("/r", fair=False), ["/r"]),
-    "multi_lock": (lambda zk: zk.multi_lock(["/r", "/s"]), ["/r", "/s"]),
-    "election": (lambda zk: zk.election("/r"), ["/r"]),
-    "lease_lock": (lambda zk: zk.lease_lock("/r", 30), ["/r"]),
+    "lock": (lambda zk, under="": zk.lock(f"{under}/r"), ["/r"]),
+    "nonfair": (lambda zk, under="": zk.lock(f"{under}/r", fair=False), ["/r"]),
+    "multi_lock": (lambda zk, under="": zk.multi_lock([f"{under}/r", f"{under}/s"]), ["/r", "/s"]),
+    "election": (lambda zk, under="": zk.election(f"{under}/r"), ["/r"]),
+    "lease_lock": (lambda zk, under="": zk.lease_lock(f"{under}/r", 30), ["/r"]),
 }
 
 
@@ -218,6 +218,25 @@ async def test_recipe_nodes_and_containers_get_the_acl(
             node = f"/open/{open_lock.statistics().node}"
             assert (await alice.get_acl(node))[0] == list(OPEN_ACL_UNSAFE)
             assert (await alice.get_acl("/open"))[0] == list(OPEN_ACL_UNSAFE)
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+async def test_a_create_an_acl_refuses_names_the_path(
+    recipe: str, open_client: ClientFactory
+) -> None:
+    """A recipe path under a node only alice may write: bob's acquire raises ``NoAuthError``
+    naming the container it could not create, and leaves nothing."""
+    alice = await open_client(auth=[ALICE])
+    bob = await open_client(auth=[BOB])
+    with anyio.fail_after(10):
+        await alice.ensure_path("/")
+        await alice.create("/closed", acl=CREATOR_ALL_WORLD_READ_ACL)
+        make, _ = RECIPES[recipe]
+        with pytest.raises(aiozklock.NoAuthError, match="/closed/") as info:
+            await make(bob, "/closed").acquire(timeout=5)
+        assert info.value.path is not None
+        assert info.value.path.startswith("/closed/")
+        assert await alice.get_children("/closed") == []
 
 
 async def test_acl_is_not_part_of_a_recipes_identity(zk: aiozklock.ZooKeeperClient) -> None:

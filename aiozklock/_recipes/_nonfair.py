@@ -42,6 +42,7 @@ from aiozklock._recipes._core._contenders import Contender, Identity, contender_
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._primitive import Primitive
+from aiozklock._recipes._core._queue import refused
 from aiozklock._recipes._core._waiting import wait_woken
 from aiozklock._wire._protocol import (
     Created,
@@ -200,6 +201,9 @@ class NonFairLock(Primitive):
                 return "taken"
             if isinstance(created, SessionExpired):
                 continue  # any node it made died with its session
+            refusal = refused(results[:-1])
+            if refusal is not None:
+                raise refusal  # the container's create: the path's missing parent
             if isinstance(created, NoNodeError) and attempts > 0:
                 # The container first; its ancestors too if that is not enough.
                 chain = container_path_ops(

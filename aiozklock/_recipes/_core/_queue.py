@@ -38,6 +38,7 @@ from aiozklock._exceptions import (
     NodeExistsError,
     NoNodeError,
     SessionExpired,
+    ZooKeeperError,
 )
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor
@@ -207,7 +208,7 @@ class Queue:
             self._unresolved = False
             if isinstance(failure, SessionExpired):
                 continue  # our create went nowhere: bind to the new session
-            if isinstance(failure, NoNodeError) and attempts > 0 and not _refused(parents):
+            if isinstance(failure, NoNodeError) and attempts > 0 and refused(parents) is None:
                 whole_chain |= self._chain_needed(index, listings, parent_ops, parents)
                 parent_ops = self._parent_ops(self._missing(index, listings), whole_chain)
                 attempts -= 1
@@ -580,9 +581,12 @@ class Queue:
         self.token = None
 
 
-def _refused(results: Sequence[object]) -> bool:
-    """A container create the ACLs refused: creating again cannot help."""
-    return any(isinstance(result, NoAuthError | InvalidACLError) for result in results)
+def refused(results: Sequence[object]) -> ZooKeeperError | None:
+    """The first container create an ACL refused (creating again cannot help), or None."""
+    for result in results:
+        if isinstance(result, NoAuthError | InvalidACLError):
+            return result
+    return None
 
 
 def _failure_of(created: object) -> tuple[int, BaseException]:
@@ -595,4 +599,4 @@ def _failure_of(created: object) -> tuple[int, BaseException]:
     return 0, created
 
 
-__all__ = ("Listings", "Queue")
+__all__ = ("Listings", "Queue", "refused")
