@@ -5,15 +5,24 @@ async with aiozklock.connect("zk1:2181,zk2:2181") as zk:
         await store.write(data, fencing_token=lock.fencing_token)
 """
 
+from aiozklock._acl import ACL as ACL
+from aiozklock._acl import CREATOR_ALL_ACL as CREATOR_ALL_ACL
+from aiozklock._acl import CREATOR_ALL_WORLD_READ_ACL as CREATOR_ALL_WORLD_READ_ACL
+from aiozklock._acl import OPEN_ACL_UNSAFE as OPEN_ACL_UNSAFE
+from aiozklock._acl import READ_ACL_UNSAFE as READ_ACL_UNSAFE
+from aiozklock._acl import Perms as Perms
 from aiozklock._client import ZooKeeperClient as ZooKeeperClient
 from aiozklock._client import connect as connect
 from aiozklock._exceptions import AiozklockError as AiozklockError
+from aiozklock._exceptions import AuthenticationFailed as AuthenticationFailed
 from aiozklock._exceptions import ClientClosed as ClientClosed
 from aiozklock._exceptions import ConnectionLoss as ConnectionLoss
+from aiozklock._exceptions import InvalidACLError as InvalidACLError
 from aiozklock._exceptions import InvalidArgument as InvalidArgument
 from aiozklock._exceptions import LeadershipLost as LeadershipLost
 from aiozklock._exceptions import LockLost as LockLost
 from aiozklock._exceptions import LockTimeout as LockTimeout
+from aiozklock._exceptions import NoAuthError as NoAuthError
 from aiozklock._exceptions import NodeExistsError as NodeExistsError
 from aiozklock._exceptions import NoNodeError as NoNodeError
 from aiozklock._exceptions import NotLockOwner as NotLockOwner
@@ -40,11 +49,18 @@ from aiozklock._wire._session import StateChange as StateChange
 __version__ = "0.1.0"
 
 __all__ = (
+    "ACL",
+    "CREATOR_ALL_ACL",
+    "CREATOR_ALL_WORLD_READ_ACL",
+    "OPEN_ACL_UNSAFE",
+    "READ_ACL_UNSAFE",
     "AiozklockError",
+    "AuthenticationFailed",
     "ClientClosed",
     "ConnectionLoss",
     "Contender",
     "Election",
+    "InvalidACLError",
     "InvalidArgument",
     "LeadershipLost",
     "LeaseLock",
@@ -56,11 +72,13 @@ __all__ = (
     "LossPolicy",
     "MultiLock",
     "MultiLockStatistics",
+    "NoAuthError",
     "NoNodeError",
     "NonFairLock",
     "NonFairLockStatistics",
     "NodeExistsError",
     "NotLockOwner",
+    "Perms",
     "SessionExpired",
     "SessionState",
     "Stat",

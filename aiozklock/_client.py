@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Literal, TypeVar, overload
 
 import anyio
 import anyio.abc
 
+from aiozklock._acl import ACL, OPEN_ACL_UNSAFE, validate_acl, validate_auth
 from aiozklock._exceptions import (
     ClientClosed,
     ConnectionLoss,
@@ -33,7 +34,9 @@ from aiozklock._wire._protocol import (
     container_path_ops,
     create_op,
     delete_op,
+    encode_acl,
     exists_op,
+    get_acl_op,
     get_children_op,
     get_data_op,
 )
@@ -68,8 +71,12 @@ class ZooKeeperClient:
         connect_timeout: float = 10.0,
         loss_policy: LossPolicy = "suspended",
         telemetry: Observer | None = None,
+        auth: Sequence[tuple[str, str | bytes]] = (),
+        default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
     ) -> None:
         self._hosts, self.chroot = parse_hosts(hosts)
+        self._auth = validate_auth(auth)
+        self.default_acl = validate_acl(default_acl, what="default_acl")
         self.hosts = hosts
         self.session_timeout = positive_seconds("session_timeout", session_timeout)
         self.connect_timeout = positive_seconds("connect_timeout", connect_timeout)
@@ -97,7 +104,8 @@ class ZooKeeperClient:
 
     async def __aenter__(self) -> ZooKeeperClient:
         """Establish the session; returns the client. Raises ``ZooKeeperUnavailable`` if no
-        server answers within ``connect_timeout``, ``RuntimeError`` if entered twice."""
+        server answers within ``connect_timeout``, ``AuthenticationFailed`` (one) if the
+        server refuses the ``auth`` credentials, ``RuntimeError`` if entered twice."""
         if self._session is not None or self._closed:
             raise RuntimeError("a ZooKeeperClient can be entered only once")
         session = Session(
@@ -105,6 +113,7 @@ class ZooKeeperClient:
             chroot=self.chroot,
             session_timeout=self.session_timeout,
             connect_timeout=self.connect_timeout,
+            auth=self._auth,
         )
         if self._telemetry is not None:
             session.add_listener(self._telemetry.session_changed)
@@ -229,24 +238,49 @@ class ZooKeeperClient:
         return self._live_session().add_listener(listener)
 
     # ---------------------------------------------------------------- recipes
+    # Every factory takes ``acl``: what the recipe's nodes, and the containers it creates for
+    # them (the path, and its missing ancestors), are created with; ``default_acl`` if None.
+
+    def _acl(self, acl: Sequence[ACL] | None) -> tuple[ACL, ...]:
+        return self.default_acl if acl is None else validate_acl(acl)
 
     @overload
     def lock(
-        self, path: str, *, identifier: str | None = None, fair: Literal[True] = True
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        fair: Literal[True] = True,
+        acl: Sequence[ACL] | None = None,
     ) -> Lock: ...
 
     @overload
     def lock(
-        self, path: str, *, identifier: str | None = None, fair: Literal[False]
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        fair: Literal[False],
+        acl: Sequence[ACL] | None = None,
     ) -> NonFairLock: ...
 
     @overload
     def lock(
-        self, path: str, *, identifier: str | None = None, fair: bool
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        fair: bool,
+        acl: Sequence[ACL] | None = None,
     ) -> Lock | NonFairLock: ...
 
     def lock(
-        self, path: str, *, identifier: str | None = None, fair: bool = True
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        fair: bool = True,
+        acl: Sequence[ACL] | None = None,
     ) -> Lock | NonFairLock:
         """A reentrant, loss-aware lock on ``path`` (validated now, before any traffic).
 
@@ -257,66 +291,92 @@ class ZooKeeperClient:
         tasks queue on it locally with one node on the server at a time (each local holder
         takes a new place at the back of the server's queue: no process starves another).
         A different ``identifier`` is a different contender, as another process would be.
+        ``acl``: what its nodes and containers are created with (``default_acl`` if None);
+        not part of the identity.
 
-        Raises ``InvalidArgument`` for a bad path, identifier or a non-bool ``fair``,
-        ``ClientClosed`` if the client is not connected, ``UsageError`` outside the event
-        loop the client was opened in.
+        Raises ``InvalidArgument`` for a bad path, identifier, acl or a non-bool ``fair``,
+        ``UsageError`` if this client's object for the path has another ``acl``, or when
+        called outside the event loop the client was opened in, ``ClientClosed`` if the
+        client is not connected.
         """
         session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
-        policy, janitor = self._policy, self._janitor
+        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
         key = (path, identifier)
         if validate_flag("fair", fair):
             return self._recipes.get(
                 Lock,
                 key,
                 lambda: Lock._construct(
-                    session, path, identifier=identifier, registry=policy, janitor=janitor
+                    session,
+                    path,
+                    identifier=identifier,
+                    registry=policy,
+                    janitor=janitor,
+                    acl=entries,
                 ),
+                entries,
             )
         return self._recipes.get(
             NonFairLock,
             key,
             lambda: NonFairLock._construct(
-                session, path, identifier=identifier, registry=policy, janitor=janitor
+                session, path, identifier=identifier, registry=policy, janitor=janitor, acl=entries
             ),
+            entries,
         )
 
-    def multi_lock(self, paths: Iterable[str], *, identifier: str | None = None) -> MultiLock:
+    def multi_lock(
+        self,
+        paths: Iterable[str],
+        *,
+        identifier: str | None = None,
+        acl: Sequence[ACL] | None = None,
+    ) -> MultiLock:
         """All-or-nothing lock of several paths, deadlock-free; returns a ``MultiLock``.
 
-        Validated now: bad or empty paths or identifier raise ``InvalidArgument``
-        (duplicates are dropped); ``ClientClosed`` if the client is not connected.
+        Validated now: bad or empty paths, identifier or acl raise ``InvalidArgument``
+        (duplicates are dropped); ``UsageError`` if this client's object for the paths has
+        another ``acl``; ``ClientClosed`` if the client is not connected.
         """
         session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
-        policy, janitor = self._policy, self._janitor
+        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
         members = paths if isinstance(paths, str) else tuple(paths)
         return self._recipes.get(
             MultiLock,
             (members, identifier),
             lambda: MultiLock._construct(
-                session, members, identifier=identifier, registry=policy, janitor=janitor
+                session,
+                members,
+                identifier=identifier,
+                registry=policy,
+                janitor=janitor,
+                acl=entries,
             ),
+            entries,
         )
 
-    def election(self, path: str, *, identifier: str | None = None) -> Election:
+    def election(
+        self, path: str, *, identifier: str | None = None, acl: Sequence[ACL] | None = None
+    ) -> Election:
         """A leader election on ``path``; returns an ``Election``: ``async with
-        zk.election(path):`` runs its body as leader. Validated now: a bad path or
-        identifier raises ``InvalidArgument``; ``ClientClosed`` if the client is not
-        connected."""
+        zk.election(path):`` runs its body as leader. Validated now: a bad path, identifier
+        or acl raises ``InvalidArgument``; ``UsageError`` if this client's object for the
+        path has another ``acl``; ``ClientClosed`` if the client is not connected."""
         session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
-        policy, janitor = self._policy, self._janitor
+        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
         return self._recipes.get(
             Election,
             (path, identifier),
             lambda: Election._construct(
-                session, path, identifier=identifier, registry=policy, janitor=janitor
+                session, path, identifier=identifier, registry=policy, janitor=janitor, acl=entries
             ),
+            entries,
         )
 
     def lease_lock(
@@ -327,18 +387,20 @@ class ZooKeeperClient:
         holder_id: str | None = None,
         identifier: str | None = None,
         renew: bool = True,
+        acl: Sequence[ACL] | None = None,
     ) -> LeaseLock:
         """A lock held as a TTL lease on ``{path}/lease``, not bound to this session: it
         survives disconnections and restarts (re-attach with the same ``holder_id``) and
         expires ``ttl`` seconds after its last renewal (see ``LeaseLock``). Renewed every
         ttl/3 in the background while held if ``renew``. Arguments are validated now
-        (``InvalidArgument``; ``ClientClosed`` if the client is not connected); servers
-        without TTL nodes raise ``TTLNotSupported`` on acquire. Returns a ``LeaseLock``.
+        (``InvalidArgument``; ``UsageError`` if this client's object for them has another
+        ``acl``; ``ClientClosed`` if the client is not connected); servers without TTL nodes
+        raise ``TTLNotSupported`` on acquire. Returns a ``LeaseLock``.
         """
         session = self._live_session()
         assert self._janitor is not None
         assert self._spawn is not None
-        janitor, spawn = self._janitor, self._spawn
+        janitor, spawn, entries = self._janitor, self._spawn, self._acl(acl)
         return self._recipes.get(
             LeaseLock,
             (path, ttl, holder_id, identifier, renew),
@@ -351,7 +413,9 @@ class ZooKeeperClient:
                 renew=renew,
                 janitor=janitor,
                 spawn=spawn,
+                acl=entries,
             ),
+            entries,
         )
 
     # ---------------------------------------------------------------- znodes (small API)
@@ -393,12 +457,21 @@ class ZooKeeperClient:
             return await self._read(lambda: session.call(op))
 
     async def create(
-        self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequential: bool = False
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        acl: Sequence[ACL] | None = None,
     ) -> str:
-        """Create a node; returns its path (with the sequence suffix if ``sequential``).
+        """Create a node with ``acl`` (``default_acl`` if None); returns its path (with the
+        sequence suffix if ``sequential``).
 
         An ephemeral node goes with the session. Raises ``NodeExistsError`` if it exists,
-        ``NoNodeError`` if its parent does not (see ``ensure_path``).
+        ``NoNodeError`` if its parent does not (see ``ensure_path``), ``NoAuthError`` if
+        the parent's ACL does not let this session create, ``InvalidACLError`` if the server
+        refuses ``acl``.
         """
         session = self._live_session()
         mode = CreateMode.PERSISTENT
@@ -407,29 +480,48 @@ class ZooKeeperClient:
         if sequential:
             mode |= CreateMode.SEQUENTIAL
         op = create_op(
-            session.server_path(validate_path(path)), validate_data(data), mode, session.client_path
+            session.server_path(validate_path(path)),
+            validate_data(data),
+            mode,
+            session.client_path,
+            acl=encode_acl(self._acl(acl)),
         )
         async with self._naming_chroot(session):
             return (await session.call(op)).path
 
     async def delete(self, path: str) -> None:
         """Delete a node (any version). Raises ``NoNodeError`` if it does not exist and
-        ``NotEmptyError`` (a ``ZooKeeperError``) if it has children."""
+        ``NotEmptyError`` (a ``ZooKeeperError``) if it has children, ``NoAuthError`` if the
+        parent's ACL does not let this session delete."""
         session = self._live_session()
         async with self._naming_chroot(session):
             await session.call(delete_op(session.server_path(validate_path(path))))
 
-    async def ensure_path(self, path: str) -> None:
-        """Create ``path`` and its ancestors (chroot included) as containers, in one round
-        trip; existing ones are left alone. Returns nothing. Raises ``InvalidArgument`` for a
-        bad path, ``ClientClosed`` if the client is not connected, ``UsageError`` outside
-        its event loop, ``ConnectionLoss`` or ``SessionExpired`` if the connection or the
-        session is lost meanwhile (calling it again is safe)."""
+    async def ensure_path(self, path: str, *, acl: Sequence[ACL] | None = None) -> None:
+        """Create ``path`` and its ancestors (chroot included) as containers with ``acl``
+        (``default_acl`` if None), in one round trip; existing ones are left alone. Returns
+        nothing. Raises ``InvalidArgument`` for a bad path or acl, ``ClientClosed`` if the
+        client is not connected, ``UsageError`` outside its event loop, ``NoAuthError`` if
+        an ACL refuses a create, ``ConnectionLoss`` or ``SessionExpired`` if the connection
+        or the session is lost meanwhile (calling it again is safe)."""
         session = self._live_session()
-        ops = container_path_ops(session.server_path(validate_path(path)), session.client_path)
+        ops = container_path_ops(
+            session.server_path(validate_path(path)),
+            session.client_path,
+            acl=encode_acl(self._acl(acl)),
+        )
         for result in await session.pipeline(ops):
             if isinstance(result, BaseException) and not isinstance(result, NodeExistsError):
                 raise result
+
+    async def get_acl(self, path: str) -> tuple[list[ACL], Stat]:
+        """The node's ACL and ``Stat``. Raises ``NoNodeError`` if it does not exist,
+        ``NoAuthError`` unless its ACL grants this session ``READ`` or ``ADMIN`` (without
+        ``ADMIN``, digest ids come back with ``x`` for the hash)."""
+        session = self._live_session()
+        op = get_acl_op(session.server_path(validate_path(path)))
+        async with self._naming_chroot(session):
+            return await self._read(lambda: session.call(op))
 
     @staticmethod
     async def _read(call: Callable[[], Awaitable[T]]) -> T:
@@ -461,6 +553,8 @@ def connect(
     connect_timeout: float = 10.0,
     loss_policy: LossPolicy = "suspended",
     telemetry: Observer | None = None,
+    auth: Sequence[tuple[str, str | bytes]] = (),
+    default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
 ) -> ZooKeeperClient:
     """Connect to ZooKeeper: ``async with aiozklock.connect("zk1:2181,zk2:2181/app") as zk:``.
 
@@ -488,6 +582,14 @@ def connect(
     - ``telemetry``: where to report metrics and traces, e.g.
       ``aiozklock.otel.Telemetry(meter_provider=..., tracer_provider=...)`` (the ``otel``
       extra); None (the default) reports nothing and costs nothing.
+    - ``auth``: credentials, ``[("digest", "user:password")]`` (str or bytes), sent on every
+      connection before any other request. Refused ones are final: entering raises
+      ``AuthenticationFailed``; on a later reconnect the client closes (holders lose their
+      locks, requests raise ``AuthenticationFailed``) instead of retrying.
+    - ``default_acl``: the ACL of every node created without an explicit ``acl=`` (recipe
+      nodes and their containers, ``create``, ``ensure_path``); default ``OPEN_ACL_UNSAFE``
+      (anyone may do anything). ``CREATOR_ALL_ACL`` and ``CREATOR_ALL_WORLD_READ_ACL``
+      need ``auth``.
 
     Arguments are validated at once (``InvalidArgument``, a ``ValueError``). Entering raises
     ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``.
@@ -498,4 +600,6 @@ def connect(
         connect_timeout=connect_timeout,
         loss_policy=loss_policy,
         telemetry=telemetry,
+        auth=auth,
+        default_acl=default_acl,
     )

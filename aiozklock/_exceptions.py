@@ -55,6 +55,16 @@ class ZooKeeperUnavailable(AiozklockError, ConnectionError):
     """No ZooKeeper server could be reached (or the session could not be kept alive)."""
 
 
+class AuthenticationFailed(ZooKeeperUnavailable, PermissionError):
+    """The server refused the credentials of ``connect(auth=...)`` (AuthFailed, code -115).
+
+    Final: the same credentials would be refused again, so the client does not retry.
+    Raised by ``async with connect(...)`` on the first connection; on a later reconnect the
+    session is closed (state ``CLOSED``, holders lose their locks) and every request and
+    waiter fails with it. A ``ZooKeeperUnavailable`` (code catching that still sees the
+    client unusable) and a ``PermissionError``."""
+
+
 class ConnectionLoss(ZooKeeperUnavailable):
     """The connection dropped after the request was sent: the server may or may not have
     executed it. Non-idempotent requests are never resent blindly; the caller resolves the
@@ -88,8 +98,22 @@ class NoNodeError(ZooKeeperError):
     code = -101
 
 
-class NoAuthError(ZooKeeperError):
+class NoAuthError(ZooKeeperError, PermissionError):
+    """The node's ACL does not grant this session the permission (NoAuth, code -102).
+
+    ZooKeeper checks a create's and a delete's permission on the node's *parent*
+    (``CREATE``, ``DELETE``), a read's (``READ``) and a data change's (``WRITE``) on the node
+    itself. The message names the path."""
+
     code = -102
+
+    def __init__(self, path: str | None = None, code: int | None = None) -> None:
+        super().__init__(path, code)
+        self.args = (
+            f"not authorized (NoAuth, code -102){': ' + path if path else ''}: the ACL does "
+            "not grant this session the permission (for a create or a delete, the parent's "
+            "ACL decides)",
+        )
 
 
 class BadVersionError(ZooKeeperError):
@@ -110,6 +134,14 @@ class NotEmptyError(ZooKeeperError):
     """The node to delete has children."""
 
     code = -111
+
+
+class InvalidACLError(ZooKeeperError):
+    """The server refused the ACL of a create (InvalidACL, code -114): e.g. an ``"auth"``
+    entry (``CREATOR_ALL_ACL``) from a session that authenticated as no one (pass
+    ``connect(auth=...)``), or a malformed id."""
+
+    code = -114
 
 
 class BadArgumentsError(ZooKeeperError):
@@ -148,6 +180,7 @@ _ERRORS_BY_CODE: dict[int, type[ZooKeeperError]] = {
         NoChildrenForEphemeralsError,
         NodeExistsError,
         NotEmptyError,
+        InvalidACLError,
         BadArgumentsError,
         RuntimeInconsistencyError,
         UnimplementedError,

@@ -12,12 +12,15 @@ from typing import Any
 import pytest
 from aiozk import exc as aiozk_exc
 from aiozk import protocol as jute
+from aiozk.protocol.acl import ACL as JuteACL
+from aiozk.protocol.acl import ID as JuteID
 from aiozk.protocol.primitives import Long
 from aiozk.protocol.stat import Stat as JuteStat
 from aiozk.protocol.transaction import MultiHeader
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aiozklock._acl import ACL, Perms
 from aiozklock._exceptions import (
     NodeExistsError,
     RolledBackError,
@@ -263,3 +266,50 @@ def test_malformed_multi_replies_are_rejected() -> None:
         parse(multi_reply(1, [(proto.Opcode.DELETE, None, None)] * 2), header)
     with pytest.raises(ValueError, match="0 results"):
         parse(multi_reply(1, []), header)
+
+
+acls = st.lists(
+    st.builds(
+        ACL,
+        st.integers(0, 31).map(Perms),
+        st.text(min_size=1, max_size=10),
+        st.text(max_size=40),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+def jute_acl(acl: list[ACL]) -> list[Any]:
+    return [JuteACL(perms=int(a.perms), id=JuteID(scheme=a.scheme, id=a.id)) for a in acl]
+
+
+@given(paths, st.binary(max_size=100), acls)
+def test_create_with_an_acl_matches_aiozk(path: str, data: bytes, acl: list[ACL]) -> None:
+    expected = jute.Create2Request(path=path, data=data, acl=jute_acl(acl), flags=0).serialize()
+    mode = proto.CreateMode.PERSISTENT
+    assert proto.create_op(path, data, mode, str, acl=proto.encode_acl(acl)).body == expected
+    container = proto.create_container_op(path, str, acl=proto.encode_acl(acl)).body
+    assert (
+        container[4:]
+        == jute.Create2Request(
+            path=path, data=b"", acl=jute_acl(acl), flags=int(proto.CreateMode.CONTAINER)
+        ).serialize()[4:]
+    )
+
+
+@given(paths, acls, st.tuples(*[ints] * 11))
+def test_get_acl_matches_aiozk(path: str, acl: list[ACL], stat: tuple[int, ...]) -> None:
+    assert proto.get_acl_op(path).body == jute.GetACLRequest(path=path).serialize()
+    reply = proto.encode_acl(acl) + struct.pack("!qqqqiiiqiiq", *stat)
+    parsed, _ = jute.GetACLResponse.parse(reply, 0)  # aiozk reads our encoding ...
+    assert [(a.perms, a.id.scheme, a.id.id) for a in parsed.acl] == [
+        (int(a.perms), a.scheme, a.id) for a in acl
+    ]
+    assert parsed.stat == jute_stat(stat)
+    assert proto.get_acl_op(path).parse(reply, 0) == (acl, proto.Stat(*stat))  # ... and we
+
+
+def test_auth_frame_matches_aiozk() -> None:
+    body = jute.AuthRequest(type=0, scheme="digest", auth=b"alice:pw").serialize()
+    assert proto.auth_frame("digest", b"alice:pw") == struct.pack("!ii", len(body) + 4, -4) + body

@@ -29,6 +29,7 @@ from collections.abc import AsyncGenerator, Sequence
 
 import anyio
 
+from aiozklock._acl import ACL
 from aiozklock._exceptions import ConnectionLoss, LeadershipLost, NoNodeError, SessionExpired
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingRegistry
@@ -97,6 +98,7 @@ class Election(QueuedPrimitive):
         identifier: str | None,
         registry: HoldingRegistry,
         janitor: Janitor,
+        acl: tuple[ACL, ...],
     ) -> None:
         self.path = validate_recipe_path(path, what="election path")
         identifier = validate_identifier(identifier)
@@ -109,6 +111,7 @@ class Election(QueuedPrimitive):
             decide,
             f"election {self.path}",
             self.identifier,
+            acl,
         )
 
     async def resign(self) -> None:

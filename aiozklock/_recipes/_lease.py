@@ -47,6 +47,7 @@ from typing import Any
 
 import anyio
 
+from aiozklock._acl import ACL
 from aiozklock._exceptions import (
     AiozklockError,
     BadVersionError,
@@ -73,6 +74,7 @@ from aiozklock._wire._protocol import (
     container_path_ops,
     create_ttl_op,
     delete_op,
+    encode_acl,
     get_data_op,
     set_data_op,
 )
@@ -229,6 +231,7 @@ class LeaseLock(Primitive):
         renew: bool,
         janitor: Janitor,
         spawn: Spawn,
+        acl: tuple[ACL, ...],
     ) -> None:
         self.path = validate_recipe_path(path)
         self._ttl_ms = validate_ttl(ttl)
@@ -238,8 +241,9 @@ class LeaseLock(Primitive):
         self.renew_automatically = validate_flag("renew", renew)
         self.node = join(self.path, LEASE_NODE)
         super().__init__(
-            session, _Keepers(self._keep, spawn), f"lease lock {self.path}", (self.path,)
+            session, _Keepers(self._keep, spawn), f"lease lock {self.path}", (self.path,), acl
         )
+        self._acl = encode_acl(acl)
         self._janitor = janitor
         self._server_node = session.server_path(self.node)
         self._margin = self.ttl * MARGIN_FRACTION
@@ -341,7 +345,9 @@ class LeaseLock(Primitive):
         session = self._session
         parents: list[Op[Any]] = []
         while True:
-            create = create_ttl_op(self._server_node, self._data, self._ttl_ms, session.client_path)
+            create = create_ttl_op(
+                self._server_node, self._data, self._ttl_ms, session.client_path, acl=self._acl
+            )
             sent = time.monotonic()
             self._maybe_created = True
             *made, created = await session.pipeline([*parents, create], wait_until=deadline)
@@ -354,7 +360,9 @@ class LeaseLock(Primitive):
                 self._maybe_created = False
                 # The lock path is missing: create it (and its ancestors) as containers in the
                 # same write as the next create.
-                parents = container_path_ops(session.server_path(self.path), session.client_path)
+                parents = container_path_ops(
+                    session.server_path(self.path), session.client_path, acl=self._acl
+                )
                 continue
             parents = []
             for result in (*made, created):

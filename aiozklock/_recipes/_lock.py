@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from aiozklock._acl import ACL
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
@@ -62,11 +63,19 @@ class Lock(QueuedPrimitive):
         identifier: str | None,
         registry: HoldingRegistry,
         janitor: Janitor,
+        acl: tuple[ACL, ...],
     ) -> None:
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
         super().__init__(
-            session, registry, janitor, (self.path,), decide, f"lock {self.path}", self.identifier
+            session,
+            registry,
+            janitor,
+            (self.path,),
+            decide,
+            f"lock {self.path}",
+            self.identifier,
+            acl,
         )
 
     def statistics(self) -> LockStatistics:

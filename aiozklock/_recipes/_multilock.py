@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from aiozklock._acl import ACL
 from aiozklock._exceptions import InvalidArgument
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingRegistry
@@ -79,6 +80,7 @@ class MultiLock(QueuedPrimitive):
         identifier: str | None,
         registry: HoldingRegistry,
         janitor: Janitor,
+        acl: tuple[ACL, ...],
     ) -> None:
         self.paths = validate_members(paths)
         self.identifier = validate_identifier(identifier)
@@ -90,6 +92,7 @@ class MultiLock(QueuedPrimitive):
             decide,
             f"multi-lock {list(self.paths)}",
             self.identifier,
+            acl,
         )
 
     @property

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import anyio
 
+from aiozklock._acl import ACL
 from aiozklock._exceptions import (
     AiozklockError,
     BadVersionError,
@@ -41,6 +42,7 @@ from aiozklock._recipes._core._contenders import Contender, Identity, contender_
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._primitive import Primitive
+from aiozklock._recipes._core._queue import refused
 from aiozklock._recipes._core._waiting import wait_woken
 from aiozklock._wire._protocol import (
     Created,
@@ -50,6 +52,7 @@ from aiozklock._wire._protocol import (
     container_path_ops,
     create_op,
     delete_op,
+    encode_acl,
     exists_op,
     get_data_op,
 )
@@ -126,10 +129,12 @@ class NonFairLock(Primitive):
         identifier: str | None,
         registry: HoldingRegistry,
         janitor: Janitor,
+        acl: tuple[ACL, ...],
     ) -> None:
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
-        super().__init__(session, registry, f"non-fair lock {self.path}", (self.path,))
+        super().__init__(session, registry, f"non-fair lock {self.path}", (self.path,), acl)
+        self._acl = encode_acl(acl)
         self.node = join(self.path, NODE_NAME)
         self._janitor = janitor
         self._identity = Identity(self.identifier)
@@ -172,7 +177,9 @@ class NonFairLock(Primitive):
         attempts = _PARENT_ATTEMPTS
         while True:
             generation = session.generation
-            create = create_op(server_node, data, CreateMode.EPHEMERAL, session.client_path)
+            create = create_op(
+                server_node, data, CreateMode.EPHEMERAL, session.client_path, acl=self._acl
+            )
             previous, self._maybe_ours = self._maybe_ours, generation
             try:
                 results = await session.pipeline(
@@ -194,9 +201,14 @@ class NonFairLock(Primitive):
                 return "taken"
             if isinstance(created, SessionExpired):
                 continue  # any node it made died with its session
+            refusal = refused(results[:-1])
+            if refusal is not None:
+                raise refusal  # the container's create: the path's missing parent
             if isinstance(created, NoNodeError) and attempts > 0:
                 # The container first; its ancestors too if that is not enough.
-                chain = container_path_ops(session.server_path(self.path), session.client_path)
+                chain = container_path_ops(
+                    session.server_path(self.path), session.client_path, acl=self._acl
+                )
                 parents = chain if parents else chain[-1:]
                 attempts -= 1
                 continue

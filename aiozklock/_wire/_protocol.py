@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from aiozk import protocol as _jute  # untyped; only the records are used
 
+from aiozklock._acl import ACL, OPEN_ACL_UNSAFE, Perms
 from aiozklock._exceptions import (
     AiozklockError,
     InvalidArgument,
@@ -48,13 +49,16 @@ class Opcode(enum.IntEnum):
     EXISTS = 3
     GET_DATA = 4
     SET_DATA = 5
+    GET_ACL = 6
     GET_CHILDREN = 8
     PING = 11
     GET_CHILDREN2 = 12
     CHECK = 13
     MULTI = 14
     CREATE2 = 15
+    CREATE_CONTAINER = 19
     CREATE_TTL = 21
+    AUTH = 100
     SET_WATCHES = 101
     CLOSE = -11
 
@@ -212,15 +216,34 @@ def _none(buf: bytes, offset: int) -> None:
     return None
 
 
-OPEN_ACL = [_jute.UNRESTRICTED_ACCESS]  # world:anyone, all permissions
-_OPEN_ACL = _INT.pack(1) + _INT.pack(31) + _ustring("world") + _ustring("anyone")
+OPEN_ACL = [_jute.UNRESTRICTED_ACCESS]  # aiozk's record of world:anyone ALL (for tests)
 
 
-def _create_payload(server_path: str, data: bytes, flags: int) -> bytes:
-    """CreateRequest (path, data, acl, flags), the record create, create2 and createTTL share."""
-    return b"".join(
-        (_ustring(server_path), _INT.pack(len(data)), data, _OPEN_ACL, _INT.pack(flags))
-    )
+def encode_acl(acl: Sequence[ACL]) -> bytes:
+    """vector<ACL>: each entry is (perms, scheme, id). Recipes encode theirs once."""
+    entries = [_INT.pack(a.perms) + _ustring(a.scheme) + _ustring(a.id) for a in acl]
+    return _INT.pack(len(entries)) + b"".join(entries)
+
+
+_OPEN_ACL = encode_acl(OPEN_ACL_UNSAFE)
+
+
+def _read_acl(buf: bytes, offset: int) -> tuple[list[ACL], int]:
+    (count,) = _INT.unpack_from(buf, offset)
+    offset += 4
+    acl = []
+    for _ in range(max(count, 0)):  # -1 (null): none
+        (perms,) = _INT.unpack_from(buf, offset)
+        scheme, offset = _read_ustring(buf, offset + 4)
+        ident, offset = _read_ustring(buf, offset)
+        acl.append(ACL(Perms(perms & Perms.ALL), scheme, ident))
+    return acl, offset
+
+
+def _create_payload(server_path: str, data: bytes, flags: int, acl: bytes) -> bytes:
+    """CreateRequest (path, data, acl, flags), the record create, create2 and createTTL share;
+    ``acl`` as ``encode_acl`` made it."""
+    return b"".join((_ustring(server_path), _INT.pack(len(data)), data, acl, _INT.pack(flags)))
 
 
 def _created_parser(strip: Callable[[str], str]) -> Callable[[bytes, int], Created]:
@@ -232,10 +255,15 @@ def _created_parser(strip: Callable[[str], str]) -> Callable[[bytes, int], Creat
 
 
 def create_op(
-    server_path: str, data: bytes, mode: CreateMode, strip: Callable[[str], str]
+    server_path: str,
+    data: bytes,
+    mode: CreateMode,
+    strip: Callable[[str], str],
+    *,
+    acl: bytes = _OPEN_ACL,
 ) -> Op[Created]:
     """create2 (path, data, acl, flags) -> (path, stat)."""
-    body = _OPCODE[Opcode.CREATE2] + _create_payload(server_path, data, int(mode))
+    body = _OPCODE[Opcode.CREATE2] + _create_payload(server_path, data, int(mode), acl)
     return Op(body, server_path, _created_parser(strip))
 
 
@@ -246,6 +274,7 @@ def create_ttl_op(
     strip: Callable[[str], str],
     *,
     sequential: bool = False,
+    acl: bytes = _OPEN_ACL,
 ) -> Op[Created]:
     """createTTL (path, data, acl, flags, ttl) -> (path, stat): a persistent node that the
     server deletes once it has had no children and no change for ``ttl_ms`` milliseconds.
@@ -259,7 +288,7 @@ def create_ttl_op(
     body = b"".join(
         (
             _OPCODE[Opcode.CREATE_TTL],
-            _create_payload(server_path, data, flags),
+            _create_payload(server_path, data, flags, acl),
             _LONG.pack(ttl_ms),
         )
     )
@@ -348,10 +377,11 @@ class MultiCreate:
     server_path: str
     data: bytes = b""
     mode: CreateMode = CreateMode.PERSISTENT
+    acl: bytes = _OPEN_ACL  # as encode_acl made it
 
     def payload(self) -> bytes:
         """The request record, without the multi header."""
-        return _create_payload(self.server_path, self.data, int(self.mode))
+        return _create_payload(self.server_path, self.data, int(self.mode), self.acl)
 
 
 @dataclass(frozen=True, slots=True)
@@ -554,31 +584,43 @@ def parse_watch_event(buf: bytes, offset: int) -> RawWatchEvent:
     return RawWatchEvent(event_type, state, path)
 
 
-class CreateContainerRequest(_jute.Create2Request):  # type: ignore[misc]
-    """createContainer (opcode 19): ZooKeeper refuses the container flag on a plain create2."""
-
-    opcode = 19
-
-
-class CreateContainerResponse(_jute.Create2Response):  # type: ignore[misc]
-    opcode = 19
-
-
-def create_container_op(server_path: str, strip: Callable[[str], str]) -> Op[Created]:
-    def parse(buf: bytes, offset: int) -> Created:
-        raw, _ = CreateContainerResponse.parse(buf, offset)
-        return Created(strip(raw.path), _stat(raw.stat))
-
-    body = CreateContainerRequest(
-        path=server_path, data=b"", acl=OPEN_ACL, flags=int(CreateMode.CONTAINER)
-    ).serialize()
-    return Op(body, server_path, parse)
+def create_container_op(
+    server_path: str, strip: Callable[[str], str], *, acl: bytes = _OPEN_ACL
+) -> Op[Created]:
+    """createContainer (opcode 19; ZooKeeper refuses the container flag on a plain create2):
+    the create2 record and reply."""
+    payload = _create_payload(server_path, b"", int(CreateMode.CONTAINER), acl)
+    return Op(_OPCODE[Opcode.CREATE_CONTAINER] + payload, server_path, _created_parser(strip))
 
 
-def container_path_ops(server_path: str, strip: Callable[[str], str]) -> list[Op[Created]]:
+def container_path_ops(
+    server_path: str, strip: Callable[[str], str], *, acl: bytes = _OPEN_ACL
+) -> list[Op[Created]]:
     """createContainer for ``server_path`` and each of its ancestors, top down: pipelined in
-    one write, they create whatever is missing (the rest answer NodeExists)."""
+    one write, they create whatever is missing (the rest answer NodeExists). Every container
+    created gets ``acl`` (as ``encode_acl`` made it)."""
     parts = server_path.strip("/").split("/")
     if not parts[0]:
         return []
-    return [create_container_op("/" + "/".join(parts[: i + 1]), strip) for i in range(len(parts))]
+    return [
+        create_container_op("/" + "/".join(parts[: i + 1]), strip, acl=acl)
+        for i in range(len(parts))
+    ]
+
+
+def get_acl_op(server_path: str) -> Op[tuple[list[ACL], Stat]]:
+    """getACL (path) -> (vector<ACL>, stat)."""
+
+    def parse(buf: bytes, offset: int) -> tuple[list[ACL], Stat]:
+        acl, offset = _read_acl(buf, offset)
+        return acl, _read_stat(buf, offset)
+
+    return Op(_OPCODE[Opcode.GET_ACL] + _ustring(server_path), server_path, parse)
+
+
+def auth_frame(scheme: str, credential: bytes) -> bytes:
+    """AuthPacket (type 0, scheme, auth) with its xid (-4) and length prefix."""
+    body = b"".join(
+        (_OPCODE[Opcode.AUTH], _INT.pack(0), _ustring(scheme), _INT.pack(len(credential)))
+    )
+    return frame(AUTH_XID, body + credential)

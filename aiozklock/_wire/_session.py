@@ -8,8 +8,9 @@ One ``Session`` is one logical ZooKeeper session at a time, kept alive across co
 * its own liveness clock: ``last_heard`` (any frame), pings when idle, and two deadlines —
   SUSPENDED when nothing was heard for half the negotiated timeout (or at once on EOF/RST),
   LOST once the session can no longer be alive on the server;
-* reconnect with the same id/password across the host list, re-arming *every* watch with
-  SetWatches before anything else is sent, then telling every listener;
+* reconnect with the same id/password across the host list, authenticating (``auth=``) and
+  re-arming *every* watch with SetWatches before anything else is sent, then telling every
+  listener; credentials the server refuses close the session for good;
 * no blind resend: a request whose connection died after it was written fails with
   ``ConnectionLoss`` (outcome unknown); requests not yet written simply wait for a connection;
 * ``generation``: a number that changes whenever the session that owns our ephemeral nodes
@@ -34,10 +35,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 
+from aiozklock._acl import Credentials
 from aiozklock._exceptions import (
     AiozklockError,
+    AuthenticationFailed,
     ClientClosed,
     ConnectionLoss,
     SessionExpired,
@@ -148,8 +152,11 @@ class Session:
         chroot: str = "",
         session_timeout: float,
         connect_timeout: float,
+        auth: Credentials = (),
     ) -> None:
         self._hosts = list(hosts)
+        self._auth = auth  # sent on every connection, before anything else
+        self._auth_failure: str | None = None  # why the server refused them (final)
         self._host_index = random.randrange(len(self._hosts))
         self.chroot = chroot
         self._requested_timeout_ms = int(session_timeout * 1000)
@@ -267,6 +274,8 @@ class Session:
         and ``TimeoutError`` at ``until`` (a ``time.monotonic()`` deadline).
         """
         while True:
+            if self._auth_failure is not None:
+                raise AuthenticationFailed(self._auth_failure)
             if self.state is SessionState.CLOSED or self._closing:
                 raise ClientClosed("the ZooKeeper client is closed")
             if generation is not None and generation != self.generation:
@@ -526,6 +535,9 @@ class Session:
                 )
             try:
                 self._conn = await self._open(min(attempt, remaining))
+            except AuthenticationFailed as exc:  # an OSError: before STREAM_ERRORS
+                await self._give_up_refused(exc)
+                raise
             except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
                 errors.append(repr(exc))
                 await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
@@ -597,6 +609,9 @@ class Session:
             try:
                 self._conn = await self._open(attempt)
                 return True
+            except AuthenticationFailed as exc:  # an OSError: before STREAM_ERRORS
+                await self._give_up_refused(exc)
+                return False
             except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
                 log.debug("reconnect attempt failed: %r", exc)
             # The first retry is immediate (e.g. a new session right after an expiry answer).
@@ -634,8 +649,9 @@ class Session:
                             "session expired (server answer at reconnect)", stale=False
                         )
                     raise HandshakeRejected("session expired")
+                await self._authenticate(conn, stream, handshake)
                 if session_id:
-                    # Same session: re-arm every watch before anything else is sent.
+                    # Same session: re-arm every watch before any other request.
                     self._sent_at.clear()
                     await self._rearm_watches(conn)
                 if session_id != self.session_id:
@@ -666,6 +682,41 @@ class Session:
                     self.timeout,
                 )
         return conn
+
+    async def _authenticate(
+        self, conn: Connection, stream: anyio.abc.ByteStream, handshake: proto.Handshake
+    ) -> None:
+        """Send each credential and wait for its answer, before any other request. The
+        server answers AuthFailed and closes the connection if it refuses one: then the
+        session it attached is marked stale (to be closed) and ``AuthenticationFailed``
+        raised."""
+        for scheme, credential in self._auth:
+            conn.write(proto.auth_frame(scheme, credential))
+            await conn.drain()
+            reply = await read_frame(stream)
+            xid, _, err = proto.REPLY_HEADER.unpack_from(reply, 0)
+            if xid != proto.AUTH_XID:
+                raise HandshakeRejected(f"unexpected reply (xid {xid}) to authentication")
+            if err:
+                self._stale_session = (handshake.session_id, handshake.password, math.inf)
+                who = credential.split(b":", 1)[0].decode(errors="replace")
+                user = f" for user {who!r}" if scheme == "digest" else ""
+                raise AuthenticationFailed(
+                    f"ZooKeeper refused the {scheme!r} credentials{user} (code {err}); "
+                    "the client does not retry with them"
+                )
+
+    async def _give_up_refused(self, error: AuthenticationFailed) -> None:
+        """The credentials were refused: final. Close the session (holders are told,
+        everything waiting fails with ``error``) and its server side, bounded."""
+        self._auth_failure = str(error)
+        self._closing = True
+        self._fail_pending(lambda: AuthenticationFailed(str(error)))
+        self._set_state(SessionState.CLOSED, f"authentication failed: {error}")
+        self._watches.fire_all_session_gone()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT):
+            await self._close_session_elsewhere()
+        self._stale_session = None
 
     async def _rearm_watches(self, conn: Connection) -> None:
         frames = proto.set_watches_frames(self.last_zxid, *self._watches.rearm_paths())
@@ -833,6 +884,7 @@ class Session:
                 if not closed_on_server and self.session_id:
                     # Re-attach just to close: otherwise the session's nodes (a lost lock's
                     # node among them) stay until the server expires it.
+                    self._stale_session = (self.session_id, self._password, math.inf)
                     await self._close_session_elsewhere()
             self._stop_connection_loop()
             conn, self._conn = self._conn, None
@@ -846,7 +898,9 @@ class Session:
             self._run_scope.cancel()
 
     async def _close_session_elsewhere(self) -> None:
-        self._stale_session = (self.session_id, self._password, math.inf)
+        """Close ``_stale_session``, trying every host until one confirms."""
+        assert self._stale_session is not None
+        session_id = self._stale_session[0]
         while self._stale_session is not None:
             for host, port in self._hosts:
                 try:
@@ -854,7 +908,7 @@ class Session:
                     return
                 except (HandshakeRejected, *STREAM_ERRORS) as exc:
                     # E.g. a re-attach still in the network took the session from us.
-                    log.info("closing session 0x%x via %s:%d: %r", self.session_id, host, port, exc)
+                    log.info("closing session 0x%x via %s:%d: %r", session_id, host, port, exc)
             await anyio.sleep(0.05)
 
 

@@ -5,6 +5,8 @@ nemesis that uses them all (:func:`run_nemesis`, or ``python -m aiozklock nemesi
 Server fixtures for pytest live in :mod:`aiozklock.testing.pytest_plugin`.
 """
 
+from aiozklock._acl import digest_id as digest_id
+
 from ._expiry import expire_session as expire_session
 from ._history import AcquireAttempt as AcquireAttempt
 from ._history import CriticalSection as CriticalSection
@@ -76,6 +78,7 @@ __all__ = (
     "ZooKeeperMember",
     "ZooKeeperStartError",
     "ZooKeeperUnavailableForTests",
+    "digest_id",
     "expire_session",
     "find_zookeeper_classpath",
     "four_letter_word",

@@ -26,6 +26,8 @@ from types import TracebackType
 
 import anyio.to_thread
 
+from aiozklock._acl import digest_id
+
 __all__ = [
     "ZooKeeperCluster",
     "ZooKeeperMember",
@@ -62,6 +64,9 @@ _POLL_INTERVAL = 0.05
 _STOP_GRACE = 10.0
 _SERVING_MODES = frozenset({"standalone", "leader", "follower", "observer"})
 _QUORUM_MODES = frozenset({"leader", "follower", "observer"})
+
+
+SUPER_DIGEST_PROPERTY = "zookeeper.DigestAuthenticationProvider.superDigest"
 
 
 class ZooKeeperUnavailableForTests(RuntimeError):
@@ -443,6 +448,13 @@ class ZooKeeperCluster:
     are passed as ``-Dkey=value`` to every member's JVM, for settings read only from system
     properties, e.g. ``{"znode.container.checkIntervalMs": "100"}`` (how often the server
     deletes expired TTL nodes and empty containers; 60 s by default).
+
+    ``superuser`` (``"user:password"``) makes a digest superuser: a client connected with
+    ``auth=[("digest", superuser)]`` passes every ACL check (to inspect or clean up nodes
+    other users' ACLs lock). It sets the JVM property
+    ``zookeeper.DigestAuthenticationProvider.superDigest`` to :func:`digest_id` of it.
+    Digest authentication itself needs no server setting. Raises ``InvalidArgument`` if
+    ``superuser`` has no ``":"``.
     """
 
     def __init__(
@@ -453,6 +465,7 @@ class ZooKeeperCluster:
         base_dir: Path | None = None,
         extra_config: Mapping[str, str] | None = None,
         jvm_properties: Mapping[str, str] | None = None,
+        superuser: str | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("size must be >= 1")
@@ -460,6 +473,8 @@ class ZooKeeperCluster:
         self.tick_time = tick_time
         self.extra_config = dict(extra_config or {})
         self.jvm_properties = dict(jvm_properties or {})
+        if superuser is not None:
+            self.jvm_properties[SUPER_DIGEST_PROPERTY] = digest_id(superuser)
         self._base_dir = base_dir
         self.work_dir: Path | None = None
         self.members: list[ZooKeeperMember] = []

@@ -15,6 +15,7 @@ from aiozklock._exceptions import (
     AiozklockError,
     ClientClosed,
     ConnectionLoss,
+    NoAuthError,
     NoNodeError,
     SessionExpired,
     ZooKeeperError,
@@ -60,6 +61,13 @@ class Janitor:
                 await job()
             except (SessionExpired, ClientClosed):
                 pass  # the session and its ephemeral nodes are gone
+            except NoAuthError as exc:  # retrying cannot help: an ACL refuses it
+                log.error(
+                    "janitor gave up: %s: %s; the node stays (an ephemeral one until "
+                    "its session ends)",
+                    what,
+                    exc,
+                )
             except AiozklockError as exc:
                 log.info("janitor job gave up: %s: %r", what, exc)
             except Exception:

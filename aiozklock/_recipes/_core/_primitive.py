@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Generic, NoReturn, Protocol, Self, TypeVar
 import anyio
 import anyio.lowlevel
 
+from aiozklock._acl import ACL
 from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner
 from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
@@ -162,8 +163,14 @@ class Primitive(metaclass=_FactoryMade):
     _kind: ClassVar[str]  # the recipe's name in telemetry, e.g. "lock"
 
     def __init__(
-        self, session: Session, registry: HoldingRegistry, label: str, paths: Sequence[str]
+        self,
+        session: Session,
+        registry: HoldingRegistry,
+        label: str,
+        paths: Sequence[str],
+        acl: tuple[ACL, ...],
     ) -> None:
+        self.acl = acl  # what its nodes, and the containers it creates, are created with
         self._session = session
         self._registry = registry
         self._label = label
@@ -514,9 +521,10 @@ class QueuedPrimitive(Primitive):
         decide: Decide,
         label: str,
         identifier: str | None,
+        acl: tuple[ACL, ...],
     ) -> None:
-        super().__init__(session, registry, label, members)
-        self._queue = Queue(session, janitor, members, decide, label)
+        super().__init__(session, registry, label, members, acl)
+        self._queue = Queue(session, janitor, members, decide, label, acl)
         self._identity = Identity(identifier)
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:

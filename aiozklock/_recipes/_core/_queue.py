@@ -28,13 +28,17 @@ from typing import Any
 
 import anyio
 
+from aiozklock._acl import ACL
 from aiozklock._exceptions import (
     AiozklockError,
     ClientClosed,
     ConnectionLoss,
+    InvalidACLError,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     SessionExpired,
+    ZooKeeperError,
 )
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor
@@ -54,6 +58,7 @@ from aiozklock._wire._protocol import (
     container_path_ops,
     create_op,
     delete_op,
+    encode_acl,
     exists_op,
     get_children_op,
     multi_op,
@@ -87,8 +92,10 @@ class Queue:
         members: Sequence[str],
         decide: Decide,
         label: str,
+        acl: tuple[ACL, ...],
     ) -> None:
         self.members = tuple(members)
+        self._acl = encode_acl(acl)  # our nodes', and the containers' we create
         self._session = session
         self._janitor = janitor
         self._decide = decide
@@ -146,12 +153,12 @@ class Queue:
 
     def _create_op(self, data: bytes, folded: list[tuple[str, str]]) -> Op[Any]:
         """Our creates; after the ``folded`` deletes, in one transaction, if any."""
-        session = self._session
+        session, acl = self._session, self._acl
         prefixes, strip = self._prefixes, session.client_path
         if len(prefixes) == 1 and not folded:
-            return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, strip)
+            return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, strip, acl=acl)
         deletes = [MultiDelete(session.server_path(join(m, name))) for m, name in folded]
-        creates = [MultiCreate(prefix, data, _EPHEMERAL_SEQUENTIAL) for prefix in prefixes]
+        creates = [MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in prefixes]
         return multi_op([*deletes, *creates], strip)
 
     def _fold(self, generation: int) -> list[tuple[str, str]]:
@@ -217,7 +224,7 @@ class Queue:
             self._unresolved = False
             if isinstance(failure, SessionExpired) or index < 0:
                 continue  # nothing was created (a folded delete failed: that node is gone)
-            if isinstance(failure, NoNodeError) and attempts > 0:
+            if isinstance(failure, NoNodeError) and attempts > 0 and refused(parents) is None:
                 whole_chain |= self._chain_needed(index, listings, parent_ops, parents)
                 parent_ops = self._parent_ops(self._missing(index, listings), whole_chain)
                 attempts -= 1
@@ -278,7 +285,9 @@ class Queue:
         session = self._session
         ops: dict[str, Op[Any]] = {}
         for member in missing:
-            chain = container_path_ops(session.server_path(member), session.client_path)
+            chain = container_path_ops(
+                session.server_path(member), session.client_path, acl=self._acl
+            )
             for op in chain if member in whole_chain else chain[-1:]:
                 ops.setdefault(op.path, op)
         return list(ops.values())
@@ -601,6 +610,14 @@ class Queue:
         self.token = None
 
 
+def refused(results: Sequence[object]) -> ZooKeeperError | None:
+    """The first container create an ACL refused (creating again cannot help), or None."""
+    for result in results:
+        if isinstance(result, NoAuthError | InvalidACLError):
+            return result
+    return None
+
+
 def _failure_of(created: object, skip: int) -> tuple[int, BaseException]:
     """Which member's create failed (its index; negative for one of the ``skip`` folded
     deletes before the creates), and why."""
@@ -612,4 +629,4 @@ def _failure_of(created: object, skip: int) -> tuple[int, BaseException]:
     return 0, created
 
 
-__all__ = ("Listings", "Queue")
+__all__ = ("Listings", "Queue", "refused")

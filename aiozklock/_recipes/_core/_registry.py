@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
+from aiozklock._acl import ACL
 from aiozklock._exceptions import UsageError
 from aiozklock._recipes._core._observe import Observer
 from aiozklock._recipes._core._primitive import Primitive
@@ -31,14 +32,21 @@ class Recipes:
         )
         self._held_by: dict[int, list[Primitive]] = {}  # task id -> what it holds
 
-    def get(self, cls: type[P], key: Hashable, create: Callable[[], P]) -> P:
+    def get(self, cls: type[P], key: Hashable, create: Callable[[], P], acl: tuple[ACL, ...]) -> P:
         """The object of recipe ``cls`` for ``key`` (the factory's arguments), made by
-        ``create()`` if there is none (``create`` validates, and may raise)."""
+        ``create()`` if there is none (``create`` validates, and may raise). ``acl`` is not
+        part of the identity (one object per contender): asking for an existing object with
+        another ACL raises ``UsageError``."""
         try:
             found = self._objects.get((cls, key))
         except TypeError:  # unhashable arguments: create() rejects them
             return create()
         if isinstance(found, cls):
+            if found.acl != acl:
+                raise UsageError(
+                    f"the {found._label} of this client creates its nodes with acl="
+                    f"{list(found.acl)}, not {list(acl)}: one object per path, one ACL"
+                )
             return found
         made = create()
         made._tracker = self
