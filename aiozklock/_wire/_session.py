@@ -26,8 +26,9 @@ import enum
 import logging
 import math
 import random
+import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -47,8 +48,10 @@ from aiozklock._wire._connection import (
     STREAM_ERRORS,
     Connection,
     HandshakeRejected,
-    close_quietly,
-    read_frame,
+    TLSRejected,
+    describe_tls_failure,
+    is_tls_rejection,
+    open_connection,
 )
 from aiozklock._wire._loop import LoopGuard
 from aiozklock._wire._protocol import FIRES, EventType, Op, Watcher
@@ -123,8 +126,10 @@ class Session:
         chroot: str = "",
         session_timeout: float,
         connect_timeout: float,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._hosts = list(hosts)
+        self._tls = tls
         self._host_index = random.randrange(len(self._hosts))
         self.chroot = chroot
         self._requested_timeout_ms = int(session_timeout * 1000)
@@ -402,6 +407,7 @@ class Session:
         deadline = time.monotonic() + self._connect_timeout
         attempt = max(self._connect_timeout / len(self._hosts), min(1.0, self._connect_timeout))
         errors: list[str] = []
+        tls_rejected: set[int] = set()  # indexes of the hosts that failed TLS for good
         delay = 0.05
         while True:
             remaining = deadline - time.monotonic()
@@ -413,6 +419,13 @@ class Session:
                 )
             try:
                 self._conn = await self._open(min(attempt, remaining))
+            except TLSRejected as exc:
+                # The same answer again is certain: once every host gave it, fail now.
+                tls_rejected.add(self._host_index)
+                if len(tls_rejected) == len(self._hosts):
+                    raise ZooKeeperUnavailable(str(exc)) from exc.__cause__
+                errors.append(str(exc))
+                continue
             except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
                 errors.append(repr(exc))
                 await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
@@ -482,6 +495,9 @@ class Session:
             try:
                 self._conn = await self._open(attempt)
                 return True
+            except TLSRejected as exc:
+                # Kept trying: certificates may be fixed while the session lives.
+                log.warning("reconnect attempt failed: %s (caused by %r)", exc, exc.__cause__)
             except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
                 log.debug("reconnect attempt failed: %r", exc)
             # The first retry is immediate (e.g. a new session right after an expiry answer).
@@ -497,13 +513,11 @@ class Session:
         """Connect to the next host and complete a handshake within ``bound`` seconds."""
         self._host_index = (self._host_index + 1) % len(self._hosts)
         host, port = self._hosts[self._host_index]
-        with anyio.fail_after(bound):
+        with anyio.fail_after(bound), self._explained(host, port):
             if self._stale_session is not None:
                 await self._close_stale_session(host, port)
-            stream = await anyio.connect_tcp(host, port)
-            conn = None
+            conn = await open_connection(host, port, self._tls)
             try:
-                conn = Connection(stream)
                 session_id, password = self.session_id, self._password
                 sent_at = time.monotonic()
                 conn.write(
@@ -512,7 +526,7 @@ class Session:
                     )
                 )
                 await conn.drain()
-                handshake = _parse_handshake(await read_frame(stream))
+                handshake = _parse_handshake(await conn.read_frame())
                 if handshake.expired:
                     if session_id:
                         self._session_gone(
@@ -528,10 +542,7 @@ class Session:
                     raise HandshakeRejected("session given up during the handshake")
             except BaseException:
                 self._sent_at.clear()
-                if conn is not None:
-                    await conn.aclose()
-                else:
-                    await close_quietly(stream)
+                await conn.aclose()
                 raise
         self.session_id = handshake.session_id
         self._password = handshake.password
@@ -552,6 +563,27 @@ class Session:
                 )
         return conn
 
+    @contextlib.contextmanager
+    def _explained(self, host: str, port: int) -> Iterator[None]:
+        """Turn an end of stream before the handshake's answer into ``HandshakeRejected``,
+        and a TLS failure that retrying cannot cure into ``TLSRejected``, saying what the
+        likely cause is."""
+        try:
+            yield
+        except anyio.EndOfStream:
+            if self._tls is None:
+                hint = "; if it is a TLS port (secureClientPort), connect with ssl="
+            else:
+                hint = "; is it a TLS port, and does it require a client certificate?"
+            raise HandshakeRejected(
+                f"{host}:{port} closed the connection without answering{hint}"
+            ) from None
+        except ssl.SSLError as exc:
+            if not is_tls_rejection(exc):
+                raise
+            reason = describe_tls_failure(exc)
+            raise TLSRejected(f"TLS with {host}:{port} failed: {reason}") from exc
+
     async def _rearm_watches(self, conn: Connection) -> None:
         frames = proto.set_watches_frames(self.last_zxid, *self._watches.rearm_paths())
         if frames:
@@ -565,21 +597,23 @@ class Session:
         if time.monotonic() > give_up_at:
             self._stale_session = None  # the server has expired it on its own by now
             return
-        stream = await anyio.connect_tcp(host, port)
+        conn = await open_connection(host, port, self._tls)
         try:
-            await stream.send(
+            conn.write(
                 proto.connect_frame(
                     self.last_zxid, self._requested_timeout_ms, session_id, password
                 )
             )
-            handshake = _parse_handshake(await read_frame(stream))
+            await conn.drain()
+            handshake = _parse_handshake(await conn.read_frame())
             if not handshake.expired:
-                await stream.send(proto.frame(1, proto.close_op().body))
-                await read_frame(stream)
+                conn.write(proto.frame(1, proto.close_op().body))
+                await conn.drain()
+                await conn.read_frame()
                 log.info("closed session 0x%x that our clock had given up", session_id)
             self._stale_session = None
         finally:
-            await close_quietly(stream)
+            await conn.aclose()
 
     def _on_data(self, data: bytes) -> None:
         self.last_heard = time.monotonic()
@@ -735,9 +769,10 @@ class Session:
         while self._stale_session is not None:
             for host, port in self._hosts:
                 try:
-                    await self._close_stale_session(host, port)
+                    with self._explained(host, port):
+                        await self._close_stale_session(host, port)
                     return
-                except (HandshakeRejected, *STREAM_ERRORS) as exc:
+                except (HandshakeRejected, TLSRejected, *STREAM_ERRORS) as exc:
                     # E.g. a re-attach still in the network took the session from us.
                     log.info("closing session 0x%x via %s:%d: %r", self.session_id, host, port, exc)
             await anyio.sleep(0.05)
