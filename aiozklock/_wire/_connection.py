@@ -179,8 +179,8 @@ class TLSConnection(Connection):
 
     async def handshake(self) -> None:
         """Complete the TLS handshake: ``ssl.SSLError`` if it fails (untrusted or expired
-        certificate, host name mismatch, an alert from the server), ``EndOfStream`` if the
-        server closes the connection, ``OSError`` on a socket error."""
+        certificate, host name mismatch, an alert from the server), ``HandshakeRejected`` if
+        the server closes the connection, ``OSError`` on a socket error."""
         while True:
             try:
                 self._tls.do_handshake()
@@ -188,7 +188,13 @@ class TLSConnection(Connection):
                 self._send_records()
                 await self.drain()
                 await anyio.wait_readable(self._socket)
-                data = Connection._receive_now(self)
+                try:
+                    data = Connection._receive_now(self)
+                except anyio.EndOfStream:
+                    raise HandshakeRejected(
+                        "the server closed the connection during the TLS handshake: "
+                        "is it a plain port rather than a TLS one (secureClientPort)?"
+                    ) from None
                 if data is not None:
                     self._incoming.write(data)
             else:

@@ -415,7 +415,7 @@ class Session:
                 hosts = ",".join(f"{h}:{p}" for h, p in self._hosts)
                 raise ZooKeeperUnavailable(
                     f"no ZooKeeper server answered within {self._connect_timeout:g} s "
-                    f"({hosts}): {'; '.join(errors[-3:]) or 'no answer'}"
+                    f"({hosts}): {'; '.join(dict.fromkeys(errors[-3:])) or 'no answer'}"
                 )
             try:
                 self._conn = await self._open(min(attempt, remaining))
@@ -574,7 +574,7 @@ class Session:
             if self._tls is None:
                 hint = "; if it is a TLS port (secureClientPort), connect with ssl="
             else:
-                hint = "; is it a TLS port, and does it require a client certificate?"
+                hint = "; does it require a client certificate (ssl.clientAuth=need)?"
             raise HandshakeRejected(
                 f"{host}:{port} closed the connection without answering{hint}"
             ) from None
