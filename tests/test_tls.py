@@ -144,6 +144,25 @@ async def test_lock_cycles_over_tls(
 
 
 @pytest.mark.timeout(30)
+async def test_close_over_tls_ends_the_session_on_the_server(
+    open_tls_client: TLSClientFactory, tls_observer: RawZooKeeperConnection, chroot: str
+) -> None:
+    client = await open_tls_client()
+    lock = client.lock(PATH)
+    with anyio.fail_after(5):
+        await lock.acquire()
+    node = f"{chroot}{PATH}/{lock.statistics().node}"
+    assert await tls_observer.exists(node) is not None
+    started = time.monotonic()
+    await client.close()
+    elapsed = time.monotonic() - started
+    # close() returns once the server confirmed: the node is gone already.
+    assert await tls_observer.exists(node) is None
+    assert elapsed < 0.5  # answered over TLS, not given up at CLOSE_TIMEOUT
+    assert client.state is SessionState.CLOSED
+
+
+@pytest.mark.timeout(30)
 async def test_contenders_across_two_tls_clients(open_tls_client: TLSClientFactory) -> None:
     first, second = await open_tls_client(), await open_tls_client()
     history = History()

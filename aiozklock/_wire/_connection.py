@@ -220,15 +220,23 @@ class TLSConnection(Connection):
         if data is None:
             return None
         self._incoming.write(data)
+        plain, closed = self._decrypt()
+        self._send_records()  # e.g. the answer to a key update
+        if closed and not plain:
+            raise anyio.EndOfStream
+        return plain or None  # after the last plaintext, the TCP end follows
+
+    def _decrypt(self) -> tuple[bytes, bool]:
+        """All the plaintext the TLS object holds, and whether the server closed TLS."""
         plain = bytearray()
         try:
             while chunk := self._tls.read(_RECEIVE_SIZE):
                 plain += chunk
-            raise anyio.EndOfStream  # the server closed the TLS session
         except ssl.SSLWantReadError:
+            return bytes(plain), False
+        except ssl.SSLZeroReturnError:
             pass
-        self._send_records()  # e.g. the answer to a key update
-        return bytes(plain) or None
+        return bytes(plain), True
 
 
 def is_tls_rejection(exc: BaseException) -> bool:
