@@ -227,11 +227,16 @@ class TLSConnection(Connection):
         return plain or None  # after the last plaintext, the TCP end follows
 
     def _decrypt(self) -> tuple[bytes, bool]:
-        """All the plaintext the TLS object holds, and whether the server closed TLS."""
+        """All the plaintext the TLS object holds, and whether the server closed TLS.
+        Once neither a record nor decrypted bytes are left, another read could only fail:
+        it is skipped (a reply is mostly one record)."""
         plain = bytearray()
+        incoming, tls = self._incoming, self._tls
         try:
-            while chunk := self._tls.read(_RECEIVE_SIZE):
+            while chunk := tls.read(_RECEIVE_SIZE):
                 plain += chunk
+                if not incoming.pending and not tls.pending():
+                    return bytes(plain), False
         except ssl.SSLWantReadError:
             return bytes(plain), False
         except ssl.SSLZeroReturnError:
