@@ -11,8 +11,8 @@
 # group into .venv. A second run skips the install while pyproject.toml is unchanged (the
 # stamp is .venv/.aiozklock-installed). Works without stdin and with CI=true. 'bench' also
 # installs the 'bench' group (stamp .venv/.aiozklock-bench-installed) and, for the Curator
-# column, Debian's libcurator-recipes-java and a JDK (javac) when apt has them; 'test' does
-# too, for the interoperability tests' Curator peer.
+# column, Debian's libcurator-recipes-java and a JDK (javac) when apt has them ('test'
+# installs those two as well, for the interoperability tests' Curator peer).
 #
 # Environment: PYTHON (interpreter for .venv, >= 3.11; default: the first of python3,
 # python3.13, python3.12, python3.11 that is recent enough), ZOOKEEPER_HOME,
