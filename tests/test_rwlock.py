@@ -65,9 +65,9 @@ async def test_factory_shares_objects_and_validates_before_any_traffic(
     with pytest.raises(aiozklock.InvalidArgument):
         client.rw_lock("no-slash")
     with pytest.raises(aiozklock.InvalidArgument):
-        client.rw_lock(PATH, identifier=3)  # type: ignore[arg-type]
+        client.rw_lock(PATH, identifier=3)
     with pytest.raises(TypeError):
-        aiozklock.ReadLock()
+        aiozklock.ReadLock()  # type: ignore[call-arg]
     assert proxy.count() == 0
 
 
