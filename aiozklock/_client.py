@@ -404,7 +404,7 @@ class ZooKeeperClient:
         read = self._recipes.get(
             ReadLock, key, lambda: ReadLock._construct(write, janitor), entries
         )
-        return ReadWriteLock(read, write)
+        return ReadWriteLock._construct(read, write)
 
     def lease_lock(
         self,

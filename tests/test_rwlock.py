@@ -68,6 +68,8 @@ async def test_factory_shares_objects_and_validates_before_any_traffic(
         client.rw_lock(PATH, identifier=3)
     with pytest.raises(TypeError):
         aiozklock.ReadLock()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        aiozklock.ReadWriteLock(rw.read_lock, rw.write_lock)
     assert proxy.count() == 0
 
 

@@ -15,6 +15,8 @@ raises ``UsageError`` before any request.
 
 from __future__ import annotations
 
+import inspect
+
 import anyio
 
 from aiozklock._acl import ACL
@@ -23,7 +25,7 @@ from aiozklock._recipes._core._contenders import Contender, contender_of
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._plan import Decide
-from aiozklock._recipes._core._primitive import Primitive, QueuedPrimitive
+from aiozklock._recipes._core._primitive import Primitive, QueuedPrimitive, _FactoryMade
 from aiozklock._recipes._lock import LockStatistics
 from aiozklock._recipes._rwdecision import (
     READ_MARKER,
@@ -206,7 +208,7 @@ def _holds(primitive: Primitive, task: anyio.TaskInfo, *, lost_too: bool = False
     return lost_too or not holding.lost
 
 
-class ReadWriteLock:
+class ReadWriteLock(metaclass=_FactoryMade):
     """Many readers or one writer on ``path``: ``zk.rw_lock(path)``.
 
     ``read_lock`` and ``write_lock`` each have the ``Lock`` interface. Semantics as Curator's
@@ -217,10 +219,17 @@ class ReadWriteLock:
     """
 
     __slots__ = ("read_lock", "write_lock")
+    __signature__ = inspect.Signature()  # help() shows no private constructor
 
     def __init__(self, read_lock: ReadLock, write_lock: WriteLock) -> None:
         self.read_lock = read_lock
         self.write_lock = write_lock
+
+    @classmethod
+    def _construct(cls, read_lock: ReadLock, write_lock: WriteLock) -> ReadWriteLock:
+        """Construct (for the client's factory only)."""
+        made: ReadWriteLock = type.__call__(cls, read_lock, write_lock)
+        return made
 
     @property
     def path(self) -> str:
