@@ -361,7 +361,8 @@ def _add_nemesis_parser(commands: argparse._SubParsersAction[_cli.Parser]) -> No
         help="what the clients loop on: lock (fair), multilock (2-3 of 4 shared paths), "
         "election (the section runs as leader), nonfair (zk.lock(fair=False)), lease "
         "(zk.lease_lock, TTL = the session timeout; the local ensemble then reaps TTL nodes "
-        "every 100 ms; with --hosts, the servers must reap promptly too) (%(default)s)",
+        "every 100 ms; with --hosts, the servers must reap promptly too), rwlock (read or write "
+        "lock at random; readers may overlap each other, never a writer) (%(default)s)",
     )
     nemesis.add_argument(
         "--duration", type=_seconds, default=60.0, help="seconds of faults (%(default)s)"

@@ -178,6 +178,7 @@ class Queue:
                 token = stat.czxid
             self._unresolved = False
             self._adopt({member: name}, token, generation)
+            self.ahead = 0
             return Holding((join(member, name),), generation, token)
 
     def _set_guid(self, guid: str) -> None:
