@@ -304,6 +304,30 @@ async def test_upgrade_raises_usage_error_before_any_traffic(
     await gone(client, PATH)
 
 
+async def test_downgrade_while_another_task_waits_for_the_read_lock_raises(
+    zk: aiozklock.ZooKeeperClient,
+) -> None:
+    """The other task holds the read lock object's turn in this process and waits for our
+    write lock: waiting behind it would never end, so the downgrade says so at once."""
+    rw = zk.rw_lock(PATH)
+    granted = anyio.Event()
+
+    async def read_later() -> None:
+        async with rw.read_lock:
+            granted.set()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            async with rw.write_lock:
+                tg.start_soon(read_later)
+                await wait_for_queue(zk, PATH, 2)
+                with pytest.raises(aiozklock.UsageError, match="own identifier"):
+                    await rw.read_lock.acquire()
+                assert len(await zk.get_children(PATH)) == 2
+            await granted.wait()
+    await gone(zk, PATH)
+
+
 async def test_downgrade_after_the_write_lock_was_lost_raises_lock_lost(
     proxy: FaultProxy, open_client: ClientFactory
 ) -> None:

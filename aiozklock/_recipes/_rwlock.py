@@ -93,7 +93,10 @@ class _Side(QueuedPrimitive):
         for (name, is_write, sequence), result in zip(queue, results, strict=True):
             if not isinstance(result, tuple):
                 continue
-            holds = not contenders if is_write else not writer_ahead
+            # A writer holds when first; a downgrade node shares its writer's sequence.
+            holds = (
+                all(c.sequence == sequence for c in contenders) if is_write else not writer_ahead
+            )
             writer_ahead = writer_ahead or is_write
             data, stat = result
             contenders.append(contender_of(name, data, stat, is_holder=holds, sequence=sequence))
@@ -184,6 +187,20 @@ class ReadLock(_Side):
 
     def _may_hold_with(self, other: Primitive) -> bool:
         return other is self._writer  # a write holder takes the read lock at its place
+
+    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
+        self._session.check_loop()
+        if task is None:
+            task = anyio.get_current_task()
+        busy = self._owner is None and self._local.value == 0  # another task is acquiring
+        if busy and _holds(self._writer, task, lost_too=True):
+            raise UsageError(
+                f"this task holds the write lock of {self.path} and takes its read lock while "
+                "another task of this process is acquiring that read lock, behind this "
+                "task's write lock: it would wait for that task forever. Give one of them "
+                "its own identifier (zk.rw_lock(path, identifier=...))"
+            )
+        await super()._acquire(limit, task)
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
         writer = self._writer
