@@ -163,9 +163,11 @@ class ReadLock(_Side):
 
     The ``Lock`` interface: fair (a reader queued after a waiting writer waits for it),
     reentrant per task, loss-aware. In the task that holds the write lock it is granted at
-    once, at the write lock's place in the queue: releasing the write lock then downgrades.
-    One holder task per object, like every recipe object: concurrent readers are different
-    objects (a different ``identifier``) or different clients.
+    once, at the write lock's place in the queue: releasing the write lock then downgrades
+    (``LockLost`` if that write lock was lost; ``UsageError`` if another task of this process
+    is acquiring this read lock meanwhile: it waits for our write lock). One holder task per
+    object, like every recipe object: concurrent readers are different objects (a different
+    ``identifier``) or different clients.
     """
 
     _kind = "read_lock"
