@@ -9,6 +9,7 @@ import time
 
 import anyio
 import pytest
+from kazoo.client import KazooClient  # type: ignore[import-untyped]
 
 import aiozklock
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
@@ -583,3 +584,74 @@ async def test_history_no_writer_ever_overlaps_anyone(open_client: ClientFactory
             if (start, end) != (w_start, w_end):
                 assert end <= w_start or w_end <= start, (mode, start, end, w_start, w_end)
     print(f"RWLOCK history: {len(intervals)} sections, {len(writes)} writes, {max_readers=}")
+
+
+# --- kazoo on the same path ----------------------------------------------------------------
+
+
+def kazoo_worker(
+    hosts: str, name: str, seed: int, stop_at: float, intervals: list[tuple[str, str, float, float]]
+) -> None:
+    """A kazoo client (threads, blocking) taking kazoo's ReadLock/WriteLock at random, told of
+    our names by ``extra_lock_patterns`` (kazoo's own names we read as they are)."""
+    client = KazooClient(hosts=hosts, timeout=4.0)
+    client.start(timeout=10)
+    try:
+        rng = random.Random(seed)
+        reader = client.ReadLock(PATH, name, extra_lock_patterns=["-__WRIT__"])
+        writer = client.WriteLock(PATH, name, extra_lock_patterns=["-__WRIT__", "-__READ__"])
+        while time.monotonic() < stop_at:
+            mode = "write" if rng.random() < 0.4 else "read"
+            lock = writer if mode == "write" else reader
+            if not lock.acquire(timeout=10):
+                raise AssertionError(f"{name}: kazoo {mode} lock not acquired in 10 s")
+            try:
+                start = time.monotonic()
+                time.sleep(rng.uniform(0, 0.005))
+                intervals.append((name, mode, start, time.monotonic()))
+            finally:
+                lock.release()
+    finally:
+        client.stop()
+        client.close()
+
+
+@pytest.mark.timeout(60)
+async def test_kazoo_read_and_write_locks_share_the_queue(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory, hosts: str
+) -> None:
+    """kazoo readers and writers (configured with our markers) and ours on one path: no
+    writer ever overlaps anyone, and both libraries read and write."""
+    await zk.ensure_path(PATH)  # and the chroot, which kazoo expects to exist
+    clients = [zk, await open_client()]
+    intervals: list[tuple[str, str, float, float]] = []  # who, mode, start, end
+    stop_at = time.monotonic() + 2.5
+
+    async def ours(index: int) -> None:
+        rw = clients[index % 2].rw_lock(PATH, identifier=f"a{index}")
+        rng = random.Random(index)
+        while time.monotonic() < stop_at:
+            mode = "write" if rng.random() < 0.4 else "read"
+            async with side(rw, mode).acquire(timeout=10):
+                start = time.monotonic()
+                await anyio.sleep(rng.uniform(0, 0.005))
+                intervals.append((f"a{index}", mode, start, time.monotonic()))
+
+    async def theirs(index: int) -> None:
+        await anyio.to_thread.run_sync(kazoo_worker, hosts, f"k{index}", index, stop_at, intervals)
+
+    with anyio.fail_after(45):
+        async with anyio.create_task_group() as tg:
+            for index in range(3):
+                tg.start_soon(ours, index)
+            for index in range(2):
+                tg.start_soon(theirs, index)
+    writes = [(who, s, e) for who, mode, s, e in intervals if mode == "write"]
+    for who, mode, start, end in intervals:
+        for writer, w_start, w_end in writes:
+            if (who, start) != (writer, w_start):
+                assert end <= w_start or w_end <= start, (who, mode, writer)
+    done = {(who[0], mode) for who, mode, _, _ in intervals}
+    assert done == {("a", "read"), ("a", "write"), ("k", "read"), ("k", "write")}
+    print(f"RWLOCK kazoo: {len(intervals)} sections, {len(writes)} writes")
+    await gone(zk, PATH)
