@@ -42,6 +42,9 @@ from aiozklock._recipes._multilock import MultiLock as MultiLock
 from aiozklock._recipes._multilock import MultiLockStatistics as MultiLockStatistics
 from aiozklock._recipes._nonfair import NonFairLock as NonFairLock
 from aiozklock._recipes._nonfair import NonFairLockStatistics as NonFairLockStatistics
+from aiozklock._recipes._rwlock import ReadLock as ReadLock
+from aiozklock._recipes._rwlock import ReadWriteLock as ReadWriteLock
+from aiozklock._recipes._rwlock import WriteLock as WriteLock
 from aiozklock._wire._protocol import Stat as Stat
 from aiozklock._wire._session import SessionState as SessionState
 from aiozklock._wire._session import StateChange as StateChange
@@ -79,12 +82,15 @@ __all__ = (
     "NodeExistsError",
     "NotLockOwner",
     "Perms",
+    "ReadLock",
+    "ReadWriteLock",
     "SessionExpired",
     "SessionState",
     "Stat",
     "StateChange",
     "TTLNotSupported",
     "UsageError",
+    "WriteLock",
     "ZooKeeperClient",
     "ZooKeeperError",
     "ZooKeeperUnavailable",

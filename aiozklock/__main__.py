@@ -33,10 +33,10 @@ from aiozklock._wire._validation import validate_recipe_path
 from aiozklock.testing import FencedStore, History, HistoryReport
 
 DEFAULT_PATH = "/locks/orders/157"
-RECIPES = ("lock", "multilock", "election", "nonfair", "lease")
-Recipe = (
-    aiozklock.Lock | aiozklock.MultiLock | aiozklock.Election | aiozklock.NonFairLock
-) | aiozklock.LeaseLock
+RECIPES = ("lock", "multilock", "election", "nonfair", "lease", "rwlock")
+Recipe = (aiozklock.Lock | aiozklock.MultiLock | aiozklock.Election | aiozklock.NonFairLock) | (
+    aiozklock.LeaseLock | aiozklock.WriteLock
+)
 _HEAD_ROWS = 12
 _TAIL_ROWS = 6
 
@@ -71,6 +71,8 @@ class Results:
     session_ids: set[int] = field(default_factory=set)
     leftover_nodes: list[str] = field(default_factory=list)
     elapsed: float = 0.0
+    reads: int = 0  # rwlock: read sections
+    torn_reads: list[str] = field(default_factory=list)  # rwlock: a write during a read
 
 
 # ---------------------------------------------------------------------------- the demo
@@ -106,6 +108,8 @@ class _Race:
                 await self.start.wait()
                 for _ in range(args.rounds):
                     try:
+                        if args.recipe == "rwlock":
+                            await self._read_section(name, zk.rw_lock(args.path, identifier=name))
                         asked = time.monotonic()
                         async with lock.acquire(timeout=args.timeout):
                             await self._critical_section(name, lock, time.monotonic() - asked)
@@ -129,6 +133,15 @@ class _Race:
             before = value if isinstance(value, int) else 0
             await anyio.sleep(self.args.hold)
             self.store.write(name, token, before + 1)
+
+    async def _read_section(self, name: str, rw: aiozklock.ReadWriteLock) -> None:
+        """rwlock: a read shared with other readers; a write landing meanwhile is a bug."""
+        async with rw.read_lock.acquire(timeout=self.args.timeout):
+            before = self.store.value
+            await anyio.sleep(self.args.hold)
+            self.results.reads += 1
+            if self.store.value != before:
+                self.results.torn_reads.append(f"{name}: {before} -> {self.store.value}")
 
 
 async def run_demo(args: argparse.Namespace) -> tuple[Results, History, FencedStore]:
@@ -167,6 +180,8 @@ def make_recipe(zk: aiozklock.ZooKeeperClient, args: argparse.Namespace, name: s
         return zk.lock(args.path, identifier=name, fair=False)
     if args.recipe == "lease":
         return zk.lease_lock(args.path, args.ttl, identifier=name)
+    if args.recipe == "rwlock":  # writers race; each round also reads (see _read_section)
+        return zk.rw_lock(args.path, identifier=name).write_lock
     return zk.lock(args.path, identifier=name)
 
 
@@ -237,6 +252,14 @@ def _print_report(
         ),
         (bool(grants), f"progress:      {len(grants)} critical section(s) recorded"),
     ]
+    if args.recipe == "rwlock":
+        checks.append(
+            (
+                not results.torn_reads,
+                f"readers:       {results.reads} read sections, {len(results.torn_reads)} "
+                "saw a write land while they read",
+            )
+        )
     for ok, line in checks:
         p(f"  [{'PASS' if ok else 'FAIL'}] {line}")
     passed = all(ok for ok, _ in checks)
@@ -303,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=RECIPES,
         default="lock",
         help="lock (fair), multilock (PATH and PATH-b together), election, nonfair, lease "
-        "(a TTL lease; needs extendedTypesEnabled) (%(default)s)",
+        "(a TTL lease; needs extendedTypesEnabled), rwlock (writers race on the write lock; each "
+        "round also takes the read lock) (%(default)s)",
     )
     demo.add_argument("--ttl", type=_seconds, default=5.0, help="lease TTL, s (%(default)s)")
     _add_nemesis_parser(commands)
@@ -337,7 +361,8 @@ def _add_nemesis_parser(commands: argparse._SubParsersAction[_cli.Parser]) -> No
         help="what the clients loop on: lock (fair), multilock (2-3 of 4 shared paths), "
         "election (the section runs as leader), nonfair (zk.lock(fair=False)), lease "
         "(zk.lease_lock, TTL = the session timeout; the local ensemble then reaps TTL nodes "
-        "every 100 ms; with --hosts, the servers must reap promptly too) (%(default)s)",
+        "every 100 ms; with --hosts, the servers must reap promptly too), rwlock (read or write "
+        "lock at random; readers may overlap each other, never a writer) (%(default)s)",
     )
     nemesis.add_argument(
         "--duration", type=_seconds, default=60.0, help="seconds of faults (%(default)s)"

@@ -29,6 +29,7 @@ from aiozklock._recipes._lease import LeaseLock
 from aiozklock._recipes._lock import Lock
 from aiozklock._recipes._multilock import MultiLock
 from aiozklock._recipes._nonfair import NonFairLock
+from aiozklock._recipes._rwlock import ReadLock, ReadWriteLock, WriteLock
 from aiozklock._wire._protocol import (
     CreateMode,
     Stat,
@@ -383,6 +384,32 @@ class ZooKeeperClient:
             ),
             entries,
         )
+
+    def rw_lock(
+        self, path: str, *, identifier: str | None = None, acl: Sequence[ACL] | None = None
+    ) -> ReadWriteLock:
+        """A read/write lock on ``path``; returns a ``ReadWriteLock`` (its ``read_lock`` and
+        ``write_lock`` are this client's objects for the path and identifier, as for
+        ``lock()``). Validated now: a bad path, identifier or acl raises ``InvalidArgument``;
+        ``UsageError`` if this client's object for the path has another ``acl``;
+        ``ClientClosed`` if the client is not connected."""
+        session = self._live_session()
+        assert self._policy is not None
+        assert self._janitor is not None
+        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
+        key = (path, identifier)
+        write = self._recipes.get(
+            WriteLock,
+            key,
+            lambda: WriteLock._construct(
+                session, path, identifier=identifier, registry=policy, janitor=janitor, acl=entries
+            ),
+            entries,
+        )
+        read = self._recipes.get(
+            ReadLock, key, lambda: ReadLock._construct(write, janitor), entries
+        )
+        return ReadWriteLock._construct(read, write)
 
     def lease_lock(
         self,

@@ -56,6 +56,7 @@ RECIPE_SEEDS = {
     "election": ("trio", 52, 10.0),
     "nonfair": ("asyncio", 1093, 10.0),
     "lease": ("trio", 4403, 10.0),
+    "rwlock": ("trio", 971, 10.0),
 }
 
 
@@ -543,7 +544,10 @@ async def _run_recipe_seed(cluster: ZooKeeperCluster, recipe: str, backend: str)
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(
     ("recipe", "anyio_backend"),
-    [(recipe, RECIPE_SEEDS[recipe][0]) for recipe in ("multilock", "election", "nonfair")],
+    [
+        (recipe, RECIPE_SEEDS[recipe][0])
+        for recipe in ("multilock", "election", "nonfair", "rwlock")
+    ],
 )
 async def test_nemesis_recipe_short_seed(
     zk_ensemble: ZooKeeperCluster, recipe: str, anyio_backend: str

@@ -533,6 +533,24 @@ def test_history_detects_token_order_violation() -> None:
     assert "token order" in str(report)
 
 
+@pytest.mark.timeout(5)
+def test_history_shared_sections_overlap_each_other_never_an_exclusive_one() -> None:
+    """Read lock sections: readers share (and enter in any token order), a writer does not."""
+    history = History()
+    history.record("w", 10, 0.0, 1.0)
+    history.record("r1", 30, 1.0, 3.0, shared=True)
+    history.record("r2", 20, 1.5, 2.5, shared=True)  # entered later with a smaller token
+    history.record("w", 40, 3.0, 4.0)
+    assert history.check().ok
+    late = history.record("w2", 25, 5.0, 6.0)  # below a reader's token before it
+    overlapping = history.record("w3", 50, 1.6, 1.8)  # inside both readers' sections
+    report = history.check()
+    assert not report.ok
+    assert len(report.overlaps) == 2
+    assert all(overlapping in pair for pair in report.overlaps)
+    assert any(pair[1] is late for pair in report.token_order_violations)
+
+
 @pytest.mark.anyio
 @pytest.mark.timeout(5)
 async def test_history_sections_record_exit_on_cancel() -> None:

@@ -78,7 +78,8 @@ class CriticalSection:
     ``session_id`` the session that owned it, ``requested`` when the acquire attempt that led
     to it started. ``resources``: what it held (empty: the default resource ``""``);
     ``expires_at``: for a lease, the instant from which the server may delete it, as known at
-    the holder's last pre-write check.
+    the holder's last pre-write check. ``shared``: a read lock's section, which may overlap
+    other shared sections (never an exclusive one).
     """
 
     client: str
@@ -91,6 +92,7 @@ class CriticalSection:
     requested: float | None = None
     resources: tuple[str, ...] = ()
     expires_at: float | None = None
+    shared: bool = False
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -386,10 +388,11 @@ class History:
         requested: float | None = None,
         resources: Iterable[str] = (),
         expires_at: float | None = None,
+        shared: bool = False,
     ) -> CriticalSection:
-        """Record a finished section (times from ``time.monotonic()``); ``resources`` and
-        ``expires_at``: see :class:`CriticalSection`. Raises ``ValueError`` if it exits
-        before it enters."""
+        """Record a finished section (times from ``time.monotonic()``); ``resources``,
+        ``expires_at`` and ``shared``: see :class:`CriticalSection`. Raises ``ValueError``
+        if it exits before it enters."""
         if exit < enter:
             raise ValueError(f"section exits before it enters: {enter} > {exit}")
         section = CriticalSection(
@@ -403,6 +406,7 @@ class History:
             requested,
             tuple(resources),
             expires_at,
+            shared,
         )
         self.sections.append(section)  # list.append is atomic under the GIL
         return section
@@ -501,12 +505,14 @@ class History:
 
         Overlap: after sorting by ``enter``, a later section that enters before an earlier
         one exits, shares a resource with it, and belongs to a different client or token,
-        by more than ``slack`` seconds (0 = strict); pairs with a paused section are reported
-        apart. Token order: per resource, in ``enter`` order each non-paused section's token
-        must be strictly greater than the previous one's, except that consecutive sections
-        of the same client and token are one grant (a holder may record several sections per
-        grant). ``store`` is the store of the default resource ``""``; ``stores`` maps each
-        resource to its own store. Raises ``ValueError`` if both are given.
+        by more than ``slack`` seconds (0 = strict), unless both are shared (read lock
+        sections); pairs with a paused section are reported apart. Token order: per resource,
+        in ``enter`` order each non-paused section's token must be strictly greater than the
+        previous one's (with shared sections: see ``_token_order``), except that consecutive
+        sections of the same client and token are one grant (a holder may record several
+        sections per grant). ``store`` is the store of the default resource ``""``;
+        ``stores`` maps each resource to its own store. Raises ``ValueError`` if both are
+        given.
         """
         if store is not None and stores is not None:
             raise ValueError("pass store= or stores=, not both")
@@ -648,7 +654,7 @@ def _overlaps(
         for later in ordered[i + 1 :]:
             if later.enter >= earlier.exit:
                 break  # sorted by enter: nothing further can overlap `earlier`
-            if earlier.same_grant(later):
+            if earlier.same_grant(later) or (earlier.shared and later.shared):
                 continue
             if not earlier.shares(later):
                 disjoint += 1
@@ -664,19 +670,27 @@ def _overlaps(
 
 
 def _token_order(judged: Sequence[CriticalSection]) -> list[SectionPair]:
-    """Per resource, consecutive sections (in enter order) whose token does not grow; a pair
-    found on several resources is reported once."""
+    """Per resource, in enter order, sections whose token does not exceed the one it must: an
+    exclusive section's, the greatest token before it since (and including) the last
+    exclusive section; a shared section's, the last exclusive section's (shared sections
+    among themselves enter in any order). Without shared sections, that is each section's
+    predecessor. A pair found on several resources is reported once."""
     violations: list[SectionPair] = []
     seen: set[tuple[int, int]] = set()
     for resource in sorted({key for s in judged for key in s.keys}):
-        covering = [s for s in judged if resource in s.keys]
-        for previous, current in itertools.pairwise(covering):
-            pair = (id(previous), id(current))
-            if current.token <= previous.token and not current.same_grant(previous):
-                if pair in seen:
-                    continue
-                seen.add(pair)
-                violations.append((previous, current))
+        exclusive: CriticalSection | None = None  # the last exclusive section
+        greatest: CriticalSection | None = None  # the greatest token since then
+        for current in (s for s in judged if resource in s.keys):
+            previous = exclusive if current.shared else greatest
+            if previous is not None and current.token <= previous.token:
+                pair = (id(previous), id(current))
+                if not current.same_grant(previous) and pair not in seen:
+                    seen.add(pair)
+                    violations.append((previous, current))
+            if not current.shared:
+                exclusive = greatest = current
+            elif greatest is None or current.token > greatest.token:
+                greatest = current
     return violations
 
 

@@ -22,9 +22,11 @@ Recipes (``recipe=``, ``--recipe``): ``lock`` (the fair ``zk.lock``), ``nonfair`
 (``zk.lock(path, fair=False)``), ``election`` (the section runs as leader), ``multilock``
 (each acquisition takes a random 2-3 of :data:`MULTI_PATHS` shared paths, in a random order;
 mutual exclusion, token order and fencing are judged per path, one fenced store each; holders
-of disjoint subsets run at the same time) and
-``lease`` (``zk.lease_lock(path, ttl)`` with the TTL equal to the session timeout). Every
-fault applies to every recipe; how they differ:
+of disjoint subsets run at the same time),
+``lease`` (``zk.lease_lock(path, ttl)`` with the TTL equal to the session timeout) and
+``rwlock`` (``zk.rw_lock(path)``: each acquisition its read or its write lock, at random;
+read sections are shared: they may overlap each other, never a write section, and do not
+touch the fenced store). Every fault applies to every recipe; how they differ:
 
 * ``multilock``: its creates and its release are one ``multi`` transaction each, so the
   lost-reply faults lose the reply of the client's next ``multi`` (acquire or release) or
@@ -820,6 +822,7 @@ class _Nemesis:
                 requested=float(record["requested"]),
                 resources=[str(r) for r in record.get("resources", ())],
                 expires_at=record.get("expires_at"),
+                shared=bool(record.get("shared", False)),
             )
             if (
                 section.outcome == "completed"

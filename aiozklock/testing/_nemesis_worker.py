@@ -2,10 +2,13 @@
 
 The loop runs one recipe (``WorkerConfig.recipe``, see :data:`RECIPES`): ``lock`` (the fair
 ``zk.lock``), ``nonfair`` (``zk.lock(path, fair=False)``), ``election`` (the body runs as
-leader), ``lease`` (``zk.lease_lock(path, ttl, holder_id=<client name>)``) or ``multilock``
-(each acquisition takes 2-3 of the shared ``paths``, a random subset in a random order). Each
-path held is a resource with its own fenced store: the section reads every store it holds
-(registering its token), then each write increments every store's counter.
+leader), ``lease`` (``zk.lease_lock(path, ttl, holder_id=<client name>)``), ``multilock``
+(each acquisition takes 2-3 of the shared ``paths``, a random subset in a random order) or
+``rwlock`` (``zk.rw_lock(path)``: each acquisition takes its read lock or its write lock, at
+random). Each path held is a resource with its own fenced store: the section reads every store
+it holds (registering its token), then each write increments every store's counter; a read
+lock's section (recorded as shared) only checks ``is_held`` between its pauses, and touches
+no store.
 
 The same loop runs in the nemesis's own process (a task per client) and in child processes
 (one client each, so that a holder *process* can be stopped with SIGSTOP). A child is started
@@ -65,7 +68,7 @@ logger = logging.getLogger(__name__)
 Record = dict[str, Any]
 _MAX_LINE = 1 << 20
 #: The recipes a worker can loop on.
-RECIPES = ("lock", "multilock", "election", "nonfair", "lease")
+RECIPES = ("lock", "multilock", "election", "nonfair", "lease", "rwlock")
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,10 @@ class _Contention:
         self._rng = rng
         recipe = config.recipe
         self._single: Primitive | None = None
-        if recipe == "lock":
+        self._rw: aiozklock.ReadWriteLock | None = None
+        if recipe == "rwlock":
+            self._rw = zk.rw_lock(config.path, identifier=config.name)
+        elif recipe == "lock":
             self._single = zk.lock(config.path, identifier=config.name)
         elif recipe == "nonfair":
             self._single = zk.lock(config.path, identifier=config.name, fair=False)
@@ -206,6 +212,9 @@ class _Contention:
             raise ValueError(f"unknown recipe {recipe!r} (or multilock with < 2 paths)")
 
     def next(self) -> tuple[Primitive, tuple[str, ...]]:
+        if self._rw is not None:
+            shared = self._rng.random() < 0.5
+            return self._rw.read_lock if shared else self._rw.write_lock, (self._config.path,)
         if self._single is not None:
             return self._single, (self._config.path,)
         paths = list(self._config.paths)
@@ -311,6 +320,7 @@ async def _critical_section(
     requested: float,
 ) -> None:
     token = primitive.fencing_token
+    shared = isinstance(primitive, aiozklock.ReadLock)
     node = _node_key(primitive)
     session_id = zk.session_id
     expires_at = _expires_at(primitive)
@@ -326,7 +336,8 @@ async def _critical_section(
     outcome = "error"
     try:
         counters: dict[str, int] = {}
-        for resource in resources:  # registers our token: older holders are fenced
+        stores = () if shared else resources  # a reader shares its grant: no fenced access
+        for resource in stores:  # registers our token: older holders are fenced
             ok, counters[resource] = await sink.read(resource, token)
             if not ok:
                 outcome = "rejected"
@@ -339,8 +350,10 @@ async def _critical_section(
                 outcome = "invalid"
                 return
             expires_at = _expires_at(primitive)
+            if shared:
+                continue
             await sink.before_write()
-            for resource in resources:
+            for resource in stores:
                 if not await sink.write(resource, token, counters[resource] + 1):
                     outcome = "rejected"
                     return
@@ -362,6 +375,7 @@ async def _critical_section(
                 "outcome": outcome,
                 "resources": list(resources),
                 "expires_at": expires_at,
+                "shared": shared,
             }
         )
 

@@ -20,9 +20,15 @@ _WRAP = 1 << 32
 _HALF = 1 << 31
 
 
-def node_prefix(guid: str) -> str:
-    """The name a contender passes to a sequential create (ZooKeeper appends the counter)."""
-    return f"{guid}{LOCK_MARKER}"
+def node_prefix(guid: str, marker: str = LOCK_MARKER) -> str:
+    """The name a contender passes to a sequential create (ZooKeeper appends the counter);
+    ``marker`` names the recipe's kind of node (the read/write lock has two)."""
+    return f"{guid}{marker}"
+
+
+def is_sequence(text: str) -> bool:
+    """Whether ``text`` is a sequence suffix as ZooKeeper formats it."""
+    return _SEQUENCE.fullmatch(text) is not None
 
 
 def is_lock_node(name: str) -> bool:
@@ -48,24 +54,39 @@ def queue_order(children: Iterable[str]) -> list[str]:
     modulo 2**32: correct while the live nodes span less than 2**31 sequence numbers, which
     ephemeral contenders always do.
     """
-    keys = {c: sequence_of(c) % _WRAP for c in children if is_lock_node(c)}
+    return in_sequence_order({c: sequence_of(c) for c in children if is_lock_node(c)})
+
+
+def in_sequence_order(sequences: dict[str, int]) -> list[str]:
+    """The names in the order of their (signed, wrapping) sequence numbers; see
+    ``queue_order``. Equal sequences keep their given order."""
+    keys = {c: sequence % _WRAP for c, sequence in sequences.items()}
     if keys and max(keys.values()) - min(keys.values()) >= _HALF:
         # The queue straddles the wrap from -1 to 0: the small numbers are the newest.
         keys = {c: k + _WRAP if k < _HALF else k for c, k in keys.items()}
     return sorted(keys, key=keys.__getitem__)
 
 
-def nodes_of(children: Iterable[str], guid: str) -> list[str]:
-    """Our nodes (by GUID) in queue order: after a create whose reply was lost, there may be
-    one, none or (with a blind resend elsewhere) several."""
-    return [c for c in queue_order(children) if guid_of(c) == guid]
+def nodes_of(children: Iterable[str], guid: str, marker: str = LOCK_MARKER) -> list[str]:
+    """Our nodes (by GUID, named with ``marker``) in queue order: after a create whose reply
+    was lost, there may be one, none or (with a blind resend elsewhere) several."""
+    prefix = node_prefix(guid, marker)
+    return in_sequence_order(
+        {
+            c: int(c[len(prefix) :])
+            for c in children
+            if c.startswith(prefix) and is_sequence(c[len(prefix) :])
+        }
+    )
 
 
 __all__ = (
     "LOCK_MARKER",
     "SEQUENCE_DIGITS",
     "guid_of",
+    "in_sequence_order",
     "is_lock_node",
+    "is_sequence",
     "node_prefix",
     "nodes_of",
     "queue_order",

@@ -16,8 +16,9 @@ class Decision:
 
     ``held``: we are first (for this recipe's meaning of first). ``predecessor``: the one node
     to wait for; ``None`` when held or when our node is missing. ``ahead``: how many nodes are
-    queued ahead of ours (0 when held or missing); nothing can ever queue ahead of a node
-    later, so this only shrinks. ``missing``: our node is not among the children (deleted, or
+    queued ahead of ours (0 when held or missing), counting any that may still appear there
+    (the read/write lock's downgrade node), so it only shrinks; 1 lets the engine hold on
+    the predecessor's deletion alone. ``missing``: our node is not among the children (deleted, or
     the session that owned it is gone) and must be created again. ``stale``: other nodes
     carrying our GUID, left behind by an earlier attempt; they must be deleted, and they still
     count in the queue until they are (others wait on them).

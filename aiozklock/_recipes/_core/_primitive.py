@@ -28,6 +28,7 @@ from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner
 from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._names import LOCK_MARKER
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._queue import Queue
@@ -141,7 +142,7 @@ class _FactoryMade(ABCMeta):
     def __call__(cls, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError(
             f"aiozklock.{cls.__name__} objects come from the client: use zk.lock(), "
-            "zk.multi_lock(), zk.election() or zk.lease_lock()"
+            "zk.multi_lock(), zk.election(), zk.lease_lock() or zk.rw_lock()"
         )
 
 
@@ -216,6 +217,11 @@ class Primitive(metaclass=_FactoryMade):
     @abstractmethod
     def _drop(self, holding: Holding) -> None:
         """Forget the local state of ``holding`` (released, or lost and left to the janitor)."""
+
+    def _may_hold_with(self, other: Primitive) -> bool:
+        """Whether a task holding ``other`` (on one of the same paths) may acquire this
+        without waiting for itself: only a read lock, with its own write lock."""
+        return False
 
     def _valid_until(self, holding: Holding) -> float:
         """Until when ``holding`` is certainly ours: the session's clock by default."""
@@ -522,9 +528,10 @@ class QueuedPrimitive(Primitive):
         label: str,
         identifier: str | None,
         acl: tuple[ACL, ...],
+        marker: str = LOCK_MARKER,
     ) -> None:
         super().__init__(session, registry, label, members, acl)
-        self._queue = Queue(session, janitor, members, decide, label, acl)
+        self._queue = Queue(session, janitor, members, decide, label, acl, marker)
         self._identity = Identity(identifier)
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:

@@ -42,7 +42,7 @@ from aiozklock._exceptions import (
 )
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor
-from aiozklock._recipes._core._names import node_prefix, nodes_of
+from aiozklock._recipes._core._names import LOCK_MARKER, node_prefix, nodes_of
 from aiozklock._recipes._core._plan import Decide, Decision, plan
 from aiozklock._recipes._core._waiting import wait_woken
 from aiozklock._wire._protocol import (
@@ -93,8 +93,10 @@ class Queue:
         decide: Decide,
         label: str,
         acl: tuple[ACL, ...],
+        marker: str = LOCK_MARKER,
     ) -> None:
         self.members = tuple(members)
+        self._marker = marker  # our nodes are named <guid><marker><sequence>
         self._acl = encode_acl(acl)  # our nodes', and the containers' we create
         self._session = session
         self._janitor = janitor
@@ -146,10 +148,45 @@ class Queue:
         nodes = tuple([join(member, self.nodes[member]) for member in self.members])
         return Holding(nodes, self.generation, self.token)
 
+    async def take_at(
+        self, sequence: str, generation: int, deadline: float | None, data: bytes
+    ) -> Holding:
+        """Hold at once with a plain ephemeral node named with another node's ``sequence``
+        suffix, in session ``generation``: its place in the queue (a read lock's node taken
+        by its write lock's holder: Curator's downgrade). Raises ``SessionExpired`` if that
+        session is gone; a lost reply is resolved by reading the node's owner."""
+        session, member = self._session, self.members[0]
+        name = f"{node_prefix(self.guid, self._marker)}{sequence}"
+        path = session.server_path(join(member, name))
+        op = create_op(path, data, CreateMode.EPHEMERAL, session.client_path, acl=self._acl)
+        self._unresolved = True
+        while True:
+            try:
+                created = await session.call(op, generation=generation, wait_until=deadline)
+                token = created.stat.czxid
+            except (ConnectionLoss, NodeExistsError):  # ours if our session owns it
+                try:
+                    stat = await session.call(
+                        exists_op(path), generation=generation, wait_until=deadline
+                    )
+                except ConnectionLoss:
+                    continue
+                if stat is None:
+                    continue  # not created: create again
+                if stat.ephemeral_owner != session.session_id:
+                    raise
+                token = stat.czxid
+            self._unresolved = False
+            self._adopt({member: name}, token, generation)
+            self.ahead = 0
+            return Holding((join(member, name),), generation, token)
+
     def _set_guid(self, guid: str) -> None:
         self.guid = guid
         server_path = self._session.server_path
-        self._prefixes = [server_path(join(m, node_prefix(guid))) for m in self.members]
+        self._prefixes = [
+            server_path(join(m, node_prefix(guid, self._marker))) for m in self.members
+        ]
 
     def _create_op(self, data: bytes, folded: list[tuple[str, str]]) -> Op[Any]:
         """Our creates; after the ``folded`` deletes, in one transaction, if any."""
@@ -304,7 +341,7 @@ class Queue:
             ours = [
                 (m, name)
                 for m in self.members
-                for name in nodes_of(listings[m], self.guid)
+                for name in nodes_of(listings[m], self.guid, self._marker)
                 if (m, name) not in released
             ]
             stats = await session.pipeline(
@@ -590,7 +627,11 @@ class Queue:
                     return False
             else:
                 listings = await self._list_all(generation, time.monotonic())
-                ours = [(m, n) for m in self.members for n in nodes_of(listings[m], self.guid)]
+                ours = [
+                    (m, n)
+                    for m in self.members
+                    for n in nodes_of(listings[m], self.guid, self._marker)
+                ]
                 await self._delete_stale(ours)
             return True
         except (NoNodeError, SessionExpired):

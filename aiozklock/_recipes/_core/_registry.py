@@ -61,6 +61,8 @@ class Recipes:
         for other in self._held_by.get(task_id, ()):
             if other is primitive or other._orphaned():  # an ended task's id may be reused
                 continue
+            if primitive._may_hold_with(other):
+                continue
             if set(other._paths) & set(primitive._paths):
                 raise UsageError(
                     f"this task holds the {other._label} and now acquires the "

@@ -1,0 +1,267 @@
+"""The read/write lock: many readers or one writer, fair, on one queue that Curator shares.
+
+Readers and writers queue as ``EPHEMERAL_SEQUENTIAL`` nodes under the lock path, named as
+Curator's ``InterProcessReadWriteLock`` names them (see ``_rwdecision.py``, which decides who
+holds and whom to watch). The queue engine (``_core/_queue.py``) does the rest, exactly as for
+the mutex: 1 round trip for a free acquire, a release with no round trip, lost create replies
+resolved by GUID, no node left after a cancellation, bodies cancelled on loss.
+
+The write lock's holder may take the read lock too (in the same task): its read node is then
+created at the write node's place (a plain ephemeral node with the same sequence suffix, as
+Curator 5.5+ does), so releasing the write lock afterwards downgrades without letting a queued
+writer in. The converse, a reader taking the write lock, would wait for itself forever: it
+raises ``UsageError`` before any request.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import anyio
+
+from aiozklock._acl import ACL
+from aiozklock._exceptions import LockLost, UsageError
+from aiozklock._recipes._core._contenders import Contender, contender_of
+from aiozklock._recipes._core._holding import Holding, HoldingRegistry
+from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._plan import Decide
+from aiozklock._recipes._core._primitive import Primitive, QueuedPrimitive, _FactoryMade
+from aiozklock._recipes._lock import LockStatistics
+from aiozklock._recipes._rwdecision import (
+    READ_MARKER,
+    WRITE_MARKER,
+    decide_read,
+    decide_write,
+    rw_order,
+)
+from aiozklock._wire._protocol import get_data_op
+from aiozklock._wire._session import Session
+from aiozklock._wire._validation import join, validate_identifier, validate_recipe_path
+
+
+class _Side(QueuedPrimitive):
+    """What the read lock and the write lock share: one queue on the path, one marker."""
+
+    _mode: str  # "read" or "write", in messages
+
+    def __init__(
+        self,
+        session: Session,
+        path: str,
+        *,
+        identifier: str | None,
+        registry: HoldingRegistry,
+        janitor: Janitor,
+        acl: tuple[ACL, ...],
+        decide: Decide,
+        marker: str,
+    ) -> None:
+        self.path = validate_recipe_path(path)
+        self.identifier = validate_identifier(identifier)
+        label = f"{self._mode} lock {self.path}"
+        super().__init__(
+            session, registry, janitor, (self.path,), decide, label, self.identifier, acl, marker
+        )
+
+    def statistics(self) -> LockStatistics:
+        """Local state of this object; sends nothing and raises nothing."""
+        holding = self._holding
+        return LockStatistics(
+            path=self.path,
+            locked=holding is not None and not holding.lost,
+            owner=self._owner,
+            depth=self._depth,
+            tasks_waiting=self._local.statistics().tasks_waiting,
+            node=self._queue.nodes.get(self.path),
+            fencing_token=holding.token if holding is not None else None,
+            acquisitions=self._acquisitions,
+            losses=self._losses,
+            last_wait=self._last_wait,
+        )
+
+    async def contenders(self) -> list[Contender]:
+        """The queue as ZooKeeper has it (readers and writers, in queue order; a node's name
+        says which: ``__READ__``/``__rlock__`` read, others write), ``is_holder`` for each
+        node that holds now. Connection losses are retried; raises ``ClientClosed`` once
+        closed, ``UsageError`` outside the client's event loop."""
+        session = self._session
+        queue = rw_order(await self._queue.list_children(self.path, None, None))
+        ops = [get_data_op(session.server_path(join(self.path, name))) for name, _, _ in queue]
+        results = await session.pipeline(ops) if ops else []
+        contenders: list[Contender] = []
+        writer_ahead = False  # a node that vanished while we read was released: skipped
+        for (name, is_write, sequence), result in zip(queue, results, strict=True):
+            if not isinstance(result, tuple):
+                continue
+            # A writer holds when first; a downgrade node shares its writer's sequence.
+            holds = (
+                all(c.sequence == sequence for c in contenders) if is_write else not writer_ahead
+            )
+            writer_ahead = writer_ahead or is_write
+            data, stat = result
+            contenders.append(contender_of(name, data, stat, is_holder=holds, sequence=sequence))
+        return contenders
+
+    def __repr__(self) -> str:
+        state = "held" if self._holding is not None else "free"
+        kind = type(self).__name__
+        return f"<aiozklock.{kind} {self.path!r} {state} identifier={self.identifier!r}>"
+
+
+class WriteLock(_Side):
+    """The exclusive side of a ``ReadWriteLock`` (``zk.rw_lock(path).write_lock``).
+
+    The ``Lock`` interface: fair, reentrant per task, loss-aware (the body of ``async with``
+    is cancelled on loss, and ``LockLost`` raised). Acquiring it in a task that holds the
+    read lock of the same ``ReadWriteLock`` raises ``UsageError`` (an upgrade would wait for
+    itself forever).
+    """
+
+    _kind = "write_lock"
+    _mode = "write"
+    _reader: ReadLock | None = None  # set by the read lock, once made
+
+    def __init__(
+        self,
+        session: Session,
+        path: str,
+        *,
+        identifier: str | None,
+        registry: HoldingRegistry,
+        janitor: Janitor,
+        acl: tuple[ACL, ...],
+    ) -> None:
+        super().__init__(
+            session,
+            path,
+            identifier=identifier,
+            registry=registry,
+            janitor=janitor,
+            acl=acl,
+            decide=decide_write,
+            marker=WRITE_MARKER,
+        )
+
+    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
+        self._session.check_loop()
+        if task is None:
+            task = anyio.get_current_task()
+        reader = self._reader
+        upgrade = reader is not None and _holds(reader, task) and not _holds(self, task)
+        if upgrade:
+            raise UsageError(
+                f"this task holds the read lock of {self.path} and now acquires its write "
+                "lock: a reader cannot upgrade (the write lock waits for every reader, this "
+                "one included). Release the read lock first, or take the write lock first "
+                "(its holder may also take the read lock)"
+            )
+        await super()._acquire(limit, task)
+
+
+class ReadLock(_Side):
+    """The shared side of a ``ReadWriteLock`` (``zk.rw_lock(path).read_lock``).
+
+    The ``Lock`` interface: fair (a reader queued after a waiting writer waits for it),
+    reentrant per task, loss-aware. In the task that holds the write lock it is granted at
+    once, at the write lock's place in the queue: releasing the write lock then downgrades
+    (``LockLost`` if that write lock was lost; ``UsageError`` if another task of this process
+    is acquiring this read lock meanwhile: it waits for our write lock). One holder task per
+    object, like every recipe object: concurrent readers are different objects (a different
+    ``identifier``) or different clients.
+    """
+
+    _kind = "read_lock"
+    _mode = "read"
+
+    def __init__(self, write_lock: WriteLock, janitor: Janitor) -> None:
+        super().__init__(
+            write_lock._session,
+            write_lock.path,
+            identifier=write_lock.identifier,
+            registry=write_lock._registry,
+            janitor=janitor,
+            acl=write_lock.acl,
+            decide=decide_read,
+            marker=READ_MARKER,
+        )
+        self._writer = write_lock
+        write_lock._reader = self
+
+    def _may_hold_with(self, other: Primitive) -> bool:
+        return other is self._writer  # a write holder takes the read lock at its place
+
+    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
+        self._session.check_loop()
+        if task is None:
+            task = anyio.get_current_task()
+        busy = self._owner is None and self._local.value == 0  # another task is acquiring
+        if busy and _holds(self._writer, task, lost_too=True):
+            raise UsageError(
+                f"this task holds the write lock of {self.path} and takes its read lock while "
+                "another task of this process is acquiring that read lock, behind this "
+                "task's write lock: it would wait for that task forever. Give one of them "
+                "its own identifier (zk.rw_lock(path, identifier=...))"
+            )
+        await super()._acquire(limit, task)
+
+    async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
+        writer = self._writer
+        holding = writer._holding
+        if holding is None or not _holds(writer, anyio.get_current_task(), lost_too=True):
+            return await super()._take(deadline, task_name)
+        if holding.lost:
+            raise LockLost(
+                f"{self._label} not taken at the place of the {writer._label}, which was "
+                f"lost: {holding.lost_reason}"
+            )
+        sequence = holding.nodes[0].rpartition(WRITE_MARKER)[2]
+        data = self._identity.data(task_name)
+        return await self._queue.take_at(sequence, holding.generation, deadline, data)
+
+
+def _holds(primitive: Primitive, task: anyio.TaskInfo, *, lost_too: bool = False) -> bool:
+    """Whether ``task`` holds ``primitive`` (a lost holding counts only with ``lost_too``)."""
+    owner, holding = primitive._owner, primitive._holding
+    if owner is None or holding is None or owner.id != task.id or primitive._orphaned():
+        return False
+    return lost_too or not holding.lost
+
+
+class ReadWriteLock(metaclass=_FactoryMade):
+    """Many readers or one writer on ``path``: ``zk.rw_lock(path)``.
+
+    ``read_lock`` and ``write_lock`` each have the ``Lock`` interface. Semantics as Curator's
+    ``InterProcessReadWriteLock`` (and its node names, so both libraries share a path): fair
+    in queue order, a reader holds when no writer is queued ahead of it, a writer when
+    first; a write holder may also take the read lock (downgrade by releasing the write
+    lock), a read holder may not take the write lock (``UsageError``).
+    """
+
+    __slots__ = ("read_lock", "write_lock")
+    __signature__ = inspect.Signature()  # help() shows no private constructor
+
+    def __init__(self, read_lock: ReadLock, write_lock: WriteLock) -> None:
+        self.read_lock = read_lock
+        self.write_lock = write_lock
+
+    @classmethod
+    def _construct(cls, read_lock: ReadLock, write_lock: WriteLock) -> ReadWriteLock:
+        """Construct (for the client's factory only)."""
+        made: ReadWriteLock = type.__call__(cls, read_lock, write_lock)
+        return made
+
+    @property
+    def path(self) -> str:
+        """The lock's path."""
+        return self.write_lock.path
+
+    @property
+    def identifier(self) -> str | None:
+        """The identifier its nodes carry."""
+        return self.write_lock.identifier
+
+    def __repr__(self) -> str:
+        return f"<aiozklock.ReadWriteLock {self.path!r} identifier={self.identifier!r}>"
+
+
+__all__ = ("ReadLock", "ReadWriteLock", "WriteLock")
