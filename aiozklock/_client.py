@@ -22,6 +22,7 @@ from aiozklock._exceptions import (
 )
 from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPolicy
 from aiozklock._recipes._core._janitor import Janitor, Spawn
+from aiozklock._recipes._core._names import Compat, validate_compat
 from aiozklock._recipes._core._observe import Observer
 from aiozklock._recipes._core._registry import Recipes
 from aiozklock._recipes._election import Election
@@ -258,6 +259,7 @@ class ZooKeeperClient:
         identifier: str | None = None,
         fair: Literal[True] = True,
         acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
     ) -> Lock: ...
 
     @overload
@@ -268,6 +270,7 @@ class ZooKeeperClient:
         identifier: str | None = None,
         fair: Literal[False],
         acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
     ) -> NonFairLock: ...
 
     @overload
@@ -278,6 +281,7 @@ class ZooKeeperClient:
         identifier: str | None = None,
         fair: bool,
         acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
     ) -> Lock | NonFairLock: ...
 
     def lock(
@@ -287,6 +291,7 @@ class ZooKeeperClient:
         identifier: str | None = None,
         fair: bool = True,
         acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
     ) -> Lock | NonFairLock:
         """A reentrant, loss-aware lock on ``path`` (validated now, before any traffic).
 
@@ -298,9 +303,13 @@ class ZooKeeperClient:
         takes a new place at the back of the server's queue: no process starves another).
         A different ``identifier`` is a different contender, as another process would be.
         ``acl``: what its nodes and containers are created with (``default_acl`` if None);
-        not part of the identity.
+        not part of the identity. ``compat``: whose node names to write, for peers on the
+        same path: ``"curator"`` (the default; Curator's ``InterProcessMutex`` orders them)
+        or ``"kazoo"`` (kazoo's ``Lock``); either way every library's nodes are read. The
+        non-fair lock has no counterpart in either.
 
-        Raises ``InvalidArgument`` for a bad path, identifier, acl or a non-bool ``fair``,
+        Raises ``InvalidArgument`` for a bad path, identifier, acl, compat (or a kazoo one
+        with ``fair=False``) or a non-bool ``fair``,
         ``UsageError`` if this client's object for the path has another ``acl``, or when
         called outside the event loop the client was opened in, ``ClientClosed`` if the
         client is not connected.
@@ -309,11 +318,11 @@ class ZooKeeperClient:
         assert self._policy is not None
         assert self._janitor is not None
         policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
-        key = (path, identifier)
+        compat = validate_compat(compat)
         if validate_flag("fair", fair):
             return self._recipes.get(
                 Lock,
-                key,
+                (path, identifier, compat),
                 lambda: Lock._construct(
                     session,
                     path,
@@ -321,9 +330,13 @@ class ZooKeeperClient:
                     registry=policy,
                     janitor=janitor,
                     acl=entries,
+                    compat=compat,
                 ),
                 entries,
             )
+        if compat != "curator":
+            raise InvalidArgument("the non-fair lock has no kazoo counterpart: compat='curator'")
+        key = (path, identifier)
         return self._recipes.get(
             NonFairLock,
             key,
@@ -339,10 +352,12 @@ class ZooKeeperClient:
         *,
         identifier: str | None = None,
         acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
     ) -> MultiLock:
         """All-or-nothing lock of several paths, deadlock-free; returns a ``MultiLock``.
+        ``compat``: as for ``lock()``, on each path.
 
-        Validated now: bad or empty paths, identifier or acl raise ``InvalidArgument``
+        Validated now: bad or empty paths, identifier, acl or compat raise ``InvalidArgument``
         (duplicates are dropped); ``UsageError`` if this client's object for the paths has
         another ``acl``; ``ClientClosed`` if the client is not connected.
         """
@@ -351,9 +366,10 @@ class ZooKeeperClient:
         assert self._janitor is not None
         policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
         members = paths if isinstance(paths, str) else tuple(paths)
+        compat = validate_compat(compat)
         return self._recipes.get(
             MultiLock,
-            (members, identifier),
+            (members, identifier, compat),
             lambda: MultiLock._construct(
                 session,
                 members,
@@ -361,26 +377,41 @@ class ZooKeeperClient:
                 registry=policy,
                 janitor=janitor,
                 acl=entries,
+                compat=compat,
             ),
             entries,
         )
 
     def election(
-        self, path: str, *, identifier: str | None = None, acl: Sequence[ACL] | None = None
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
     ) -> Election:
         """A leader election on ``path``; returns an ``Election``: ``async with
-        zk.election(path):`` runs its body as leader. Validated now: a bad path, identifier
-        or acl raises ``InvalidArgument``; ``UsageError`` if this client's object for the
-        path has another ``acl``; ``ClientClosed`` if the client is not connected."""
+        zk.election(path):`` runs its body as leader. ``compat``: whose node names to
+        write: ``"curator"`` (Curator's ``LeaderLatch`` orders them) or ``"kazoo"``
+        (kazoo's ``Election``). Validated now: a bad path, identifier, acl or compat raises
+        ``InvalidArgument``; ``UsageError`` if this client's object for the path has
+        another ``acl``; ``ClientClosed`` if the client is not connected."""
         session = self._live_session()
         assert self._policy is not None
         assert self._janitor is not None
         policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
+        compat = validate_compat(compat)
         return self._recipes.get(
             Election,
-            (path, identifier),
+            (path, identifier, compat),
             lambda: Election._construct(
-                session, path, identifier=identifier, registry=policy, janitor=janitor, acl=entries
+                session,
+                path,
+                identifier=identifier,
+                registry=policy,
+                janitor=janitor,
+                acl=entries,
+                compat=compat,
             ),
             entries,
         )

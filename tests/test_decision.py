@@ -913,3 +913,23 @@ def test_queue_straddling_the_second_wrap_keeps_creation_order() -> None:
     assert queue_order(children) == ["a-lock--000000001", "b-lock-0000000000"]
     assert decide(children, "a-lock--000000001", "a").held
     assert not decide(children, "b-lock-0000000000", "b").held
+
+
+def test_every_librarys_lock_nodes_are_contenders_in_sequence_order() -> None:
+    curator = "_c_f47ac10b-58cc-4372-a567-0e02b2c3d479-lock-0000000004"
+    latch = "_c_f47ac10b-58cc-4372-a567-0e02b2c3d479-latch-0000000001"
+    kazoo = "3c1e2f9a0b4d4e6f8a7b6c5d4e3f2a1b__lock__0000000003"
+    kazoo_read = "3c1e2f9a0b4d4e6f8a7b6c5d4e3f2a1b__rlock__0000000006"
+    curator_rw = ["_c_f47ac10b-58cc-4372-a567-0e02b2c3d479-__WRIT__0000000005"]
+    ours = "9f2c4e6a8b0d1f3e5a7c9e1b3d5f7a9c-lock-0000000002"
+    noise = [".keep", "config", "lock-0000000000", "x-lock-12", "x-lock-00000000001"]
+    children = [curator, latch, kazoo, kazoo_read, *curator_rw, ours, *noise]
+    assert queue_order(children) == [latch, ours, kazoo, curator, *curator_rw, kazoo_read]
+    assert [guid_of(name) for name in (curator, kazoo, ours)] == [
+        "_c_f47ac10b-58cc-4372-a567-0e02b2c3d479",
+        "3c1e2f9a0b4d4e6f8a7b6c5d4e3f2a1b",
+        "9f2c4e6a8b0d1f3e5a7c9e1b3d5f7a9c",
+    ]
+    # Ours waits for the latch node ahead of it, whoever wrote it.
+    decision = decide(children, ours, "9f2c4e6a8b0d1f3e5a7c9e1b3d5f7a9c")
+    assert (decision.held, decision.predecessor) == (False, latch)

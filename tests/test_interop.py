@@ -1,16 +1,22 @@
 """Mixed fleets: our recipes and other libraries' on one path, each in its own process,
-against real ZooKeeper, with a history check of every critical section.
+against real ZooKeeper, with a history check of every critical section (a mutex or an
+election allows no overlap; hand-offs go both ways; neither side starves).
 
 Apache Curator's peer is compiled at test time (Debian's ``libcurator-recipes-java`` and a
-JDK, which ``.ci/run`` installs); without them its tests skip and say why.
+JDK, which ``.ci/run`` installs); without them its tests skip and say why. kazoo's runs in
+a Python process of its own (kazoo is in the test dependencies).
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import aiozklock
@@ -21,6 +27,8 @@ pytestmark = [pytest.mark.anyio]
 
 SECONDS = 3.0
 HOLD_MICROS = 300
+KAZOO = (sys.executable, "-m", "tests.interop.kazoo_peer")
+Make = Callable[[aiozklock.ZooKeeperClient, str], Any]
 
 
 @pytest.fixture(scope="session")
@@ -31,10 +39,10 @@ def curator(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ...]:
     return command
 
 
-async def _ours(lock: aiozklock.Lock, until: float, who: str, out: list[Interval]) -> None:
+async def _ours(primitive: Any, until: float, who: str, out: list[Interval]) -> None:
     """Our side of the loop: acquire → hold (a busy wait, as the peers do) → release."""
     while time.monotonic() < until:
-        async with lock:
+        async with primitive:
             start = time.monotonic_ns()
             while time.monotonic_ns() - start < HOLD_MICROS * 1000:
                 pass
@@ -42,26 +50,79 @@ async def _ours(lock: aiozklock.Lock, until: float, who: str, out: list[Interval
         await anyio.lowlevel.checkpoint()
 
 
+async def _contend(
+    open_client: ClientFactory, hosts: str, path: str, make: Make, peer: Sequence[str]
+) -> None:
+    """Two sessions of ours and a peer process (two threads) on ``path``; checks the
+    merged history."""
+    clients = [await open_client() for _ in range(2)]
+    await clients[0].ensure_path(path)  # the chroot too: Curator creates below it only
+    ours: list[Interval] = []
+    with anyio.fail_after(SECONDS + 40):
+        process = await start_peer("peer", peer)
+        await process.go()
+        until = time.monotonic() + SECONDS
+        async with anyio.create_task_group() as tg:
+            for i, client in enumerate(clients):
+                tg.start_soon(_ours, make(client, path), until, f"aiozklock-{i}", ours)
+        theirs = await process.intervals()
+    history = ours + theirs
+    assert overlaps(history) == []
+    assert len(ours) > 5
+    assert len(theirs) > 5  # neither side starved
+    directions = {(a.split("-")[0], b.split("-")[0]) for a, b in hand_offs(history)}
+    assert {("aiozklock", "peer"), ("peer", "aiozklock")} <= directions
+
+
+def _args(hosts: str, path: str, recipe: str, *extra: str) -> list[str]:
+    return [hosts, path, recipe, "2", str(SECONDS), str(HOLD_MICROS), *extra]
+
+
 async def test_our_lock_and_curators_mutex_share_a_path(
     curator: tuple[str, ...], hosts: str, open_client: ClientFactory
 ) -> None:
     path = "/interop/mutex"
-    clients = [await open_client() for _ in range(2)]
-    await clients[0].ensure_path(path)  # the chroot too: Curator creates below it only
-    ours: list[Interval] = []
-    with anyio.fail_after(SECONDS + 30):
-        peer = await start_peer(
-            "curator", [*curator, hosts, path, "mutex", "2", str(SECONDS), str(HOLD_MICROS)]
-        )
-        await peer.go()
-        until = time.monotonic() + SECONDS
-        async with anyio.create_task_group() as tg:
-            for i, client in enumerate(clients):
-                tg.start_soon(_ours, client.lock(path), until, f"aiozklock-{i}", ours)
-        theirs = await peer.intervals()
-    history = ours + theirs
-    assert overlaps(history) == []
-    assert len(ours) > 10
-    assert len(theirs) > 10  # neither side starved
-    directions = {(a.split("-")[0], b.split("-")[0]) for a, b in hand_offs(history)}
-    assert {("aiozklock", "curator"), ("curator", "aiozklock")} <= directions
+    peer = [*curator, *_args(hosts, path, "mutex")]
+    await _contend(open_client, hosts, path, lambda zk, p: zk.lock(p), peer)
+
+
+async def test_our_election_and_curators_leader_latch_share_a_path(
+    curator: tuple[str, ...], hosts: str, open_client: ClientFactory
+) -> None:
+    path = "/interop/latch"
+    peer = [*curator, *_args(hosts, path, "latch")]
+    await _contend(open_client, hosts, path, lambda zk, p: zk.election(p), peer)
+
+
+async def test_our_kazoo_compatible_lock_and_kazoos_lock_share_a_path(
+    hosts: str, open_client: ClientFactory
+) -> None:
+    path = "/interop/kazoo-lock"
+    peer = [*KAZOO, *_args(hosts, path, "lock")]
+    await _contend(open_client, hosts, path, lambda zk, p: zk.lock(p, compat="kazoo"), peer)
+
+
+async def test_our_lock_and_a_kazoo_lock_told_of_our_nodes_share_a_path(
+    hosts: str, open_client: ClientFactory
+) -> None:
+    path = "/interop/kazoo-extra"
+    peer = [*KAZOO, *_args(hosts, path, "lock", "-lock-")]
+    await _contend(open_client, hosts, path, lambda zk, p: zk.lock(p), peer)
+
+
+async def test_our_kazoo_compatible_election_and_kazoos_election_share_a_path(
+    hosts: str, open_client: ClientFactory
+) -> None:
+    path = "/interop/kazoo-election"
+    peer = [*KAZOO, *_args(hosts, path, "election")]
+    await _contend(open_client, hosts, path, lambda zk, p: zk.election(p, compat="kazoo"), peer)
+
+
+async def test_compat_is_validated_before_any_traffic(zk: aiozklock.ZooKeeperClient) -> None:
+    with pytest.raises(aiozklock.InvalidArgument, match="compat"):
+        zk.lock("/interop/x", compat="zookeeper")  # type: ignore[call-overload]
+    with pytest.raises(aiozklock.InvalidArgument, match="non-fair"):
+        zk.lock("/interop/x", fair=False, compat="kazoo")
+    with pytest.raises(aiozklock.InvalidArgument, match="compat"):
+        zk.election("/interop/x", compat=["kazoo"])  # type: ignore[arg-type]
+    assert await zk.get_children("/", missing_ok=True) == []

@@ -34,7 +34,7 @@ from aiozklock._exceptions import ConnectionLoss, LeadershipLost, NoNodeError, S
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
-from aiozklock._recipes._core._names import queue_order
+from aiozklock._recipes._core._names import LATCH_MARKER, Compat, marker_for, queue_order
 from aiozklock._recipes._core._primitive import QueuedPrimitive
 from aiozklock._recipes._decision import decide
 from aiozklock._wire._protocol import (
@@ -99,6 +99,7 @@ class Election(QueuedPrimitive):
         registry: HoldingRegistry,
         janitor: Janitor,
         acl: tuple[ACL, ...],
+        compat: Compat = "curator",
     ) -> None:
         self.path = validate_recipe_path(path, what="election path")
         identifier = validate_identifier(identifier)
@@ -112,6 +113,7 @@ class Election(QueuedPrimitive):
             f"election {self.path}",
             self.identifier,
             acl,
+            marker_for(compat, LATCH_MARKER),
         )
 
     async def resign(self) -> None:

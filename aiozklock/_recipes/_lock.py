@@ -22,6 +22,7 @@ from aiozklock._acl import ACL
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._names import LOCK_MARKER, Compat, marker_for
 from aiozklock._recipes._core._primitive import QueuedPrimitive
 from aiozklock._recipes._decision import decide
 from aiozklock._wire._session import Session
@@ -64,6 +65,7 @@ class Lock(QueuedPrimitive):
         registry: HoldingRegistry,
         janitor: Janitor,
         acl: tuple[ACL, ...],
+        compat: Compat = "curator",
     ) -> None:
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
@@ -76,6 +78,7 @@ class Lock(QueuedPrimitive):
             f"lock {self.path}",
             self.identifier,
             acl,
+            marker_for(compat, LOCK_MARKER),
         )
 
     def statistics(self) -> LockStatistics:

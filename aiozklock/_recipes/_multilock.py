@@ -24,6 +24,7 @@ from aiozklock._exceptions import InvalidArgument
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._names import LOCK_MARKER, Compat, marker_for
 from aiozklock._recipes._core._primitive import QueuedPrimitive
 from aiozklock._recipes._decision import decide
 from aiozklock._wire._session import Session
@@ -81,6 +82,7 @@ class MultiLock(QueuedPrimitive):
         registry: HoldingRegistry,
         janitor: Janitor,
         acl: tuple[ACL, ...],
+        compat: Compat = "curator",
     ) -> None:
         self.paths = validate_members(paths)
         self.identifier = validate_identifier(identifier)
@@ -93,6 +95,7 @@ class MultiLock(QueuedPrimitive):
             f"multi-lock {list(self.paths)}",
             self.identifier,
             acl,
+            marker_for(compat, LOCK_MARKER),
         )
 
     @property

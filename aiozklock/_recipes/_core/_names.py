@@ -1,20 +1,35 @@
-"""Node names of the queue recipes: ``<guid>-lock-<sequence>``, and the queue order.
+"""Node names of the queue recipes: ``<guid><marker><sequence>``, and the queue order.
 
 ``<sequence>`` is the 10-digit counter that ZooKeeper appends to an ``EPHEMERAL_SEQUENTIAL``
 node. The queue order is the sequence order, not the name order: names start with
-per-contender GUIDs. Every queue recipe (mutex, multi-lock, election) names its nodes this way,
-so they can share one parent.
+per-contender GUIDs, and the counter is the parent's, so it orders every child whatever its
+prefix. Our markers are Curator's (``-lock-`` for a mutex, ``-latch-`` for an election) or,
+with ``compat="kazoo"``, kazoo's (``__lock__``); reading, every lock-like node another
+library leaves (``lock-``, ``latch-``, ``__lock__``, ``__rlock__``, ``__READ__``,
+``__WRIT__`` right before the suffix) is a contender, and any other child is ignored.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Literal
 
-LOCK_MARKER = "-lock-"
+from aiozklock._exceptions import InvalidArgument
+
+Compat = Literal["curator", "kazoo"]
+
+LOCK_MARKER = "-lock-"  # Curator's InterProcessMutex reads it (the text after "lock-")
+LATCH_MARKER = "-latch-"  # Curator's LeaderLatch
+KAZOO_MARKER = "__lock__"  # kazoo's Lock, WriteLock and Election
 # ZooKeeper formats the parent's signed 32-bit cversion with %010d: ten ASCII digits, or a
 # sign and nine or ten digits once the counter has wrapped past 2**31 - 1.
 _SEQUENCE = re.compile(r"[0-9]{10}|-[0-9]{9,10}")
+# A contender's node of any library: the leftmost marker that the suffix ends the name after.
+_NODE = re.compile(
+    r"(?:-lock-|lock-|-latch-|latch-|__lock__|__rlock__|__READ__|__WRIT__)"
+    r"(?P<seq>[0-9]{10}|-[0-9]{9,10})\Z"
+)
 SEQUENCE_DIGITS = 10  # width of a non-negative suffix
 _WRAP = 1 << 32
 _HALF = 1 << 31
@@ -31,20 +46,42 @@ def is_sequence(text: str) -> bool:
     return _SEQUENCE.fullmatch(text) is not None
 
 
+def validate_compat(compat: object) -> Compat:
+    """``compat=``: ``"curator"`` or ``"kazoo"``; ``InvalidArgument`` otherwise."""
+    if compat == "curator" or compat == "kazoo":
+        return compat
+    raise InvalidArgument(f"compat must be 'curator' or 'kazoo', not {compat!r}")
+
+
+def marker_for(compat: Compat, curator: str) -> str:
+    """The marker a recipe names its nodes with: ``curator`` (the recipe's Curator marker,
+    which Curator's own recipe orders by the suffix) or kazoo's."""
+    return curator if compat == "curator" else KAZOO_MARKER
+
+
+def _match(name: str) -> re.Match[str] | None:
+    """The marker and suffix of a contender's node: after a non-empty GUID, or None."""
+    found = _NODE.search(name)
+    return found if found is not None and found.start() > 0 else None
+
+
 def is_lock_node(name: str) -> bool:
-    """Whether ``name`` looks like a contender's node (other children are ignored)."""
-    head, marker, tail = name.rpartition(LOCK_MARKER)
-    return bool(head) and bool(marker) and _SEQUENCE.fullmatch(tail) is not None
+    """Whether ``name`` looks like a contender's node, ours or another library's (other
+    children are ignored)."""
+    return _match(name) is not None
 
 
 def sequence_of(name: str) -> int:
-    """The (signed) sequence number ZooKeeper appended to ``name``."""
-    return int(name.rpartition(LOCK_MARKER)[2])
+    """The (signed) sequence number ZooKeeper appended to a contender's node ``name``."""
+    found = _match(name)
+    assert found is not None, name
+    return int(found.group("seq"))
 
 
 def guid_of(name: str) -> str:
-    """The contender GUID a node name starts with."""
-    return name.rpartition(LOCK_MARKER)[0]
+    """The contender GUID a node name starts with (what precedes its marker)."""
+    found = _match(name)
+    return name if found is None else name[: found.start()]
 
 
 def queue_order(children: Iterable[str]) -> list[str]:
@@ -81,12 +118,17 @@ def nodes_of(children: Iterable[str], guid: str, marker: str = LOCK_MARKER) -> l
 
 
 __all__ = (
+    "KAZOO_MARKER",
+    "Compat",
+    "LATCH_MARKER",
     "LOCK_MARKER",
     "SEQUENCE_DIGITS",
     "guid_of",
     "in_sequence_order",
     "is_lock_node",
     "is_sequence",
+    "marker_for",
+    "validate_compat",
     "node_prefix",
     "nodes_of",
     "queue_order",
