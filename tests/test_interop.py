@@ -126,3 +126,20 @@ async def test_compat_is_validated_before_any_traffic(zk: aiozklock.ZooKeeperCli
     with pytest.raises(aiozklock.InvalidArgument, match="compat"):
         zk.election("/interop/x", compat=["kazoo"])  # type: ignore[arg-type]
     assert await zk.get_children("/", missing_ok=True) == []
+
+
+async def test_a_mutex_and_a_read_write_lock_on_one_path_exclude_each_other(
+    open_client: ClientFactory,
+) -> None:
+    path = "/interop/mixed"
+    reader_client, mutex_client = await open_client(), await open_client()
+    read_lock, mutex = reader_client.rw_lock(path).read_lock, mutex_client.lock(path)
+    with anyio.fail_after(10):
+        async with read_lock:
+            with pytest.raises(aiozklock.LockTimeout):
+                await mutex.acquire(timeout=0.3)  # the mutex sees the read node
+        async with mutex:
+            with pytest.raises(aiozklock.LockTimeout):
+                await read_lock.acquire(timeout=0.3)  # and the reader the mutex's node
+        async with read_lock:
+            assert read_lock.is_held
