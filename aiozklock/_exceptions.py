@@ -90,6 +90,10 @@ class ZooKeeperError(AiozklockError):
             f"{type(self).__name__} (code {self.code})" + (f": {path}" if path else "")
         )
 
+    def __reduce__(self) -> tuple[type[ZooKeeperError], tuple[str | None, int]]:
+        # Rebuilt from path and code, not from the message (pickle, multiprocessing).
+        return type(self), (self.path, self.code)
+
 
 class NoNodeError(ZooKeeperError):
     """The node does not exist (or, for a create, its parent does not). When the cause is a

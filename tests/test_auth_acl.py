@@ -86,7 +86,7 @@ async def test_refused_credentials_fail_at_once_and_for_good(
     assert isinstance(info.value, aiozklock.ZooKeeperUnavailable)
     assert isinstance(info.value, PermissionError)
     assert "'no-such-scheme'" in str(info.value)
-    assert elapsed < 1.0, elapsed  # far below connect_timeout: refused is final, not retried
+    assert elapsed < 2.5, elapsed  # half connect_timeout: refused is final, not retried
     assert proxy.count(Opcode.AUTH) == 2  # alice's, then the refused one; no retry
     assert proxy.count(Opcode.CLOSE) == 1  # the session it made is closed, not left to expire
 

@@ -64,3 +64,12 @@ async def test_cancellation_of_the_body_is_honoured(hosts: str) -> None:
     assert not reached
     async with aiozklock.connect(hosts) as zk:
         assert await zk.get_children("/locks/c") == []  # the session closed with its node
+
+
+@pytest.mark.parametrize("error", [aiozklock.NoAuthError("/a/b"), aiozklock.NoNodeError("/a")])
+def test_server_errors_survive_pickling(error: aiozklock.ZooKeeperError) -> None:
+    import pickle
+
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error)
+    assert (again.path, again.code, str(again)) == (error.path, error.code, str(error))

@@ -213,8 +213,9 @@ def free_port() -> int:
 # case is measured, not asserted; see the report of this suite.)
 TICK = 0.2  # ZooKeeperCluster's default tickTime
 THIN_PHASE_SLACK = 0.02
-# Two connections notified of one deletion read their events this far apart at most.
-NOTIFICATION_SKEW = 0.01
+# Two connections notified of one deletion read their events this far apart at most: the
+# scheduling of two readers, which on a loaded 2-core machine reached 11 ms.
+NOTIFICATION_SKEW = 0.05
 
 
 def tick_rounding(deadline: float) -> float:

@@ -17,7 +17,7 @@ import pytest
 import aiozklock
 from aiozklock import SessionState
 from aiozklock.testing import FaultProxy
-from tests.conftest import ClientFactory, wait_for_children, wait_for_queue
+from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
 
@@ -227,8 +227,10 @@ async def test_a_reacquire_before_the_delete_is_written_takes_it_into_its_create
         proxy.reset_counters()
         await lock.release()  # no yield until the re-acquire writes
         await lock.acquire()
-        # One transaction: the old nodes' deletes and the new creates, one commit.
+        # One transaction: the old nodes' deletes and the new creates, one commit (without
+        # the fold: a delete, or a multi-lock's multi of deletes, then the creates).
         assert proxy.requests[0].opcode == MULTI
+        assert proxy.count(MULTI) == 1
         assert proxy.count(DELETE) == 0
         assert proxy.count(CREATE2) == 0
         assert await _only_nodes(observer, members) == [lock.fencing_token] * len(members)
@@ -284,3 +286,26 @@ async def test_a_folded_create_whose_reply_is_lost_leaves_only_the_new_nodes(
         assert tokens[1] > tokens[0]
         assert client.session_id == session_id
         assert proxy.count(MULTI) >= 1
+
+
+async def test_a_folded_create_refused_by_an_acl_still_deletes_the_released_node(
+    open_client: ClientFactory,
+) -> None:
+    from aiozklock._wire import _protocol as proto
+    from aiozklock.testing import session_of
+
+    client = await open_client()
+    observer = await open_client()
+    lock = client.lock(PATH)
+    with anyio.fail_after(10):
+        await lock.acquire()
+        session = session_of(client)
+        # setACL (opcode 7) on the lock path: deletes still allowed, creates not.
+        acl = [aiozklock.ACL(aiozklock.Perms.READ | aiozklock.Perms.DELETE, "world", "anyone")]
+        server_path = session.server_path(PATH)
+        body = proto.LENGTH.pack(7) + proto._ustring(server_path) + proto.encode_acl(acl)
+        await session.call(proto.Op(body + proto.LENGTH.pack(-1), server_path, lambda *_: None))
+        await lock.release()
+        with pytest.raises(aiozklock.NoAuthError):
+            await lock.acquire()  # the transaction (delete + create) is refused whole
+        await gone(observer, PATH)  # the janitor deleted the released node

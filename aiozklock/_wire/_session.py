@@ -25,7 +25,6 @@ import asyncio
 import collections
 import contextlib
 import enum
-import functools
 import logging
 import math
 import random
@@ -324,7 +323,8 @@ class Session:
         self, ops: Sequence[Op[Any]], *, generation: int, on_done: ReplyCallback
     ) -> Callable[[], bool] | None:
         """Like ``send``, but written just before the event loop next waits (or with this
-        session's next request, in the same write): a request made meanwhile follows it.
+        session's next request, in the same write): a request made meanwhile follows it,
+        and queued ones keep their order, less any taken back.
 
         Returns ``take_back()``, which unsends ``ops`` if they are not written yet (True:
         then ``on_done`` is never called); None (nothing queued) if not connected now.
@@ -400,14 +400,11 @@ class Session:
         return pendings
 
     def _frame_soon(self, frames: list[bytes], now: float) -> None:
-        """Frame what ``send_soon`` queued (of the current generation; the rest is told)."""
+        """Frame what ``send_soon`` queued. All of it is of the current generation: a new one
+        comes only after ``_fail_pending`` has emptied the queue."""
         queued, self._soon = self._soon, []
         for soon in queued:
-            if soon.generation == self.generation:
-                self._frame(soon.ops, soon.on_done, frames, now)
-            else:
-                gone = f"session generation {soon.generation} is gone"
-                soon.fail(functools.partial(SessionExpired, gone))
+            self._frame(soon.ops, soon.on_done, frames, now)
 
     def _write(self, conn: Connection, frames: list[bytes], now: float) -> None:
         if not frames:

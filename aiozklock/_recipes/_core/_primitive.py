@@ -209,8 +209,8 @@ class Primitive(metaclass=_FactoryMade):
         """Release a holding that was not lost: shielded, returns once it is given up."""
 
     def _give_back_nowait(self, holding: Holding) -> bool:
-        """Write the release of ``holding`` without waiting for the reply (what fails, or
-        cannot be written now, is the janitor's); False if the recipe cannot release so
+        """Have the release of ``holding`` written without waiting for the reply (what
+        fails, or cannot be written now, is the janitor's); False if the recipe cannot release so
         (a lease: its node is not bound to the session): ``_give_back`` then runs."""
         return False
 
@@ -259,14 +259,16 @@ class Primitive(metaclass=_FactoryMade):
     async def release(self, *, confirm: bool = False) -> None:
         """Release what the current task holds (one level, if reentered).
 
-        Returns once the release is written, without waiting for the server's reply (so
-        does leaving ``async with``): ZooKeeper runs this session's requests in order, so a
-        re-acquire, or any other request of this client, is ordered after it, and no
-        other contender can be granted before it is applied. Until then other sessions may
-        still list our node. A delete that fails, or cannot be written now (disconnected),
-        is done in the background once reconnected in the same session; ``close()`` sends
-        what is written before closing. ``confirm=True`` waits until the server has applied
-        the release (one round trip more; through a reconnect if need be).
+        Returns at once, without waiting for the server (so does leaving ``async with``):
+        the delete is written before the event loop next waits, or with this client's next
+        request (a re-acquire of this lock by then takes it into its own transaction).
+        ZooKeeper runs this session's requests in order, so everything this client sends
+        later is ordered after it, and no other contender can be granted before it is
+        applied: until then other sessions may still list our node, and a caller that
+        blocks the event loop delays it. A delete that fails, or cannot be written now
+        (disconnected), is done in the background once reconnected in the same session;
+        ``close()`` sends it before closing. ``confirm=True`` waits until the server has
+        applied the release (one round trip more; through a reconnect if need be).
 
         Raises ``NotLockOwner`` if the current task does not hold it (if it was held by a
         task that ended without releasing it, it is released now, and logged as an error),

@@ -233,8 +233,9 @@ class Queue:
         while True:
             generation = session.generation
             self.nodes = {}
+            ours = data()  # before the take-back: nothing may fail between it and the write
             folded = self._fold(generation)
-            ops = [*parent_ops, self._create_op(data(), folded), *self._listing_ops]
+            ops = [*parent_ops, self._create_op(ours, folded), *self._listing_ops]
             self._unresolved = True
             try:
                 results = await session.pipeline(ops, generation=generation, wait_until=deadline)
@@ -261,6 +262,8 @@ class Queue:
             self._unresolved = False
             if isinstance(failure, SessionExpired) or index < 0:
                 continue  # nothing was created (a folded delete failed: that node is gone)
+            for member, name in folded:  # refused with the create: not applied either
+                self._janitor.delete(join(member, name), generation)
             if isinstance(failure, NoNodeError) and attempts > 0 and refused(parents) is None:
                 whole_chain |= self._chain_needed(index, listings, parent_ops, parents)
                 parent_ops = self._parent_ops(self._missing(index, listings), whole_chain)
