@@ -4,8 +4,13 @@ tests/test_rwlock_decision.py for the pure decision functions)."""
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import subprocess
 import time
+from collections.abc import Iterable
+from pathlib import Path
 
 import anyio
 import pytest
@@ -646,12 +651,106 @@ async def test_kazoo_read_and_write_locks_share_the_queue(
                 tg.start_soon(ours, index)
             for index in range(2):
                 tg.start_soon(theirs, index)
-    writes = [(who, s, e) for who, mode, s, e in intervals if mode == "write"]
-    for who, mode, start, end in intervals:
+    assert_no_writer_overlaps(intervals)
+    done = {(who[0], mode) for who, mode, _, _ in intervals}
+    assert done == {("a", "read"), ("a", "write"), ("k", "read"), ("k", "write")}
+    print(f"RWLOCK kazoo: {len(intervals)} sections")
+    await gone(zk, PATH)
+
+
+# --- Curator on the same path --------------------------------------------------------------
+
+JAVA_DIR = Path("/usr/share/java")  # Debian's libcurator-recipes-java
+CURATOR_JARS = (
+    "curator-recipes",
+    "curator-framework",
+    "curator-client",
+    "guava",
+    "zookeeper",
+    "zookeeper-jute",
+    "slf4j-api",
+)
+CURATOR_SOURCE = Path(__file__).parent / "interop" / "CuratorReadWrite.java"
+
+
+@pytest.fixture(scope="module")
+def curator_command(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The Curator driver (tests/interop/CuratorReadWrite.java), compiled now."""
+    java, javac = shutil.which("java"), shutil.which("javac")
+    if java is None or javac is None:
+        pytest.skip("Curator interop: no java/javac (a JDK) on PATH")
+    jars = [JAVA_DIR / f"{name}.jar" for name in CURATOR_JARS]
+    missing = [jar.name for jar in jars if not jar.is_file()]
+    if missing:
+        pytest.skip(f"Curator interop: missing {', '.join(missing)} (libcurator-recipes-java)")
+    build = tmp_path_factory.mktemp("curator")
+    classpath = os.pathsep.join(str(jar) for jar in jars)
+    compiled = subprocess.run(
+        [javac, "-cp", classpath, "-d", str(build), str(CURATOR_SOURCE)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    return [java, "-cp", f"{build}{os.pathsep}{classpath}", "CuratorReadWrite"]
+
+
+def assert_no_writer_overlaps(intervals: Iterable[tuple[str, str, float, float]]) -> None:
+    """(who, mode, start, end): a write section never overlaps another section."""
+    sections = list(intervals)
+    writes = [(who, s, e) for who, mode, s, e in sections if mode == "write"]
+    for who, mode, start, end in sections:
         for writer, w_start, w_end in writes:
             if (who, start) != (writer, w_start):
                 assert end <= w_start or w_end <= start, (who, mode, writer)
+
+
+@pytest.mark.timeout(120)
+async def test_curator_read_write_locks_share_the_queue(
+    zk: aiozklock.ZooKeeperClient,
+    open_client: ClientFactory,
+    hosts: str,
+    curator_command: list[str],
+) -> None:
+    """Curator's InterProcessReadWriteLock (3 threads) and ours on one path, both with their
+    default configuration: Curator orders our nodes by their suffix, we order its; no writer
+    ever overlaps anyone, and both libraries read and write."""
+    await zk.ensure_path(PATH)
+    clients = [zk, await open_client()]
+    intervals: list[tuple[str, str, float, float]] = []  # who, mode, start, end
+    curator_done = anyio.Event()
+
+    async def ours(index: int) -> None:
+        rw = clients[index % 2].rw_lock(PATH, identifier=f"a{index}")
+        rng = random.Random(index)
+        while not curator_done.is_set():
+            mode = "write" if rng.random() < 0.4 else "read"
+            async with side(rw, mode).acquire(timeout=10):
+                start = time.monotonic()
+                await anyio.sleep(rng.uniform(0, 0.005))
+                intervals.append((f"a{index}", mode, start, time.monotonic()))
+
+    async def curator() -> None:
+        try:
+            finished = await anyio.run_process([*curator_command, hosts, PATH, "2.5", "3"])
+        finally:
+            curator_done.set()
+        lines = finished.stdout.decode().split("\n")
+        assert lines[0] == "connected", finished.stderr.decode()[-2000:]
+        for line in filter(None, lines[1:]):
+            who, mode, start, end = line.split(" ", 3)
+            assert who != "error", line
+            intervals.append((f"k{who}", mode, int(start) / 1e9, int(end) / 1e9))
+
+    with anyio.fail_after(90):
+        async with anyio.create_task_group() as tg:
+            for index in range(3):
+                tg.start_soon(ours, index)
+            tg.start_soon(curator)
+    assert_no_writer_overlaps(intervals)
     done = {(who[0], mode) for who, mode, _, _ in intervals}
     assert done == {("a", "read"), ("a", "write"), ("k", "read"), ("k", "write")}
-    print(f"RWLOCK kazoo: {len(intervals)} sections, {len(writes)} writes")
+    curator_sections = sum(1 for who, *_ in intervals if who.startswith("k"))
+    print(f"RWLOCK curator: {len(intervals)} sections, {curator_sections} by Curator")
     await gone(zk, PATH)
