@@ -11,7 +11,8 @@
 # group into .venv. A second run skips the install while pyproject.toml is unchanged (the
 # stamp is .venv/.aiozklock-installed). Works without stdin and with CI=true. 'bench' also
 # installs the 'bench' group (stamp .venv/.aiozklock-bench-installed) and, for the Curator
-# column, Debian's libcurator-recipes-java and a JDK (javac) when apt has them.
+# column, Debian's libcurator-recipes-java and a JDK (javac) when apt has them ('test'
+# installs those two as well, for the interoperability tests' Curator peer).
 #
 # Environment: PYTHON (interpreter for .venv, >= 3.11; default: the first of python3,
 # python3.13, python3.12, python3.11 that is recent enough), ZOOKEEPER_HOME,
@@ -102,7 +103,7 @@ ensure_zookeeper() {
 
 have_curator() { [ -f /usr/share/java/curator-recipes.jar ]; }
 
-ensure_curator() {  # optional: without it the benchmarks skip the Curator column, with a note
+ensure_curator() {  # optional: without it the benchmarks skip Curator, and so do the interop tests
     local packages=()
     have_curator || packages+=(libcurator-recipes-java)
     command -v javac >/dev/null 2>&1 || packages+=(default-jdk-headless)
@@ -292,6 +293,7 @@ main() {
             ;;
         test)
             [ -n "${AIOZKLOCK_ZK_HOSTS:-}" ] || ensure_zookeeper
+            ensure_curator  # the interoperability tests' Curator peer (they skip without)
             ensure_venv "$command"
             run_tests "$@"
             ;;

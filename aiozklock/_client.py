@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from ssl import SSLContext
 from types import TracebackType
 from typing import Literal, TypeVar, overload
 
@@ -45,6 +46,7 @@ from aiozklock._wire._session import Session, SessionState, StateListener
 from aiozklock._wire._validation import (
     parse_hosts,
     positive_seconds,
+    tls_context,
     validate_data,
     validate_flag,
     validate_path,
@@ -74,10 +76,12 @@ class ZooKeeperClient:
         telemetry: Observer | None = None,
         auth: Sequence[tuple[str, str | bytes]] = (),
         default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
+        ssl: SSLContext | bool | None = None,
     ) -> None:
         self._hosts, self.chroot = parse_hosts(hosts)
         self._auth = validate_auth(auth)
         self.default_acl = validate_acl(default_acl, what="default_acl")
+        self._tls = tls_context(ssl)
         self.hosts = hosts
         self.session_timeout = positive_seconds("session_timeout", session_timeout)
         self.connect_timeout = positive_seconds("connect_timeout", connect_timeout)
@@ -115,6 +119,7 @@ class ZooKeeperClient:
             session_timeout=self.session_timeout,
             connect_timeout=self.connect_timeout,
             auth=self._auth,
+            tls=self._tls,
         )
         if self._telemetry is not None:
             session.add_listener(self._telemetry.session_changed)
@@ -582,6 +587,7 @@ def connect(
     telemetry: Observer | None = None,
     auth: Sequence[tuple[str, str | bytes]] = (),
     default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
+    ssl: SSLContext | bool | None = None,
 ) -> ZooKeeperClient:
     """Connect to ZooKeeper: ``async with aiozklock.connect("zk1:2181,zk2:2181/app") as zk:``.
 
@@ -617,9 +623,21 @@ def connect(
       nodes and their containers, ``create``, ``ensure_path``); default ``OPEN_ACL_UNSAFE``
       (anyone may do anything). ``CREATOR_ALL_ACL`` and ``CREATOR_ALL_WORLD_READ_ACL``
       need ``auth``.
+    - ``ssl``: TLS to the servers' ``secureClientPort``: an ``ssl.SSLContext`` (e.g.
+      ``ssl.create_default_context(cafile="ca.pem")``, plus ``load_cert_chain()`` for a
+      client certificate when the servers require one), or ``True`` for
+      ``ssl.create_default_context()``. The certificate must be valid for the host name (or
+      IP address) of the connect string entry being tried, unless the context's
+      ``check_hostname`` is off. None (the default) is plain TCP.
 
     Arguments are validated at once (``InvalidArgument``, a ``ValueError``). Entering raises
-    ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``.
+    ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``; with ``ssl``,
+    at once (before ``connect_timeout``) once every host failed TLS in a way that retrying
+    cannot cure, its ``__cause__`` the ``ssl.SSLError``: ``ssl.SSLCertVerificationError``
+    for an untrusted or expired certificate or a host name mismatch, an alert (e.g.
+    ``TLSV13_ALERT_CERTIFICATE_REQUIRED``) when the server wants a client certificate. A
+    TLS client on a plain port, or a plain client on a TLS port, sees the server close the
+    connection: it retries until ``connect_timeout``, and the message says so.
     """
     return ZooKeeperClient(
         hosts,
@@ -629,4 +647,5 @@ def connect(
         telemetry=telemetry,
         auth=auth,
         default_acl=default_acl,
+        ssl=ssl,
     )

@@ -240,7 +240,7 @@ def requests_rows(concurrency: Sequence[int]) -> list[Metric]:
             Metric(f"requests_{c}_p99_us", f"C={c}: cycle latency, p99", "µs", False),
             Metric(
                 f"requests_{c}_floor_per_s",
-                f"C={c}: raw floor, create(ephemeral)+delete pairs per second, {c} in flight",
+                f"C={c}: raw floor, delete+create transactions per second, {c} in flight",
                 "/s",
                 True,
             ),
@@ -272,8 +272,9 @@ def requests_table(concurrency: Sequence[int], hold_ms: float) -> Table:
         "`KazooClient`; Curator: an `InterProcessMutex` per path on one shared "
         "`CuratorFramework`. The raw floor is the same loop on aiozklock's own wire session "
         "with each lock replaced by a bare create (ephemeral) of the task's node, whose "
-        "delete is written with the task's next create (two writes, one round trip per "
-        "cycle: the least a lock cycle can cost); the % row is each round's aiozklock "
+        "delete goes with the task's next create in one `multi` (one transaction and one "
+        "round trip per cycle, no listing: less than a lock cycle can cost, since the lock "
+        "also lists its queue); the % row is each round's aiozklock "
         "cycles/s over that round's floor, median [min-max].",
         SUBJECT,
         (SUBJECT, "aiozk", "kazoo", "Curator"),

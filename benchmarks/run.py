@@ -302,8 +302,13 @@ def python_driver(
     )
 
 
-def compile_curator(build_dir: Path) -> Driver | str:
-    """The Curator driver compiled into ``build_dir``, or why it cannot be."""
+def compile_curator(
+    build_dir: Path,
+    source: Path = ROOT / "benchmarks" / "curator" / "CuratorBench.java",
+    name: str = "Curator",
+) -> Driver | str:
+    """A Curator program (the benchmark driver by default) compiled into ``build_dir``, or
+    why it cannot be; its class is the source file's name."""
     java, javac = shutil.which("java"), shutil.which("javac")
     if java is None or javac is None:
         return "Curator skipped: no java/javac (a JDK) on PATH"
@@ -323,7 +328,6 @@ def compile_curator(build_dir: Path) -> Driver | str:
     classpath = os.pathsep.join(
         str(jar) for jar in [*jars, *([logging_jar] if logging_jar else [])]
     )
-    source = ROOT / "benchmarks" / "curator" / "CuratorBench.java"
     compiled = subprocess.run(
         [javac, "-implicit:none", "-cp", classpath, "-d", str(build_dir), str(source)],
         capture_output=True,
@@ -331,8 +335,8 @@ def compile_curator(build_dir: Path) -> Driver | str:
     )
     if compiled.returncode != 0:
         return f"Curator skipped: javac failed:\n{compiled.stderr[-2000:]}"
-    command = (java, "-cp", f"{build_dir}{os.pathsep}{classpath}", "CuratorBench")
-    return Driver("Curator", "curator", command)
+    command = (java, "-cp", f"{build_dir}{os.pathsep}{classpath}", source.stem)
+    return Driver(name, "curator", command)
 
 
 # ---------------------------------------------------------------- the run

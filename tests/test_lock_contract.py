@@ -184,10 +184,16 @@ async def test_contenders_report_identity_and_unicode_round_trips(
         assert holder.fencing_token == lock.fencing_token
         assert holder.session_id == zk.session_id
         assert holder.pid is not None
-        assert holder.enqueued_at is not None
-        data, _ = await zk.get_data(f"{PATH}/{holder.node}")
+        data, stat = await zk.get_data(f"{PATH}/{holder.node}")
+        assert holder.enqueued_at == stat.ctime / 1000  # the server's clock, not written
         assert json.loads(data.decode())["identifier"] == "wörker-ß-錠"
     assert await lock.contenders() == []
+    async with lock:  # the same task: the same data, encoded once
+        (again,) = await lock.contenders()
+        again_data, _ = await zk.get_data(f"{PATH}/{again.node}")
+        assert again_data == data
+        assert again.enqueued_at is not None
+        assert again.enqueued_at >= stat.ctime / 1000
 
 
 async def test_statistics_is_a_frozen_snapshot(zk: aiozklock.ZooKeeperClient) -> None:

@@ -1,6 +1,6 @@
 """The byte stream of one ZooKeeper connection: synchronous writes with a backlog, reads
-straight from the socket (in the loop's reader callback on asyncio), and the frame reader
-used during the handshake."""
+straight from the socket (in the loop's reader callback on asyncio), the frame reader used
+during the handshake, and TLS over the same socket (``TLSConnection``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import ssl
 from collections.abc import Callable
 
 import anyio
@@ -28,6 +29,12 @@ class HandshakeRejected(Exception):
     """The server closed the connection during the handshake (e.g. it lags behind our zxid)."""
 
 
+class TLSRejected(Exception):
+    """A TLS failure that retrying the same server cannot cure (its certificate is not
+    trusted, the host name does not match, or it refused our certificate); ``__cause__``
+    is the ``ssl.SSLError``."""
+
+
 class Connection:
     """One TCP connection to a server.
 
@@ -45,6 +52,7 @@ class Connection:
         self._socket.setblocking(False)
         self._backlog = bytearray()
         self._backlog_ready = anyio.Event()
+        self._unread = bytearray()  # received by ``read_frame`` beyond the frame it returned
 
     def write(self, data: bytes) -> None:
         """Write now, or queue behind what is already waiting (raises ``OSError``)."""
@@ -88,9 +96,30 @@ class Connection:
             raise anyio.EndOfStream
         return data
 
+    async def read_frame(self) -> bytes:
+        """Read one length-prefixed frame (a handshake answer); ``EndOfStream`` at EOF,
+        ``HandshakeRejected`` on a nonsensical length."""
+        buffer = self._unread
+        while True:
+            if len(buffer) >= 4:
+                (size,) = proto.LENGTH.unpack_from(buffer, 0)
+                if size < 0 or size > 1 << 20:
+                    raise HandshakeRejected(f"bad frame length {size}")
+                if len(buffer) >= 4 + size:
+                    frame = bytes(buffer[4 : 4 + size])
+                    del buffer[: 4 + size]
+                    return frame
+            await anyio.wait_readable(self._socket)
+            data = self._receive_now()
+            if data is not None:
+                buffer += data
+
     async def read_forever(self, on_data: Callable[[bytes], None]) -> None:
         """Pass every chunk received to ``on_data``; returns only by raising (EOF, a socket
         error, or what ``on_data`` raised)."""
+        if self._unread:
+            unread, self._unread = bytes(self._unread), bytearray()
+            on_data(unread)
         loop = running_asyncio_loop()
         if loop is not None:
             await self._read_in_callback(loop, on_data)  # returns if the loop cannot
@@ -132,6 +161,125 @@ class Connection:
         await close_quietly(self.stream)
 
 
+class TLSConnection(Connection):
+    """TLS over the same non-blocking socket, so that writes stay synchronous: an
+    ``ssl.SSLObject`` between two memory BIOs encrypts what ``write`` is given and the
+    records go out through the plain backlog; ``_receive_now`` decrypts what the kernel has.
+    Only the handshake waits (``handshake``, bounded by the caller)."""
+
+    def __init__(
+        self, stream: anyio.abc.SocketStream, context: ssl.SSLContext, server_hostname: str
+    ) -> None:
+        super().__init__(stream)
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._tls = context.wrap_bio(
+            self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname
+        )
+
+    async def handshake(self) -> None:
+        """Complete the TLS handshake: ``ssl.SSLError`` if it fails (untrusted or expired
+        certificate, host name mismatch, an alert from the server), ``HandshakeRejected`` if
+        the server closes the connection, ``OSError`` on a socket error."""
+        while True:
+            try:
+                self._tls.do_handshake()
+            except ssl.SSLWantReadError:
+                self._send_records()
+                await self.drain()
+                await anyio.wait_readable(self._socket)
+                try:
+                    data = Connection._receive_now(self)
+                except anyio.EndOfStream:
+                    raise HandshakeRejected(
+                        "the server closed the connection during the TLS handshake: "
+                        "is it a plain port rather than a TLS one (secureClientPort)?"
+                    ) from None
+                if data is not None:
+                    self._incoming.write(data)
+            else:
+                self._send_records()
+                await self.drain()
+                return
+
+    def write(self, data: bytes) -> None:
+        """Encrypt and write now, or queue behind what is already waiting (raises
+        ``OSError``, ``ssl.SSLError`` included)."""
+        self._tls.write(data)
+        self._send_records()
+
+    def _send_records(self) -> None:
+        records = self._outgoing.read()
+        if records:
+            Connection.write(self, records)
+
+    def _receive_now(self) -> bytes | None:
+        """The plaintext of what the kernel has (None if no whole record yet). The TLS
+        object may hold more plaintext than one read returns: read until it wants bytes."""
+        data = Connection._receive_now(self)
+        if data is None:
+            return None
+        self._incoming.write(data)
+        plain, closed = self._decrypt()
+        self._send_records()  # e.g. the answer to a key update
+        if closed and not plain:
+            raise anyio.EndOfStream
+        return plain or None  # after the last plaintext, the TCP end follows
+
+    def _decrypt(self) -> tuple[bytes, bool]:
+        """All the plaintext the TLS object holds, and whether the server closed TLS.
+        Once neither a record nor decrypted bytes are left, another read could only fail:
+        it is skipped (a reply is mostly one record)."""
+        plain = bytearray()
+        incoming, tls = self._incoming, self._tls
+        try:
+            while chunk := tls.read(_RECEIVE_SIZE):
+                plain += chunk
+                if not incoming.pending and not tls.pending():
+                    return bytes(plain), False
+        except ssl.SSLWantReadError:
+            return bytes(plain), False
+        except ssl.SSLZeroReturnError:
+            pass
+        return bytes(plain), True
+
+
+def is_tls_rejection(exc: BaseException) -> bool:
+    """A TLS failure that retrying cannot cure (a verification failure or an alert), as
+    opposed to the connection ending in the middle of it."""
+    transient = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+    return isinstance(exc, ssl.SSLError) and not isinstance(exc, transient)
+
+
+def describe_tls_failure(exc: ssl.SSLError) -> str:
+    """What went wrong, in words: the verification failure, or the server's alert."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"the server's certificate was not accepted: {exc.verify_message}"
+    if "ALERT" in str(exc.reason):
+        return f"the server refused the handshake ({exc.reason}; a client certificate needed?)"
+    return f"{exc.reason or exc}"
+
+
+async def open_connection(host: str, port: int, tls: ssl.SSLContext | None) -> Connection:
+    """Connect to ``host:port``, with a completed TLS handshake (server name ``host``) if
+    ``tls`` is given; the caller bounds the time. Raises what ``connect_tcp`` and
+    ``TLSConnection.handshake`` raise, leaving nothing open."""
+    stream = await anyio.connect_tcp(host, port)
+    conn: Connection | None = None
+    try:
+        if tls is None:
+            return Connection(stream)
+        conn = TLSConnection(stream, tls, host)
+        await conn.handshake()
+        return conn
+    except BaseException:
+        if conn is not None:
+            await conn.aclose()
+        else:
+            await close_quietly(stream)
+        raise
+
+
 def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
     """The running asyncio loop if asyncio runs this task (trio, even as asyncio's guest, is
     not asyncio: its tasks must not be served from asyncio callbacks)."""
@@ -149,20 +297,6 @@ def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-async def read_frame(stream: anyio.abc.ByteStream) -> bytes:
-    """Read one length-prefixed frame (a handshake answer) from ``stream``."""
-    buffer = bytearray()
-    while len(buffer) < 4:
-        chunk = await stream.receive()
-        buffer += chunk
-    (size,) = proto.LENGTH.unpack_from(buffer, 0)
-    if size < 0 or size > 1 << 20:
-        raise HandshakeRejected(f"bad frame length {size}")
-    while len(buffer) < 4 + size:
-        buffer += await stream.receive()
-    return bytes(buffer[4 : 4 + size])
 
 
 async def close_quietly(stream: anyio.abc.ByteStream) -> None:

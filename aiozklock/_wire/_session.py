@@ -29,8 +29,9 @@ import functools
 import logging
 import math
 import random
+import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -53,8 +54,10 @@ from aiozklock._wire._connection import (
     STREAM_ERRORS,
     Connection,
     HandshakeRejected,
-    close_quietly,
-    read_frame,
+    TLSRejected,
+    describe_tls_failure,
+    is_tls_rejection,
+    open_connection,
     running_asyncio_loop,
 )
 from aiozklock._wire._loop import LoopGuard
@@ -153,10 +156,12 @@ class Session:
         session_timeout: float,
         connect_timeout: float,
         auth: Credentials = (),
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._hosts = list(hosts)
         self._auth = auth  # sent on every connection, before anything else
         self._auth_failure: str | None = None  # why the server refused them (final)
+        self._tls = tls
         self._host_index = random.randrange(len(self._hosts))
         self.chroot = chroot
         self._requested_timeout_ms = int(session_timeout * 1000)
@@ -524,6 +529,7 @@ class Session:
         deadline = time.monotonic() + self._connect_timeout
         attempt = max(self._connect_timeout / len(self._hosts), min(1.0, self._connect_timeout))
         errors: list[str] = []
+        tls_rejected: set[int] = set()  # indexes of the hosts that failed TLS for good
         delay = 0.05
         while True:
             remaining = deadline - time.monotonic()
@@ -531,13 +537,20 @@ class Session:
                 hosts = ",".join(f"{h}:{p}" for h, p in self._hosts)
                 raise ZooKeeperUnavailable(
                     f"no ZooKeeper server answered within {self._connect_timeout:g} s "
-                    f"({hosts}): {'; '.join(errors[-3:]) or 'no answer'}"
+                    f"({hosts}): {'; '.join(dict.fromkeys(errors[-3:])) or 'no answer'}"
                 )
             try:
                 self._conn = await self._open(min(attempt, remaining))
             except AuthenticationFailed as exc:  # an OSError: before STREAM_ERRORS
                 await self._give_up_refused(exc)
                 raise
+            except TLSRejected as exc:
+                # The same answer again is certain: once every host gave it, fail now.
+                tls_rejected.add(self._host_index)
+                if len(tls_rejected) == len(self._hosts):
+                    raise ZooKeeperUnavailable(str(exc)) from exc.__cause__
+                errors.append(str(exc))
+                continue
             except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
                 errors.append(repr(exc))
                 await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
@@ -612,6 +625,9 @@ class Session:
             except AuthenticationFailed as exc:  # an OSError: before STREAM_ERRORS
                 await self._give_up_refused(exc)
                 return False
+            except TLSRejected as exc:
+                # Kept trying: certificates may be fixed while the session lives.
+                log.warning("reconnect attempt failed: %s (caused by %r)", exc, exc.__cause__)
             except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
                 log.debug("reconnect attempt failed: %r", exc)
             # The first retry is immediate (e.g. a new session right after an expiry answer).
@@ -627,13 +643,11 @@ class Session:
         """Connect to the next host and complete a handshake within ``bound`` seconds."""
         self._host_index = (self._host_index + 1) % len(self._hosts)
         host, port = self._hosts[self._host_index]
-        with anyio.fail_after(bound):
+        with anyio.fail_after(bound), self._explained(host, port):
             if self._stale_session is not None:
                 await self._close_stale_session(host, port)
-            stream = await anyio.connect_tcp(host, port)
-            conn = None
+            conn = await open_connection(host, port, self._tls)
             try:
-                conn = Connection(stream)
                 session_id, password = self.session_id, self._password
                 sent_at = time.monotonic()
                 conn.write(
@@ -642,14 +656,14 @@ class Session:
                     )
                 )
                 await conn.drain()
-                handshake = _parse_handshake(await read_frame(stream))
+                handshake = _parse_handshake(await conn.read_frame())
                 if handshake.expired:
                     if session_id:
                         self._session_gone(
                             "session expired (server answer at reconnect)", stale=False
                         )
                     raise HandshakeRejected("session expired")
-                await self._authenticate(conn, stream, handshake)
+                await self._authenticate(conn, handshake)
                 if session_id:
                     # Same session: re-arm every watch before any other request.
                     self._sent_at.clear()
@@ -659,10 +673,7 @@ class Session:
                     raise HandshakeRejected("session given up during the handshake")
             except BaseException:
                 self._sent_at.clear()
-                if conn is not None:
-                    await conn.aclose()
-                else:
-                    await close_quietly(stream)
+                await conn.aclose()
                 raise
         self.session_id = handshake.session_id
         self._password = handshake.password
@@ -683,9 +694,7 @@ class Session:
                 )
         return conn
 
-    async def _authenticate(
-        self, conn: Connection, stream: anyio.abc.ByteStream, handshake: proto.Handshake
-    ) -> None:
+    async def _authenticate(self, conn: Connection, handshake: proto.Handshake) -> None:
         """Send each credential and wait for its answer, before any other request. The
         server answers AuthFailed and closes the connection if it refuses one: then the
         session it attached is marked stale (to be closed) and ``AuthenticationFailed``
@@ -693,7 +702,7 @@ class Session:
         for scheme, credential in self._auth:
             conn.write(proto.auth_frame(scheme, credential))
             await conn.drain()
-            reply = await read_frame(stream)
+            reply = await conn.read_frame()
             xid, _, err = proto.REPLY_HEADER.unpack_from(reply, 0)
             if xid != proto.AUTH_XID:
                 raise HandshakeRejected(f"unexpected reply (xid {xid}) to authentication")
@@ -718,6 +727,27 @@ class Session:
             await self._close_session_elsewhere()
         self._stale_session = None
 
+    @contextlib.contextmanager
+    def _explained(self, host: str, port: int) -> Iterator[None]:
+        """Turn an end of stream before the handshake's answer into ``HandshakeRejected``,
+        and a TLS failure that retrying cannot cure into ``TLSRejected``, saying what the
+        likely cause is."""
+        try:
+            yield
+        except anyio.EndOfStream:
+            if self._tls is None:
+                hint = "; if it is a TLS port (secureClientPort), connect with ssl="
+            else:
+                hint = "; does it require a client certificate (ssl.clientAuth=need)?"
+            raise HandshakeRejected(
+                f"{host}:{port} closed the connection without answering{hint}"
+            ) from None
+        except ssl.SSLError as exc:
+            if not is_tls_rejection(exc):
+                raise
+            reason = describe_tls_failure(exc)
+            raise TLSRejected(f"TLS with {host}:{port} failed: {reason}") from exc
+
     async def _rearm_watches(self, conn: Connection) -> None:
         frames = proto.set_watches_frames(self.last_zxid, *self._watches.rearm_paths())
         if frames:
@@ -731,21 +761,23 @@ class Session:
         if time.monotonic() > give_up_at:
             self._stale_session = None  # the server has expired it on its own by now
             return
-        stream = await anyio.connect_tcp(host, port)
+        conn = await open_connection(host, port, self._tls)
         try:
-            await stream.send(
+            conn.write(
                 proto.connect_frame(
                     self.last_zxid, self._requested_timeout_ms, session_id, password
                 )
             )
-            handshake = _parse_handshake(await read_frame(stream))
+            await conn.drain()
+            handshake = _parse_handshake(await conn.read_frame())
             if not handshake.expired:
-                await stream.send(proto.frame(1, proto.close_op().body))
-                await read_frame(stream)
+                conn.write(proto.frame(1, proto.close_op().body))
+                await conn.drain()
+                await conn.read_frame()
                 log.info("closed session 0x%x that our clock had given up", session_id)
             self._stale_session = None
         finally:
-            await close_quietly(stream)
+            await conn.aclose()
 
     def _on_data(self, data: bytes) -> None:
         self.last_heard = time.monotonic()
@@ -904,9 +936,10 @@ class Session:
         while self._stale_session is not None:
             for host, port in self._hosts:
                 try:
-                    await self._close_stale_session(host, port)
+                    with self._explained(host, port):
+                        await self._close_stale_session(host, port)
                     return
-                except (HandshakeRejected, *STREAM_ERRORS) as exc:
+                except (HandshakeRejected, TLSRejected, *STREAM_ERRORS) as exc:
                     # E.g. a re-attach still in the network took the session from us.
                     log.info("closing session 0x%x via %s:%d: %r", session_id, host, port, exc)
             await anyio.sleep(0.05)

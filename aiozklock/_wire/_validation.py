@@ -7,6 +7,7 @@ be a server error, a silently rewritten path or a closed connection into a clear
 from __future__ import annotations
 
 import math
+import ssl
 
 from aiozklock._exceptions import InvalidArgument
 
@@ -182,4 +183,22 @@ def validate_flag(name: str, value: object) -> bool:
     """A yes/no option: a real ``bool`` (``"yes"``, 1 or None are rejected, not guessed)."""
     if not isinstance(value, bool):
         raise InvalidArgument(f"{name} must be True or False, not {value!r}")
+    return value
+
+
+def tls_context(value: object) -> ssl.SSLContext | None:
+    """``connect()``'s ``ssl``: a client-side ``ssl.SSLContext``, ``True`` for
+    ``ssl.create_default_context()`` (system CAs, host name checked), ``None``/``False`` for
+    plain TCP. Raises ``InvalidArgument`` otherwise."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return ssl.create_default_context()
+    if not isinstance(value, ssl.SSLContext):
+        raise InvalidArgument(f"ssl must be an ssl.SSLContext, True or None, not {value!r}")
+    if value.protocol is ssl.PROTOCOL_TLS_SERVER:
+        raise InvalidArgument(
+            "ssl must be a client-side context (ssl.create_default_context() or "
+            "ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)), not a PROTOCOL_TLS_SERVER one"
+        )
     return value

@@ -44,6 +44,7 @@ from ._server import ZooKeeperStartError as ZooKeeperStartError
 from ._server import ZooKeeperUnavailableForTests as ZooKeeperUnavailableForTests
 from ._server import find_zookeeper_classpath as find_zookeeper_classpath
 from ._server import four_letter_word as four_letter_word
+from ._tls import TLSFiles as TLSFiles
 
 __all__ = (
     "session_of",
@@ -63,6 +64,7 @@ __all__ = (
     "NemesisReport",
     "Pause",
     "StaleWrite",
+    "TLSFiles",
     "NodeStat",
     "ObservedHandshake",
     "ObservedRequest",

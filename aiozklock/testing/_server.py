@@ -28,6 +28,8 @@ import anyio.to_thread
 
 from aiozklock._acl import digest_id
 
+from ._tls import ClientAuth, TLSFiles
+
 __all__ = [
     "ZooKeeperCluster",
     "ZooKeeperMember",
@@ -39,7 +41,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Debian's jars (fault-matrix D): netty-all is a stub there, so the NIO factory is used.
+#: Debian's jars (fault-matrix D): netty-all is a stub there, so the NIO factory is used,
+#: except by TLS servers, which need Netty: its split jars come with the zookeeper package.
 _DEBIAN_JARS = (
     "zookeeper",
     "zookeeper-jute",
@@ -48,6 +51,14 @@ _DEBIAN_JARS = (
     "netty-all",
     "metrics-core",
     "snappy-java",
+    "netty-buffer",
+    "netty-codec",
+    "netty-common",
+    "netty-handler",
+    "netty-resolver",
+    "netty-transport",
+    "netty-transport-native-epoll",
+    "netty-transport-native-unix-common",
 )
 _DEBIAN_JAVA_DIR = Path("/usr/share/java")
 _MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -246,10 +257,16 @@ class ZooKeeperMember:
         classpath: str,
         java: str,
         jvm_properties: Mapping[str, str] | None = None,
+        secure_client_port: int | None = None,
     ) -> None:
         self.id = id
         self.client_port = client_port
         self.address = f"127.0.0.1:{client_port}"
+        #: The TLS port (``secureClientPort``) and its address; None without TLS.
+        self.secure_client_port = secure_client_port
+        self.secure_address = (
+            f"127.0.0.1:{secure_client_port}" if secure_client_port is not None else None
+        )
         self.member_dir = member_dir
         self.data_dir = member_dir / "data"
         self.log_path = member_dir / "zookeeper.log"
@@ -455,6 +472,11 @@ class ZooKeeperCluster:
     ``zookeeper.DigestAuthenticationProvider.superDigest`` to :func:`digest_id` of it.
     Digest authentication itself needs no server setting. Raises ``InvalidArgument`` if
     ``superuser`` has no ``":"``.
+
+    ``tls``: certificates (see :class:`TLSFiles`) to serve TLS with, on a ``secureClientPort``
+    per member (:attr:`secure_hosts`) beside the plain port (:attr:`hosts`, which four-letter
+    words and observers keep using); ``client_auth="need"`` requires a client certificate
+    signed by their CA (mutual TLS). Quorum traffic stays plain.
     """
 
     def __init__(
@@ -466,9 +488,13 @@ class ZooKeeperCluster:
         extra_config: Mapping[str, str] | None = None,
         jvm_properties: Mapping[str, str] | None = None,
         superuser: str | None = None,
+        tls: TLSFiles | None = None,
+        client_auth: ClientAuth = "none",
     ) -> None:
         if size < 1:
             raise ValueError("size must be >= 1")
+        self.tls = tls
+        self.client_auth = client_auth
         self.size = size
         self.tick_time = tick_time
         self.extra_config = dict(extra_config or {})
@@ -486,6 +512,14 @@ class ZooKeeperCluster:
     def hosts(self) -> str:
         """Connection string: ``127.0.0.1:p1,127.0.0.1:p2,...``."""
         return ",".join(member.address for member in self.members)
+
+    @property
+    def secure_hosts(self) -> str:
+        """TLS connection string: ``127.0.0.1:s1,127.0.0.1:s2,...`` (``ValueError`` if the
+        cluster has no ``tls``)."""
+        if self.tls is None:
+            raise ValueError("this cluster was created without tls=")
+        return ",".join(str(member.secure_address) for member in self.members)
 
     def __enter__(self) -> ZooKeeperCluster:
         return self.start()
@@ -537,8 +571,9 @@ class ZooKeeperCluster:
 
     def _create_members(self, classpath: str, java: str, root: Path) -> None:
         ensemble = self.size > 1
-        ports = _free_ports(self.size * (3 if ensemble else 1))
+        ports = _free_ports(self.size * ((3 if ensemble else 1) + (self.tls is not None)))
         client_ports = ports[: self.size]
+        secure_ports = ports[len(ports) - self.size :] if self.tls is not None else None
         base = {
             "tickTime": str(self.tick_time),
             "initLimit": "10",
@@ -551,6 +586,8 @@ class ZooKeeperCluster:
             "extendedTypesEnabled": "true",
             "maxClientCnxns": "0",
         }
+        if self.tls is not None:
+            base.update(self.tls.server_config(self.client_auth))
         if ensemble:
             for i in range(self.size):
                 peer, election = ports[self.size + 2 * i], ports[self.size + 2 * i + 1]
@@ -562,6 +599,7 @@ class ZooKeeperCluster:
                 **base,
                 "dataDir": str(member_dir / "data"),
                 "clientPort": str(client_ports[i]),
+                **({"secureClientPort": str(secure_ports[i])} if secure_ports else {}),
                 **self.extra_config,
             }
             self.members.append(
@@ -574,6 +612,7 @@ class ZooKeeperCluster:
                     classpath=classpath,
                     java=java,
                     jvm_properties=self.jvm_properties,
+                    secure_client_port=secure_ports[i] if secure_ports else None,
                 )
             )
 

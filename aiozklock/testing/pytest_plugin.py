@@ -9,7 +9,11 @@ use ``-p aiozklock.testing.pytest_plugin``. Fixtures:
   started then), else ``zk_cluster.hosts``;
 - ``zk_chroot``: a fresh chroot path per test (``/aiozklock-test-<random>``);
 - ``zk_client``: an ``aiozklock`` client rooted in that chroot, closed after the test (an
-  async fixture for anyio tests: ``@pytest.mark.anyio``).
+  async fixture for anyio tests: ``@pytest.mark.anyio``);
+- ``zk_tls_files``: a CA, server and client certificates (:class:`TLSFiles`), made once per
+  session; ``zk_tls_cluster`` / ``zk_tls_ensemble``: a standalone server / a 3-node
+  ensemble serving TLS with them (``secure_hosts``; ``hosts`` stays plain), each started by
+  the first test that asks for it. These are always local servers.
 
 Without a local ZooKeeper and without ``AIOZKLOCK_ZK_HOSTS`` the fixtures fail with
 :class:`~aiozklock.testing.ZooKeeperUnavailableForTests` (never a silent skip: CI must not
@@ -30,8 +34,19 @@ if TYPE_CHECKING:
     from aiozklock import ZooKeeperClient
 
     from ._server import ZooKeeperCluster
+    from ._tls import TLSFiles
 
-__all__ = ["ZK_HOSTS_ENV", "zk_chroot", "zk_client", "zk_cluster", "zk_ensemble", "zk_hosts"]
+__all__ = [
+    "ZK_HOSTS_ENV",
+    "zk_chroot",
+    "zk_client",
+    "zk_cluster",
+    "zk_ensemble",
+    "zk_hosts",
+    "zk_tls_cluster",
+    "zk_tls_ensemble",
+    "zk_tls_files",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +60,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: fault tests that take several seconds")
 
 
-def _start_cluster(size: int) -> ZooKeeperCluster:
+def _start_cluster(size: int, tls: TLSFiles | None = None) -> ZooKeeperCluster:
     # Imported here so that loading the plugin never starts or probes anything.
     from ._server import ZooKeeperCluster
 
-    return ZooKeeperCluster(size).start()
+    return ZooKeeperCluster(size, tls=tls).start()
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +87,36 @@ def zk_ensemble() -> Iterator[ZooKeeperCluster]:
     Tests that kill members must restart them (``member.start()``) before finishing.
     """
     cluster = _start_cluster(3)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
+def zk_tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
+    """Certificates for TLS servers and their clients, made once per session."""
+    from ._tls import TLSFiles
+
+    return TLSFiles.generate(tmp_path_factory.mktemp("aiozklock-tls"))
+
+
+@pytest.fixture(scope="session")
+def zk_tls_cluster(zk_tls_files: TLSFiles) -> Iterator[ZooKeeperCluster]:
+    """A standalone ZooKeeper serving TLS (``secure_hosts``) with ``zk_tls_files``, started
+    on first use and kept for the session; the same rules as ``zk_cluster``."""
+    cluster = _start_cluster(1, zk_tls_files)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
+def zk_tls_ensemble(zk_tls_files: TLSFiles) -> Iterator[ZooKeeperCluster]:
+    """A 3-node ensemble serving TLS to clients (quorum traffic stays plain), started on
+    first use; the same rules as ``zk_ensemble``."""
+    cluster = _start_cluster(3, zk_tls_files)
     try:
         yield cluster
     finally:

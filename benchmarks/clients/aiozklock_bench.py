@@ -233,21 +233,34 @@ async def floor(params: Params, gate: Gate) -> Result:
 
 class RawPair:
     """The per-request floor's stand-in for a lock: entering creates an ephemeral node,
-    leaving writes nothing; the delete goes out with the next create, in one write (two
-    writes on the server, one round trip per cycle, the least a lock cycle can cost)."""
+    leaving writes nothing; the delete goes with the next create, in one transaction (one
+    write on the server, one round trip per cycle: the least a lock cycle can cost)."""
 
-    def __init__(self, session: Session, create: Op[Created], delete: Op[None]) -> None:
-        self._session, self._create, self._delete = session, create, delete
+    def __init__(self, session: Session, server_path: str) -> None:
+        from aiozklock._wire._protocol import (
+            CreateMode,
+            MultiCreate,
+            MultiDelete,
+            create_op,
+            delete_op,
+            multi_op,
+        )
+
+        mode, strip = CreateMode.EPHEMERAL, session.client_path
+        self._session = session
+        self._create = create_op(server_path, b"", mode, strip)
+        self._replace = multi_op(
+            [MultiDelete(server_path), MultiCreate(server_path, b"", mode)], strip
+        )
+        self._delete = delete_op(server_path)
         self._pending_delete = False
 
     async def __aenter__(self) -> None:
-        ops: list[Op[Any]] = [self._create]
-        if self._pending_delete:
-            ops.insert(0, self._delete)
+        op: Op[Any] = self._replace if self._pending_delete else self._create
         self._pending_delete = False
-        for result in await self._session.pipeline(ops):
-            if isinstance(result, BaseException):
-                raise result
+        result = await self._session.call(op)
+        if getattr(result, "ok", True) is False:
+            raise RuntimeError(f"the floor's transaction failed: {result}")
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._pending_delete = True
@@ -260,16 +273,16 @@ class RawPair:
 
 async def request_floor(params: Params, gate: Gate) -> Result:
     """The per-request scenario with each lock replaced by a bare create (ephemeral) of
-    the task's node, its delete pipelined with the next create: ``concurrency`` tasks in
-    flight on one session, no recipe."""
-    from aiozklock._wire._protocol import CreateMode
+    the task's node, its delete in one transaction with the next create: ``concurrency``
+    tasks in flight on one session, no recipe."""
     from aiozklock.testing import session_of
 
     async with connect(params) as zk:
-        create, delete = wire_ops(zk, params.path, CreateMode.EPHEMERAL)
+        await zk.ensure_path(params.path)
         session = session_of(zk)
         pairs = [
-            RawPair(session, create(str(i)), delete(str(i))) for i in range(params.concurrency)
+            RawPair(session, session.server_path(f"{params.path}/{i}"))
+            for i in range(params.concurrency)
         ]
         result = await per_request_cycles(pairs, params, gate)
         for pair in pairs:  # the last deletes, after the measurement

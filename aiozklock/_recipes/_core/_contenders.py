@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 from dataclasses import dataclass
 
 from aiozklock._exceptions import NoNodeError
@@ -34,21 +33,29 @@ class Contender:
     host: str | None
     pid: int | None
     task: str | None
-    enqueued_at: float | None  # Unix time
+    enqueued_at: float | None  # Unix time its node was created, by the server's clock
 
 
 class Identity:
-    """Our nodes' data: who queued (identifier, host, pid, task) and when, as JSON."""
+    """Our nodes' data: who queued (identifier, host, pid, task), as JSON. When is the
+    node's own creation time."""
 
-    __slots__ = ("_head",)
+    __slots__ = ("_head", "_last")
 
     def __init__(self, identifier: str | None) -> None:
         self._head = {"identifier": identifier, "host": _HOST, "pid": os.getpid()}
+        self._last: tuple[str | None, bytes] | None = None  # a lock's task rarely changes
 
     def data(self, task_name: str | None, **extra: str) -> bytes:
-        """The JSON object for one enqueue (its time is now), with ``extra`` fields."""
-        fields = {**self._head, "task": task_name, "enqueued_at": time.time(), **extra}
-        return validate_data(_ENCODE(fields).encode())
+        """The JSON object for one enqueue, with ``extra`` fields."""
+        last = self._last
+        if last is not None and last[0] == task_name and not extra:
+            return last[1]
+        fields = {**self._head, "task": task_name, **extra}
+        data = validate_data(_ENCODE(fields).encode())
+        if not extra:
+            self._last = (task_name, data)
+        return data
 
 
 async def read_contenders(session: Session, queue: Queue, path: str) -> list[Contender]:
@@ -90,7 +97,7 @@ def contender_of(
         host=identity.get("host"),
         pid=identity.get("pid"),
         task=identity.get("task"),
-        enqueued_at=identity.get("enqueued_at"),
+        enqueued_at=stat.ctime / 1000 if stat.ctime else None,
     )
 
 

@@ -1,0 +1,107 @@
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.retry.RetryNTimes;
+
+/**
+ * Apache Curator as a peer in aiozklock's interoperability tests (tests/test_interop.py
+ * compiles it at test time).
+ *
+ * <p>Usage: {@code java CuratorPeer HOSTS PATH RECIPE THREADS SECONDS HOLD_MICROS}, RECIPE being
+ * {@code mutex} (InterProcessMutex) or {@code latch} (LeaderLatch). It connects, prints
+ * {@code ready}, waits for a line on stdin, then each thread loops acquire → hold → release
+ * until SECONDS are over, and it prints one JSON line: {@code {"intervals": [[start, end],
+ * ...]}}, System.nanoTime() values (CLOCK_MONOTONIC on Linux, as Python's
+ * time.monotonic_ns()), so that intervals of several processes can be merged.
+ */
+public final class CuratorPeer {
+    private CuratorPeer() {}
+
+    public static void main(String[] args) throws Exception {
+        String hosts = args[0];
+        String path = args[1];
+        String recipe = args[2];
+        int threads = Integer.parseInt(args[3]);
+        double seconds = Double.parseDouble(args[4]);
+        long holdNanos = Long.parseLong(args[5]) * 1000;
+        CuratorFramework client =
+                CuratorFrameworkFactory.newClient(hosts, 10_000, 10_000, new RetryNTimes(3, 100));
+        client.start();
+        if (!client.blockUntilConnected(20, TimeUnit.SECONDS)) {
+            throw new IllegalStateException("not connected to " + hosts);
+        }
+        System.out.println("ready");
+        System.out.flush();
+        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine();
+        final long end = System.nanoTime() + (long) (seconds * 1e9);
+        List<long[]> intervals = new ArrayList<>();
+        List<Thread> workers = new ArrayList<>();
+        for (int i = 0; i < threads; i++) {
+            Thread worker =
+                    new Thread(
+                            () -> {
+                                try {
+                                    loop(client, path, recipe, end, holdNanos, intervals);
+                                } catch (Exception e) {
+                                    throw new RuntimeException(e);
+                                }
+                            });
+            workers.add(worker);
+            worker.start();
+        }
+        for (Thread worker : workers) {
+            worker.join();
+        }
+        client.close();
+        StringBuilder out = new StringBuilder("{\"intervals\": [");
+        synchronized (intervals) {
+            for (int i = 0; i < intervals.size(); i++) {
+                long[] interval = intervals.get(i);
+                out.append(i == 0 ? "" : ", ").append('[').append(interval[0]).append(", ");
+                out.append(interval[1]).append(']');
+            }
+        }
+        System.out.println(out.append("]}"));
+    }
+
+    private static void loop(
+            CuratorFramework client,
+            String path,
+            String recipe,
+            long deadline,
+            long holdNanos,
+            List<long[]> intervals)
+            throws Exception {
+        InterProcessMutex mutex = recipe.equals("mutex") ? new InterProcessMutex(client, path) : null;
+        while (System.nanoTime() < deadline) {
+            LeaderLatch latch = null;
+            if (mutex != null) {
+                mutex.acquire();
+            } else {
+                latch = new LeaderLatch(client, path);
+                latch.start();
+                latch.await();
+            }
+            long start = System.nanoTime();
+            while (System.nanoTime() - start < holdNanos) {
+                Thread.onSpinWait();
+            }
+            long stop = System.nanoTime();
+            if (mutex != null) {
+                mutex.release();
+            } else {
+                latch.close();
+            }
+            synchronized (intervals) {
+                intervals.add(new long[] {start, stop});
+            }
+        }
+    }
+}
