@@ -4,10 +4,7 @@ tests/test_rwlock_decision.py for the pure decision functions)."""
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
-import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,6 +15,7 @@ from kazoo.client import KazooClient  # type: ignore[import-untyped]
 
 import aiozklock
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
+from benchmarks.run import compile_curator
 from tests.conftest import ClientFactory, gone, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
@@ -660,40 +658,17 @@ async def test_kazoo_read_and_write_locks_share_the_queue(
 
 # --- Curator on the same path --------------------------------------------------------------
 
-JAVA_DIR = Path("/usr/share/java")  # Debian's libcurator-recipes-java
-CURATOR_JARS = (
-    "curator-recipes",
-    "curator-framework",
-    "curator-client",
-    "guava",
-    "zookeeper",
-    "zookeeper-jute",
-    "slf4j-api",
-)
 CURATOR_SOURCE = Path(__file__).parent / "interop" / "CuratorReadWrite.java"
 
 
 @pytest.fixture(scope="module")
-def curator_command(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """The Curator driver (tests/interop/CuratorReadWrite.java), compiled now."""
-    java, javac = shutil.which("java"), shutil.which("javac")
-    if java is None or javac is None:
-        pytest.skip("Curator interop: no java/javac (a JDK) on PATH")
-    jars = [JAVA_DIR / f"{name}.jar" for name in CURATOR_JARS]
-    missing = [jar.name for jar in jars if not jar.is_file()]
-    if missing:
-        pytest.skip(f"Curator interop: missing {', '.join(missing)} (libcurator-recipes-java)")
-    build = tmp_path_factory.mktemp("curator")
-    classpath = os.pathsep.join(str(jar) for jar in jars)
-    compiled = subprocess.run(
-        [javac, "-cp", classpath, "-d", str(build), str(CURATOR_SOURCE)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert compiled.returncode == 0, compiled.stderr
-    return [java, "-cp", f"{build}{os.pathsep}{classpath}", "CuratorReadWrite"]
+def curator_command(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ...]:
+    """The Curator driver (tests/interop/CuratorReadWrite.java), compiled now; skipped with
+    the reason without a JDK or Curator's jars."""
+    driver = compile_curator(tmp_path_factory.mktemp("curator-rw"), CURATOR_SOURCE, "rw")
+    if isinstance(driver, str):
+        pytest.skip(driver)
+    return driver.command
 
 
 def assert_no_writer_overlaps(intervals: Iterable[tuple[str, str, float, float]]) -> None:
@@ -711,7 +686,7 @@ async def test_curator_read_write_locks_share_the_queue(
     zk: aiozklock.ZooKeeperClient,
     open_client: ClientFactory,
     hosts: str,
-    curator_command: list[str],
+    curator_command: tuple[str, ...],
 ) -> None:
     """Curator's InterProcessReadWriteLock (3 threads) and ours on one path, both with their
     default configuration: Curator orders our nodes by their suffix, we order its; no writer
