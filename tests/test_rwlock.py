@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterable
+from pathlib import Path
 
 import anyio
 import pytest
@@ -13,6 +15,7 @@ from kazoo.client import KazooClient  # type: ignore[import-untyped]
 
 import aiozklock
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
+from benchmarks.run import compile_curator
 from tests.conftest import ClientFactory, gone, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
@@ -646,12 +649,83 @@ async def test_kazoo_read_and_write_locks_share_the_queue(
                 tg.start_soon(ours, index)
             for index in range(2):
                 tg.start_soon(theirs, index)
-    writes = [(who, s, e) for who, mode, s, e in intervals if mode == "write"]
-    for who, mode, start, end in intervals:
+    assert_no_writer_overlaps(intervals)
+    done = {(who[0], mode) for who, mode, _, _ in intervals}
+    assert done == {("a", "read"), ("a", "write"), ("k", "read"), ("k", "write")}
+    print(f"RWLOCK kazoo: {len(intervals)} sections")
+    await gone(zk, PATH)
+
+
+# --- Curator on the same path --------------------------------------------------------------
+
+CURATOR_SOURCE = Path(__file__).parent / "interop" / "CuratorReadWrite.java"
+
+
+@pytest.fixture(scope="module")
+def curator_command(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ...]:
+    """The Curator driver (tests/interop/CuratorReadWrite.java), compiled now; skipped with
+    the reason without a JDK or Curator's jars."""
+    driver = compile_curator(tmp_path_factory.mktemp("curator-rw"), CURATOR_SOURCE, "rw")
+    if isinstance(driver, str):
+        pytest.skip(driver)
+    return driver.command
+
+
+def assert_no_writer_overlaps(intervals: Iterable[tuple[str, str, float, float]]) -> None:
+    """(who, mode, start, end): a write section never overlaps another section."""
+    sections = list(intervals)
+    writes = [(who, s, e) for who, mode, s, e in sections if mode == "write"]
+    for who, mode, start, end in sections:
         for writer, w_start, w_end in writes:
             if (who, start) != (writer, w_start):
                 assert end <= w_start or w_end <= start, (who, mode, writer)
+
+
+@pytest.mark.timeout(120)
+async def test_curator_read_write_locks_share_the_queue(
+    zk: aiozklock.ZooKeeperClient,
+    open_client: ClientFactory,
+    hosts: str,
+    curator_command: tuple[str, ...],
+) -> None:
+    """Curator's InterProcessReadWriteLock (3 threads) and ours on one path, both with their
+    default configuration: Curator orders our nodes by their suffix, we order its; no writer
+    ever overlaps anyone, and both libraries read and write."""
+    await zk.ensure_path(PATH)
+    clients = [zk, await open_client()]
+    intervals: list[tuple[str, str, float, float]] = []  # who, mode, start, end
+    curator_done = anyio.Event()
+
+    async def ours(index: int) -> None:
+        rw = clients[index % 2].rw_lock(PATH, identifier=f"a{index}")
+        rng = random.Random(index)
+        while not curator_done.is_set():
+            mode = "write" if rng.random() < 0.4 else "read"
+            async with side(rw, mode).acquire(timeout=10):
+                start = time.monotonic()
+                await anyio.sleep(rng.uniform(0, 0.005))
+                intervals.append((f"a{index}", mode, start, time.monotonic()))
+
+    async def curator() -> None:
+        try:
+            finished = await anyio.run_process([*curator_command, hosts, PATH, "2.5", "3"])
+        finally:
+            curator_done.set()
+        lines = finished.stdout.decode().split("\n")
+        assert lines[0] == "connected", finished.stderr.decode()[-2000:]
+        for line in filter(None, lines[1:]):
+            who, mode, start, end = line.split(" ", 3)
+            assert who != "error", line
+            intervals.append((f"k{who}", mode, int(start) / 1e9, int(end) / 1e9))
+
+    with anyio.fail_after(90):
+        async with anyio.create_task_group() as tg:
+            for index in range(3):
+                tg.start_soon(ours, index)
+            tg.start_soon(curator)
+    assert_no_writer_overlaps(intervals)
     done = {(who[0], mode) for who, mode, _, _ in intervals}
     assert done == {("a", "read"), ("a", "write"), ("k", "read"), ("k", "write")}
-    print(f"RWLOCK kazoo: {len(intervals)} sections, {len(writes)} writes")
+    curator_sections = sum(1 for who, *_ in intervals if who.startswith("k"))
+    print(f"RWLOCK curator: {len(intervals)} sections, {curator_sections} by Curator")
     await gone(zk, PATH)
