@@ -81,8 +81,8 @@ class ZooKeeperClient:
     ) -> None:
         self._hosts, self.chroot = parse_hosts(hosts)
         self._auth = validate_auth(auth)
-        self.default_acl = validate_acl(default_acl, what="default_acl")
         self._tls = tls_context(ssl)
+        self.default_acl = self._usable_acl(default_acl, "default_acl")
         self.hosts = hosts
         self.session_timeout = positive_seconds("session_timeout", session_timeout)
         self.connect_timeout = positive_seconds("connect_timeout", connect_timeout)
@@ -249,7 +249,19 @@ class ZooKeeperClient:
     # them (the path, and its missing ancestors), are created with; ``default_acl`` if None.
 
     def _acl(self, acl: Sequence[ACL] | None) -> tuple[ACL, ...]:
-        return self.default_acl if acl is None else validate_acl(acl)
+        return self.default_acl if acl is None else self._usable_acl(acl, "acl")
+
+    def _usable_acl(self, acl: object, what: str) -> tuple[ACL, ...]:
+        """``acl`` validated; an ``"auth"`` entry (the creator's identities) also needs an
+        identity: credentials, or a TLS client certificate (the server would refuse every
+        create with InvalidACL)."""
+        entries = validate_acl(acl, what=what)
+        if not self._auth and self._tls is None and any(e.scheme == "auth" for e in entries):
+            raise InvalidArgument(
+                f"{what} grants the creator ('auth' scheme), but this client has no identity: "
+                "pass auth=[('digest', 'user:password')] (or ssl= with a client certificate)"
+            )
+        return entries
 
     @overload
     def lock(

@@ -17,6 +17,7 @@ from aiozklock import (
     CREATOR_ALL_ACL,
     CREATOR_ALL_WORLD_READ_ACL,
     OPEN_ACL_UNSAFE,
+    READ_ACL_UNSAFE,
     Perms,
     SessionState,
 )
@@ -60,13 +61,19 @@ async def test_creator_all_node_is_the_creators_alone(open_client: ClientFactory
         assert await alice.get_children("/private") == ["child"]
 
 
-async def test_creator_acl_without_credentials_is_invalid_acl(
-    zk: aiozklock.ZooKeeperClient,
+async def test_creator_acl_without_an_identity_is_refused_before_any_traffic(
+    proxy: FaultProxy, open_client: ClientFactory, hosts: str
 ) -> None:
+    zk = await open_client(proxy)
+    proxy.reset_counters()
     with anyio.fail_after(10):
-        await zk.ensure_path("/")
-        with pytest.raises(aiozklock.InvalidACLError, match="/mine"):
+        with pytest.raises(aiozklock.InvalidArgument, match="no identity"):
             await zk.create("/mine", acl=CREATOR_ALL_ACL)
+        with pytest.raises(aiozklock.InvalidArgument, match="no identity"):
+            zk.lock("/mine", acl=CREATOR_ALL_WORLD_READ_ACL)
+        with pytest.raises(aiozklock.InvalidArgument, match="default_acl"):
+            aiozklock.connect(hosts, default_acl=CREATOR_ALL_ACL)
+        assert proxy.count() == 0  # nothing was sent (the server would say InvalidACL)
         assert await zk.exists("/mine") is None
 
 
@@ -244,11 +251,11 @@ async def test_acl_is_not_part_of_a_recipes_identity(zk: aiozklock.ZooKeeperClie
     assert zk.lock("/p", acl=list(OPEN_ACL_UNSAFE)) is lock  # the default, spelled out
     assert lock.acl == OPEN_ACL_UNSAFE
     with pytest.raises(aiozklock.UsageError, match="one ACL"):
-        zk.lock("/p", acl=CREATOR_ALL_ACL)
-    election = zk.election("/e", acl=CREATOR_ALL_WORLD_READ_ACL)  # kept: the registry is weak
+        zk.lock("/p", acl=READ_ACL_UNSAFE)
+    election = zk.election("/e", acl=READ_ACL_UNSAFE)  # kept: the registry is weak
     with pytest.raises(aiozklock.UsageError):
         zk.election("/e")
-    assert election.acl == CREATOR_ALL_WORLD_READ_ACL
+    assert election.acl == READ_ACL_UNSAFE
 
 
 @pytest.mark.parametrize(
