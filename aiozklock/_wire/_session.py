@@ -733,11 +733,12 @@ class Session:
             yield
         except anyio.EndOfStream:
             if self._tls is None:
-                hint = "; if it is a TLS port (secureClientPort), connect with ssl="
+                hint = "if it is a TLS port (secureClientPort), connect with ssl="
             else:
-                hint = "; does it require a client certificate (ssl.clientAuth=need)?"
+                hint = "does it require a client certificate (ssl.clientAuth=need)?"
             raise HandshakeRejected(
-                f"{host}:{port} closed the connection without answering{hint}"
+                f"{host}:{port} closed the connection without answering (a server that lags "
+                f"behind the transactions we have seen does so; {hint})"
             ) from None
         except ssl.SSLError as exc:
             if not is_tls_rejection(exc):
