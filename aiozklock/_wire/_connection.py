@@ -173,9 +173,13 @@ class TLSConnection(Connection):
         super().__init__(stream)
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
-        self._tls = context.wrap_bio(
-            self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname
-        )
+        try:
+            self._tls = context.wrap_bio(
+                self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname
+            )
+        except BaseException:
+            self._socket.close()  # our duplicate of the descriptor; the caller closes the stream
+            raise
 
     async def handshake(self) -> None:
         """Complete the TLS handshake: ``ssl.SSLError`` if it fails (untrusted or expired
