@@ -8,6 +8,7 @@ and the faults (drop, partition) act on them as on any TCP stream.
 
 from __future__ import annotations
 
+import gc
 import os
 import ssl
 import time
@@ -103,6 +104,7 @@ def expired_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKee
 
 
 def open_descriptors() -> int:
+    gc.collect()  # what earlier tests left for the collector closes now, not mid-test
     return len(os.listdir("/proc/self/fd"))
 
 
@@ -221,7 +223,7 @@ async def test_mutual_tls_without_a_client_certificate_fails_fast(
     cause = excinfo.value.__cause__
     assert isinstance(cause, ssl.SSLError), cause
     assert "ALERT" in str(cause.reason), cause
-    assert open_descriptors() == before
+    assert open_descriptors() <= before  # none left open (others may close meanwhile)
 
 
 # --- misconfiguration ----------------------------------------------------------------------
@@ -260,7 +262,7 @@ async def test_certificate_failures_raise_at_once_with_the_cause(
     assert elapsed < CONNECT_TIMEOUT / 2
     assert isinstance(excinfo.value.__cause__, ssl.SSLCertVerificationError)
     assert CERTIFICATE_CASES[case] in str(excinfo.value)
-    assert open_descriptors() == before
+    assert open_descriptors() <= before  # none left open (others may close meanwhile)
 
 
 @pytest.mark.timeout(30)
@@ -284,7 +286,7 @@ async def test_tls_and_plain_ports_mixed_up_fail_at_connect_timeout(
     print(f"TLS {case} elapsed={elapsed:.3f}")
     assert connect_timeout - 0.1 < elapsed < connect_timeout + 3  # retried until then
     assert hint in str(excinfo.value)
-    assert open_descriptors() == before
+    assert open_descriptors() <= before  # none left open (others may close meanwhile)
 
 
 # --- faults over TLS -----------------------------------------------------------------------

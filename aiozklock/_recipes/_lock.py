@@ -45,7 +45,30 @@ class LockStatistics:
     last_wait: float | None  # seconds the last acquisition waited
 
 
-class Lock(QueuedPrimitive):
+class PathLock(QueuedPrimitive):
+    """A queued recipe with one node on one ``path``: the mutex, each side of a read/write
+    lock."""
+
+    path: str
+
+    def statistics(self) -> LockStatistics:
+        """Local state of this object; sends nothing and raises nothing."""
+        holding = self._holding
+        return LockStatistics(
+            path=self.path,
+            locked=holding is not None and not holding.lost,
+            owner=self._owner,
+            depth=self._depth,
+            tasks_waiting=self._local.statistics().tasks_waiting,
+            node=self._queue.nodes.get(self.path),
+            fencing_token=holding.token if holding is not None else None,
+            acquisitions=self._acquisitions,
+            losses=self._losses,
+            last_wait=self._last_wait,
+        )
+
+
+class Lock(PathLock):
     """A distributed mutual-exclusion lock on ZooKeeper. Create it with ``zk.lock(path)``.
 
     Fair (FIFO across processes and across the tasks of this process), reentrant per task,
@@ -81,22 +104,6 @@ class Lock(QueuedPrimitive):
             marker_for(compat, LOCK_MARKER),
         )
 
-    def statistics(self) -> LockStatistics:
-        """Local state of this object; sends nothing and raises nothing."""
-        holding = self._holding
-        return LockStatistics(
-            path=self.path,
-            locked=holding is not None and not holding.lost,
-            owner=self._owner,
-            depth=self._depth,
-            tasks_waiting=self._local.statistics().tasks_waiting,
-            node=self._queue.nodes.get(self.path),
-            fencing_token=holding.token if holding is not None else None,
-            acquisitions=self._acquisitions,
-            losses=self._losses,
-            last_wait=self._last_wait,
-        )
-
     async def contenders(self) -> list[Contender]:
         """The queue as ZooKeeper has it, holder first, with each contender's identity.
         Connection losses are retried; raises ``ClientClosed`` once closed, ``UsageError``
@@ -108,4 +115,4 @@ class Lock(QueuedPrimitive):
         return f"<aiozklock.Lock {self.path!r} {state} identifier={self.identifier!r}>"
 
 
-__all__ = ("Lock", "LockStatistics")
+__all__ = ("Lock", "LockStatistics", "PathLock")

@@ -25,8 +25,8 @@ from aiozklock._recipes._core._contenders import Contender, contender_of
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._plan import Decide
-from aiozklock._recipes._core._primitive import Primitive, QueuedPrimitive, _FactoryMade
-from aiozklock._recipes._lock import LockStatistics
+from aiozklock._recipes._core._primitive import Primitive, _FactoryMade
+from aiozklock._recipes._lock import PathLock
 from aiozklock._recipes._rwdecision import (
     READ_MARKER,
     WRITE_MARKER,
@@ -39,7 +39,7 @@ from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join, validate_identifier, validate_recipe_path
 
 
-class _Side(QueuedPrimitive):
+class _Side(PathLock):
     """What the read lock and the write lock share: one queue on the path, one marker."""
 
     _mode: str  # "read" or "write", in messages
@@ -61,22 +61,6 @@ class _Side(QueuedPrimitive):
         label = f"{self._mode} lock {self.path}"
         super().__init__(
             session, registry, janitor, (self.path,), decide, label, self.identifier, acl, marker
-        )
-
-    def statistics(self) -> LockStatistics:
-        """Local state of this object; sends nothing and raises nothing."""
-        holding = self._holding
-        return LockStatistics(
-            path=self.path,
-            locked=holding is not None and not holding.lost,
-            owner=self._owner,
-            depth=self._depth,
-            tasks_waiting=self._local.statistics().tasks_waiting,
-            node=self._queue.nodes.get(self.path),
-            fencing_token=holding.token if holding is not None else None,
-            acquisitions=self._acquisitions,
-            losses=self._losses,
-            last_wait=self._last_wait,
         )
 
     async def contenders(self) -> list[Contender]:

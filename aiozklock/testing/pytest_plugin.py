@@ -60,11 +60,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: fault tests that take several seconds")
 
 
-def _start_cluster(size: int, tls: TLSFiles | None = None) -> ZooKeeperCluster:
+def _running_cluster(size: int, tls: TLSFiles | None = None) -> Iterator[ZooKeeperCluster]:
+    """A started cluster, closed when the fixture ends."""
     # Imported here so that loading the plugin never starts or probes anything.
     from ._server import ZooKeeperCluster
 
-    return ZooKeeperCluster(size, tls=tls).start()
+    cluster = ZooKeeperCluster(size, tls=tls).start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
 
 
 @pytest.fixture(scope="session")
@@ -73,11 +78,7 @@ def zk_cluster() -> Iterator[ZooKeeperCluster]:
 
     Tests that kill, pause or restart it must leave it serving again (``restart()``).
     """
-    cluster = _start_cluster(1)
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+    yield from _running_cluster(1)
 
 
 @pytest.fixture(scope="session")
@@ -86,11 +87,7 @@ def zk_ensemble() -> Iterator[ZooKeeperCluster]:
 
     Tests that kill members must restart them (``member.start()``) before finishing.
     """
-    cluster = _start_cluster(3)
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+    yield from _running_cluster(3)
 
 
 @pytest.fixture(scope="session")
@@ -105,22 +102,14 @@ def zk_tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
 def zk_tls_cluster(zk_tls_files: TLSFiles) -> Iterator[ZooKeeperCluster]:
     """A standalone ZooKeeper serving TLS (``secure_hosts``) with ``zk_tls_files``, started
     on first use and kept for the session; the same rules as ``zk_cluster``."""
-    cluster = _start_cluster(1, zk_tls_files)
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+    yield from _running_cluster(1, zk_tls_files)
 
 
 @pytest.fixture(scope="session")
 def zk_tls_ensemble(zk_tls_files: TLSFiles) -> Iterator[ZooKeeperCluster]:
     """A 3-node ensemble serving TLS to clients (quorum traffic stays plain), started on
     first use; the same rules as ``zk_ensemble``."""
-    cluster = _start_cluster(3, zk_tls_files)
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+    yield from _running_cluster(3, zk_tls_files)
 
 
 @pytest.fixture(scope="session")
