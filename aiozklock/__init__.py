@@ -22,6 +22,7 @@ from aiozklock._exceptions import InvalidArgument as InvalidArgument
 from aiozklock._exceptions import LeadershipLost as LeadershipLost
 from aiozklock._exceptions import LockLost as LockLost
 from aiozklock._exceptions import LockTimeout as LockTimeout
+from aiozklock._exceptions import MaxLeasesMismatch as MaxLeasesMismatch
 from aiozklock._exceptions import NoAuthError as NoAuthError
 from aiozklock._exceptions import NodeExistsError as NodeExistsError
 from aiozklock._exceptions import NoNodeError as NoNodeError
@@ -42,6 +43,8 @@ from aiozklock._recipes._multilock import MultiLock as MultiLock
 from aiozklock._recipes._multilock import MultiLockStatistics as MultiLockStatistics
 from aiozklock._recipes._nonfair import NonFairLock as NonFairLock
 from aiozklock._recipes._nonfair import NonFairLockStatistics as NonFairLockStatistics
+from aiozklock._recipes._semaphore import Semaphore as Semaphore
+from aiozklock._recipes._semaphore import SemaphoreStatistics as SemaphoreStatistics
 from aiozklock._wire._protocol import Stat as Stat
 from aiozklock._wire._session import SessionState as SessionState
 from aiozklock._wire._session import StateChange as StateChange
@@ -70,6 +73,7 @@ __all__ = (
     "LockStatistics",
     "LockTimeout",
     "LossPolicy",
+    "MaxLeasesMismatch",
     "MultiLock",
     "MultiLockStatistics",
     "NoAuthError",
@@ -79,6 +83,8 @@ __all__ = (
     "NodeExistsError",
     "NotLockOwner",
     "Perms",
+    "Semaphore",
+    "SemaphoreStatistics",
     "SessionExpired",
     "SessionState",
     "Stat",

@@ -30,13 +30,35 @@ from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._recipes._core._plan import Decide
-from aiozklock._recipes._core._queue import Queue
+from aiozklock._recipes._core._queue import Guard, Queue
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_flag, validate_timeout
 
 log = logging.getLogger(__name__)
 
-P = TypeVar("P", bound="Primitive")
+P = TypeVar("P", bound="Acquirable")
+
+
+class Acquirable(Protocol):
+    """What ``AcquireContext`` drives: a ``Primitive``, or an object that hands each task
+    a primitive of its own (the semaphore)."""
+
+    _session: Session
+    _label: str
+
+    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None: ...
+
+    def _enter_body(self) -> anyio.CancelScope: ...
+
+    async def _exit_body(
+        self,
+        scope: anyio.CancelScope,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        task_id: int,
+        confirm: bool = False,
+    ) -> None: ...
 
 
 class Tracker(Protocol):
@@ -522,9 +544,10 @@ class QueuedPrimitive(Primitive):
         label: str,
         identifier: str | None,
         acl: tuple[ACL, ...],
+        guard: Guard | None = None,
     ) -> None:
         super().__init__(session, registry, label, members, acl)
-        self._queue = Queue(session, janitor, members, decide, label, acl)
+        self._queue = Queue(session, janitor, members, decide, label, acl, guard)
         self._identity = Identity(identifier)
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
@@ -549,4 +572,4 @@ class QueuedPrimitive(Primitive):
         self._queue.forget()
 
 
-__all__ = ("AcquireContext", "Primitive", "QueuedPrimitive")
+__all__ = ("AcquireContext", "Acquirable", "Primitive", "QueuedPrimitive")
