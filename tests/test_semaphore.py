@@ -523,3 +523,72 @@ async def test_lost_create_reply_leaves_one_node(
             assert await zk.get_children(PATH) == list(sem.statistics().nodes)
             done.set()
     await gone(zk, PATH)
+
+
+@anyio_tests
+async def test_one_round_trip_when_a_lease_is_free(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    """After the first acquire (which creates the path), an acquire with a free lease is one
+    write: the limit's read, the create and the listing, pipelined; so is a release."""
+    client = await open_client(proxy)
+    sem = client.semaphore(PATH, 3)
+    with pytest.raises(TypeError):
+        aiozklock.Semaphore()
+    with anyio.fail_after(10):
+        async with sem:
+            pass
+        for _ in range(3):
+            proxy.reset_counters()
+            async with sem:
+                sent = [r for r in proxy.requests if r.opcode != Opcode.PING]
+                opcodes = [r.opcode for r in sent]
+                assert opcodes[0] == Opcode.GET_DATA
+                assert opcodes[1] in (Opcode.CREATE2, Opcode.MULTI)  # MULTI: release folded in
+                assert opcodes[2:] == [Opcode.GET_CHILDREN]
+                assert sent[-1].t - sent[0].t < 0.05  # one write, no reply awaited between
+
+
+@anyio_tests
+async def test_connection_drop_while_holding_cancels_the_body(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    """loss_policy='suspended': a drop cancels the holder's body at once (the session may
+    live, but the lease can no longer be trusted); the object then takes a lease again."""
+    client = await open_client(proxy)
+    sem = client.semaphore(PATH, 2)
+    entered = anyio.Event()
+    lost: list[BaseException] = []
+
+    async def hold() -> None:
+        try:
+            async with sem:
+                entered.set()
+                await anyio.sleep_forever()
+        except aiozklock.LockLost as exc:
+            lost.append(exc)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold)
+            await entered.wait()
+            await proxy.drop_all()
+        assert len(lost) == 1
+        async with sem:
+            assert sem.is_held
+            assert len(await zk.get_children(PATH)) == 1  # the lost node was cleaned up
+    await gone(zk, PATH)
+
+
+@anyio_tests
+async def test_a_task_that_ends_holding_a_lease_gives_it_back(
+    zk: aiozklock.ZooKeeperClient,
+) -> None:
+    sem = zk.semaphore(PATH, 1)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sem.acquire)  # ends holding the lease: an orphan
+        assert sem.statistics().held == 1
+        async with sem:  # the sweeper releases the orphan (logged as an error)
+            assert sem.statistics().held == 1
+    await gone(zk, PATH)

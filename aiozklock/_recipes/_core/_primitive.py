@@ -163,7 +163,7 @@ class _FactoryMade(ABCMeta):
     def __call__(cls, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError(
             f"aiozklock.{cls.__name__} objects come from the client: use zk.lock(), "
-            "zk.multi_lock(), zk.election() or zk.lease_lock()"
+            "zk.multi_lock(), zk.election(), zk.lease_lock() or zk.semaphore()"
         )
 
 
