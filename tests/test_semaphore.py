@@ -5,6 +5,7 @@ session expiry."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import time
@@ -592,3 +593,72 @@ async def test_a_task_that_ends_holding_a_lease_gives_it_back(
         async with sem:  # the sweeper releases the orphan (logged as an error)
             assert sem.statistics().held == 1
     await gone(zk, PATH)
+
+
+@anyio_tests
+@pytest.mark.timeout(60)
+async def test_never_more_holders_than_leases_under_connection_faults(
+    zk: aiozklock.ZooKeeperClient, zk_hosts: str, chroot: str
+) -> None:
+    """3 sessions (each behind its own fault proxy) x 4 tasks on 2 leases for ~4 s, while
+    connections are dropped and replies to creates, deletes and listings are lost at random:
+    bodies (cut short by the loss policy) never overlap more than 2 deep, every session keeps
+    getting leases, and nothing is left once all have finished."""
+    max_leases = 2
+    rng = random.Random(2026)
+    intervals: list[tuple[float, float]] = []
+    grants: dict[int, int] = {}
+    faults = 0
+    stop = time.monotonic() + 4.0
+
+    async def worker(client: aiozklock.ZooKeeperClient, index: int) -> None:
+        sem = client.semaphore(PATH, max_leases)
+        while time.monotonic() < stop:
+            try:
+                async with sem.acquire(timeout=5):
+                    entered = time.monotonic()
+                    try:
+                        await anyio.sleep(rng.uniform(0.002, 0.02))
+                    finally:
+                        intervals.append((entered, time.monotonic()))
+                grants[index] = grants.get(index, 0) + 1
+            except (aiozklock.LockLost, aiozklock.LockTimeout):
+                await anyio.sleep(0.01)
+
+    async def nemesis(proxies: list[FaultProxy]) -> None:
+        nonlocal faults
+        lost = {Opcode.CREATE2, Opcode.MULTI, Opcode.DELETE, Opcode.GET_CHILDREN}
+        while time.monotonic() < stop - 0.5:
+            await anyio.sleep(rng.uniform(0.15, 0.35))
+            proxy = rng.choice(proxies)
+            if rng.random() < 0.5:
+                await proxy.drop_all()
+            else:
+                proxy.arm_drop_after(lost, rng.randint(1, 3))
+            faults += 1
+
+    with anyio.fail_after(45):
+        async with contextlib.AsyncExitStack() as stack:
+            proxies = [await stack.enter_async_context(FaultProxy(zk_hosts)) for _ in range(3)]
+            clients = [
+                await stack.enter_async_context(
+                    aiozklock.connect(p.address + chroot, session_timeout=4.0)
+                )
+                for p in proxies
+            ]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(nemesis, proxies)
+                for c, client in enumerate(clients):
+                    for _ in range(4):
+                        tg.start_soon(worker, client, c)
+            for proxy in proxies:
+                proxy.disarm()
+            await gone(zk, PATH, within=10)
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    depth = most = 0
+    for _, step in events:
+        depth += step
+        most = max(most, depth)
+    print(f"SEMAPHORE faults={faults} sections={len(intervals)} deepest={most} grants={grants}")
+    assert most <= max_leases
+    assert sorted(grants) == [0, 1, 2]
