@@ -662,3 +662,70 @@ async def test_never_more_holders_than_leases_under_connection_faults(
     print(f"SEMAPHORE faults={faults} sections={len(intervals)} deepest={most} grants={grants}")
     assert most <= max_leases
     assert sorted(grants) == [0, 1, 2]
+
+
+@anyio_tests
+@pytest.mark.parametrize("cancel_after", [0.0, 0.05, 0.15, 0.3])
+async def test_cancelled_with_the_enqueue_in_flight_leaves_nothing(
+    proxy: FaultProxy,
+    zk: aiozklock.ZooKeeperClient,
+    open_client: ClientFactory,
+    cancel_after: float,
+) -> None:
+    """The first use of the path (the create fails NoNode; the retry goes out with the
+    path's container, carrying the limit), each request delayed: cancelled before the send,
+    with either write in flight, or in the reply's wake, nothing of ours is left."""
+    client = await open_client(proxy)
+    sem = client.semaphore(PATH, 2)
+    proxy.set_delay(0.1)
+    with anyio.fail_after(10):
+        with anyio.move_on_after(cancel_after) as scope:
+            await sem.acquire()
+        if not scope.cancelled_caught:  # granted before the cancel: release
+            await sem.release()
+        proxy.set_delay(0)
+        await gone(zk, PATH)
+        assert sem.statistics().nodes == ()
+        async with sem.acquire(timeout=5):  # the object stays usable
+            assert (await zk.get_data(PATH))[0] == b"2"
+    await gone(zk, PATH)
+
+
+@anyio_tests
+async def test_partition_longer_than_the_session_cancels_before_the_server_regrants(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    holder_client = await open_client(proxy, session_timeout=2.0)
+    timeout = session_of(holder_client).timeout
+    holder = holder_client.semaphore(PATH, 2)
+    entered = anyio.Event()
+    exits: list[float] = []
+
+    async def hold_until_lost() -> None:
+        try:
+            async with holder:
+                entered.set()
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    exits.append(time.monotonic())
+        except aiozklock.LockLost:
+            pass
+
+    with anyio.fail_after(6 * timeout):
+        async with anyio.create_task_group() as tg:
+            release = await hold_leases(tg, zk, 1)  # the other lease stays taken
+            tg.start_soon(hold_until_lost)
+            await entered.wait()
+            proxy.blackhole(True)
+            fault_at = time.monotonic()
+            async with zk.semaphore(PATH, 2, identifier="waiter"):  # once the session expired
+                granted_at = time.monotonic()
+            release.set()
+    (exited,) = exits
+    # Cancelled when the session went SUSPENDED, well before the server could expire it and
+    # grant its lease to the waiter.
+    assert exited - fault_at < 0.75 * timeout
+    assert granted_at - exited >= 0.25 * timeout
+    proxy.blackhole(False)
+    await gone(zk, PATH, within=10)
