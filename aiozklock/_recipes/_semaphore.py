@@ -381,25 +381,27 @@ class Semaphore(metaclass=_FactoryMade):
 
     # ---------------------------------------------------------------- the stored limit
 
-    async def _check_limit(self, result: object) -> None:
+    async def _check_limit(self, result: object, deadline: float | None) -> None:
         """The guard of every enqueue: the path's data must be our ``max_leases`` (claimed
         if empty). Raises ``MaxLeasesMismatch`` otherwise."""
         session = self._session
         path = session.server_path(self.path)
         for _ in range(_CLAIM_ATTEMPTS):
             if not isinstance(result, tuple):  # the path was created meanwhile, or lost reply
-                read = await _read(session, get_data_op(path))
+                read = await _read(session, get_data_op(path), deadline)
                 if isinstance(read, NoNodeError):
                     return  # gone with our node: the queue enqueues (and checks) again
                 result = read
             data, stat = result
-            if data == self._limit:
+            stored = stored_limit(data)
+            if stored == self.max_leases:
                 return
             if data:
-                raise MaxLeasesMismatch(self.path, self.max_leases, stored_limit(data), data)
+                raise MaxLeasesMismatch(self.path, self.max_leases, stored, data)
             assert isinstance(stat, Stat)
             try:  # created without a limit (ensure_path, another library): claim it
-                await session.call(set_data_op(path, self._limit, stat.version))
+                op = set_data_op(path, self._limit, stat.version)
+                await session.call(op, wait_until=deadline)
                 return
             except (BadVersionError, ConnectionLoss, NoNodeError):
                 result = None  # someone else wrote first, or we cannot tell: read again
@@ -412,11 +414,12 @@ class Semaphore(metaclass=_FactoryMade):
         )
 
 
-async def _read(session: Session, op: Op[T]) -> T | NoNodeError:
-    """A read's reply, repeated after a connection loss; a NoNodeError is returned."""
+async def _read(session: Session, op: Op[T], deadline: float | None = None) -> T | NoNodeError:
+    """A read's reply, repeated after a connection loss; a NoNodeError is returned. Raises
+    ``TimeoutError`` if not connected by ``deadline``."""
     while True:
         try:
-            return await session.call(op)
+            return await session.call(op, wait_until=deadline)
         except ConnectionLoss:
             continue
         except NoNodeError as exc:

@@ -84,13 +84,14 @@ _PARENT_ATTEMPTS = 3  # the server may reap an empty container parent between ou
 @dataclass(frozen=True, slots=True)
 class Guard:
     """A recipe's check of its (single) member path, made with every enqueue at no extra
-    round trip: ``op``, a read, is written just before our create, and ``check(result)``
-    (its reply, or the exception it failed with) runs once our node is adopted; raising
+    round trip: ``op``, a read, is written just before our create, and ``check(result,
+    deadline)`` (its reply, or the exception it failed with) runs once our node is adopted;
+    raising
     refuses the acquire, and the failed acquire's cleanup removes our node. A member
     container the queue creates gets ``container_data``."""
 
     op: Op[Any]
-    check: Callable[[object], Awaitable[None]]
+    check: Callable[[object, float | None], Awaitable[None]]
     container_data: bytes
 
 
@@ -165,7 +166,7 @@ class Queue:
                 if listings is None:
                     listings = await self._enqueue(deadline, data)
                     if self._guard is not None:
-                        await self._guard.check(self._guarded)
+                        await self._guard.check(self._guarded, deadline)
                 step = plan(listings, self.nodes, self.guid, self._decide)
                 if enqueued:
                     self.ahead = max([d.ahead for d in step.waits.values()], default=0)
@@ -564,13 +565,27 @@ class Queue:
 
     def _mark(self) -> None:
         """Granted with a successor that may wait for our grant: change our node's data (to
-        the same bytes), which fires the successor's watch. Written with the next request;
-        a failure is harmless (the node is gone, and the deletion wakes the successor)."""
+        the same bytes), which fires the successor's watch. Written with the next request,
+        no reply awaited; if it cannot be written now or its outcome is unknown, the
+        janitor writes it once reconnected (until then the successor waits for our node's
+        deletion or the mark). NoNode or a lost session: the deletion wakes the successor."""
         ((member, name),) = self.nodes.items()
-        session = self._session
-        op = set_data_op(session.server_path(join(member, name)), self._data)
+        session, janitor, generation, data = (
+            self._session,
+            self._janitor,
+            self.generation,
+            self._data,
+        )
+        node = join(member, name)
+        op = set_data_op(session.server_path(node), data)
+
+        def done(result: object, error: AiozklockError | None) -> None:
+            if isinstance(error, ConnectionLoss):
+                janitor.rewrite(node, generation, data)
+
         with contextlib.suppress(SessionExpired):
-            session.send_soon((op,), generation=self.generation, on_done=_ignore)
+            if session.send_soon((op,), generation=generation, on_done=done) is None:
+                janitor.rewrite(node, generation, data)
 
     def _before_wait_hook(self) -> None:
         """Test seam: runs between the existence checks and the wait (see test_lock_races)."""
@@ -714,10 +729,6 @@ class Queue:
         """Released or lost: no node is ours any more."""
         self.nodes = {}
         self.token = None
-
-
-def _ignore(result: object, error: AiozklockError | None) -> None:
-    """A reply nobody waits for."""
 
 
 def refused(results: Sequence[object]) -> ZooKeeperError | None:
