@@ -20,7 +20,7 @@ from aiozklock._recipes._core._names import node_prefix
 from aiozklock._recipes._core._plan import Decision
 from aiozklock._recipes._semaphore import decide_leases, stored_limit
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
-from tests.conftest import ClientFactory, gone, wait_for_queue
+from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
 
 PATH = "/semaphores/s"
 
@@ -729,3 +729,45 @@ async def test_partition_longer_than_the_session_cancels_before_the_server_regra
     assert granted_at - exited >= 0.25 * timeout
     proxy.blackhole(False)
     await gone(zk, PATH, within=10)
+
+
+@anyio_tests
+async def test_waiters_session_expiry_requeues_them_in_the_new_session(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory, zk_hosts: str
+) -> None:
+    """The first waiter (child watch) and the next one (predecessor watch) lose their
+    session while waiting: both queue again in the new session, nothing of the old one is
+    left, and both are granted once the holders release."""
+    client = await open_client(proxy, session_timeout=2.0)
+    old_session = client.session_id
+    granted = [anyio.Event(), anyio.Event()]
+    done = anyio.Event()
+
+    async def wait(index: int) -> None:
+        async with client.semaphore(PATH, 2, identifier=f"w{index}"):
+            granted[index].set()
+            await done.wait()
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            release = await hold_leases(tg, zk, 2)
+            tg.start_soon(wait, 0)
+            await wait_for_queue(zk, PATH, 3)
+            tg.start_soon(wait, 1)
+            await wait_for_queue(zk, PATH, 4)
+            proxy.set_delay(0.3)  # the client's reconnect must not re-attach first
+            await expire_session(zk_hosts.split(",")[0], old_session, session_of(client).password)
+            proxy.set_delay(0)
+            # Both queue again in the new session (the old nodes went with the old one).
+            children = await wait_for_children(
+                zk, PATH, lambda names: len(names) == 4 and client.session_id != old_session
+            )
+            stats = [await zk.exists(f"{PATH}/{name}") for name in children]
+            owners = {stat.ephemeral_owner for stat in stats if stat is not None}
+            assert owners == {zk.session_id, client.session_id}  # the holders', the new one
+            assert old_session not in owners
+            release.set()
+            for event in granted:
+                await event.wait()
+            done.set()
+    await gone(zk, PATH)
