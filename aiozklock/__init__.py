@@ -22,6 +22,7 @@ from aiozklock._exceptions import InvalidArgument as InvalidArgument
 from aiozklock._exceptions import LeadershipLost as LeadershipLost
 from aiozklock._exceptions import LockLost as LockLost
 from aiozklock._exceptions import LockTimeout as LockTimeout
+from aiozklock._exceptions import MaxLeasesMismatch as MaxLeasesMismatch
 from aiozklock._exceptions import NoAuthError as NoAuthError
 from aiozklock._exceptions import NodeExistsError as NodeExistsError
 from aiozklock._exceptions import NoNodeError as NoNodeError
@@ -45,6 +46,8 @@ from aiozklock._recipes._nonfair import NonFairLockStatistics as NonFairLockStat
 from aiozklock._recipes._rwlock import ReadLock as ReadLock
 from aiozklock._recipes._rwlock import ReadWriteLock as ReadWriteLock
 from aiozklock._recipes._rwlock import WriteLock as WriteLock
+from aiozklock._recipes._semaphore import Semaphore as Semaphore
+from aiozklock._recipes._semaphore import SemaphoreStatistics as SemaphoreStatistics
 from aiozklock._wire._protocol import Stat as Stat
 from aiozklock._wire._session import SessionState as SessionState
 from aiozklock._wire._session import StateChange as StateChange
@@ -73,6 +76,7 @@ __all__ = (
     "LockStatistics",
     "LockTimeout",
     "LossPolicy",
+    "MaxLeasesMismatch",
     "MultiLock",
     "MultiLockStatistics",
     "NoAuthError",
@@ -84,6 +88,8 @@ __all__ = (
     "Perms",
     "ReadLock",
     "ReadWriteLock",
+    "Semaphore",
+    "SemaphoreStatistics",
     "SessionExpired",
     "SessionState",
     "Stat",

@@ -31,6 +31,7 @@ from aiozklock._recipes._lock import Lock
 from aiozklock._recipes._multilock import MultiLock
 from aiozklock._recipes._nonfair import NonFairLock
 from aiozklock._recipes._rwlock import ReadLock, ReadWriteLock, WriteLock
+from aiozklock._recipes._semaphore import Semaphore
 from aiozklock._wire._protocol import (
     CreateMode,
     Stat,
@@ -488,6 +489,41 @@ class ZooKeeperClient:
                 renew=renew,
                 janitor=janitor,
                 spawn=spawn,
+                acl=entries,
+            ),
+            entries,
+        )
+
+    def semaphore(
+        self,
+        path: str,
+        max_leases: int,
+        *,
+        identifier: str | None = None,
+        acl: Sequence[ACL] | None = None,
+    ) -> Semaphore:
+        """A counting semaphore on ``path``: at most ``max_leases`` holders at once, across
+        every process; returns a ``Semaphore`` (``async with zk.semaphore(p, 5):`` holds a
+        lease). Every client of the path must use the same ``max_leases``: it is stored in
+        the path's data, and acquiring with another raises ``MaxLeasesMismatch``. One object
+        per path, ``max_leases`` and identifier in this client (each task holds its own
+        lease). Validated now: a bad path, ``max_leases`` (an int, at least 1), identifier
+        or acl raises ``InvalidArgument``; ``UsageError`` if this client's object for them
+        has another ``acl``; ``ClientClosed`` if the client is not connected."""
+        session = self._live_session()
+        assert self._policy is not None
+        assert self._janitor is not None
+        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
+        return self._recipes.get(
+            Semaphore,
+            (path, max_leases, identifier),
+            lambda: Semaphore._construct(
+                session,
+                path,
+                max_leases,
+                identifier=identifier,
+                registry=policy,
+                janitor=janitor,
                 acl=entries,
             ),
             entries,

@@ -221,3 +221,23 @@ class TTLNotSupported(UnimplementedError):
             "TTL nodes need extendedTypesEnabled=true in zoo.cfg "
             "(or -Dzookeeper.extendedTypesEnabled=true) on every server",
         )
+
+
+# ---- semaphore (append-only block) ----
+class MaxLeasesMismatch(AiozklockError, ValueError):
+    """A semaphore's ``max_leases`` differs from the one stored in its path's data by the
+    clients that use it (or that data is not a lease count at all): two limits on one path
+    would let more holders in than either allows. Raised by acquire, with no node of ours
+    left behind. ``path``, ``max_leases`` (ours) and ``stored`` (the path's data, decoded;
+    None if it is not a number) say which."""
+
+    def __init__(self, path: str, max_leases: int, stored: int | None, data: bytes) -> None:
+        self.path = path
+        self.max_leases = max_leases
+        self.stored = stored
+        found = f"max_leases={stored}" if stored is not None else f"data {data[:40]!r}"
+        super().__init__(
+            f"semaphore {path}: this client uses max_leases={max_leases}, but the path holds "
+            f"{found} (written by the clients that use it): every client of one semaphore "
+            "must use the same max_leases"
+        )

@@ -585,25 +585,28 @@ def parse_watch_event(buf: bytes, offset: int) -> RawWatchEvent:
 
 
 def create_container_op(
-    server_path: str, strip: Callable[[str], str], *, acl: bytes = _OPEN_ACL
+    server_path: str, strip: Callable[[str], str], *, acl: bytes = _OPEN_ACL, data: bytes = b""
 ) -> Op[Created]:
     """createContainer (opcode 19; ZooKeeper refuses the container flag on a plain create2):
     the create2 record and reply."""
-    payload = _create_payload(server_path, b"", int(CreateMode.CONTAINER), acl)
+    payload = _create_payload(server_path, data, int(CreateMode.CONTAINER), acl)
     return Op(_OPCODE[Opcode.CREATE_CONTAINER] + payload, server_path, _created_parser(strip))
 
 
 def container_path_ops(
-    server_path: str, strip: Callable[[str], str], *, acl: bytes = _OPEN_ACL
+    server_path: str, strip: Callable[[str], str], *, acl: bytes = _OPEN_ACL, data: bytes = b""
 ) -> list[Op[Created]]:
     """createContainer for ``server_path`` and each of its ancestors, top down: pipelined in
     one write, they create whatever is missing (the rest answer NodeExists). Every container
-    created gets ``acl`` (as ``encode_acl`` made it)."""
+    created gets ``acl`` (as ``encode_acl`` made it); ``server_path`` itself gets ``data``."""
     parts = server_path.strip("/").split("/")
     if not parts[0]:
         return []
+    last = len(parts) - 1
     return [
-        create_container_op("/" + "/".join(parts[: i + 1]), strip, acl=acl)
+        create_container_op(
+            "/" + "/".join(parts[: i + 1]), strip, acl=acl, data=data if i == last else b""
+        )
         for i in range(len(parts))
     ]
 

@@ -20,7 +20,14 @@ from aiozklock._exceptions import (
     SessionExpired,
     ZooKeeperError,
 )
-from aiozklock._wire._protocol import Stat, delete_op, exists_op, get_children_op, get_data_op
+from aiozklock._wire._protocol import (
+    Stat,
+    delete_op,
+    exists_op,
+    get_children_op,
+    get_data_op,
+    set_data_op,
+)
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join
 
@@ -54,6 +61,12 @@ class Janitor:
         """Delete ``path`` once possible if ``owned(data, stat)`` says the node found there is
         ours (a fixed-name create whose outcome is unknown), unless its session ends first."""
         self._run(lambda: self._delete_if_owned(path, generation, owned), f"delete {path} if ours")
+
+    def rewrite(self, path: str, generation: int, data: bytes) -> None:
+        """Set ``path``'s data to ``data`` once possible (a write whose reply was lost, or
+        that could not be written: repeating it is harmless), unless the node or its
+        session is gone first."""
+        self._run(lambda: self._rewrite(path, generation, data), f"rewrite {path}")
 
     def _run(self, job: Job, what: str) -> None:
         async def wrapper() -> None:
@@ -96,6 +109,19 @@ class Janitor:
                 return
             except ConnectionLoss:
                 continue  # outcome unknown: try again (NoNode then means it worked)
+
+    async def _rewrite(self, path: str, generation: int, data: bytes) -> None:
+        session = self._session
+        while True:
+            try:
+                await session.call(
+                    set_data_op(session.server_path(path), data), generation=generation
+                )
+                return
+            except NoNodeError:
+                return
+            except ConnectionLoss:
+                continue
 
     async def _delete_if_owned(
         self, path: str, generation: int, owned: Callable[[bytes, Stat], bool]

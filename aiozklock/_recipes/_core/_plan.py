@@ -22,6 +22,12 @@ class Decision:
     the session that owned it is gone) and must be created again. ``stale``: other nodes
     carrying our GUID, left behind by an earlier attempt; they must be deleted, and they still
     count in the queue until they are (others wait on them).
+
+    Two more for recipes where holders release in any order (the semaphore): ``children``, a
+    waiter that waits for any change among the children (no single predecessor decides its
+    grant) instead of a predecessor; ``mark``, held: mark our node (a data change) because a
+    successor may wait for our grant; waiting on a predecessor: a marked predecessor was
+    granted, which is a change to wake up for, as its deletion is.
     """
 
     held: bool
@@ -29,6 +35,8 @@ class Decision:
     missing: bool
     stale: tuple[str, ...]
     ahead: int = field(default=0, compare=False)
+    children: bool = False
+    mark: bool = False
 
 
 Decide = Callable[[Iterable[str], str, str], Decision]
@@ -44,6 +52,7 @@ class Step:
     requeue: bool
     held: bool
     waits: dict[str, Decision]
+    mark: bool = False  # held: mark our nodes (see ``Decision.mark``)
 
 
 def plan(listings: dict[str, list[str]], nodes: dict[str, str], guid: str, decide: Decide) -> Step:
@@ -53,13 +62,15 @@ def plan(listings: dict[str, list[str]], nodes: dict[str, str], guid: str, decid
         only = decide(children, nodes[member], guid)
         stale = tuple((member, name) for name in only.stale) if only.stale else ()
         waits = {} if only.held else {member: only}
-        return Step(stale=stale, requeue=only.missing, held=only.held, waits=waits)
+        mark = only.held and only.mark
+        return Step(stale=stale, requeue=only.missing, held=only.held, waits=waits, mark=mark)
     decisions = {member: decide(listings[member], nodes[member], guid) for member in listings}
     return Step(
         stale=tuple((m, name) for m, d in decisions.items() for name in d.stale),
         requeue=any(d.missing for d in decisions.values()),
         held=all(d.held for d in decisions.values()),
         waits={m: d for m, d in decisions.items() if not d.held},
+        mark=any(d.held and d.mark for d in decisions.values()),
     )
 
 

@@ -31,13 +31,35 @@ from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LOCK_MARKER
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._recipes._core._plan import Decide
-from aiozklock._recipes._core._queue import Queue
+from aiozklock._recipes._core._queue import Guard, Queue
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_flag, validate_timeout
 
 log = logging.getLogger(__name__)
 
-P = TypeVar("P", bound="Primitive")
+P = TypeVar("P", bound="Acquirable")
+
+
+class Acquirable(Protocol):
+    """What ``AcquireContext`` drives: a ``Primitive``, or an object that hands each task
+    a primitive of its own (the semaphore)."""
+
+    _session: Session
+    _label: str
+
+    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None: ...
+
+    def _enter_body(self) -> anyio.CancelScope: ...
+
+    async def _exit_body(
+        self,
+        scope: anyio.CancelScope,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        task_id: int,
+        confirm: bool = False,
+    ) -> None: ...
 
 
 class Tracker(Protocol):
@@ -142,7 +164,7 @@ class _FactoryMade(ABCMeta):
     def __call__(cls, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError(
             f"aiozklock.{cls.__name__} objects come from the client: use zk.lock(), "
-            "zk.multi_lock(), zk.election(), zk.lease_lock() or zk.rw_lock()"
+            "zk.multi_lock(), zk.election(), zk.lease_lock(), zk.rw_lock() or zk.semaphore()"
         )
 
 
@@ -531,9 +553,10 @@ class QueuedPrimitive(Primitive):
         identifier: str | None,
         acl: tuple[ACL, ...],
         marker: str = LOCK_MARKER,
+        guard: Guard | None = None,
     ) -> None:
         super().__init__(session, registry, label, members, acl)
-        self._queue = Queue(session, janitor, members, decide, label, acl, marker)
+        self._queue = Queue(session, janitor, members, decide, label, acl, marker, guard)
         self._identity = Identity(identifier)
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
@@ -558,4 +581,4 @@ class QueuedPrimitive(Primitive):
         self._queue.forget()
 
 
-__all__ = ("AcquireContext", "Primitive", "QueuedPrimitive")
+__all__ = ("AcquireContext", "Acquirable", "Primitive", "QueuedPrimitive")

@@ -20,10 +20,12 @@ ordering argument (see ``_multilock.py``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -62,6 +64,7 @@ from aiozklock._wire._protocol import (
     exists_op,
     get_children_op,
     multi_op,
+    set_data_op,
 )
 from aiozklock._wire._session import Session, SessionState
 from aiozklock._wire._validation import join
@@ -76,6 +79,32 @@ GONE_ALREADY = (NoNodeError, SessionExpired, ClientClosed)
 Listings = dict[str, list[str]]  # member path -> its children
 _EPHEMERAL_SEQUENTIAL = CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL
 _PARENT_ATTEMPTS = 3  # the server may reap an empty container parent between our requests
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A recipe's check of its (single) member path, made with every enqueue at no extra
+    round trip: ``op``, a read, is written just before our create, and ``check(result,
+    deadline)`` (its reply, or the exception it failed with) runs once our node is adopted;
+    raising
+    refuses the acquire, and the failed acquire's cleanup removes our node. A member
+    container the queue creates gets ``container_data``."""
+
+    op: Op[Any]
+    check: Callable[[object, float | None], Awaitable[None]]
+    container_data: bytes
+
+
+@dataclass(eq=False, slots=True)
+class _ChildWatch:
+    """An armed child watch on a member: the listing it came with, and its wake-up."""
+
+    path: str
+    generation: int
+    woken: anyio.Event
+    wake: Callable[[object], None]
+    remove_listener: Callable[[], None]
+    children: list[str] | None = None
 
 
 class Queue:
@@ -94,9 +123,14 @@ class Queue:
         label: str,
         acl: tuple[ACL, ...],
         marker: str = LOCK_MARKER,
+        guard: Guard | None = None,
     ) -> None:
         self.members = tuple(members)
         self._marker = marker  # our nodes are named <guid><marker><sequence>
+        self._guard = guard
+        self._guarded: object = None  # the guard's reply at our last enqueue
+        self._armed: _ChildWatch | None = None
+        self._data = b""  # our nodes' data at the last enqueue (a mark writes it again)
         self._acl = encode_acl(acl)  # our nodes', and the containers' we create
         self._session = session
         self._janitor = janitor
@@ -121,12 +155,20 @@ class Queue:
         ``data()`` gives our nodes' data at each enqueue. Raises ``LockTimeout`` at
         ``deadline``; after any failure or cancellation, ``abandon()`` leaves nothing queued.
         """
+        try:
+            return await self._take(deadline, data)
+        finally:
+            self._disarm()
+
+    async def _take(self, deadline: float | None, data: Callable[[], bytes]) -> Holding:
         listings: Listings | None = None
         while True:
             try:
                 enqueued = listings is None
                 if listings is None:
                     listings = await self._enqueue(deadline, data)
+                    if self._guard is not None:
+                        await self._guard.check(self._guarded, deadline)
                 step = plan(listings, self.nodes, self.guid, self._decide)
                 if enqueued:
                     self.ahead = max([d.ahead for d in step.waits.values()], default=0)
@@ -139,6 +181,8 @@ class Queue:
                         await self._delete_all_of_ours()  # never re-create one member alone
                     listings = None
                 elif step.held:
+                    if step.mark:
+                        self._mark()
                     break
                 else:
                     await self._wait(step.waits, listings, deadline)
@@ -235,7 +279,10 @@ class Queue:
             self.nodes = {}
             ours = data()  # before the take-back: nothing may fail between it and the write
             folded = self._fold(generation)
-            ops = [*parent_ops, self._create_op(ours, folded), *self._listing_ops]
+            self._data = ours
+            guard = [] if self._guard is None else [self._guard.op]
+            create = self._create_op(ours, folded)
+            ops = [*parent_ops, *guard, create, *self._listing_ops]
             self._unresolved = True
             try:
                 results = await session.pipeline(ops, generation=generation, wait_until=deadline)
@@ -245,8 +292,11 @@ class Queue:
             except TimeoutError:
                 self._unresolved = False  # nothing was sent
                 raise
-            parents, created = results[: len(parent_ops)], results[len(parent_ops)]
-            listings = results[len(parent_ops) + 1 :]
+            parents = results[: len(parent_ops)]
+            if guard:
+                self._guarded = results[len(parent_ops)]
+            created = results[len(parent_ops) + len(guard)]
+            listings = results[len(parent_ops) + len(guard) + 1 :]
             if self._adopt_created(created, generation, len(folded)):
                 self._unresolved = False
                 complete = [listing for listing in listings if isinstance(listing, list)]
@@ -324,9 +374,10 @@ class Queue:
         transaction), its whole chain (chroot included) if its parent is missing too."""
         session = self._session
         ops: dict[str, Op[Any]] = {}
+        data = b"" if self._guard is None else self._guard.container_data
         for member in missing:
             chain = container_path_ops(
-                session.server_path(member), session.client_path, acl=self._acl
+                session.server_path(member), session.client_path, acl=self._acl, data=data
             )
             for op in chain if member in whole_chain else chain[-1:]:
                 ops.setdefault(op.path, op)
@@ -421,7 +472,10 @@ class Queue:
         """Wait until a predecessor is gone (or the session changes); updates ``listings``."""
         if len(self.members) == 1:
             ((member, decision),) = waits.items()
-            await self._wait_one(member, decision, listings, deadline)
+            if decision.children:
+                await self._wait_children(member, listings, deadline)
+            else:
+                await self._wait_one(member, decision, listings, deadline)
         else:
             await self._wait_many(waits, listings, deadline)
 
@@ -457,7 +511,8 @@ class Queue:
                 deleted = deleted or stat is None
             except ConnectionLoss:
                 stat = None  # re-check from the listing after the reconnect
-            if stat is not None:
+            # A marked predecessor was granted already (see Decision.mark): no wait for it.
+            if stat is not None and not (decision.mark and stat.version > 0):
                 self._before_wait_hook()
                 await wait_woken(woken, deadline, f"{self._label} not acquired in time")
             if deleted and decision.ahead == 1 and session.generation == generation:
@@ -505,6 +560,72 @@ class Queue:
             remove_listener()
             for path in paths:
                 session.remove_watcher(path, wake)
+
+    async def _wait_children(self, member: str, listings: Listings, deadline: float | None) -> None:
+        """Wait for any change among ``member``'s children, then list them (with a new child
+        watch: one request per wake-up). A watch armed with the listing we decided on is
+        waited on; otherwise (first call, or it has fired) it is armed with a new listing,
+        which the caller decides on again."""
+        armed = self._armed
+        if (
+            armed is not None
+            and armed.generation == self.generation
+            and armed.children == listings[member]
+        ):
+            self._before_wait_hook()
+            await wait_woken(armed.woken, deadline, f"{self._label} not acquired in time")
+        self._disarm()
+        session = self._session
+        woken = anyio.Event()
+
+        def wake(event: object) -> None:
+            woken.set()
+
+        path = session.server_path(member)
+        armed = _ChildWatch(path, self.generation, woken, wake, session.add_listener(wake))
+        self._armed = armed
+        op = get_children_op(path, wake)
+        try:
+            children = await session.call(op, generation=self.generation, wait_until=deadline)
+        except ConnectionLoss:
+            children = None  # the state change woke it: armed again at the next call
+        except NoNodeError:
+            children = []  # our node is gone with its parent: queue again
+        if children is None:
+            listings[member] = await self.list_children(member, self.generation, deadline)
+        else:
+            armed.children = listings[member] = children
+
+    def _disarm(self) -> None:
+        """Forget an armed child watch (the server's fires unheard)."""
+        armed, self._armed = self._armed, None
+        if armed is not None:
+            armed.remove_listener()
+            self._session.remove_watcher(armed.path, armed.wake)
+
+    def _mark(self) -> None:
+        """Granted with a successor that may wait for our grant: change our node's data (to
+        the same bytes), which fires the successor's watch. Written with the next request,
+        no reply awaited; if it cannot be written now or its outcome is unknown, the
+        janitor writes it once reconnected (until then the successor waits for our node's
+        deletion or the mark). NoNode or a lost session: the deletion wakes the successor."""
+        ((member, name),) = self.nodes.items()
+        session, janitor, generation, data = (
+            self._session,
+            self._janitor,
+            self.generation,
+            self._data,
+        )
+        node = join(member, name)
+        op = set_data_op(session.server_path(node), data)
+
+        def done(result: object, error: AiozklockError | None) -> None:
+            if isinstance(error, ConnectionLoss):
+                janitor.rewrite(node, generation, data)
+
+        with contextlib.suppress(SessionExpired):
+            if session.send_soon((op,), generation=generation, on_done=done) is None:
+                janitor.rewrite(node, generation, data)
 
     def _before_wait_hook(self) -> None:
         """Test seam: runs between the existence checks and the wait (see test_lock_races)."""
@@ -673,4 +794,4 @@ def _failure_of(created: object, skip: int) -> tuple[int, BaseException]:
     return 0, created
 
 
-__all__ = ("Listings", "Queue", "refused")
+__all__ = ("Guard", "Listings", "Queue", "refused")

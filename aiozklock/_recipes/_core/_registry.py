@@ -11,14 +11,26 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Hashable
-from typing import TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 from aiozklock._acl import ACL
 from aiozklock._exceptions import UsageError
-from aiozklock._recipes._core._observe import Observer
-from aiozklock._recipes._core._primitive import Primitive
+from aiozklock._recipes._core._observe import Observer, RecipeObserver
+from aiozklock._recipes._core._primitive import Primitive, Tracker
 
-P = TypeVar("P", bound=Primitive)
+P = TypeVar("P", bound="Registered")
+
+
+class Registered(Protocol):
+    """What the registry keeps: a ``Primitive``, or an object that makes primitives (the
+    semaphore, which gives them its tracker and observer)."""
+
+    acl: tuple[ACL, ...]
+    _label: str
+    _kind: ClassVar[str]
+    _paths: tuple[str, ...]
+    _tracker: Tracker | None
+    _observer: RecipeObserver | None
 
 
 class Recipes:
@@ -27,7 +39,7 @@ class Recipes:
 
     def __init__(self, observer: Observer | None = None) -> None:
         self._observer = observer
-        self._objects: weakref.WeakValueDictionary[Hashable, Primitive] = (
+        self._objects: weakref.WeakValueDictionary[Hashable, Registered] = (
             weakref.WeakValueDictionary()
         )
         self._held_by: dict[int, list[Primitive]] = {}  # task id -> what it holds
