@@ -6,12 +6,14 @@ aiozklock over each port (two clients in this process, sessions kept across roun
 Curator over each port (``benchmarks/curator/CuratorBench.java``'s ``uncontended``
 scenario, a fresh JVM per measurement, as in ``run.py``; over TLS with the ZooKeeper
 client's Netty socket and ``zookeeper.ssl.*`` system properties, the CA's PEM as trust
-store, host name verification on). Each round measures every column once, ``cycles``
-acquire+release cycles timed together, the order rotated by one each round; ratios are
-computed within each round and reported as median [min-max] over the rounds. Then the
-time to establish a new session (aiozklock and Curator) and, for aiozklock, from a
-dropped connection (a FaultProxy drops it) to CONNECTED again in the same session,
-plain and TLS tries alternating. Writes ``tls.md`` and ``tls.json`` into ``--output``.
+store, ZooKeeper's default host name verification on: the certificate is checked against
+the server's address). Each round measures every column once, ``cycles`` acquire+release
+cycles (each timed, and the loop's wall and CPU time), the order rotated by one each
+round; ratios are computed within each round and reported as median [min-max] over the
+rounds. Then the time to establish a new session (aiozklock and Curator) and, for
+aiozklock, from a dropped connection (a FaultProxy drops it) to CONNECTED again in the
+same session, plain and TLS tries alternating. Writes ``tls.md`` and ``tls.json`` into
+``--output``.
 
     PYTHONPATH=. .venv/bin/python benchmarks/tls_cost.py [--cycles 500] [--rounds 7]
         [--connects 20] [--warmup 500] [--curator-warmup 2000] [--backend asyncio|trio]
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import os
 import ssl
 import sys
@@ -32,7 +35,7 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -41,7 +44,6 @@ from aiozklock import SessionState, StateChange
 from aiozklock.testing import FaultProxy, TLSFiles, ZooKeeperCluster, find_zookeeper_classpath
 from benchmarks import report, run
 from benchmarks.common import Params
-from benchmarks.otel_overhead import cycles
 from benchmarks.stats import RatioRange, median
 
 #: The columns: aiozklock's are measured in this process, Curator's in JVMs.
@@ -51,6 +53,9 @@ AIOZKLOCK, AIOZKLOCK_TLS, CURATOR, CURATOR_TLS = (
     "Curator",
     "Curator TLS",
 )
+#: Round 1's order, rotated by one each round. Each compared pair (see RATIOS) is
+#: neighbours in this cycle, so it is measured back to back in 3 rounds of 4.
+ORDER = (AIOZKLOCK, AIOZKLOCK_TLS, CURATOR_TLS, CURATOR)
 #: (name, numerator column, denominator column, what a ratio > 1 means): per-round ratios.
 RATIOS = (
     ("aiozklock TLS vs Curator TLS", CURATOR_TLS, AIOZKLOCK_TLS, "aiozklock is faster"),
@@ -59,9 +64,20 @@ RATIOS = (
     ("Curator: TLS / plain", CURATOR_TLS, CURATOR, "TLS costs more"),
 )
 #: Untimed new sessions of a Curator JVM before the timed ones (class loading, JIT).
-CURATOR_CONNECT_WARMUP = 3
+CURATOR_CONNECT_WARMUP = 5
 
-Sample = tuple[float, float]  # (wall, CPU) seconds per cycle
+
+class Sample(NamedTuple):
+    """One column's measurement in one round, in seconds per cycle."""
+
+    median: float  # the median cycle's latency
+    wall: float  # the timed loop's wall time / cycles
+    cpu: float  # the process's CPU time during the loop / cycles
+
+
+#: How the tables name Sample's fields.
+METRICS = {"median": "Median cycle", "wall": "Wall / cycles", "cpu": "CPU / cycle"}
+
 Round = dict[str, Sample]
 
 
@@ -115,7 +131,27 @@ def curator_cycles(bench: run.Bench, driver: run.Driver, hosts: str, s: Settings
     path = f"/bench/tls/{driver.column.lower().replace(' ', '-')}"
     params = Params(hosts=hosts, path=path, warmup=s.curator_warmup, iterations=s.cycles)
     (result,) = bench.run_workers(driver, "uncontended", params)
-    return result["wall_ns"] / 1e9 / s.cycles, result["cpu_ns"] / 1e9 / s.cycles
+    return Sample(
+        median(result["latencies_ns"]) / 1e9,
+        result["wall_ns"] / 1e9 / s.cycles,
+        result["cpu_ns"] / 1e9 / s.cycles,
+    )
+
+
+async def timed_cycles(lock: aiozklock.Lock, count: int) -> Sample:
+    """``count`` acquire+release cycles, each timed, and the process's CPU time."""
+    latencies = []
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(count):
+        start = time.perf_counter()
+        async with lock:
+            pass
+        latencies.append(time.perf_counter() - start)
+    return Sample(
+        median(latencies),
+        (time.perf_counter() - wall) / count,
+        (time.process_time() - cpu) / count,
+    )
 
 
 async def measure_cycles(
@@ -135,8 +171,8 @@ async def measure_cycles(
                 aiozklock.connect(endpoint.hosts, ssl=endpoint.context)
             )
             locks[column] = zk.lock(f"/bench/tls/{column.replace(' ', '-')}")
-            await cycles(locks[column], s.warmup)  # also warms the server's TLS path
-        columns = [*locks, *curator]
+            await timed_cycles(locks[column], s.warmup)  # also warms the server's TLS path
+        columns = [column for column in ORDER if column in locks or column in curator]
         for index in range(s.rounds):
             shift = index % len(columns)
             order = [*columns[shift:], *columns[:shift]]
@@ -144,7 +180,7 @@ async def measure_cycles(
             values: Round = {}
             for column in order:
                 if column in locks:
-                    values[column] = await cycles(locks[column], s.cycles)
+                    values[column] = await timed_cycles(locks[column], s.cycles)
                 else:  # in a thread: aiozklock's sessions keep answering pings meanwhile
                     hosts = endpoints[column].hosts
                     values[column] = await anyio.to_thread.run_sync(
@@ -239,8 +275,8 @@ def ratios(rounds: Sequence[Round]) -> dict[str, dict[str, RatioRange | None]]:
             if numerator in values and denominator in values
         ]
         result[name] = {
-            which: RatioRange.of([n[i] / d[i] if d[i] > 0 else None for n, d in pairs])
-            for i, which in enumerate(("wall", "cpu"))
+            field: RatioRange.of([n[i] / d[i] if d[i] > 0 else None for n, d in pairs])
+            for i, field in enumerate(Sample._fields)
         }
     return result
 
@@ -256,28 +292,26 @@ def spread_ms(samples: Sequence[float], unit: float = 1e3, digits: int = 1) -> s
 
 
 def cycles_markdown(rounds: Sequence[Round]) -> str:
-    """Per column: wall and CPU per cycle, median [min-max] over the rounds; then the ratios."""
+    """Per column: each metric per cycle, median [min-max] over the rounds; then the ratios."""
     columns = [c for c in (AIOZKLOCK, AIOZKLOCK_TLS, CURATOR, CURATOR_TLS) if c in rounds[0]]
-    lines = [
-        "| Column | Wall per cycle (µs) | CPU per cycle (µs) |",
-        "|---|---:|---:|",
-    ]
+    heads = " | ".join(f"{title} (µs)" for title in METRICS.values())
+    lines = [f"| Column | {heads} |", "|---|" + "---:|" * len(METRICS)]
     for column in columns:
-        walls = [values[column][0] for values in rounds]
-        cpus = [values[column][1] for values in rounds]
-        lines.append(f"| {column} | {spread_ms(walls, 1e6, 0)} | {spread_ms(cpus, 1e6, 0)} |")
+        cells = [
+            spread_ms([getattr(values[column], field) for values in rounds], 1e6, 0)
+            for field in METRICS
+        ]
+        lines.append(f"| {column} | {' | '.join(cells)} |")
     lines += [
         "",
-        "| Ratio (per round) | > 1.00x means | Wall per cycle | CPU per cycle |",
-        "|---|---|---:|---:|",
+        f"| Ratio (per round) | > 1.00x means | {' | '.join(METRICS.values())} |",
+        "|---|---|" + "---:|" * len(METRICS),
     ]
     found = ratios(rounds)
     for name, _, _, meaning in RATIOS:
-        wall, cpu = found[name]["wall"], found[name]["cpu"]
-        if wall is not None or cpu is not None:
-            lines.append(
-                f"| {name} | {meaning} | {report.format_ratio(wall)} | {report.format_ratio(cpu)} |"
-            )
+        if any(found[name].values()):
+            cells = [report.format_ratio(found[name][field]) for field in METRICS]
+            lines.append(f"| {name} | {meaning} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -346,8 +380,8 @@ def document(s: Settings, results: Results, started: datetime.datetime) -> dict[
             {
                 "machine": state,
                 "per_cycle_us": {
-                    column: {"wall": wall * 1e6, "cpu": cpu * 1e6}
-                    for column, (wall, cpu) in values.items()
+                    column: {field: value * 1e6 for field, value in sample._asdict().items()}
+                    for column, sample in values.items()
                 },
             }
             for state, values in zip(results.machine, results.rounds, strict=True)
@@ -376,12 +410,16 @@ def markdown(s: Settings, results: Results, doc: dict[str, Any]) -> str:
         "",
         f"### Uncontended acquire→release: {s.rounds} rounds x {s.cycles} cycles per column",
         "",
-        "Each round measures every column once, the order rotated by one each round. Per "
-        "cycle: the timed loop's wall and CPU time / cycles (aiozklock: this process's CPU; "
-        "Curator: its JVM's process CPU, JIT and GC threads included, a fresh JVM per "
-        f"measurement after {s.curator_warmup} untimed cycles). Values: median [min-max] "
-        "over the rounds. Ratios: computed within each round, median [min-max]; a trailing "
-        "`~` marks a range that straddles 1.00x (not significant).",
+        "Each round measures every column once, the order rotated by one each round "
+        f"(aiozklock: one session per port, kept across rounds, {s.warmup} untimed cycles "
+        f"before round 1; Curator: a fresh JVM per measurement, {s.curator_warmup} untimed "
+        "cycles first). Per column and round: the median cycle's latency, the timed loop's "
+        "wall time / cycles, and the client process's CPU time / cycles (aiozklock: "
+        "`time.process_time()`; Curator: the JVM's process CPU time, JIT and GC threads "
+        "included). Values: median [min-max] over the rounds. Ratios: computed within each "
+        "round, median [min-max]; a trailing `~` marks a range that straddles 1.00x (not "
+        "significant). Curator over TLS uses ZooKeeper's Netty client socket (the NIO one "
+        "has no TLS), over plain its default NIO socket.",
         "",
         cycles_markdown(results.rounds),
         "",
@@ -436,6 +474,9 @@ def parse_args(argv: Sequence[str]) -> tuple[Settings, bool, Path]:
 def main(argv: Sequence[str]) -> int:
     """Measure, write tls.md and tls.json, print the markdown; returns the exit status."""
     settings, use_curator, output = parse_args(argv)
+    # TLS through the fault proxy is not ZooKeeper framing: it passes it through, and
+    # warns once per connection (every reconnect), which is expected here.
+    logging.getLogger("aiozklock.testing._proxy").setLevel(logging.ERROR)
     started = datetime.datetime.now(datetime.UTC)
     with tempfile.TemporaryDirectory(prefix="aiozklock-tls-bench-") as directory:
         results = measure(settings, use_curator, Path(directory))
