@@ -15,7 +15,7 @@ aiozklock, from a dropped connection (a FaultProxy drops it) to CONNECTED again 
 same session, plain and TLS tries alternating. Writes ``tls.md`` and ``tls.json`` into
 ``--output``.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/tls_cost.py [--cycles 500] [--rounds 7]
+    PYTHONPATH=. .venv/bin/python benchmarks/tls_cost.py [--cycles 1000] [--rounds 9]
         [--connects 20] [--warmup 500] [--curator-warmup 2000] [--backend asyncio|trio]
         [--no-curator] [--output benchmarks/results]
 """
@@ -449,8 +449,8 @@ def parse_args(argv: Sequence[str]) -> tuple[Settings, bool, Path]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--cycles", type=int, default=500, help="cycles per column and round")
-    parser.add_argument("--rounds", type=int, default=7, help="rounds (the order rotates)")
+    parser.add_argument("--cycles", type=int, default=1000, help="cycles per column and round")
+    parser.add_argument("--rounds", type=int, default=9, help="rounds (the order rotates)")
     parser.add_argument("--connects", type=int, default=20, help="new sessions, reconnects")
     parser.add_argument("--warmup", type=int, default=500, help="aiozklock warm-up cycles")
     parser.add_argument(
