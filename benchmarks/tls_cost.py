@@ -367,13 +367,15 @@ def measure(s: Settings, use_curator: bool, work_dir: Path) -> Results:
     return Results(rounds, machine, connects, notes, versions)
 
 
-def document(s: Settings, results: Results, started: datetime.datetime) -> dict[str, Any]:
+def document(
+    s: Settings, results: Results, started: datetime.datetime, machine: dict[str, Any]
+) -> dict[str, Any]:
     """tls.json: the settings, machine, every round's values, the ratios and the times."""
     return {
         "date": started.isoformat(timespec="seconds"),
         "elapsed_s": round((datetime.datetime.now(datetime.UTC) - started).total_seconds(), 1),
         "settings": asdict(s),
-        "machine": run.machine_info(),
+        "machine": {**machine, "load_average_at_end": os.getloadavg()},
         "versions": results.versions,
         "notes": results.notes,
         "rounds": [
@@ -400,12 +402,14 @@ def document(s: Settings, results: Results, started: datetime.datetime) -> dict[
 def markdown(s: Settings, results: Results, doc: dict[str, Any]) -> str:
     """tls.md: the tables with how to read them, the rounds, the notes and the settings."""
     machine = doc["machine"]
+    load = machine["load_average_at_start"][0], machine["load_average_at_end"][0]
     versions = ", ".join(f"{k} {v}" for k, v in doc["versions"].items())
     lines = [
         f"# The cost of TLS: aiozklock and Curator ({doc['date']})",
         "",
         f"Machine: {machine.get('cpu')}, {machine['cpus']} CPUs, Python {machine['python']}, "
-        f"{machine.get('java')}. Versions: {versions}. ZooKeeper: one server, plain and TLS "
+        f"{machine.get('java')}; load average {load[0]:.2f} at start, {load[1]:.2f} at end. "
+        f"Versions: {versions}. ZooKeeper: one server, plain and TLS "
         f"ports (Netty). aiozklock on {s.backend}. Wall time: {doc['elapsed_s'] / 60:.1f} min.",
         "",
         f"### Uncontended acquire→release: {s.rounds} rounds x {s.cycles} cycles per column",
@@ -478,9 +482,10 @@ def main(argv: Sequence[str]) -> int:
     # warns once per connection (every reconnect), which is expected here.
     logging.getLogger("aiozklock.testing._proxy").setLevel(logging.ERROR)
     started = datetime.datetime.now(datetime.UTC)
+    machine = run.machine_info()
     with tempfile.TemporaryDirectory(prefix="aiozklock-tls-bench-") as directory:
         results = measure(settings, use_curator, Path(directory))
-    doc = document(settings, results, started)
+    doc = document(settings, results, started, machine)
     text = markdown(settings, results, doc)
     output.mkdir(parents=True, exist_ok=True)
     (output / "tls.json").write_text(json.dumps(report.jsonable(doc), indent=1) + "\n")
