@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -337,6 +337,17 @@ def compile_curator(
         return f"Curator skipped: javac failed:\n{compiled.stderr[-2000:]}"
     command = (java, "-cp", f"{build_dir}{os.pathsep}{classpath}", source.stem)
     return Driver(name, "curator", command)
+
+
+def jvm_variant(
+    driver: Driver, column: str, properties: Mapping[str, str], jars: Sequence[str] = ()
+) -> Driver:
+    """``driver`` (from :func:`compile_curator`) as column ``column``, its JVM started with
+    the system ``properties`` and with ``jars`` appended to its classpath."""
+    java, flag, classpath, main_class = driver.command
+    options = [f"-D{name}={value}" for name, value in properties.items()]
+    command = (java, *options, flag, os.pathsep.join([classpath, *jars]), main_class)
+    return dataclasses.replace(driver, column=column, command=command)
 
 
 # ---------------------------------------------------------------- the run

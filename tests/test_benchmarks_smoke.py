@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import shutil
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -268,3 +272,46 @@ def test_rounds_table_flags_heavy_steal() -> None:
     assert "⚠" not in lines[2]
     assert "| 2 | aiozklock, Curator | 95 |" in lines[3]
     assert "| 26.7 ⚠ heavy steal | 60 |" in lines[3]
+
+
+def curator_unavailable() -> str | None:
+    """Why the TLS benchmark cannot run Curator here (the script says so too), or None."""
+    if shutil.which("java") is None or shutil.which("javac") is None:
+        return "no java/javac (a JDK) on PATH"
+    missing = [name for name in run.CURATOR_JARS if not (run.JAVA_DIR / f"{name}.jar").is_file()]
+    return f"missing {', '.join(missing)}" if missing else None
+
+
+async def test_tls_cost_script_measures_every_column(anyio_backend: str, tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        str(run.ROOT / "benchmarks" / "tls_cost.py"),
+        *("--cycles", "3", "--rounds", "2", "--connects", "2", "--warmup", "2"),
+        *("--curator-warmup", "3", "--backend", anyio_backend, "--output", str(tmp_path)),
+    ]
+    with anyio.fail_after(240):  # a TLS server, javac and up to 6 JVMs on 2 shared cores
+        finished = await anyio.run_process(command, env=run.worker_env(), check=False)
+    assert finished.returncode == 0, finished.stderr.decode(errors="replace")[-3000:]
+    text = (tmp_path / "tls.md").read_text()
+    doc = json.loads((tmp_path / "tls.json").read_text())
+    assert len(doc["rounds"]) == 2
+    for column in ("aiozklock", "aiozklock TLS"):
+        assert f"| {column} |" in text
+        assert all(r["per_cycle_us"][column]["wall"] > 0 for r in doc["rounds"])
+        assert [len(times) for times in doc["connect_ms"][column].values()] == [2, 2]
+    assert len(doc["ratios"]["aiozklock: TLS / plain"]["wall"]["ratios"]) == 2
+    assert "| aiozklock: TLS / plain | TLS costs more |" in text
+    assert "aiozklock reconnect, TLS / plain (per try):" in text
+    why = curator_unavailable()
+    if why is not None:
+        assert any(note.startswith("Curator skipped") for note in doc["notes"])
+        assert "| Curator TLS |" not in text
+        pytest.skip(f"Curator columns not checked: {why}")
+    assert doc["notes"] == []
+    for column in ("Curator", "Curator TLS"):
+        assert f"| {column} |" in text
+        assert all(r["per_cycle_us"][column]["cpu"] >= 0 for r in doc["rounds"])
+        assert len(doc["connect_ms"][column]["connect"]) == 2
+    for name in ("aiozklock TLS vs Curator TLS", "Curator: TLS / plain"):
+        assert len(doc["ratios"][name]["wall"]["ratios"]) == 2
+        assert f"| {name} |" in text

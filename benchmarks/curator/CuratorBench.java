@@ -66,6 +66,7 @@ public final class CuratorBench {
                 case "many" -> bench.many();
                 case "floor" -> bench.floor();
                 case "requests" -> bench.requests();
+                case "connect" -> bench.newSessions();
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             };
             System.out.println("{\"event\": \"result\", " + result + "}");
@@ -111,6 +112,33 @@ public final class CuratorBench {
         measured();
         return "\"latencies_ns\": " + json(latencies) + ", \"wall_ns\": " + wall
                 + ", \"cpu_ns\": " + cpu;
+    }
+
+    /**
+     * New sessions one after another: the time from creating a client to its CONNECTED
+     * state (TCP, TLS handshake if configured, ZooKeeper's ConnectRequest), then a close
+     * that is not timed. {@code warmup} untimed sessions first, then {@code iterations}.
+     */
+    private String newSessions() throws Exception {
+        for (int i = 0; i < intParam("warmup"); i++) {
+            newSession();
+        }
+        ready();
+        long[] times = new long[intParam("iterations")];
+        for (int i = 0; i < times.length; i++) {
+            times[i] = newSession();
+        }
+        measured();
+        return "\"connect_ns\": " + json(times);
+    }
+
+    private long newSession() throws InterruptedException {
+        long start = System.nanoTime();
+        CuratorFramework client = connect();
+        long elapsed = System.nanoTime() - start;
+        clients.remove(client);
+        client.close();
+        return elapsed;
     }
 
     /** Makes what each session contends with: a lock, or a campaign for leadership. */
