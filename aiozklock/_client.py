@@ -249,6 +249,16 @@ class ZooKeeperClient:
     # Every factory takes ``acl``: what the recipe's nodes, and the containers it creates for
     # them (the path, and its missing ancestors), are created with; ``default_acl`` if None.
 
+    def _recipe_parts(
+        self, acl: Sequence[ACL] | None
+    ) -> tuple[Session, LossMonitor, Janitor, tuple[ACL, ...]]:
+        """What every recipe factory gives its recipe: the live session, the loss policy,
+        the janitor and the ACL (``acl`` validated, or ``default_acl``)."""
+        session = self._live_session()
+        assert self._policy is not None
+        assert self._janitor is not None
+        return session, self._policy, self._janitor, self._acl(acl)
+
     def _acl(self, acl: Sequence[ACL] | None) -> tuple[ACL, ...]:
         return self.default_acl if acl is None else self._usable_acl(acl, "acl")
 
@@ -327,10 +337,7 @@ class ZooKeeperClient:
         called outside the event loop the client was opened in, ``ClientClosed`` if the
         client is not connected.
         """
-        session = self._live_session()
-        assert self._policy is not None
-        assert self._janitor is not None
-        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
+        session, policy, janitor, entries = self._recipe_parts(acl)
         compat = validate_compat(compat)
         if validate_flag("fair", fair):
             return self._recipes.get(
@@ -374,10 +381,7 @@ class ZooKeeperClient:
         (duplicates are dropped); ``UsageError`` if this client's object for the paths has
         another ``acl``; ``ClientClosed`` if the client is not connected.
         """
-        session = self._live_session()
-        assert self._policy is not None
-        assert self._janitor is not None
-        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
+        session, policy, janitor, entries = self._recipe_parts(acl)
         members = paths if isinstance(paths, str) else tuple(paths)
         compat = validate_compat(compat)
         return self._recipes.get(
@@ -409,10 +413,7 @@ class ZooKeeperClient:
         (kazoo's ``Election``). Validated now: a bad path, identifier, acl or compat raises
         ``InvalidArgument``; ``UsageError`` if this client's object for the path has
         another ``acl``; ``ClientClosed`` if the client is not connected."""
-        session = self._live_session()
-        assert self._policy is not None
-        assert self._janitor is not None
-        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
+        session, policy, janitor, entries = self._recipe_parts(acl)
         compat = validate_compat(compat)
         return self._recipes.get(
             Election,
@@ -437,10 +438,7 @@ class ZooKeeperClient:
         ``lock()``). Validated now: a bad path, identifier or acl raises ``InvalidArgument``;
         ``UsageError`` if this client's object for the path has another ``acl``;
         ``ClientClosed`` if the client is not connected."""
-        session = self._live_session()
-        assert self._policy is not None
-        assert self._janitor is not None
-        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
+        session, policy, janitor, entries = self._recipe_parts(acl)
         key = (path, identifier)
         write = self._recipes.get(
             WriteLock,
@@ -510,10 +508,7 @@ class ZooKeeperClient:
         lease). Validated now: a bad path, ``max_leases`` (an int, at least 1), identifier
         or acl raises ``InvalidArgument``; ``UsageError`` if this client's object for them
         has another ``acl``; ``ClientClosed`` if the client is not connected."""
-        session = self._live_session()
-        assert self._policy is not None
-        assert self._janitor is not None
-        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
+        session, policy, janitor, entries = self._recipe_parts(acl)
         return self._recipes.get(
             Semaphore,
             (path, max_leases, identifier),
