@@ -431,20 +431,34 @@ class ZooKeeperClient:
         )
 
     def rw_lock(
-        self, path: str, *, identifier: str | None = None, acl: Sequence[ACL] | None = None
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
     ) -> ReadWriteLock:
         """A read/write lock on ``path``; returns a ``ReadWriteLock`` (its ``read_lock`` and
         ``write_lock`` are this client's objects for the path and identifier, as for
-        ``lock()``). Validated now: a bad path, identifier or acl raises ``InvalidArgument``;
-        ``UsageError`` if this client's object for the path has another ``acl``;
-        ``ClientClosed`` if the client is not connected."""
+        ``lock()``). ``compat``: whose node names to write: ``"curator"`` (Curator's
+        ``InterProcessReadWriteLock``'s) or ``"kazoo"`` (kazoo's ``ReadLock`` and
+        ``WriteLock`` read them as their own). Validated now: a bad path, identifier, acl or
+        compat raises ``InvalidArgument``; ``UsageError`` if this client's object for the
+        path has another ``acl``; ``ClientClosed`` if the client is not connected."""
         session, policy, janitor, entries = self._recipe_parts(acl)
-        key = (path, identifier)
+        compat = validate_compat(compat)
+        key = (path, identifier, compat)
         write = self._recipes.get(
             WriteLock,
             key,
             lambda: WriteLock._construct(
-                session, path, identifier=identifier, registry=policy, janitor=janitor, acl=entries
+                session,
+                path,
+                identifier=identifier,
+                registry=policy,
+                janitor=janitor,
+                acl=entries,
+                compat=compat,
             ),
             entries,
         )

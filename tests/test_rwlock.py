@@ -593,16 +593,23 @@ async def test_history_no_writer_ever_overlaps_anyone(open_client: ClientFactory
 
 
 def kazoo_worker(
-    hosts: str, name: str, seed: int, stop_at: float, intervals: list[tuple[str, str, float, float]]
+    hosts: str,
+    name: str,
+    seed: int,
+    stop_at: float,
+    intervals: list[tuple[str, str, float, float]],
+    told: bool,
 ) -> None:
     """A kazoo client (threads, blocking) taking kazoo's ReadLock/WriteLock at random, told of
-    our names by ``extra_lock_patterns`` (kazoo's own names we read as they are)."""
+    our Curator-style names by ``extra_lock_patterns`` if ``told`` (kazoo's own names we read
+    as they are)."""
     client = KazooClient(hosts=hosts, timeout=4.0)
     client.start(timeout=10)
     try:
         rng = random.Random(seed)
-        reader = client.ReadLock(PATH, name, extra_lock_patterns=["-__WRIT__"])
-        writer = client.WriteLock(PATH, name, extra_lock_patterns=["-__WRIT__", "-__READ__"])
+        reads, writes = (["-__WRIT__"], ["-__WRIT__", "-__READ__"]) if told else ([], [])
+        reader = client.ReadLock(PATH, name, extra_lock_patterns=reads)
+        writer = client.WriteLock(PATH, name, extra_lock_patterns=writes)
         while time.monotonic() < stop_at:
             mode = "write" if rng.random() < 0.4 else "read"
             lock = writer if mode == "write" else reader
@@ -620,18 +627,20 @@ def kazoo_worker(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("compat", ["curator", "kazoo"])
 async def test_kazoo_read_and_write_locks_share_the_queue(
-    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory, hosts: str
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory, hosts: str, compat: str
 ) -> None:
-    """kazoo readers and writers (configured with our markers) and ours on one path: no
-    writer ever overlaps anyone, and both libraries read and write."""
+    """kazoo readers and writers and ours on one path: no writer ever overlaps anyone, and
+    both libraries read and write. With Curator's names kazoo must be told of our markers;
+    with ``compat="kazoo"`` it reads ours as its own."""
     await zk.ensure_path(PATH)  # and the chroot, which kazoo expects to exist
     clients = [zk, await open_client()]
     intervals: list[tuple[str, str, float, float]] = []  # who, mode, start, end
     stop_at = time.monotonic() + 2.5
 
     async def ours(index: int) -> None:
-        rw = clients[index % 2].rw_lock(PATH, identifier=f"a{index}")
+        rw = clients[index % 2].rw_lock(PATH, identifier=f"a{index}", compat=compat)  # type: ignore[arg-type]
         rng = random.Random(index)
         while time.monotonic() < stop_at:
             mode = "write" if rng.random() < 0.4 else "read"
@@ -641,7 +650,10 @@ async def test_kazoo_read_and_write_locks_share_the_queue(
                 intervals.append((f"a{index}", mode, start, time.monotonic()))
 
     async def theirs(index: int) -> None:
-        await anyio.to_thread.run_sync(kazoo_worker, hosts, f"k{index}", index, stop_at, intervals)
+        told = compat == "curator"
+        await anyio.to_thread.run_sync(
+            kazoo_worker, hosts, f"k{index}", index, stop_at, intervals, told
+        )
 
     with anyio.fail_after(45):
         async with anyio.create_task_group() as tg:

@@ -31,6 +31,8 @@ from aiozklock._recipes._core._plan import Decision
 
 READ_MARKER = "-__READ__"
 WRITE_MARKER = "-__WRIT__"
+KAZOO_READ_MARKER = "__rlock__"  # compat="kazoo": kazoo's ReadLock and WriteLock read them
+KAZOO_WRITE_MARKER = "__lock__"
 # The marker right before the suffix decides (no marker is a suffix of another, so at most
 # one matches); the suffix as ZooKeeper formats it.
 _NODE = re.compile(
@@ -61,7 +63,7 @@ def _ahead(
     """The nodes ahead of ours (None if ours is missing), and our stale nodes (other nodes
     with our GUID, from an earlier attempt)."""
     queue = rw_order(children)
-    stale = tuple(name for name, _, _ in queue if name != ours and name.startswith(f"{guid}-"))
+    stale = tuple(name for name, _, _ in queue if name != ours and name.startswith(guid))
     for index, (name, _, sequence) in enumerate(queue):
         if name == ours:
             # Equal sequences sit together: one that is not ours counts as ahead.
@@ -98,4 +100,13 @@ def decide_read(children: Iterable[str], ours: str, guid: str) -> Decision:
     )
 
 
-__all__ = ("READ_MARKER", "WRITE_MARKER", "decide_read", "decide_write", "parse", "rw_order")
+__all__ = (
+    "KAZOO_READ_MARKER",
+    "KAZOO_WRITE_MARKER",
+    "READ_MARKER",
+    "WRITE_MARKER",
+    "decide_read",
+    "decide_write",
+    "parse",
+    "rw_order",
+)

@@ -24,10 +24,13 @@ from aiozklock._exceptions import LockLost, UsageError
 from aiozklock._recipes._core._contenders import Contender, contender_of
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._names import Compat
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._primitive import Primitive, _FactoryMade
 from aiozklock._recipes._lock import PathLock
 from aiozklock._recipes._rwdecision import (
+    KAZOO_READ_MARKER,
+    KAZOO_WRITE_MARKER,
     READ_MARKER,
     WRITE_MARKER,
     decide_read,
@@ -59,6 +62,7 @@ class _Side(PathLock):
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
         label = f"{self._mode} lock {self.path}"
+        self._marker = marker
         super().__init__(
             session, registry, janitor, (self.path,), decide, label, self.identifier, acl, marker
         )
@@ -114,7 +118,9 @@ class WriteLock(_Side):
         registry: HoldingRegistry,
         janitor: Janitor,
         acl: tuple[ACL, ...],
+        compat: Compat = "curator",
     ) -> None:
+        self.compat = compat
         super().__init__(
             session,
             path,
@@ -123,7 +129,7 @@ class WriteLock(_Side):
             janitor=janitor,
             acl=acl,
             decide=decide_write,
-            marker=WRITE_MARKER,
+            marker=WRITE_MARKER if compat == "curator" else KAZOO_WRITE_MARKER,
         )
 
     async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
@@ -166,7 +172,7 @@ class ReadLock(_Side):
             janitor=janitor,
             acl=write_lock.acl,
             decide=decide_read,
-            marker=READ_MARKER,
+            marker=READ_MARKER if write_lock.compat == "curator" else KAZOO_READ_MARKER,
         )
         self._writer = write_lock
         write_lock._reader = self
@@ -198,7 +204,7 @@ class ReadLock(_Side):
                 f"{self._label} not taken at the place of the {writer._label}, which was "
                 f"lost: {holding.lost_reason}"
             )
-        sequence = holding.nodes[0].rpartition(WRITE_MARKER)[2]
+        sequence = holding.nodes[0].rpartition(writer._marker)[2]
         data = self._identity.data(task_name)
         return await self._queue.take_at(sequence, holding.generation, deadline, data)
 
