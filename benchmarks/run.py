@@ -1,7 +1,7 @@
 """Benchmark aiozklock against aiozk, kazoo and Apache Curator, side by side, in one run.
 
     python benchmarks/run.py --quick                  # 3 short rounds, a few minutes
-    python benchmarks/run.py                          # the full run: 5 rounds, ~10 min
+    python benchmarks/run.py                          # the full run: 5 rounds, ~13 min
     python benchmarks/run.py --only aiozklock,kazoo --scenarios uncontended,wire
 
 It starts its own ZooKeeper (free port, fsync on) unless --hosts is given, runs every
@@ -137,8 +137,9 @@ QUICK = Settings(
     server_warmup=3.0,
 )
 # Full: 5 rounds, each about a fifth of the former single pass (the median of 5 short
-# rounds says more than one long one), about 10 minutes on 2 cores. 50 processes (about
-# 100 s more) only with --process-sessions 2,10,50.
+# rounds says more than one long one), about 13 minutes on 2 cores (3 of them for the
+# read/write lock and semaphore rows). 50 processes (about 100 s more) only with
+# --process-sessions 2,10,50.
 FULL = dataclasses.replace(
     QUICK,
     iterations=1000,
