@@ -39,7 +39,9 @@ class Params:
     path: str  # the lock path, or the parent of the scenario's nodes
     warmup: int = 0  # uncontended cycles (or create+delete pairs) before "ready"
     iterations: int = 0  # measured uncontended cycles
-    sessions: int = 1  # contended: sessions in this process, one task/thread each
+    sessions: int = 1  # contended: sessions in this process, one task/thread each (rwmix: readers)
+    writers: int = 1  # rwmix: writer sessions beside the ``sessions`` readers
+    leases: int = 5  # semaphore: max_leases
     duration: float = 0.0  # contended: seconds of contention after "go"
     locks: int = 0  # many: distinct locks held at once
     threads: int = 100  # many, kazoo: threads acquiring (its locks are not thread-bound)

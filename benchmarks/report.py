@@ -230,6 +230,81 @@ def recipe_tables(
     return [multilock, election, non_fair]
 
 
+def cycle_rows(prefix: str, what: str) -> list[Metric]:
+    """The rows of a recipe's uncontended cycle (``Bench.recipe_cycles``): timed, then
+    counted on the wire."""
+    return [
+        Metric(f"{prefix}_{key}", f"{what}: {label}", unit, better, digits)
+        for key, label, unit, better, digits in (
+            ("cycle_median_us", "acquire→release, median", "µs", False, 0),
+            ("cycle_p99_us", "acquire→release, p99", "µs", False, 0),
+            ("cycles_per_s", "cycles per second (sequential)", "/s", True, 0),
+            ("cpu_per_cycle_us", "client CPU per cycle", "µs", False, 0),
+            ("requests_per_cycle", "requests per cycle", "", False, 2),
+            ("round_trips_per_cycle", "round trips per cycle", "", False, 2),
+        )
+    ]
+
+
+def shared_tables(readers: int, clients: int, leases: int) -> list[Table]:
+    """The read/write lock's and the semaphore's tables."""
+    rwlock = Table(
+        "Read/write lock",
+        "Uncontended: one session, the write lock's then the read lock's acquire→release "
+        "cycle, each on its own path, timed like the multi-lock (so with a shorter warm-up than "
+        "the mutex: Curator's JIT is colder), and counted on the wire in round 1. Mixed: "
+        f"{readers} reader sessions and 1 writer session in one process (one task or thread "
+        "each) loop acquire → one yield → release on one path for `--duration` s; grants/s = "
+        "each side's grants / (last exit - first entry). A section entered while a writer held, "
+        "or a writer's while anyone held, would be flagged ⚠. aiozklock: `zk.rw_lock(path)` "
+        "(`.read_lock`, `.write_lock`); Curator: `InterProcessReadWriteLock` (`readLock()`, "
+        "`writeLock()`); kazoo: `ReadLock` and `WriteLock`; aiozk: `recipes.SharedLock` "
+        "(`reader_lock`, `writer_lock`).",
+        SUBJECT,
+        (SUBJECT, "aiozk", "kazoo", "Curator"),
+        (
+            *cycle_rows("rw_write", "Write lock, uncontended"),
+            *cycle_rows("rw_read", "Read lock, uncontended"),
+            Metric(
+                "rwmix_reads_per_s",
+                f"{readers} readers + 1 writer, 1 process: read grants",
+                "/s",
+                True,
+            ),
+            Metric(
+                "rwmix_writes_per_s",
+                f"{readers} readers + 1 writer, 1 process: write grants",
+                "/s",
+                True,
+            ),
+        ),
+    )
+    semaphore = Table(
+        f"Semaphore, {leases} leases",
+        "Uncontended: one session takes a lease and returns it, timed and counted like the "
+        f"read/write lock. Contended: {clients} sessions in one process (one task or thread "
+        f"each) loop acquire → one yield → release on a semaphore of {leases} leases for "
+        "`--duration` s; grants/s = grants / (last exit - first entry); more than "
+        f"{leases} sections held at once would be flagged ⚠. aiozklock: `zk.semaphore(path, "
+        f"{leases})`; Curator: `InterProcessSemaphoreV2` (`acquire()`, `returnLease()`); "
+        "kazoo: `Semaphore(path, max_leases)`. **aiozk has no semaphore that waits** (its "
+        "`Lease` counts the children and returns False when full, a check-then-create race, "
+        "and expires by a timer): no column.",
+        SUBJECT,
+        (SUBJECT, "kazoo", "Curator"),
+        (
+            *cycle_rows("semaphore", "Uncontended"),
+            Metric(
+                f"semaphore_{clients}_per_s",
+                f"{clients} sessions, {leases} leases, 1 process: grants",
+                "/s",
+                True,
+            ),
+        ),
+    )
+    return [rwlock, semaphore]
+
+
 def requests_rows(concurrency: Sequence[int]) -> list[Metric]:
     """The per-request rows, for each number of concurrent tasks C."""
     rows: list[Metric] = []

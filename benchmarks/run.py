@@ -1,7 +1,7 @@
 """Benchmark aiozklock against aiozk, kazoo and Apache Curator, side by side, in one run.
 
     python benchmarks/run.py --quick                  # 3 short rounds, a few minutes
-    python benchmarks/run.py                          # the full run: 5 rounds, ~10 min
+    python benchmarks/run.py                          # the full run: 5 rounds, ~13 min
     python benchmarks/run.py --only aiozklock,kazoo --scenarios uncontended,wire
 
 It starts its own ZooKeeper (free port, fsync on) unless --hosts is given, runs every
@@ -43,7 +43,14 @@ if str(ROOT) not in sys.path:  # run as a script: make ``benchmarks`` and ``aioz
 
 from benchmarks import report  # noqa: E402
 from benchmarks.common import Params, zookeeper  # noqa: E402
-from benchmarks.stats import CpuShare, Grants, Summary, cpu_times  # noqa: E402
+from benchmarks.stats import (  # noqa: E402
+    CpuShare,
+    Grants,
+    LeaseGrants,
+    SharedGrants,
+    Summary,
+    cpu_times,
+)
 
 LIBRARIES = ("aiozklock", "aiozk", "kazoo", "curator")
 SCENARIOS = (
@@ -55,9 +62,14 @@ SCENARIOS = (
     "floor",
     "multilock",
     "election",
+    "rwlock",
+    "rwmix",
+    "semaphore",
     "requests",
     "regression",
 )
+#: The scenarios of the recipes a client library lacks (its column stays empty there).
+MISSING_RECIPES = {"aiozk": ("semaphore",)}
 NON_FAIR = report.NON_FAIR
 CURATOR_JARS = (
     "curator-recipes",
@@ -91,6 +103,9 @@ class Settings:
     max_jvms: int  # Curator: at most this many JVMs in the process-per-session case
     members: int  # multilock: member paths of the multi-lock
     candidates: int  # election: candidates in one process, one session each
+    readers: int  # rwmix: reader sessions in one process, beside one writer session
+    semaphore_clients: int  # semaphore: sessions in one process contending for the leases
+    leases: int  # semaphore: max_leases
     rounds: int  # every scenario of every client, once per round (the order rotates)
     concurrency: tuple[int, ...]  # requests: tasks of one session, each on its own lock
     hold_ms: float  # requests: how long each task holds its lock (0: one yield)
@@ -113,14 +128,18 @@ QUICK = Settings(
     max_jvms=10,
     members=3,
     candidates=10,
+    readers=10,
+    semaphore_clients=20,
+    leases=5,
     rounds=3,
     concurrency=(10, 100),
     hold_ms=0.0,
     server_warmup=3.0,
 )
 # Full: 5 rounds, each about a fifth of the former single pass (the median of 5 short
-# rounds says more than one long one), about 10 minutes on 2 cores. 50 processes (about
-# 100 s more) only with --process-sessions 2,10,50.
+# rounds says more than one long one), about 13 minutes on 2 cores (3 of them for the
+# read/write lock and semaphore rows). 50 processes (about 100 s more) only with
+# --process-sessions 2,10,50.
 FULL = dataclasses.replace(
     QUICK,
     iterations=1000,
@@ -600,40 +619,112 @@ class Bench:
     def multilock(self, driver: Driver, tap: Tap | None) -> None:
         """One multi-lock on ``members`` paths, uncontended: timed, then (with a ``tap``)
         counted on the wire."""
+        self.recipe_cycles(driver, tap, "multilock", "multilock", members=self.settings.members)
+
+    def recipe_cycles(
+        self, driver: Driver, tap: Tap | None, scenario: str, prefix: str, **fields: Any
+    ) -> None:
+        """A newer recipe's uncontended cycle (the worker's ``scenario``): timed, then (with
+        a ``tap``) counted on the wire; its metrics are ``{prefix}_cycle_median_us`` etc."""
         s = self.settings
-        params = self.params(  # half the cycles: a multi-lock cycle is up to 12 round trips
-            self.path(driver, "multilock"),
+        # Half the mutex's cycles and a shorter warm-up (a multi-lock cycle is up to 12
+        # round trips): the table's note says that Curator's JIT is colder here.
+        params = self.params(
+            self.path(driver, scenario),
             warmup=min(s.warmup, 300),
             iterations=max(1, s.iterations // 2),
-            members=s.members,
+            **fields,
         )
-        (result,) = self.run_workers(driver, "multilock", params)
+        (result,) = self.run_workers(driver, scenario, params)
         latency = Summary.of_ns(result["latencies_ns"])
         self.record(
             driver,
-            multilock_cycle_median_us=latency.median_us,
-            multilock_cycle_p99_us=latency.p99_us,
-            multilock_cycles_per_s=latency.n / (result["wall_ns"] / 1e9),
-            multilock_cpu_per_cycle_us=result["cpu_ns"] / 1000 / latency.n,
+            **{
+                f"{prefix}_cycle_median_us": latency.median_us,
+                f"{prefix}_cycle_p99_us": latency.p99_us,
+                f"{prefix}_cycles_per_s": latency.n / (result["wall_ns"] / 1e9),
+                f"{prefix}_cpu_per_cycle_us": result["cpu_ns"] / 1000 / latency.n,
+            },
         )
-        self.keep(driver, "multilock", {"latency": latency.as_dict(), **_without_samples(result)})
+        self.keep(driver, prefix, {"latency": latency.as_dict(), **_without_samples(result)})
         if tap is None:
             return
         on_wire = dataclasses.replace(
             params,
             hosts=tap.address,
-            path=self.path(driver, "wire-multilock"),
+            path=self.path(driver, f"wire-{scenario}"),
             warmup=10,
             iterations=s.wire_cycles,
         )
-        self.run_workers(driver, "multilock", on_wire, tap=tap)
+        self.run_workers(driver, scenario, on_wire, tap=tap)
         counts = self.wire_counts
         self.record(
             driver,
-            multilock_requests_per_cycle=counts["requests"] / s.wire_cycles,
-            multilock_round_trips_per_cycle=counts["round_trips"] / s.wire_cycles,
+            **{
+                f"{prefix}_requests_per_cycle": counts["requests"] / s.wire_cycles,
+                f"{prefix}_round_trips_per_cycle": counts["round_trips"] / s.wire_cycles,
+            },
         )
-        self.raw[driver.column]["multilock"]["wire"] = counts
+        self.raw[driver.column][prefix]["wire"] = counts
+
+    def rwlock(self, driver: Driver, tap: Tap | None) -> None:
+        """The uncontended cycle of the write lock, then of the read lock (one path each)."""
+        self.recipe_cycles(driver, tap, "rw_write", "rw_write")
+        self.recipe_cycles(driver, tap, "rw_read", "rw_read")
+
+    def rwmix(self, driver: Driver) -> None:
+        """``readers`` reader sessions and one writer session in one process loop on one
+        read/write lock for ``duration``: read and write grants/s; a writer's section
+        overlapping any other section is flagged, and so is a side never granted."""
+        s = self.settings
+        params = self.params(
+            self.path(driver, "rwmix"),
+            sessions=s.readers,
+            writers=1,
+            warmup=s.contended_warmup,
+            duration=s.duration,
+        )
+        (result,) = self.run_workers(driver, "rwmix", params)
+        grants = SharedGrants.of(result["reads"], result["writes"])
+        keys = ["rwmix_reads_per_s", "rwmix_writes_per_s"]
+        values = (grants.reads_per_second, grants.writes_per_second)
+        self.record(driver, **dict(zip(keys, values, strict=True)))
+        if grants.conflicts:
+            self.flag(
+                driver,
+                keys,
+                f"read/write exclusion violated: {grants.conflicts} sections entered while a "
+                "writer held, or a writer's while another section was held",
+            )
+        if not grants.reads or not grants.writes:
+            self.flag(driver, keys, f"{grants.reads} reads and {grants.writes} writes granted")
+        self.keep(driver, "rwmix", grants.as_dict())
+
+    def semaphore(self, driver: Driver, tap: Tap | None) -> None:
+        """The uncontended cycle (take a lease, return it), then ``semaphore_clients``
+        sessions in one process contending for ``leases`` leases for ``duration``: grants/s,
+        and more than ``leases`` sections at once is flagged."""
+        s = self.settings
+        self.recipe_cycles(driver, tap, "semaphore_cycle", "semaphore", leases=s.leases)
+        params = self.params(
+            self.path(driver, "semaphore"),
+            sessions=s.semaphore_clients,
+            leases=s.leases,
+            warmup=s.contended_warmup,
+            duration=s.duration,
+        )
+        (result,) = self.run_workers(driver, "semaphore", params)
+        grants = LeaseGrants.of(result["intervals"], s.leases)
+        key = f"semaphore_{s.semaphore_clients}_per_s"
+        self.record(driver, **{key: grants.per_second})
+        if grants.over_limit:
+            self.flag(
+                driver,
+                [key],
+                f"{grants.most_held} leases held at once (max_leases {s.leases}): "
+                f"{grants.over_limit} grants over the limit",
+            )
+        self.keep(driver, "semaphore-contended", grants.as_dict())
 
     def election(self, driver: Driver) -> None:
         """``candidates`` sessions in one process campaign, lead (one yield) and resign in a
@@ -778,7 +869,7 @@ def run_scenario(bench: Bench, scenario: str, drivers: Sequence[Driver]) -> None
 
     if scenario == "regression":
         run_regression(bench)
-    elif scenario in ("wire", "multilock"):
+    elif scenario in COUNTED:
         run_counted(bench, scenario, drivers, attempt)
     elif scenario in ("contended", "processes"):
         for driver in drivers:
@@ -802,6 +893,8 @@ def run_scenario(bench: Bench, scenario: str, drivers: Sequence[Driver]) -> None
 
 
 Attempt = Callable[[Driver, str, Callable[[], None]], None]
+#: The scenarios counted through the wire tap in the first round.
+COUNTED = ("wire", "multilock", "rwlock", "semaphore")
 
 
 def run_regression(bench: Bench) -> None:
@@ -818,7 +911,7 @@ def run_regression(bench: Bench) -> None:
 
 def run_counted(bench: Bench, scenario: str, drivers: Sequence[Driver], attempt: Attempt) -> None:
     """The scenarios counted through the wire tap. Counts do not depend on the machine's
-    load, so they are taken in the first round only (multilock is timed in every round)."""
+    load, so they are taken in the first round only (the others are timed in every round)."""
     if scenario == "wire" and bench.round_index > 0:
         return
     tap = Tap(bench.hosts) if bench.round_index == 0 else None
@@ -828,7 +921,7 @@ def run_counted(bench: Bench, scenario: str, drivers: Sequence[Driver], attempt:
                 assert tap is not None
                 attempt(driver, scenario, partial(bench.wire, driver, tap))
             else:
-                attempt(driver, scenario, partial(bench.multilock, driver, tap))
+                attempt(driver, scenario, partial(getattr(bench, scenario), driver, tap))
     finally:
         if tap is not None:
             tap.stop()
@@ -980,6 +1073,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
         ("max-jvms", int, "Curator: cap on JVMs for one-session-per-process"),
         ("members", int, "multilock: paths of the multi-lock"),
         ("candidates", int, "election: candidates (sessions) in one process"),
+        ("readers", int, "rwmix: reader sessions in one process, beside one writer"),
+        ("semaphore-clients", int, "semaphore: sessions in one process contending"),
+        ("leases", int, "semaphore: max_leases"),
         ("rounds", int, "rounds: every scenario of every client once per round"),
         ("concurrency", ints, "requests: tasks of one session, each on its own lock, e.g. 10,100"),
         ("hold-ms", float, "requests: ms each task holds its lock (0: one yield)"),
@@ -1054,7 +1150,8 @@ def make_drivers(
             else:
                 drivers.append(curator)
             continue
-        drivers.append(python_driver(library))
+        missing = MISSING_RECIPES.get(library, ())
+        drivers.append(python_driver(library, scenarios=[s for s in SCENARIOS if s not in missing]))
         if library != "aiozklock":
             continue
         if trio:
@@ -1173,10 +1270,14 @@ def render(bench: Bench, columns: Sequence[str]) -> tuple[str, dict[str, Any]]:
     rows = report.metrics(s.sessions, s.process_sessions, s.waiters)
     requests = report.requests_table(s.concurrency, s.hold_ms)
     sections = [report.markdown(rows, main_columns, rounds, flags)]
-    tables = [requests, *report.recipe_tables(s.members, s.candidates, s.sessions, s.waiters)]
+    tables = [
+        requests,
+        *report.recipe_tables(s.members, s.candidates, s.sessions, s.waiters),
+        *report.shared_tables(s.readers, s.semaphore_clients, s.leases),
+    ]
     sections += [table.render(columns, rounds, flags) for table in tables]
     summary: dict[str, Any] = {
-        "ratios": report.ratio_summary([*rows, *requests.rows], rounds),
+        "ratios": report.ratio_summary([*rows, *(m for t in tables for m in t.rows)], rounds),
         "regression": None,
     }
     if bench.baseline is not None:

@@ -78,6 +78,74 @@ class Grants:
         return {**asdict(self), "handoff": self.handoff.as_dict()}
 
 
+def held_at_entries(
+    reads: Sequence[Sequence[int]], writes: Sequence[Sequence[int]] = ()
+) -> list[tuple[bool, int, int]]:
+    """For each section's entry, in time order: (is a write, readers held, writers held)
+    just before it. A section exiting at the very instant another enters does not overlap it."""
+    events = [(enter, 1, False) for enter, _ in reads] + [(enter, 1, True) for enter, _ in writes]
+    events += [(exit_, 0, False) for _, exit_ in reads] + [(exit_, 0, True) for _, exit_ in writes]
+    held = {False: 0, True: 0}
+    entries = []
+    for _, entering, is_write in sorted(events):  # exits (0) before entries (1) at a tie
+        if entering:
+            entries.append((is_write, held[False], held[True]))
+            held[is_write] += 1
+        else:
+            held[is_write] -= 1
+    return entries
+
+
+@dataclass(frozen=True)
+class SharedGrants:
+    """The sections of a read/write lock's readers and writers, merged on one time line."""
+
+    reads: int
+    writes: int
+    reads_per_second: float  # over the span of all sections (first entry to last exit)
+    writes_per_second: float
+    conflicts: int  # entries while a writer held, or of a writer while anyone held
+    most_readers: int  # the most read sections held at once
+
+    @classmethod
+    def of(cls, reads: Sequence[Sequence[int]], writes: Sequence[Sequence[int]]) -> SharedGrants:
+        both = [*reads, *writes]
+        if not both:
+            return cls(0, 0, math.nan, math.nan, 0, 0)
+        span_s = (max(exit_ for _, exit_ in both) - min(enter for enter, _ in both)) / 1e9
+        entries = held_at_entries(reads, writes)
+        conflicts = sum(1 for is_write, r, w in entries if w or (is_write and r))
+        most = max((r + 1 for is_write, r, _ in entries if not is_write), default=0)
+
+        def rate(count: int) -> float:
+            return count / span_s if span_s > 0 else math.nan
+
+        return cls(len(reads), len(writes), rate(len(reads)), rate(len(writes)), conflicts, most)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LeaseGrants:
+    """The sections of a semaphore's holders, merged on one time line."""
+
+    count: int
+    per_second: float  # grants / (last exit - first entry)
+    most_held: int  # the most sections held at once
+    over_limit: int  # entries that made more than ``limit`` held at once
+
+    @classmethod
+    def of(cls, intervals: Sequence[Sequence[int]], limit: int) -> LeaseGrants:
+        grants = Grants.of(intervals)
+        held = [r + 1 for _, r, _ in held_at_entries(intervals)]
+        over = sum(1 for n in held if n > limit)
+        return cls(grants.count, grants.per_second, max(held, default=0), over)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 def median(samples: Sequence[float]) -> float:
     """The median of the samples that are not NaN (NaN if there is none)."""
     ordered = sorted(x for x in samples if not math.isnan(x))

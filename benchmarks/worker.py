@@ -3,7 +3,8 @@
     python -m benchmarks.worker LIBRARY SCENARIO key=value...
 
 LIBRARY is aiozklock, aiozk or kazoo; SCENARIO is one of the client module's SCENARIOS
-(uncontended, contended, multilock, election, many, floor, requests; aiozklock: request_floor).
+(uncontended, contended, multilock, election, rw_write, rw_read, rwmix, semaphore_cycle,
+semaphore, many, floor, requests; aiozklock: request_floor; aiozk: no semaphore).
 The ready/go protocol and the parameters are described in ``benchmarks.common``.
 """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import shutil
 import sys
@@ -20,7 +21,16 @@ from aiozklock.testing import session_of
 from benchmarks import report, run
 from benchmarks.clients import aiozk_bench, aiozklock_bench, kazoo_bench
 from benchmarks.common import Gate, Params, member_paths
-from benchmarks.stats import CPU_FIELDS, CpuShare, Grants, RatioRange, Summary, cpu_times
+from benchmarks.stats import (
+    CPU_FIELDS,
+    CpuShare,
+    Grants,
+    LeaseGrants,
+    RatioRange,
+    SharedGrants,
+    Summary,
+    cpu_times,
+)
 from benchmarks.wire_tap import WireTap
 from tests.conftest import gone
 
@@ -70,6 +80,26 @@ async def test_multilock_cycles_leave_no_node(zk: aiozklock.ZooKeeperClient, hos
         # An empty container may already be reaped (NoNode): nothing left either way.
         with anyio.fail_after(5), contextlib.suppress(aiozklock.NoNodeError):
             await gone(zk, path)
+
+
+async def test_rwmix_writers_hold_alone(hosts: str) -> None:
+    params = Params(hosts=hosts, path="/rwmix", sessions=3, writers=1, warmup=1, duration=0.2)
+    with anyio.fail_after(20):
+        result = await aiozklock_bench.rwmix(params, Gate(None))
+    grants = SharedGrants.of(result["reads"], result["writes"])
+    assert grants.reads >= 3  # every reader got the lock at least once
+    assert grants.writes >= 1
+    assert grants.conflicts == 0
+
+
+async def test_semaphore_never_grants_more_than_its_leases(hosts: str) -> None:
+    params = Params(hosts=hosts, path="/semaphore", sessions=4, leases=2, warmup=1, duration=0.2)
+    with anyio.fail_after(20):
+        result = await aiozklock_bench.SCENARIOS["semaphore"](params, Gate(None))
+    grants = LeaseGrants.of(result["intervals"], 2)
+    assert grants.count >= 4
+    assert 1 <= grants.most_held <= 2
+    assert grants.over_limit == 0
 
 
 async def test_many_locks_are_all_held_at_once(hosts: str) -> None:
@@ -315,3 +345,94 @@ async def test_tls_cost_script_measures_every_column(anyio_backend: str, tmp_pat
     for name in ("aiozklock TLS vs Curator TLS", "Curator: TLS / plain"):
         assert len(doc["ratios"][name]["wall"]["ratios"]) == 2
         assert f"| {name} |" in text
+
+
+def test_shared_grants_flag_writers_that_do_not_hold_alone() -> None:
+    reads = [(0, 10), (5, 15), (30, 40)]
+    writes = [(15, 20), (35, 50), (60, 70)]  # (15, 20) enters as (5, 15) exits: no overlap
+    grants = SharedGrants.of(reads, writes)
+    assert (grants.reads, grants.writes) == (3, 3)
+    assert grants.conflicts == 1  # (35, 50) entered while (30, 40) was read
+    assert grants.most_readers == 2  # (0, 10) and (5, 15)
+    assert grants.writes_per_second == pytest.approx(3 / 70e-9)
+    alone = SharedGrants.of(reads, [(15, 20), (40, 50)])
+    assert alone.conflicts == 0
+    assert SharedGrants.of(reads, [(12, 13)]).conflicts == 1  # a read entered before it
+
+
+def test_lease_grants_count_the_holders_at_once() -> None:
+    intervals = [(0, 10), (2, 12), (4, 14), (10, 20), (13, 15)]
+    grants = LeaseGrants.of(intervals, 2)
+    assert grants.count == 5
+    assert grants.most_held == 3  # (0, 10), (2, 12) and (4, 14)
+    assert grants.over_limit == 3  # (4, 14), (10, 20) and (13, 15) each made a third
+    assert LeaseGrants.of(intervals, 3).over_limit == 0
+
+
+def test_shared_tables_leave_out_clients_without_the_recipe() -> None:
+    rwlock, semaphore = report.shared_tables(10, 20, 5)
+    values = {
+        "aiozklock": {"rwmix_writes_per_s": 50.0, "semaphore_20_per_s": 900.0},
+        "aiozk": {"rwmix_writes_per_s": 25.0},
+        "kazoo": {"semaphore_20_per_s": 300.0},
+    }
+    columns = ["aiozklock", "aiozk", "kazoo", "Curator"]
+    text = rwlock.render(columns, [values], {})
+    assert (
+        "| 10 readers + 1 writer, 1 process: write grants (/s) | higher | 50 | 25 | — | — |" in text
+    )
+    assert "| 2.00x | — | — |" in text
+    text = semaphore.render(columns, [values], {})
+    assert "aiozk |" not in text  # no column: aiozk has no semaphore that waits
+    assert (
+        "| 20 sessions, 5 leases, 1 process: grants (/s) | higher | 900 | 300 | — | 3.00x | — |"
+        in text
+    )
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("library", ["aiozklock", "aiozk", "kazoo", "curator"])
+def test_rwlock_and_semaphore_rows_through_the_runner(
+    library: str, zk_hosts: str, chroot: str, tmp_path: Path
+) -> None:
+    """The runner's rwlock, rwmix and semaphore scenarios, tiny, in worker processes (a
+    JVM for Curator): every row measured, nothing flagged, a writer alone and at most
+    ``leases`` holders."""
+    drivers, notes = run.make_drivers([library], tmp_path, trio=False)
+    if not drivers:
+        pytest.skip("; ".join(notes))
+    driver = drivers[0]
+    settings = dataclasses.replace(
+        run.QUICK,
+        iterations=6,
+        warmup=2,
+        duration=0.2,
+        contended_warmup=1,
+        readers=3,
+        semaphore_clients=4,
+        leases=2,
+    )
+    bench = run.Bench(settings, zk_hosts, tmp_path)
+    bench.root = chroot  # this test's own nodes
+    bench.rwlock(driver, None)
+    bench.rwmix(driver)
+    keys = [
+        f"rw_{side}_{key}"
+        for side in ("write", "read")
+        for key in ("cycle_median_us", "cycles_per_s")
+    ]
+    keys += ["rwmix_reads_per_s", "rwmix_writes_per_s"]
+    if "semaphore" in driver.scenarios:
+        bench.semaphore(driver, None)
+        keys += ["semaphore_cycle_median_us", "semaphore_4_per_s"]
+        leases = bench.raw[driver.column]["semaphore-contended"]
+        assert 1 <= leases["most_held"] <= 2
+    else:
+        assert library == "aiozk"
+    values = bench.values[driver.column]
+    assert all(values[key] > 0 for key in keys), values
+    mix = bench.raw[driver.column]["rwmix"]
+    assert mix["reads"] >= 3
+    assert mix["writes"] >= 1
+    assert bench.flags == {}
+    assert bench.notes == []

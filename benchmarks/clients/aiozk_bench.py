@@ -1,5 +1,6 @@
-"""aiozk's scenarios (asyncio only): ``recipes.Lock`` and, for the raw floor, the client's own
-create/delete."""
+"""aiozk's scenarios (asyncio only): ``recipes.Lock``, ``recipes.SharedLock`` (read/write)
+and ``recipes.LeaderElection``, and for the raw floor the client's own create/delete. aiozk
+has no semaphore that waits (its ``Lease`` returns False when full), so no semaphore here."""
 
 from __future__ import annotations
 
@@ -84,6 +85,14 @@ class Campaign:
         await self._election.resign()
 
 
+async def rw_cycles(params: Params, gate: Gate, side: str) -> Result:
+    """The uncontended cycle of one side of a ``SharedLock``: ``reader_lock`` or
+    ``writer_lock``."""
+    async with connect(params) as client:
+        lock = getattr(client.recipes.SharedLock(params.path), side)
+        return await timed_async_cycles(lock, params, gate)
+
+
 async def multilock(params: Params, gate: Gate) -> Result:
     async with connect(params) as client:
         locks = [client.recipes.Lock(path) for path in member_paths(params)]
@@ -109,30 +118,59 @@ async def contended(
         for _ in range(params.sessions):
             client = await stack.enter_async_context(connect(params))
             locks.append(make(client, params))
-        for lock in locks:
-            for _ in range(params.warmup):
-                await cycle(lock)
-        await gate.aready()
         intervals: list[tuple[int, int]] = []
-        counter = 0  # a broken lock would lose increments across the sleep(0)
-        deadline = time.monotonic_ns() + int(params.duration * 1e9)
-
-        async def contend(lock: Any) -> None:
-            nonlocal counter
-            while True:
-                async with lock:
-                    enter = time.monotonic_ns()
-                    value = counter
-                    await asyncio.sleep(0)
-                    counter = value + 1
-                    exit_ = time.monotonic_ns()
-                intervals.append((enter, exit_))
-                if exit_ >= deadline:
-                    return
-
-        await asyncio.gather(*(contend(lock) for lock in locks))
-        gate.measured()
+        counter = await contend([(lock, intervals) for lock in locks], params, gate)
     return {"intervals": intervals, "counter": counter}
+
+
+async def rwmix(params: Params, gate: Gate) -> Result:
+    """``sessions`` reader sessions and ``writers`` writer sessions, one task each, on one
+    ``SharedLock`` path (its ``reader_lock`` and ``writer_lock``); each side's sections apart."""
+    async with AsyncExitStack() as stack:
+        reads: list[tuple[int, int]] = []
+        writes: list[tuple[int, int]] = []
+        loops = []
+        for i in range(params.sessions + params.writers):
+            client = await stack.enter_async_context(connect(params))
+            shared = client.recipes.SharedLock(params.path)
+            if i < params.sessions:
+                loops.append((shared.reader_lock, reads))
+            else:
+                loops.append((shared.writer_lock, writes))
+        await contend(loops, params, gate)
+    return {"reads": reads, "writes": writes}
+
+
+async def contend(
+    loops: list[tuple[Any, list[tuple[int, int]]]], params: Params, gate: Gate
+) -> int:
+    """Each lock warms up (``warmup`` cycles, one after the other), then after "go" one task
+    each loops acquire -> critical section -> release until ``duration`` is over, appending
+    ``(enter, exit)`` to its list. Returns the shared counter, incremented across a
+    ``sleep(0)`` in every section (a broken mutex would lose increments)."""
+    for lock, _ in loops:
+        for _ in range(params.warmup):
+            await cycle(lock)
+    await gate.aready()
+    counter = 0
+    deadline = time.monotonic_ns() + int(params.duration * 1e9)
+
+    async def loop(lock: Any, intervals: list[tuple[int, int]]) -> None:
+        nonlocal counter
+        while True:
+            async with lock:
+                enter = time.monotonic_ns()
+                value = counter
+                await asyncio.sleep(0)
+                counter = value + 1
+                exit_ = time.monotonic_ns()
+            intervals.append((enter, exit_))
+            if exit_ >= deadline:
+                return
+
+    await asyncio.gather(*(loop(lock, intervals) for lock, intervals in loops))
+    gate.measured()
+    return counter
 
 
 async def many(params: Params, gate: Gate) -> Result:
@@ -196,6 +234,9 @@ SCENARIOS: dict[str, Scenario] = {
     "contended": contended,
     "multilock": multilock,
     "election": partial(contended, make=Campaign),
+    "rw_write": partial(rw_cycles, side="writer_lock"),
+    "rw_read": partial(rw_cycles, side="reader_lock"),
+    "rwmix": rwmix,
     "many": many,
     "floor": floor,
     "requests": requests,

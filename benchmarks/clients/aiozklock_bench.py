@@ -56,6 +56,18 @@ def make_election(zk: aiozklock.ZooKeeperClient, params: Params) -> Primitive:
     return zk.election(params.path)
 
 
+def make_semaphore(zk: aiozklock.ZooKeeperClient, params: Params) -> Primitive:
+    return zk.semaphore(params.path, params.leases)
+
+
+def make_write_lock(zk: aiozklock.ZooKeeperClient, params: Params) -> Primitive:
+    return zk.rw_lock(params.path).write_lock
+
+
+def make_read_lock(zk: aiozklock.ZooKeeperClient, params: Params) -> Primitive:
+    return zk.rw_lock(params.path).read_lock
+
+
 async def cycle(lock: Primitive) -> None:
     async with lock:
         pass
@@ -89,6 +101,14 @@ async def multilock(params: Params, gate: Gate) -> Result:
         return await timed_async_cycles(zk.multi_lock(member_paths(params)), params, gate)
 
 
+async def recipe_cycles(
+    params: Params, gate: Gate, make: Callable[[aiozklock.ZooKeeperClient, Params], Primitive]
+) -> Result:
+    """The uncontended cycle of another recipe (a side of the read/write lock, a lease)."""
+    async with connect(params) as zk:
+        return await timed_async_cycles(make(zk, params), params, gate)
+
+
 async def requests(params: Params, gate: Gate) -> Result:
     """One session, ``concurrency`` tasks, each cycling on its own lock path."""
     async with connect(params) as zk:
@@ -103,38 +123,65 @@ async def contended(
     make: Callable[[aiozklock.ZooKeeperClient, Params], Primitive] = make_lock,
 ) -> Result:
     """``sessions`` sessions, one task each, loop on one lock (or, with ``make_election``,
-    campaign, lead and resign) until ``duration`` is over."""
+    campaign, lead and resign; with ``make_semaphore``, take a lease) until ``duration`` is
+    over."""
     async with AsyncExitStack() as stack:
         locks = []
         for _ in range(params.sessions):
             zk = await stack.enter_async_context(connect(params))
             locks.append(make(zk, params))
-        for lock in locks:
-            for _ in range(params.warmup):
-                await cycle(lock)
-        await gate.aready()
         intervals: list[tuple[int, int]] = []
-        counter = 0  # a broken lock would lose increments across the checkpoint
-        deadline = time.monotonic_ns() + int(params.duration * 1e9)
-
-        async def contend(lock: Primitive) -> None:
-            nonlocal counter
-            while True:
-                async with lock:
-                    enter = time.monotonic_ns()
-                    value = counter
-                    await anyio.lowlevel.checkpoint()
-                    counter = value + 1
-                    exit_ = time.monotonic_ns()
-                intervals.append((enter, exit_))
-                if exit_ >= deadline:
-                    return
-
-        async with anyio.create_task_group() as tasks:
-            for lock in locks:
-                tasks.start_soon(contend, lock)
-        gate.measured()
+        counter = await contend([(lock, intervals) for lock in locks], params, gate)
     return {"intervals": intervals, "counter": counter, "library_file": aiozklock.__file__}
+
+
+async def rwmix(params: Params, gate: Gate) -> Result:
+    """``sessions`` reader sessions and ``writers`` writer sessions, one task each, loop on
+    one read/write lock until ``duration`` is over; the sections of each side apart."""
+    async with AsyncExitStack() as stack:
+        reads: list[tuple[int, int]] = []
+        writes: list[tuple[int, int]] = []
+        loops = []
+        for i in range(params.sessions + params.writers):
+            zk = await stack.enter_async_context(connect(params))
+            rw = zk.rw_lock(params.path)
+            loops.append((rw.read_lock, reads) if i < params.sessions else (rw.write_lock, writes))
+        await contend(loops, params, gate)
+    return {"reads": reads, "writes": writes, "library_file": aiozklock.__file__}
+
+
+async def contend(
+    loops: list[tuple[Primitive, list[tuple[int, int]]]], params: Params, gate: Gate
+) -> int:
+    """Each primitive warms up (``warmup`` cycles, one after the other), then after "go"
+    one task each loops acquire -> critical section -> release until ``duration`` is over,
+    appending ``(enter, exit)`` to its list. Returns the shared counter, incremented across
+    a checkpoint in every section (a broken mutex would lose increments)."""
+    for lock, _ in loops:
+        for _ in range(params.warmup):
+            await cycle(lock)
+    await gate.aready()
+    counter = 0
+    deadline = time.monotonic_ns() + int(params.duration * 1e9)
+
+    async def loop(lock: Primitive, intervals: list[tuple[int, int]]) -> None:
+        nonlocal counter
+        while True:
+            async with lock:
+                enter = time.monotonic_ns()
+                value = counter
+                await anyio.lowlevel.checkpoint()
+                counter = value + 1
+                exit_ = time.monotonic_ns()
+            intervals.append((enter, exit_))
+            if exit_ >= deadline:
+                return
+
+    async with anyio.create_task_group() as tasks:
+        for lock, intervals in loops:
+            tasks.start_soon(loop, lock, intervals)
+    gate.measured()
+    return counter
 
 
 async def many(params: Params, gate: Gate) -> Result:
@@ -295,6 +342,11 @@ SCENARIOS: dict[str, Scenario] = {
     "contended": contended,
     "multilock": multilock,
     "election": partial(contended, make=make_election),
+    "rw_write": partial(recipe_cycles, make=make_write_lock),
+    "rw_read": partial(recipe_cycles, make=make_read_lock),
+    "rwmix": rwmix,
+    "semaphore_cycle": partial(recipe_cycles, make=make_semaphore),
+    "semaphore": partial(contended, make=make_semaphore),
     "many": many,
     "floor": floor,
     "requests": requests,

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from functools import partial
+from typing import Any
 
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.recipe.lock import Lock  # type: ignore[import-untyped]
@@ -65,6 +66,24 @@ def uncontended(params: Params, gate: Gate) -> Result:
         return timed_cycles(partial(cycle, client.Lock(params.path)), params, gate)
 
 
+def recipe_cycles(params: Params, gate: Gate, make: Callable[[KazooClient, Params], Any]) -> Result:
+    """The uncontended cycle of another recipe (a side of the read/write lock, a lease)."""
+    with connect(params) as client:
+        return timed_cycles(partial(cycle, make(client, params)), params, gate)
+
+
+def write_lock(client: KazooClient, params: Params) -> Any:
+    return client.WriteLock(params.path)
+
+
+def read_lock(client: KazooClient, params: Params) -> Any:
+    return client.ReadLock(params.path)
+
+
+def semaphore(client: KazooClient, params: Params) -> Any:
+    return client.Semaphore(params.path, max_leases=params.leases)
+
+
 def multilock(params: Params, gate: Gate) -> Result:
     """kazoo has no multi-lock: one Lock per member, acquired in order, released in reverse."""
     with connect(params) as client:
@@ -78,14 +97,22 @@ def multilock(params: Params, gate: Gate) -> Result:
         return timed_cycles(one_cycle, params, gate)
 
 
-def lock_turn(client: KazooClient, params: Params) -> Turn:
-    lock = client.Lock(params.path)
+def recipe_turn(recipe: Any) -> Turn:
+    """A turn of a recipe used as a context manager (a lock, a semaphore)."""
 
     def turn(body: Callable[[], None]) -> None:
-        with lock:
+        with recipe:
             body()
 
     return turn
+
+
+def lock_turn(client: KazooClient, params: Params) -> Turn:
+    return recipe_turn(client.Lock(params.path))
+
+
+def semaphore_turn(client: KazooClient, params: Params) -> Turn:
+    return recipe_turn(semaphore(client, params))
 
 
 def election_turn(client: KazooClient, params: Params) -> Turn:
@@ -101,43 +128,69 @@ def contended(
 ) -> Result:
     with ExitStack() as stack:
         turns = [make(stack.enter_context(connect(params)), params) for _ in range(params.sessions)]
-        for turn in turns:
-            for _ in range(params.warmup):
-                turn(lambda: None)
         intervals: list[tuple[int, int]] = []
-        counter = 0  # a broken lock would lose increments across the sleep(0)
-        go = threading.Event()
-        deadline = 0
-
-        def contend(turn: Turn) -> None:
-            go.wait()
-            while True:
-                span: list[int] = []
-                turn(partial(section, span))
-                intervals.append((span[0], span[1]))
-                if span[1] >= deadline:
-                    return
-
-        def section(span: list[int]) -> None:
-            nonlocal counter
-            span.append(time.monotonic_ns())
-            value = counter
-            time.sleep(0)
-            counter = value + 1
-            span.append(time.monotonic_ns())
-
-        threads = [threading.Thread(target=contend, args=(turn,)) for turn in turns]
-        for thread in threads:
-            thread.start()
-        try:
-            gate.ready()
-        finally:
-            deadline = time.monotonic_ns() + int(params.duration * 1e9)
-            go.set()
-            for thread in threads:
-                thread.join()
-        gate.measured()
+        counter = contend([(turn, intervals) for turn in turns], params, gate)
     return {"intervals": intervals, "counter": counter}
+
+
+def rwmix(params: Params, gate: Gate) -> Result:
+    """``sessions`` reader sessions and ``writers`` writer sessions, one thread each, on
+    one path: ``ReadLock`` and ``WriteLock``; the sections of each side apart."""
+    with ExitStack() as stack:
+        reads: list[tuple[int, int]] = []
+        writes: list[tuple[int, int]] = []
+        loops = []
+        for i in range(params.sessions + params.writers):
+            client = stack.enter_context(connect(params))
+            if i < params.sessions:
+                loops.append((recipe_turn(client.ReadLock(params.path)), reads))
+            else:
+                loops.append((recipe_turn(client.WriteLock(params.path)), writes))
+        contend(loops, params, gate)
+    return {"reads": reads, "writes": writes}
+
+
+def contend(loops: list[tuple[Turn, list[tuple[int, int]]]], params: Params, gate: Gate) -> int:
+    """Each turn warms up (``warmup`` turns, one after the other), then after "go" one
+    thread each takes turns until ``duration`` is over, appending ``(enter, exit)`` of its
+    body to its list. Returns the shared counter, incremented across a ``sleep(0)`` in every
+    body (a broken mutex would lose increments)."""
+    for turn, _ in loops:
+        for _ in range(params.warmup):
+            turn(lambda: None)
+    counter = 0
+    go = threading.Event()
+    deadline = 0
+
+    def loop(turn: Turn, intervals: list[tuple[int, int]]) -> None:
+        go.wait()
+        while True:
+            span: list[int] = []
+            turn(partial(section, span))
+            intervals.append((span[0], span[1]))
+            if span[1] >= deadline:
+                return
+
+    def section(span: list[int]) -> None:
+        nonlocal counter
+        span.append(time.monotonic_ns())
+        value = counter
+        time.sleep(0)
+        counter = value + 1
+        span.append(time.monotonic_ns())
+
+    threads = [threading.Thread(target=loop, args=args) for args in loops]
+    for thread in threads:
+        thread.start()
+    try:
+        gate.ready()
+    finally:
+        deadline = time.monotonic_ns() + int(params.duration * 1e9)
+        go.set()
+        for thread in threads:
+            thread.join()
+    gate.measured()
+    return counter
 
 
 def requests(params: Params, gate: Gate) -> Result:
@@ -260,6 +313,11 @@ SCENARIOS: dict[str, Scenario] = {
     "contended": contended,
     "multilock": multilock,
     "election": partial(contended, make=election_turn),
+    "rw_write": partial(recipe_cycles, make=write_lock),
+    "rw_read": partial(recipe_cycles, make=read_lock),
+    "rwmix": rwmix,
+    "semaphore_cycle": partial(recipe_cycles, make=semaphore),
+    "semaphore": partial(contended, make=semaphore_turn),
     "many": many,
     "floor": floor,
     "requests": requests,

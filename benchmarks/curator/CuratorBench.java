@@ -18,6 +18,9 @@ import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMultiLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.RetryNTimes;
 import org.apache.zookeeper.CreateMode;
 import org.apache.zookeeper.KeeperException;
@@ -63,6 +66,16 @@ public final class CuratorBench {
                 case "contended" -> bench.contended(InterProcessMutex::new);
                 case "multilock" -> bench.multilock();
                 case "election" -> bench.contended(Campaign::new);
+                case "rw_write" -> bench.timedCycles(
+                        new InterProcessReadWriteLock(bench.connect(), bench.param("path"))
+                                .writeLock());
+                case "rw_read" -> bench.timedCycles(
+                        new InterProcessReadWriteLock(bench.connect(), bench.param("path"))
+                                .readLock());
+                case "rwmix" -> bench.rwmix();
+                case "semaphore_cycle" -> bench.timedCycles(
+                        bench.leaseHolder(bench.connect(), bench.param("path")));
+                case "semaphore" -> bench.contended(bench::leaseHolder);
                 case "many" -> bench.many();
                 case "floor" -> bench.floor();
                 case "requests" -> bench.requests();
@@ -185,23 +198,60 @@ public final class CuratorBench {
     }
 
     private String contended(Contender contender) throws Exception {
-        int sessions = intParam("sessions");
         List<InterProcessLock> mutexes = new ArrayList<>();
-        for (CuratorFramework client : connect(sessions)) {
+        for (CuratorFramework client : connect(intParam("sessions"))) {
             mutexes.add(contender.make(client, param("path")));
         }
+        List<long[]> intervals = new ArrayList<>();
+        List<List<long[]>> sinks = new ArrayList<>();
+        for (int i = 0; i < mutexes.size(); i++) {
+            sinks.add(intervals);
+        }
+        contend(mutexes, sinks);
+        return "\"intervals\": " + json(intervals) + ", \"counter\": " + sharedCounter;
+    }
+
+    /**
+     * Readers and writers on one InterProcessReadWriteLock path, each its own session (one
+     * CuratorFramework) and thread; the sections of each side apart.
+     */
+    private String rwmix() throws Exception {
+        int readers = intParam("sessions");
+        List<InterProcessLock> locks = new ArrayList<>();
+        List<List<long[]>> sinks = new ArrayList<>();
+        List<long[]> reads = new ArrayList<>();
+        List<long[]> writes = new ArrayList<>();
+        List<CuratorFramework> sessions = connect(readers + intParam("writers"));
+        for (int i = 0; i < sessions.size(); i++) {
+            InterProcessReadWriteLock rw =
+                    new InterProcessReadWriteLock(sessions.get(i), param("path"));
+            locks.add(i < readers ? rw.readLock() : rw.writeLock());
+            sinks.add(i < readers ? reads : writes);
+        }
+        contend(locks, sinks);
+        return "\"reads\": " + json(reads) + ", \"writes\": " + json(writes);
+    }
+
+    /**
+     * Each lock warms up ({@code warmup} cycles, one after the other), then after "go" one
+     * thread each loops acquire, critical section, release until the duration is over, adding
+     * (enter, exit) to its sink. Every section increments the shared counter across a yield.
+     */
+    private void contend(List<InterProcessLock> mutexes, List<List<long[]>> sinks)
+            throws Exception {
         for (InterProcessLock mutex : mutexes) {
             for (int i = 0; i < intParam("warmup"); i++) {
                 cycle(mutex);
             }
         }
-        List<long[]> intervals = new ArrayList<>();
         CountDownLatch go = new CountDownLatch(1);
         List<Thread> threads = new ArrayList<>();
         long durationNanos = (long) (Double.parseDouble(param("duration")) * 1e9);
         long[] deadline = new long[1];
         Throwable[] failure = new Throwable[1];
-        for (InterProcessLock mutex : mutexes) {
+        for (int index = 0; index < mutexes.size(); index++) {
+            InterProcessLock mutex = mutexes.get(index);
+            List<long[]> sink = sinks.get(index);
             Thread thread = new Thread(() -> {
                 try {
                     go.await();
@@ -219,8 +269,8 @@ public final class CuratorBench {
                             break;
                         }
                     }
-                    synchronized (intervals) {
-                        intervals.addAll(mine);
+                    synchronized (sinks) {
+                        sink.addAll(mine);
                     }
                 } catch (Throwable t) {
                     failure[0] = t;
@@ -239,12 +289,41 @@ public final class CuratorBench {
         if (failure[0] != null) {
             throw new RuntimeException(failure[0]);
         }
-        StringBuilder out = new StringBuilder("[");
-        for (long[] interval : intervals) {
-            out.append(out.length() > 1 ? ", " : "")
-                    .append('[').append(interval[0]).append(", ").append(interval[1]).append(']');
+    }
+
+    /** A semaphore lease as a scope: acquire = take a lease, release = return it. */
+    private InterProcessLock leaseHolder(CuratorFramework client, String path) {
+        return new LeaseHolder(new InterProcessSemaphoreV2(client, path, intParam("leases")));
+    }
+
+    private static final class LeaseHolder implements InterProcessLock {
+        private final InterProcessSemaphoreV2 semaphore;
+        private Lease lease;
+
+        LeaseHolder(InterProcessSemaphoreV2 semaphore) {
+            this.semaphore = semaphore;
         }
-        return "\"intervals\": " + out.append(']') + ", \"counter\": " + sharedCounter;
+
+        @Override
+        public void acquire() throws Exception {
+            lease = semaphore.acquire();
+        }
+
+        @Override
+        public boolean acquire(long time, TimeUnit unit) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public void release() {
+            semaphore.returnLease(lease);
+            lease = null;
+        }
+
+        @Override
+        public boolean isAcquiredInThisProcess() {
+            return lease != null;
+        }
     }
 
     /**
@@ -508,6 +587,15 @@ public final class CuratorBench {
 
     private int intParam(String name) {
         return Integer.parseInt(param(name));
+    }
+
+    private static String json(List<long[]> intervals) {
+        StringBuilder out = new StringBuilder("[");
+        for (long[] interval : intervals) {
+            out.append(out.length() > 1 ? ", " : "")
+                    .append('[').append(interval[0]).append(", ").append(interval[1]).append(']');
+        }
+        return out.append(']').toString();
     }
 
     private static String json(long[] values) {
