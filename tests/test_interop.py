@@ -143,3 +143,26 @@ async def test_a_mutex_and_a_read_write_lock_on_one_path_exclude_each_other(
                 await read_lock.acquire(timeout=0.3)  # and the reader the mutex's node
         async with read_lock:
             assert read_lock.is_held
+
+
+async def test_a_kazoo_compatible_multi_lock_is_seen_by_kazoo_on_every_path(
+    zk: aiozklock.ZooKeeperClient, hosts: str
+) -> None:
+    from kazoo.client import KazooClient  # type: ignore[import-untyped]
+
+    def kazoo_contenders(paths: list[str]) -> list[int]:
+        client = KazooClient(hosts=hosts, timeout=4.0)
+        client.start(timeout=10)
+        try:
+            return [len(client.Lock(path).contenders()) for path in paths]
+        finally:
+            client.stop()
+            client.close()
+
+    paths = ["/interop/multi/a", "/interop/multi/b"]
+    with anyio.fail_after(20):
+        async with zk.multi_lock(paths, compat="kazoo"):
+            for path in paths:
+                (name,) = await zk.get_children(path)
+                assert "__lock__" in name
+            assert await anyio.to_thread.run_sync(kazoo_contenders, paths) == [1, 1]
