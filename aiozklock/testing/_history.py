@@ -617,6 +617,9 @@ class History:
         counters = dict(self.counters + outcomes)
         if disjoint:
             counters["concurrent:disjoint"] = disjoint
+        acts = sum(len(s.acts) for s in ordered)
+        if acts:
+            counters["acts"] = acts
         if by_resource:
             counters["store:accepted"] = sum(len(s.accepted) for s in by_resource.values())
             counters["store:rejected"] = sum(len(s.rejected) for s in by_resource.values())
