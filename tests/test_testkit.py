@@ -594,7 +594,9 @@ def test_history_flags_acts_after_the_node_was_deleted_unless_paused() -> None:
     assert [(s.client, t) for s, t in report.released_acts] == [("a", 0.9)]
     assert "act(s) after the node was deleted" in report.failures()[0]
     history.record_pause("a", 0.1, 0.3)  # stopped between its check and its act
-    assert history.check().ok
+    report = history.check()
+    assert report.ok
+    assert report.paused_released_acts == 1
 
 
 @pytest.mark.anyio

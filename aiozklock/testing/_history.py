@@ -248,6 +248,8 @@ class HistoryReport:
     paused_crowded: tuple[Crowding, ...] = ()
     #: (section, act time): acts of non-paused sections after the server deleted their node
     released_acts: tuple[tuple[CriticalSection, float], ...] = ()
+    #: ... acts of paused sections after that: nothing could stop them (reported, allowed)
+    paused_released_acts: int = 0
     counters: dict[str, int] = field(default_factory=dict)
 
     def margin_values(self, cause: str | None = "timeout") -> list[float]:
@@ -590,6 +592,7 @@ class History:
             overlaps, paused_overlaps, max_overlap, disjoint = _overlaps(ordered, paused, slack)
             violations = _token_order(judged)
         released_acts = self._released_acts(judged, slack)
+        paused_acts = self._released_acts((s for s in ordered if id(s) in paused), slack)
         stale: list[StaleWrite] = []
         fencing_violations: list[StaleWrite] = []
         unpaused: list[StaleWrite] = []
@@ -657,6 +660,7 @@ class History:
             crowded=tuple(crowded),
             paused_crowded=tuple(paused_crowded),
             released_acts=tuple(released_acts),
+            paused_released_acts=len(paused_acts),
             counters=counters,
         )
         if not report.ok:
@@ -664,13 +668,13 @@ class History:
         return report
 
     def _released_acts(
-        self, judged: Iterable[CriticalSection], slack: float
+        self, sections: Iterable[CriticalSection], slack: float
     ) -> list[tuple[CriticalSection, float]]:
-        """Acts of (non-paused) sections more than ``slack`` after the observer saw their
-        node deleted; only precise deletions count (a late one proves nothing)."""
+        """Acts of ``sections`` more than ``slack`` after the observer saw their node
+        deleted; only precise deletions count (a late one proves nothing)."""
         return [
             (section, act)
-            for section in judged
+            for section in sections
             if section.node is not None
             and section.node in self.deletions
             and section.node not in self.imprecise_deletions

@@ -521,13 +521,14 @@ class NemesisReport:
             (
                 not h.crowded,
                 f"at most {self.max_leases} holders: {len(h.crowded)} window(s) with more "
-                f"non-paused holders (peak {h.peak_holders}; {len(h.paused_crowded)} with "
-                "paused holders, judged by their acts)",
+                f"non-paused holders (peak {h.peak_holders}; {len(h.paused_crowded)} more with "
+                "paused holders: nothing can stop a stopped process, and no store fences it)",
             ),
             (
                 not h.released_acts,
                 f"no act after release: {len(h.released_acts)} act(s) of non-paused holders "
-                "after the server deleted their node",
+                f"after the server deleted their node ({h.paused_released_acts} of paused "
+                "holders)",
             ),
             (
                 not self.token_mismatches,
