@@ -580,6 +580,8 @@ def test_history_max_holders_accepts_n_at_once_and_flags_n_plus_one() -> None:
     report = history.check()
     assert report.ok
     assert len(report.paused_crowded) == 1
+    with pytest.raises(ValueError, match="max_holders"):
+        History(max_holders=0)
 
 
 @pytest.mark.timeout(5)

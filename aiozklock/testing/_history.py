@@ -244,7 +244,8 @@ class HistoryReport:
     peak_holders: int = 0
     #: with ``max_holders > 1``: windows with more holders than that (non-paused sections)
     crowded: tuple[Crowding, ...] = ()
-    #: ... windows over the limit counting paused sections too (judged by their acts)
+    #: ... more such windows once paused sections count too (reported, allowed: nothing
+    #: stops a stopped process, and no single store can fence a semaphore's holders)
     paused_crowded: tuple[Crowding, ...] = ()
     #: (section, act time): acts of non-paused sections after the server deleted their node
     released_acts: tuple[tuple[CriticalSection, float], ...] = ()
@@ -415,6 +416,10 @@ class SectionRecorder:
 
 @dataclass
 class History:
+    """What happened in a run, for :meth:`check`: sections, pauses, attempts, deletions,
+    sessions and counters (see the module docstring). ``History(max_holders=N)`` judges a
+    semaphore of ``N`` leases; raises ``ValueError`` if ``max_holders`` < 1."""
+
     sections: list[CriticalSection] = field(default_factory=list)
     pauses: list[Pause] = field(default_factory=list)
     attempts: list[AcquireAttempt] = field(default_factory=list)
@@ -430,6 +435,10 @@ class History:
     #: how many holders may hold one resource at once: 1 for a lock, ``max_leases`` for a
     #: semaphore (see the module docstring)
     max_holders: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_holders < 1:
+            raise ValueError(f"max_holders must be >= 1, not {self.max_holders}")
 
     def record(
         self,
