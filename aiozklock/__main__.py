@@ -29,13 +29,14 @@ import anyio
 
 import aiozklock
 from aiozklock import _cli
+from aiozklock._recipes._semaphore import validate_max_leases
 from aiozklock._wire._validation import validate_recipe_path
 from aiozklock.testing import FencedStore, History, HistoryReport
 
 DEFAULT_PATH = "/locks/orders/157"
-RECIPES = ("lock", "multilock", "election", "nonfair", "lease", "rwlock")
+RECIPES = ("lock", "multilock", "election", "nonfair", "lease", "rwlock", "semaphore")
 Recipe = (aiozklock.Lock | aiozklock.MultiLock | aiozklock.Election | aiozklock.NonFairLock) | (
-    aiozklock.LeaseLock | aiozklock.WriteLock
+    aiozklock.LeaseLock | aiozklock.WriteLock | aiozklock.Semaphore
 )
 _HEAD_ROWS = 12
 _TAIL_ROWS = 6
@@ -83,7 +84,8 @@ class _Race:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.history = History()
+        # A semaphore's holders share the resource: up to max_leases of them at once.
+        self.history = History(max_holders=args.max_leases if args.recipe == "semaphore" else 1)
         self.store = FencedStore()
         self.results = Results()
         self.start = anyio.Event()
@@ -112,7 +114,11 @@ class _Race:
                             await self._read_section(name, zk.rw_lock(args.path, identifier=name))
                         asked = time.monotonic()
                         async with lock.acquire(timeout=args.timeout):
-                            await self._critical_section(name, lock, time.monotonic() - asked)
+                            waited = time.monotonic() - asked
+                            if isinstance(lock, aiozklock.Semaphore):
+                                await self._lease_section(name, lock, waited)
+                            else:
+                                await self._critical_section(name, lock, waited)
                     except aiozklock.LockTimeout:
                         results.timeouts += 1
                     except aiozklock.LockLost as exc:
@@ -133,6 +139,13 @@ class _Race:
             before = value if isinstance(value, int) else 0
             await anyio.sleep(self.args.hold)
             self.store.write(name, token, before + 1)
+
+    async def _lease_section(self, name: str, sem: aiozklock.Semaphore, waited: float) -> None:
+        """semaphore: up to max_leases workers here at once; the history checks no more."""
+        token = sem.fencing_token
+        with self.history.section(name, token):
+            self.results.grants.append(Grant(name, token, waited, time.monotonic()))
+            await anyio.sleep(self.args.hold)
 
     async def _read_section(self, name: str, rw: aiozklock.ReadWriteLock) -> None:
         """rwlock: a read shared with other readers; a write landing meanwhile is a bug."""
@@ -182,6 +195,8 @@ def make_recipe(zk: aiozklock.ZooKeeperClient, args: argparse.Namespace, name: s
         return zk.lease_lock(args.path, args.ttl, identifier=name)
     if args.recipe == "rwlock":  # writers race; each round also reads (see _read_section)
         return zk.rw_lock(args.path, identifier=name).write_lock
+    if args.recipe == "semaphore":
+        return zk.semaphore(args.path, args.max_leases, identifier=name)
     return zk.lock(args.path, identifier=name)
 
 
@@ -239,12 +254,19 @@ def _print_report(
         p(f"  ! {problem}")
     p()
     counter_ok = store.value == len(store.accepted) == len(grants)
+    semaphore = args.recipe == "semaphore"
     checks = [
         (report.ok, f"history check: {report}"),
         (
             not store.rejected and counter_ok,
             f"fenced store:  {len(store.accepted)} writes accepted, {len(store.rejected)} "
             f"stale writes rejected, counter = {store.value} (expected {len(grants)})",
+        )
+        if not semaphore
+        else (
+            0 < report.peak_holders <= args.max_leases,
+            f"leases:        at most {report.peak_holders} holder(s) at once (max_leases "
+            f"{args.max_leases}; they share the resource, so no fenced store)",
         ),
         (
             not results.leftover_nodes,
@@ -264,11 +286,12 @@ def _print_report(
         p(f"  [{'PASS' if ok else 'FAIL'}] {line}")
     passed = all(ok for ok, _ in checks)
     p()
-    p(
-        "PASSED: no two holders overlapped, fencing tokens strictly increased"
-        if passed
-        else "FAILED"
-    )
+    if not passed:
+        p("FAILED")
+    elif semaphore:
+        p(f"PASSED: never more than {args.max_leases} holders at once")
+    else:
+        p("PASSED: no two holders overlapped, fencing tokens strictly increased")
     return passed
 
 
@@ -327,9 +350,16 @@ def build_parser() -> argparse.ArgumentParser:
         default="lock",
         help="lock (fair), multilock (PATH and PATH-b together), election, nonfair, lease "
         "(a TTL lease; needs extendedTypesEnabled), rwlock (writers race on the write lock; each "
-        "round also takes the read lock) (%(default)s)",
+        "round also takes the read lock), semaphore (up to --max-leases holders at once) "
+        "(%(default)s)",
     )
     demo.add_argument("--ttl", type=_seconds, default=5.0, help="lease TTL, s (%(default)s)")
+    demo.add_argument(
+        "--max-leases",
+        type=_positive_int,
+        default=3,
+        help="the semaphore's max_leases (%(default)s)",
+    )
     _add_nemesis_parser(commands)
     _cli.add_commands(commands)
     return parser
@@ -362,7 +392,14 @@ def _add_nemesis_parser(commands: argparse._SubParsersAction[_cli.Parser]) -> No
         "election (the section runs as leader), nonfair (zk.lock(fair=False)), lease "
         "(zk.lease_lock, TTL = the session timeout; the local ensemble then reaps TTL nodes "
         "every 100 ms; with --hosts, the servers must reap promptly too), rwlock (read or write "
-        "lock at random; readers may overlap each other, never a writer) (%(default)s)",
+        "lock at random; readers may overlap each other, never a writer), semaphore "
+        "(zk.semaphore with --max-leases; never more holders at once) (%(default)s)",
+    )
+    nemesis.add_argument(
+        "--max-leases",
+        type=_positive_int,
+        default=2,
+        help="the semaphore's max_leases (%(default)s)",
     )
     nemesis.add_argument(
         "--duration", type=_seconds, default=60.0, help="seconds of faults (%(default)s)"
@@ -414,6 +451,8 @@ def _demo(args: argparse.Namespace) -> int:
             return EXIT_UNAVAILABLE
     try:  # bad arguments fail here, before a server is started or contacted
         validate_recipe_path(args.path)
+        if args.recipe == "semaphore":
+            validate_max_leases(args.max_leases)
         if args.hosts:
             aiozklock.connect(args.hosts)  # validates the connection string; connects on entry
     except aiozklock.InvalidArgument as exc:
@@ -462,6 +501,8 @@ def _nemesis_command(args: argparse.Namespace) -> str:
         f"--processes {args.processes}",
         f"--session-timeout {args.session_timeout:g}",
     ]
+    if args.recipe == "semaphore":
+        parts.append(f"--max-leases {args.max_leases}")
     if args.kinds:
         parts.append(f"--kinds {args.kinds}")
     if args.loss_policy != "suspended":
@@ -559,6 +600,7 @@ def _nemesis(args: argparse.Namespace) -> int:
                         log_dir=log_dir,
                         command=command,
                         recipe=args.recipe,
+                        max_leases=args.max_leases,
                     )
                     tg.cancel_scope.cancel()
             return report

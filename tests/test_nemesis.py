@@ -3,8 +3,9 @@
 The checker's logic is tested on hand-made histories (no server). The nemesis itself runs one
 short seed per backend on the 3-node ensemble: clients in this process and in child processes,
 faults on the network, the sessions, the processes and the servers; the report must pass
-every check. Each other recipe (multilock, election, nonfair, lease) runs one shorter seed on
-one backend (alternating); the lease on its own ensemble that reaps TTL nodes every 100 ms.
+every check. Each other recipe (multilock, election, nonfair, lease, rwlock, semaphore) runs
+one shorter seed on one backend (alternating); the lease on its own ensemble that reaps TTL
+nodes every 100 ms.
 Override the seed with ``AIOZKLOCK_NEMESIS_SEED`` to replay a failure.
 """
 
@@ -50,13 +51,16 @@ CI_SESSION_TIMEOUT = 4.0  # 6 s in the fault matrix; 4 s fits twice the faults i
 # election 52: the leader killed while the holder is partitioned beyond its session, then an
 # expiry; nonfair 1093: a lost create reply and a holder process paused past its session;
 # lease 4403: a paused process and a partitioned holder both beyond the TTL, then an expiry
-# (which takes nothing from a lease).
+# (which takes nothing from a lease); semaphore 1093: a lost create reply, a holder process
+# stopped beyond its session while the others take its lease (2 holders besides it), then
+# the expiry of a holder.
 RECIPE_SEEDS = {
     "multilock": ("asyncio", 2258, 10.0),
     "election": ("trio", 52, 10.0),
     "nonfair": ("asyncio", 1093, 10.0),
     "lease": ("trio", 4403, 10.0),
     "rwlock": ("trio", 971, 10.0),
+    "semaphore": ("asyncio", 1093, 10.0),
 }
 
 
@@ -536,6 +540,10 @@ async def _run_recipe_seed(cluster: ZooKeeperCluster, recipe: str, backend: str)
     assert report.history.counters.get("section:completed", 0) >= 10
     assert report.recovery is not None
     assert all(member.mode() in ("leader", "follower") for member in cluster.members)
+    if recipe == "semaphore":  # max_leases 2 of 4 clients: the leases were held together
+        assert report.history.peak_holders == 2
+        assert report.tokens_checked > 0
+        assert report.starved == []
 
 
 @pytest.mark.anyio
@@ -546,7 +554,7 @@ async def _run_recipe_seed(cluster: ZooKeeperCluster, recipe: str, backend: str)
     ("recipe", "anyio_backend"),
     [
         (recipe, RECIPE_SEEDS[recipe][0])
-        for recipe in ("multilock", "election", "nonfair", "rwlock")
+        for recipe in ("multilock", "election", "nonfair", "rwlock", "semaphore")
     ],
 )
 async def test_nemesis_recipe_short_seed(
@@ -572,4 +580,6 @@ def test_lease_needs_a_reaping_cluster_and_recipes_are_checked() -> None:
     with pytest.raises(ValueError, match="checkIntervalMs"):
         anyio.run(lambda: run_nemesis(cluster, seed=1, recipe="lease"))
     with pytest.raises(ValueError, match="unknown recipe"):
-        anyio.run(lambda: run_nemesis(cluster, seed=1, recipe="semaphore"))
+        anyio.run(lambda: run_nemesis(cluster, seed=1, recipe="barrier"))
+    with pytest.raises(ValueError, match="max_leases"):
+        anyio.run(lambda: run_nemesis(cluster, seed=1, recipe="semaphore", max_leases=0))

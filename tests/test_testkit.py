@@ -551,6 +551,56 @@ def test_history_shared_sections_overlap_each_other_never_an_exclusive_one() -> 
     assert any(pair[1] is late for pair in report.token_order_violations)
 
 
+@pytest.mark.timeout(5)
+def test_history_max_holders_accepts_n_at_once_and_flags_n_plus_one() -> None:
+    """A semaphore of 2: two holders at once pass in any token order; a third fails."""
+    history = History(max_holders=2)
+    history.record("a", 20, 0.0, 2.0)
+    history.record("b", 10, 0.5, 1.0)  # entered later with a smaller token: allowed
+    history.record("c", 30, 1.0, 3.0)  # enters as b exits: touching is not overlapping
+    history.record("a", 20, 2.0, 2.5)  # the same grant again: one holder, not two
+    report = history.check()
+    assert report.ok, str(report)
+    assert report.peak_holders == 2
+    assert "at most 2 holder(s) at once (limit 2)" in str(report)
+    third = history.record("d", 40, 1.5, 1.8)  # a, c and d hold from 1.5 to 1.8
+    report = history.check()
+    assert not report.ok
+    assert report.peak_holders == 3
+    assert len(report.crowded) == 1
+    window = report.crowded[0]
+    assert (window.start, window.end) == (1.5, 1.8)
+    assert third in window.holders
+    assert len(window.holders) == 3
+    assert report.overlaps == ()
+    assert report.token_order_violations == ()
+    assert "more than 2 holders" in report.failures()[0]
+    assert history.check(slack=0.5).ok  # a window no longer than the slack is tolerated
+    history.record_pause("d", 1.4, 1.6)  # d was stopped: judged by its acts instead
+    report = history.check()
+    assert report.ok
+    assert len(report.paused_crowded) == 1
+    with pytest.raises(ValueError, match="max_holders"):
+        History(max_holders=0)
+
+
+@pytest.mark.timeout(5)
+def test_history_flags_acts_after_the_node_was_deleted_unless_paused() -> None:
+    history = History(max_holders=2)
+    history.record("a", 10, 0.0, 1.0, node="/s/n-1#10", acts=(0.2, 0.9))
+    history.record("b", 11, 0.0, 1.0, node="/s/n-2#11", acts=(0.3, 0.4))
+    history.record_deletion("/s/n-1#10", 0.5)  # a's session expired under it at 0.5
+    history.record_deletion("/s/n-2#11", 1.2)
+    report = history.check()
+    assert not report.ok
+    assert [(s.client, t) for s, t in report.released_acts] == [("a", 0.9)]
+    assert "act(s) after the node was deleted" in report.failures()[0]
+    history.record_pause("a", 0.1, 0.3)  # stopped between its check and its act
+    report = history.check()
+    assert report.ok
+    assert report.paused_released_acts == 1
+
+
 @pytest.mark.anyio
 @pytest.mark.timeout(5)
 async def test_history_sections_record_exit_on_cancel() -> None:

@@ -10,6 +10,7 @@ from aiozklock._acl import digest_id as digest_id
 from ._expiry import expire_session as expire_session
 from ._history import AcquireAttempt as AcquireAttempt
 from ._history import CriticalSection as CriticalSection
+from ._history import Crowding as Crowding
 from ._history import FencedRead as FencedRead
 from ._history import FencedStore as FencedStore
 from ._history import FencedWrite as FencedWrite
@@ -51,6 +52,7 @@ __all__ = (
     "FAULT_KINDS",
     "AcquireAttempt",
     "CriticalSection",
+    "Crowding",
     "FaultGroup",
     "FaultProxy",
     "FaultRecord",

@@ -30,6 +30,13 @@ own validity: the server may delete the lease from ``expires_at`` on, so every w
 non-paused lease holder must reach the store by then (``expired_writes``); a session loss
 proves nothing about a lease, so its margins (cause ``ttl``) are measured from the
 observer's deletion alone.
+
+A semaphore's history (``History(max_holders=N)``) allows up to ``N`` holders of a resource at
+once: the pairwise overlap check and the token order give way to a concurrency check (no
+instant at which more than ``N`` grants of non-paused sections hold one resource:
+``crowded``), since concurrent holders enter in any token order and share no single fenced
+store. What each holder does is judged by its ``acts`` instead: every act of a non-paused
+section must come before the server deleted its node (``released_acts``).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from types import TracebackType
 __all__ = [
     "AcquireAttempt",
     "CriticalSection",
+    "Crowding",
     "FencedRead",
     "FencedStore",
     "FencedWrite",
@@ -79,7 +87,8 @@ class CriticalSection:
     to it started. ``resources``: what it held (empty: the default resource ``""``);
     ``expires_at``: for a lease, the instant from which the server may delete it, as known at
     the holder's last pre-write check. ``shared``: a read lock's section, which may overlap
-    other shared sections (never an exclusive one).
+    other shared sections (never an exclusive one). ``acts``: when it acted on the protected
+    resource (a semaphore holder, which has no single fenced store to write to).
     """
 
     client: str
@@ -93,6 +102,7 @@ class CriticalSection:
     resources: tuple[str, ...] = ()
     expires_at: float | None = None
     shared: bool = False
+    acts: tuple[float, ...] = ()
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -112,6 +122,17 @@ class CriticalSection:
 
     def describe(self) -> str:
         return f"{self.client}#{self.token} [{self.enter:.3f}, {self.exit:.3f}] {self.outcome}"
+
+
+@dataclass(frozen=True, slots=True)
+class Crowding:
+    """A window from ``start`` to ``end`` in which more than ``History.max_holders`` grants
+    held ``resource`` at once; ``holders``: the sections holding it when the window opened."""
+
+    resource: str
+    start: float
+    end: float
+    holders: tuple[CriticalSection, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +238,19 @@ class HistoryReport:
     slow_reactions: tuple[tuple[CriticalSection, Pause], ...] = ()
     #: writes of a non-paused lease holder that reached the store after its ``expires_at``
     expired_writes: tuple[tuple[CriticalSection, FencedWrite], ...] = ()
+    #: how many holders may hold one resource at once (``History.max_holders``)
+    max_holders: int = 1
+    #: with ``max_holders > 1``: the most non-paused grants seen holding one resource at once
+    peak_holders: int = 0
+    #: with ``max_holders > 1``: windows with more holders than that (non-paused sections)
+    crowded: tuple[Crowding, ...] = ()
+    #: ... more such windows once paused sections count too (reported, allowed: nothing
+    #: stops a stopped process, and no single store can fence a semaphore's holders)
+    paused_crowded: tuple[Crowding, ...] = ()
+    #: (section, act time): acts of non-paused sections after the server deleted their node
+    released_acts: tuple[tuple[CriticalSection, float], ...] = ()
+    #: ... acts of paused sections after that: nothing could stop them (reported, allowed)
+    paused_released_acts: int = 0
     counters: dict[str, int] = field(default_factory=dict)
 
     def margin_values(self, cause: str | None = "timeout") -> list[float]:
@@ -257,16 +291,36 @@ class HistoryReport:
             problems.append(f"{len(self.slow_reactions)} holder(s) slow to react to a loss")
         if self.expired_writes:
             problems.append(f"{len(self.expired_writes)} write(s) after the lease expired")
+        if self.crowded:
+            problems.append(
+                f"{len(self.crowded)} window(s) with more than {self.max_holders} holders"
+            )
+        if self.released_acts:
+            problems.append(f"{len(self.released_acts)} act(s) after the node was deleted")
         return problems
 
     def __str__(self) -> str:
-        lines = [
-            f"{self.sections} critical sections: "
-            + ("OK" if self.ok else "FAILED")
-            + f"; {len(self.overlaps)} overlapping pair(s)"
-            + (f" (max {self.max_overlap * 1000:.1f} ms)" if self.overlaps else "")
-            + f"; {len(self.token_order_violations)} token-order violation(s)"
-        ]
+        verdict = f"{self.sections} critical sections: " + ("OK" if self.ok else "FAILED")
+        if self.max_holders > 1:
+            verdict += (
+                f"; at most {self.peak_holders} holder(s) at once (limit {self.max_holders}); "
+                f"{len(self.crowded)} window(s) over the limit"
+            )
+        else:
+            verdict += (
+                f"; {len(self.overlaps)} overlapping pair(s)"
+                + (f" (max {self.max_overlap * 1000:.1f} ms)" if self.overlaps else "")
+                + f"; {len(self.token_order_violations)} token-order violation(s)"
+            )
+        lines = [verdict]
+        for window in self.crowded[:10]:
+            holders = ", ".join(f"{s.client}#{s.token}" for s in window.holders)
+            lines.append(
+                f"  {len(window.holders)} holders for {(window.end - window.start) * 1000:.1f}"
+                f" ms from {window.start:.3f}: {holders}"
+            )
+        for section, act in self.released_acts[:10]:
+            lines.append(f"  act after release: {section.describe()} acted at {act:.3f}")
         for earlier, later in self.overlaps[:10]:
             amount = min(earlier.exit, later.exit) - later.enter
             lines.append(
@@ -362,6 +416,10 @@ class SectionRecorder:
 
 @dataclass
 class History:
+    """What happened in a run, for :meth:`check`: sections, pauses, attempts, deletions,
+    sessions and counters (see the module docstring). ``History(max_holders=N)`` judges a
+    semaphore of ``N`` leases; raises ``ValueError`` if ``max_holders`` < 1."""
+
     sections: list[CriticalSection] = field(default_factory=list)
     pauses: list[Pause] = field(default_factory=list)
     attempts: list[AcquireAttempt] = field(default_factory=list)
@@ -374,6 +432,13 @@ class History:
     #: session id -> its client's state changes (time, state name), in time order
     session_states: dict[int, list[tuple[float, str]]] = field(default_factory=dict)
     counters: Counter[str] = field(default_factory=Counter)
+    #: how many holders may hold one resource at once: 1 for a lock, ``max_leases`` for a
+    #: semaphore (see the module docstring)
+    max_holders: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_holders < 1:
+            raise ValueError(f"max_holders must be >= 1, not {self.max_holders}")
 
     def record(
         self,
@@ -389,10 +454,11 @@ class History:
         resources: Iterable[str] = (),
         expires_at: float | None = None,
         shared: bool = False,
+        acts: Iterable[float] = (),
     ) -> CriticalSection:
         """Record a finished section (times from ``time.monotonic()``); ``resources``,
-        ``expires_at`` and ``shared``: see :class:`CriticalSection`. Raises ``ValueError``
-        if it exits before it enters."""
+        ``expires_at``, ``shared`` and ``acts``: see :class:`CriticalSection`. Raises
+        ``ValueError`` if it exits before it enters."""
         if exit < enter:
             raise ValueError(f"section exits before it enters: {enter} > {exit}")
         section = CriticalSection(
@@ -407,6 +473,7 @@ class History:
             tuple(resources),
             expires_at,
             shared,
+            tuple(acts),
         )
         self.sections.append(section)  # list.append is atomic under the GIL
         return section
@@ -510,17 +577,31 @@ class History:
         in ``enter`` order each non-paused section's token must be strictly greater than the
         previous one's (with shared sections: see ``_token_order``), except that consecutive
         sections of the same client and token are one grant (a holder may record several
-        sections per grant). ``store`` is the store of the default resource ``""``;
-        ``stores`` maps each resource to its own store. Raises ``ValueError`` if both are
-        given.
+        sections per grant). With ``max_holders > 1`` (a semaphore) both give way to the
+        concurrency check: no window longer than ``slack`` in which more than
+        ``max_holders`` grants of non-paused sections hold one resource. Acts (any recipe
+        that records them): no act of a non-paused section more than ``slack`` after an
+        observer saw its node deleted (precisely). ``store`` is the store of the default
+        resource ``""``; ``stores`` maps each resource to its own store. Raises
+        ``ValueError`` if both are given.
         """
         if store is not None and stores is not None:
             raise ValueError("pass store= or stores=, not both")
         by_resource = dict(stores or {}) if store is None else {"": store}
         ordered = sorted(self.sections, key=lambda s: (s.enter, s.exit))
         paused = {id(s) for s in ordered if self.paused(s)}
-        overlaps, paused_overlaps, max_overlap, disjoint = _overlaps(ordered, paused, slack)
-        violations = _token_order([s for s in ordered if id(s) not in paused])
+        judged = [s for s in ordered if id(s) not in paused]
+        crowded, paused_crowded, peak = _concurrency(ordered, paused, self.max_holders, slack)
+        if self.max_holders > 1:  # concurrent holders: neither pairs nor one token order
+            overlaps: list[SectionPair] = []
+            paused_overlaps: list[SectionPair] = []
+            max_overlap, disjoint = 0.0, 0
+            violations: list[SectionPair] = []
+        else:
+            overlaps, paused_overlaps, max_overlap, disjoint = _overlaps(ordered, paused, slack)
+            violations = _token_order(judged)
+        released_acts = self._released_acts(judged, slack)
+        paused_acts = self._released_acts((s for s in ordered if id(s) in paused), slack)
         stale: list[StaleWrite] = []
         fencing_violations: list[StaleWrite] = []
         unpaused: list[StaleWrite] = []
@@ -548,6 +629,9 @@ class History:
         counters = dict(self.counters + outcomes)
         if disjoint:
             counters["concurrent:disjoint"] = disjoint
+        acts = sum(len(s.acts) for s in ordered)
+        if acts:
+            counters["acts"] = acts
         if by_resource:
             counters["store:accepted"] = sum(len(s.accepted) for s in by_resource.values())
             counters["store:rejected"] = sum(len(s.rejected) for s in by_resource.values())
@@ -564,6 +648,8 @@ class History:
                 or attempt_violations
                 or slow
                 or expired
+                or crowded
+                or released_acts
             ),
             paused_sections=len(paused),
             paused_overlaps=tuple(paused_overlaps),
@@ -578,11 +664,32 @@ class History:
             imprecise_margins=imprecise,
             slow_reactions=tuple(slow),
             expired_writes=tuple(expired),
+            max_holders=self.max_holders,
+            peak_holders=peak,
+            crowded=tuple(crowded),
+            paused_crowded=tuple(paused_crowded),
+            released_acts=tuple(released_acts),
+            paused_released_acts=len(paused_acts),
             counters=counters,
         )
         if not report.ok:
             logger.warning("history check failed:\n%s", report)
         return report
+
+    def _released_acts(
+        self, sections: Iterable[CriticalSection], slack: float
+    ) -> list[tuple[CriticalSection, float]]:
+        """Acts of ``sections`` more than ``slack`` after the observer saw their node
+        deleted; only precise deletions count (a late one proves nothing)."""
+        return [
+            (section, act)
+            for section in sections
+            if section.node is not None
+            and section.node in self.deletions
+            and section.node not in self.imprecise_deletions
+            for act in section.acts
+            if act > self.deletions[section.node] + slack
+        ]
 
     def _check_attempts(self) -> tuple[list[tuple[AcquireAttempt, float]], float]:
         violations = []
@@ -667,6 +774,55 @@ def _overlaps(
                     overlaps.append((earlier, later))
                     max_overlap = max(max_overlap, amount)
     return overlaps, paused_overlaps, max_overlap, disjoint
+
+
+def _concurrency(
+    ordered: Sequence[CriticalSection], paused: set[int], limit: int, slack: float
+) -> tuple[list[Crowding], list[Crowding], int]:
+    """With ``limit > 1``: the windows over it among non-paused sections, those among all
+    sections that involve a paused one, and the non-paused peak; nothing with ``limit`` 1
+    (the pairwise overlap check judges a lock)."""
+    if limit <= 1:
+        return [], [], 0
+    crowded, peak = _crowding([s for s in ordered if id(s) not in paused], limit, slack)
+    with_paused = [
+        window
+        for window in _crowding(ordered, limit, slack)[0]
+        if any(id(s) in paused for s in window.holders)
+    ]
+    return crowded, with_paused, peak
+
+
+def _crowding(
+    sections: Sequence[CriticalSection], limit: int, slack: float
+) -> tuple[list[Crowding], int]:
+    """Per resource, a sweep over the sections' enters and exits: the windows longer than
+    ``slack`` in which more than ``limit`` grants (distinct client and token) hold it, and
+    the most grants seen at once. A section that exits as another enters does not overlap it."""
+    windows: list[Crowding] = []
+    peak = 0
+    for resource in sorted({key for s in sections for key in s.keys}):
+        covering = [s for s in sections if resource in s.keys and s.exit > s.enter]
+        events = sorted(
+            [(s.enter, 1, i) for i, s in enumerate(covering)]
+            + [(s.exit, 0, i) for i, s in enumerate(covering)]
+        )
+        active: dict[int, CriticalSection] = {}
+        opened: tuple[float, tuple[CriticalSection, ...]] | None = None
+        for t, entering, i in events:
+            if entering:
+                active[i] = covering[i]
+            else:
+                del active[i]
+            count = len({(s.client, s.token) for s in active.values()})
+            peak = max(peak, count)
+            if count > limit and opened is None:
+                opened = (t, tuple(active.values()))
+            elif count <= limit and opened is not None:
+                if t - opened[0] > slack:
+                    windows.append(Crowding(resource, opened[0], t, opened[1]))
+                opened = None
+    return windows, peak
 
 
 def _token_order(judged: Sequence[CriticalSection]) -> list[SectionPair]:

@@ -23,10 +23,11 @@ Recipes (``recipe=``, ``--recipe``): ``lock`` (the fair ``zk.lock``), ``nonfair`
 (each acquisition takes a random 2-3 of :data:`MULTI_PATHS` shared paths, in a random order;
 mutual exclusion, token order and fencing are judged per path, one fenced store each; holders
 of disjoint subsets run at the same time),
-``lease`` (``zk.lease_lock(path, ttl)`` with the TTL equal to the session timeout) and
+``lease`` (``zk.lease_lock(path, ttl)`` with the TTL equal to the session timeout),
 ``rwlock`` (``zk.rw_lock(path)``: each acquisition its read or its write lock, at random;
 read sections are shared: they may overlap each other, never a write section, and do not
-touch the fenced store). Every fault applies to every recipe; how they differ:
+touch the fenced store) and ``semaphore`` (``zk.semaphore(path, max_leases)``). Every fault
+applies to every recipe; how they differ:
 
 * ``multilock``: its creates and its release are one ``multi`` transaction each, so the
   lost-reply faults lose the reply of the client's next ``multi`` (acquire or release) or
@@ -40,6 +41,16 @@ touch the fenced store). Every fault applies to every recipe; how they differ:
   nodes promptly: a :class:`ZooKeeperCluster` target must have been started with
   ``jvm_properties={"znode.container.checkIntervalMs": ...}`` of at most 1 s (see
   :data:`LEASE_JVM_PROPERTIES`), or a lost lease blocks everyone for up to a minute.
+* ``semaphore``: up to ``max_leases`` holders at once, so the history is checked with
+  ``History(max_holders=max_leases)``: never more than that many non-paused holders at once
+  (instead of pairwise exclusion). Concurrent holders enter in any token order and share the
+  resource, so there is no single fenced store whose token order could judge them (and slots
+  are not identifiable: a holder does not know whose lease it follows); instead each act of
+  a holder is recorded, and none of a non-paused holder may come after the server deleted
+  its node (its loss must be signalled before the lease is gone). Paused holders (which
+  nothing can stop from acting) are counted apart. Also: each holder's token is the czxid
+  of its own node (where the observer saw the node), and every client completed a section
+  (no starvation).
 
 Use :func:`run_nemesis` from any anyio program (asyncio or trio; child processes run the same
 backend), or ``python -m aiozklock nemesis``.
@@ -342,6 +353,12 @@ class NemesisReport:
     log_dir: str | None = None
     command: str = ""
     recipe: str = "lock"
+    max_leases: int = 0  # semaphore
+    #: semaphore: sections whose node the observer saw, and those whose token was not its czxid
+    tokens_checked: int = 0
+    token_mismatches: list[str] = field(default_factory=list)
+    #: semaphore: clients that completed no critical section in the whole run
+    starved: list[str] = field(default_factory=list)
 
     def failures(self) -> list[str]:
         problems = list(self.history.failures())
@@ -355,6 +372,10 @@ class NemesisReport:
             problems.append("no critical section completed after the last fault healed")
         if self.history.sections == 0:
             problems.append("no critical section at all")
+        if self.token_mismatches:
+            problems.append(f"token is not the node's czxid: {self.token_mismatches[:5]}")
+        if self.starved:
+            problems.append(f"starved client(s): {self.starved}")
         problems.extend(self.errors)
         return problems
 
@@ -411,12 +432,20 @@ class NemesisReport:
             f"refusals {c.get('section:invalid', 0)}; release errors {c.get('release_error', 0)}"
         )
         stale_paused = sum(1 for s in h.stale_writes if s.paused and not s.write.accepted)
-        lines.append(
-            f"fenced store: {self.store_accepted} writes accepted, {self.store_rejected} "
-            f"rejected; stale writes {len(h.stale_writes)} ({stale_paused} of paused holders),"
-            f" {len(h.fencing_violations)} accepted; late writes {h.late_writes}; counter "
-            f"{self.store_value}"
-        )
+        if self.recipe == "semaphore":
+            acts = c.get("acts", 0)
+            lines.append(
+                f"leases: at most {h.peak_holders} non-paused holder(s) at once (max_leases "
+                f"{self.max_leases}); {len(h.paused_crowded)} window(s) over it with paused "
+                f"holders; {acts} act(s); no fenced store (holders share the resource)"
+            )
+        else:
+            lines.append(
+                f"fenced store: {self.store_accepted} writes accepted, {self.store_rejected} "
+                f"rejected; stale writes {len(h.stale_writes)} ({stale_paused} of paused "
+                f"holders), {len(h.fencing_violations)} accepted; late writes {h.late_writes};"
+                f" counter {self.store_value}"
+            )
         lines.append(f"margins: {h.margin_summary()}")
         timeouts = sorted((m for m in h.margins if m.cause == "timeout"), key=lambda m: m.value)
         lines.extend(
@@ -424,20 +453,7 @@ class NemesisReport:
             for m in timeouts[:3]
         )
         checks = [
-            (
-                not h.overlaps,
-                f"mutual exclusion: {len(h.overlaps)} overlapping pair(s) of non-paused "
-                f"sections ({len(h.paused_overlaps)} with paused sections, judged by fencing)",
-            ),
-            (
-                not h.token_order_violations,
-                f"token order: {len(h.token_order_violations)} violation(s)",
-            ),
-            (
-                not h.fencing_violations and not h.unpaused_rejections,
-                f"fencing: {len(h.stale_writes)} stale write(s), {len(h.fencing_violations)} "
-                f"accepted, {len(h.unpaused_rejections)} of non-paused holders",
-            ),
+            *self._exclusion_checks(),
             (
                 not h.attempt_violations,
                 f"bounded attempts: {len(h.attempt_violations)} of {h.attempts} over bound",
@@ -449,12 +465,16 @@ class NemesisReport:
                 "progress after the last fault: "
                 + ("none" if self.recovery is None else f"{self.recovery:.2f} s"),
             ),
-            (
-                not self.integrity_errors,
-                f"fenced counter integrity: {len(self.integrity_errors)} error(s)",
-            ),
             (not self.errors, f"nemesis errors: {len(self.errors)}"),
         ]
+        if self.recipe != "semaphore":
+            checks.insert(
+                -1,
+                (
+                    not self.integrity_errors,
+                    f"fenced counter integrity: {len(self.integrity_errors)} error(s)",
+                ),
+            )
         if self.recipe == "lease":
             checks.insert(
                 3,
@@ -473,6 +493,50 @@ class NemesisReport:
             lines.append(f"logs: {self.log_dir}")
         lines.append(("PASSED" if self.ok else "FAILED") + f" (seed {self.seed})")
         return "\n".join(lines)
+
+    def _exclusion_checks(self) -> list[tuple[bool, str]]:
+        """The safety checks of the recipe's holders: exclusion, token order and fencing; for
+        a semaphore, at most ``max_leases`` holders, acts, tokens and starvation."""
+        h = self.history
+        if self.recipe != "semaphore":
+            return [
+                (
+                    not h.overlaps,
+                    f"mutual exclusion: {len(h.overlaps)} overlapping pair(s) of non-paused "
+                    f"sections ({len(h.paused_overlaps)} with paused sections, judged by "
+                    "fencing)",
+                ),
+                (
+                    not h.token_order_violations,
+                    f"token order: {len(h.token_order_violations)} violation(s)",
+                ),
+                (
+                    not h.fencing_violations and not h.unpaused_rejections,
+                    f"fencing: {len(h.stale_writes)} stale write(s), "
+                    f"{len(h.fencing_violations)} accepted, {len(h.unpaused_rejections)} of "
+                    "non-paused holders",
+                ),
+            ]
+        return [
+            (
+                not h.crowded,
+                f"at most {self.max_leases} holders: {len(h.crowded)} window(s) with more "
+                f"non-paused holders (peak {h.peak_holders}; {len(h.paused_crowded)} more with "
+                "paused holders: nothing can stop a stopped process, and no store fences it)",
+            ),
+            (
+                not h.released_acts,
+                f"no act after release: {len(h.released_acts)} act(s) of non-paused holders "
+                f"after the server deleted their node ({h.paused_released_acts} of paused "
+                "holders)",
+            ),
+            (
+                not self.token_mismatches,
+                f"token = own node's czxid: {len(self.token_mismatches)} mismatch(es) in "
+                f"{self.tokens_checked} section(s) whose node the observer saw",
+            ),
+            (not self.starved, f"no starvation: {len(self.starved)} client(s) never held"),
+        ]
 
 
 # ---------------------------------------------------------------------------- the clients
@@ -552,6 +616,7 @@ class _Observer:
         self.history = history
         self.watched: set[str] = set()  # node paths with a live exists-watch
         self.owners: dict[str, int] = {}  # node path -> ephemeral owner (0: persistent)
+        self.czxids: dict[str, int] = {}  # node path -> its czxid (the last one seen)
         self.reconnected_at = -math.inf
         self._suspended = False
         self._rewatch, self._rewatch_receive = anyio.create_memory_object_stream[str](math.inf)
@@ -641,6 +706,7 @@ class _Observer:
                 self.watched.discard(node)
             else:
                 self.owners[node] = stat.ephemeral_owner
+                self.czxids[node] = stat.czxid
                 key.append(f"{node}#{stat.czxid}")
                 for now, precise in early:
                     self.history.record_deletion(key[0], now, precise=precise)
@@ -734,6 +800,7 @@ class _Nemesis:
         backend: str,
         path: str,
         recipe: str,
+        max_leases: int,
         cluster: ZooKeeperCluster | None,
         hosts: list[str],
         log_dir: Path,
@@ -750,6 +817,7 @@ class _Nemesis:
         self.backend = backend
         self.path = path
         self.recipe = recipe
+        self.max_leases = max_leases
         #: the lock paths: one, or the multi-lock's shared ones (each a fenced resource)
         self.paths = (
             tuple(f"{path}/m{i}" for i in range(1, MULTI_PATHS + 1))
@@ -759,8 +827,10 @@ class _Nemesis:
         self.cluster = cluster
         self.hosts = hosts
         self.log_dir = log_dir
-        self.history = History()
-        self.stores = {resource: FencedStore() for resource in self.paths}
+        semaphore = recipe == "semaphore"
+        self.history = History(max_holders=max_leases if semaphore else 1)
+        #: one fenced store per lock path; none for a semaphore (its holders share it)
+        self.stores = {} if semaphore else {resource: FencedStore() for resource in self.paths}
         self.clients: list[_Client] = []
         self.by_name: dict[str, _Client] = {}
         self.sessions: dict[int, str] = {}
@@ -823,6 +893,7 @@ class _Nemesis:
                 resources=[str(r) for r in record.get("resources", ())],
                 expires_at=record.get("expires_at"),
                 shared=bool(record.get("shared", False)),
+                acts=[float(t) for t in record.get("acts", ())],
             )
             if (
                 section.outcome == "completed"
@@ -1282,6 +1353,7 @@ async def run_nemesis(
     log_dir: str | os.PathLike[str] | None = None,
     command: str = "",
     recipe: str = "lock",
+    max_leases: int = 2,
 ) -> NemesisReport:
     """Run the nemesis for ``duration`` seconds (plus healing and the end checks).
 
@@ -1295,15 +1367,18 @@ async def run_nemesis(
     not abandoned, and the cleanup of a failed attempt is bounded by half of it). ``kinds``
     restricts the fault kinds (default: every kind that the target allows). ``recipe``: one of
     :data:`RECIPES` (see the module docstring); ``path`` is its lock path (the multi-lock's
-    paths are ``{path}/m1`` ...), default a fresh one.
+    paths are ``{path}/m1`` ...), default a fresh one. ``max_leases``: the semaphore's.
 
     Logs of the child processes go to ``log_dir`` (default: a temporary directory, removed
     if the run passes). Returns the report; raises only if the run could not take place
     (e.g. ``ZooKeeperUnavailable``), and ``ValueError`` for bad arguments (an unknown
-    recipe; a lease on a cluster started without :data:`LEASE_JVM_PROPERTIES`).
+    recipe; a lease on a cluster started without :data:`LEASE_JVM_PROPERTIES`;
+    ``max_leases`` < 1).
     """
     if recipe not in RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
+    if max_leases < 1:
+        raise ValueError(f"max_leases must be >= 1, not {max_leases}")
     if clients < 1 or not 0 <= processes <= clients:
         raise ValueError("need clients >= 1 and 0 <= processes <= clients")
     if duration < 0 or session_timeout <= 0:
@@ -1343,6 +1418,7 @@ async def run_nemesis(
         backend=backend,
         path=path or f"/aiozklock-nemesis/{seed}-{uuid.uuid4().hex[:8]}/{recipe}",
         recipe=recipe,
+        max_leases=max_leases,
         cluster=cluster,
         hosts=hosts,
         log_dir=logs,
@@ -1366,6 +1442,7 @@ async def run_nemesis(
         history=HistoryReport(0, (), 0.0, (), True),
         command=command,
         recipe=recipe,
+        max_leases=max_leases if recipe == "semaphore" else 0,
     )
     try:
         await _run(nemesis, plan, report)
@@ -1379,7 +1456,7 @@ async def run_nemesis(
     report.store_accepted = sum(len(store.accepted) for store in stores.values())
     report.store_rejected = sum(len(store.rejected) for store in stores.values())
     values = {resource.rpartition("/")[2]: store.value for resource, store in stores.items()}
-    report.store_value = values if len(values) > 1 else next(iter(values.values()))
+    report.store_value = values if len(values) != 1 else next(iter(values.values()))
     report.integrity_errors = [
         error for store in stores.values() for error in _counter_integrity(store)
     ]
@@ -1389,6 +1466,24 @@ async def run_nemesis(
     else:
         report.log_dir = str(logs)
     return report
+
+
+def _check_leases(nemesis: _Nemesis, observer: _Observer, report: NemesisReport) -> None:
+    """Semaphore: each section's token is the czxid of its own node (its key is
+    ``{node}#{token}``; checked where the observer saw the node: sequential names are never
+    reused), and every client completed a section (nobody starved)."""
+    completed: set[str] = set()
+    for section in nemesis.history.sections:
+        if section.outcome == "completed":
+            completed.add(section.client)
+        node, _, token = (section.node or "").rpartition("#")
+        czxid = observer.czxids.get(node)
+        if czxid is None:
+            continue
+        report.tokens_checked += 1
+        if str(czxid) != token:
+            report.token_mismatches.append(f"{section.describe()}: {node} has czxid {czxid}")
+    report.starved = [c.name for c in nemesis.clients if c.name not in completed]
 
 
 def _check_reaping(cluster: ZooKeeperCluster) -> None:
@@ -1498,6 +1593,7 @@ async def _run(nemesis: _Nemesis, plan: list[FaultGroup], report: NemesisReport)
                     recipe=n.recipe,
                     paths=n.paths if n.recipe == "multilock" else (),
                     lease_ttl=n.session_timeout if n.recipe == "lease" else 0.0,
+                    max_leases=n.max_leases,
                 )
                 if client.process:
                     tg.start_soon(n.run_child, client, config)
@@ -1576,6 +1672,8 @@ async def _run(nemesis: _Nemesis, plan: list[FaultGroup], report: NemesisReport)
                     report.orphans.append(
                         f"{node} (session 0x{owner:x}: {n.sessions.get(owner, '?')})"
                     )
+                if n.recipe == "semaphore":
+                    _check_leases(n, observer, report)
             finally:
                 report.elapsed = n.now()
                 with anyio.CancelScope(shield=True):

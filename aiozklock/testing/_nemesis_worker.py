@@ -5,10 +5,13 @@ The loop runs one recipe (``WorkerConfig.recipe``, see :data:`RECIPES`): ``lock`
 leader), ``lease`` (``zk.lease_lock(path, ttl, holder_id=<client name>)``), ``multilock``
 (each acquisition takes 2-3 of the shared ``paths``, a random subset in a random order) or
 ``rwlock`` (``zk.rw_lock(path)``: each acquisition takes its read lock or its write lock, at
-random). Each path held is a resource with its own fenced store: the section reads every store
-it holds (registering its token), then each write increments every store's counter; a read
-lock's section (recorded as shared) only checks ``is_held`` between its pauses, and touches
-no store.
+random) or ``semaphore`` (``zk.semaphore(path, max_leases)``). Each path held is a resource
+with its own fenced store: the section reads every store it holds (registering its token),
+then each write increments every store's counter; a read lock's section (recorded as shared)
+only checks ``is_held`` between its pauses, and touches no store. A semaphore's holders share
+the resource with each other, so no single fenced store orders them: each records its
+``acts`` instead (when it acted, right where a write would be sent), which the history
+judges against the server's deletion of its node.
 
 The same loop runs in the nemesis's own process (a task per client) and in child processes
 (one client each, so that a holder *process* can be stopped with SIGSTOP). A child is started
@@ -68,7 +71,9 @@ logger = logging.getLogger(__name__)
 Record = dict[str, Any]
 _MAX_LINE = 1 << 20
 #: The recipes a worker can loop on.
-RECIPES = ("lock", "multilock", "election", "nonfair", "lease", "rwlock")
+RECIPES = ("lock", "multilock", "election", "nonfair", "lease", "rwlock", "semaphore")
+#: What a worker acquires: a semaphore holds its node through the current task's lease.
+Held = Primitive | aiozklock.Semaphore
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,7 @@ class WorkerConfig:
     recipe: str = "lock"  # one of RECIPES
     paths: tuple[str, ...] = ()  # multilock: the shared paths (each acquisition takes 2-3)
     lease_ttl: float = 0.0  # lease: the TTL, s
+    max_leases: int = 0  # semaphore: its max_leases
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -194,9 +200,11 @@ class _Contention:
         self._config = config
         self._rng = rng
         recipe = config.recipe
-        self._single: Primitive | None = None
+        self._single: Held | None = None
         self._rw: aiozklock.ReadWriteLock | None = None
-        if recipe == "rwlock":
+        if recipe == "semaphore":
+            self._single = zk.semaphore(config.path, config.max_leases, identifier=config.name)
+        elif recipe == "rwlock":
             self._rw = zk.rw_lock(config.path, identifier=config.name)
         elif recipe == "lock":
             self._single = zk.lock(config.path, identifier=config.name)
@@ -211,7 +219,7 @@ class _Contention:
         elif recipe != "multilock" or len(config.paths) < 2:
             raise ValueError(f"unknown recipe {recipe!r} (or multilock with < 2 paths)")
 
-    def next(self) -> tuple[Primitive, tuple[str, ...]]:
+    def next(self) -> tuple[Held, tuple[str, ...]]:
         if self._rw is not None:
             shared = self._rng.random() < 0.5
             return self._rw.read_lock if shared else self._rw.write_lock, (self._config.path,)
@@ -222,23 +230,32 @@ class _Contention:
         return self._zk.multi_lock(chosen, identifier=self._config.name), tuple(chosen)
 
 
-def _still_held(primitive: Primitive) -> bool:
+def _queued(primitive: Held) -> Primitive | None:
+    """The object that owns the node: a semaphore's is the current task's lease."""
+    if isinstance(primitive, aiozklock.Semaphore):
+        return primitive._lease_of(anyio.get_current_task().id)
+    return primitive
+
+
+def _still_held(primitive: Held) -> bool:
     """Held and not lost (whichever task asks, whatever ``valid_until`` says): the test kit
     reads the private holding, which no public property exposes for every recipe."""
-    holding = primitive._holding
+    queued = _queued(primitive)
+    holding = queued._holding if queued is not None else None
     return holding is not None and not holding.lost
 
 
-def _node_key(primitive: Primitive) -> str | None:
+def _node_key(primitive: Held) -> str | None:
     """``{first node's path}#{czxid}``: names a node uniquely even where the recipe reuses a
     fixed name (``nonfair``, ``lease``); the observer keys its deletions the same way."""
-    holding = primitive._holding
+    queued = _queued(primitive)
+    holding = queued._holding if queued is not None else None
     if holding is None or not holding.nodes:
         return None
     return f"{holding.nodes[0]}#{holding.token}"
 
 
-def _expires_at(primitive: Primitive) -> float | None:
+def _expires_at(primitive: Held) -> float | None:
     """A lease's ``expires_at`` (None for the session-bound recipes, or once released)."""
     if isinstance(primitive, aiozklock.LeaseLock):
         return primitive.statistics().expires_at
@@ -312,7 +329,7 @@ def _attempt(sink: WorkerSink, start: float, bound: float, outcome: str) -> None
 
 async def _critical_section(
     zk: aiozklock.ZooKeeperClient,
-    primitive: Primitive,
+    primitive: Held,
     resources: tuple[str, ...],
     config: WorkerConfig,
     sink: WorkerSink,
@@ -321,6 +338,7 @@ async def _critical_section(
 ) -> None:
     token = primitive.fencing_token
     shared = isinstance(primitive, aiozklock.ReadLock)
+    semaphore = isinstance(primitive, aiozklock.Semaphore)
     node = _node_key(primitive)
     session_id = zk.session_id
     expires_at = _expires_at(primitive)
@@ -334,9 +352,11 @@ async def _critical_section(
     # ``hold``: how long it means to act, so that the nemesis can aim at long holds.
     sink.emit({"type": "enter", "token": token, "node": node, "t": enter, "hold": sum(pauses)})
     outcome = "error"
+    acts: list[float] = []
     try:
         counters: dict[str, int] = {}
-        stores = () if shared else resources  # a reader shares its grant: no fenced access
+        # A reader shares its grant, a semaphore holder its resource: no fenced access.
+        stores = () if shared or semaphore else resources
         for resource in stores:  # registers our token: older holders are fenced
             ok, counters[resource] = await sink.read(resource, token)
             if not ok:
@@ -353,6 +373,8 @@ async def _critical_section(
             if shared:
                 continue
             await sink.before_write()
+            if semaphore:
+                acts.append(time.monotonic())
             for resource in stores:
                 if not await sink.write(resource, token, counters[resource] + 1):
                     outcome = "rejected"
@@ -376,6 +398,7 @@ async def _critical_section(
                 "resources": list(resources),
                 "expires_at": expires_at,
                 "shared": shared,
+                "acts": acts,
             }
         )
 
