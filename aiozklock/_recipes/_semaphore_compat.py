@@ -367,7 +367,7 @@ class CompatSemaphore(Semaphore):
         self._assured = False  # kazoo: the path exists and stores our limit
 
     def _new_lease(self) -> _CompatLease:
-        return _CompatLease(self, self._mutex)
+        return _CompatLease._construct(self, self._mutex)
 
     async def _ensure_path(self, deadline: float | None) -> None:
         """kazoo: create ``<path>`` (persistent, with our limit) and the lock's sibling
