@@ -130,8 +130,6 @@ async def test_kazoo_layout(zk: aiozklock.ZooKeeperClient) -> None:
             assert re.fullmatch("[0-9a-f]{32}", lease)
             assert sem.statistics().nodes == (lease,)
             assert (await zk.get_data(PATH))[0] == b"2"  # kazoo's stored limit
-            stat = await zk.exists(PATH)
-            assert stat is not None and stat.ephemeral_owner == 0  # persistent, as kazoo's
             assert await zk.get_children(f"{PATH}-__lock__") == []  # the lock is released
             (holder,) = await sem.leases()
             assert (holder.node, holder.identifier) == (lease, "me")
@@ -297,3 +295,27 @@ async def test_curator_lost_create_reply_leaves_one_lease(
             assert len(children) == 1
         assert proxy.count(Opcode.CREATE2) >= 2
     await gone(zk, lease_parent("curator"), mutex_path("curator"))
+
+
+EXPECTED = {  # after the first acquire; the mutex's create and listing are pipelined
+    "kazoo": [Opcode.CREATE2, Opcode.GET_CHILDREN, Opcode.GET_CHILDREN, Opcode.CREATE2],
+    "curator": [Opcode.CREATE2, Opcode.GET_CHILDREN, Opcode.CREATE2, Opcode.GET_CHILDREN],
+}
+
+
+@pytest.mark.parametrize("compat", COMPATS)
+async def test_requests_when_a_lease_is_free(
+    compat: Compat, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    """The peer's algorithm costs 3 round trips: the mutex, then (kazoo) list and create or
+    (Curator) create and list. The releases (lease, mutex) are deletes sent without waiting."""
+    client = await open_client(proxy)
+    sem = client.semaphore(PATH, 3, compat=compat)
+    with anyio.fail_after(10):
+        async with sem:
+            pass
+        for _ in range(2):
+            proxy.reset_counters()
+            async with sem:
+                sent = [r.opcode for r in proxy.requests if r.opcode != Opcode.PING]
+                assert [op for op in sent if op != Opcode.DELETE] == EXPECTED[compat]

@@ -139,6 +139,12 @@ class _CompatLease(LeaseBase):
             generation = session.generation
             if self._mutex_lost(generation):
                 return None
+            if sem.compat == "curator" and self._pending_node(generation) is None:
+                # Curator creates its lease first, then counts it with the others.
+                token = str(uuid.uuid4())
+                name = join(parent, f"_c_{token}-{CURATOR_LEASE}")
+                await self._create(name, token, data, generation)
+                continue
             woken = anyio.Event()
             wake = _waker(woken)
             # Watch and state listener exist before the listing: no wake-up can be missed.
@@ -183,14 +189,9 @@ class _CompatLease(LeaseBase):
                 return True
             name = uuid.uuid4().hex
             return await self._create(join(sem.path, name), name, data, generation) or False
-        pending = self._pending
-        node = None if pending is None or pending[0] != generation else pending[1]
+        pending, node = self._pending, self._pending_node(generation)
         if pending is None or node is None:
-            # No lease yet (or the create's reply was lost and it was not made): create one.
-            token = str(uuid.uuid4())
-            name = join(sem._lease_parent, f"_c_{token}-{CURATOR_LEASE}")
-            await self._create(name, token, data, generation)
-            return False  # list again, with ours in it
+            return False  # the create's outcome was unknown, and it made nothing
         czxid = pending[3]
         if node.rsplit("/", 1)[-1] not in children:
             self._pending = None  # gone (Curator: "sequential path not found"): create again
@@ -198,6 +199,11 @@ class _CompatLease(LeaseBase):
         if not self._may_take(children):
             return True
         return self._hold(node, czxid, generation)
+
+    def _pending_node(self, generation: int) -> str | None:
+        """Our lease node not held yet, if it was created in ``generation``."""
+        pending = self._pending
+        return pending[1] if pending is not None and pending[0] == generation else None
 
     async def _create(self, node: str, token: str, data: bytes, generation: int) -> Holding | None:
         """Create a lease node; kazoo's is held at once, Curator's is pending until a
