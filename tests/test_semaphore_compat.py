@@ -280,21 +280,84 @@ async def test_session_expiry_cancels_the_body(
     await gone(zk, lease_parent(compat), mutex_path(compat))
 
 
-async def test_curator_lost_create_reply_leaves_one_lease(
-    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+@pytest.mark.parametrize("compat", COMPATS)
+async def test_lost_create_reply_leaves_one_lease(
+    compat: Compat, proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
 ) -> None:
+    """The lease's create executed, its reply lost (the connection drops, so the mutex is
+    lost too and taken again): the lease is found by its token, not made twice."""
     client = await open_client(proxy)
-    sem = client.semaphore(PATH, 2, compat="curator")
-    for parent in (mutex_path("curator"), lease_parent("curator")):
-        await zk.ensure_path(parent)
-    proxy.arm_drop_after({Opcode.CREATE2}, n=2)  # the mutex's node, then our lease's
+    sem = client.semaphore(PATH, 2, compat=compat)
     with anyio.fail_after(10):
+        async with sem:  # the paths exist from now on
+            pass
+        await gone(zk, lease_parent(compat), mutex_path(compat))
+        proxy.arm_drop_after({Opcode.CREATE2}, n=2)  # the mutex's node, then our lease's
         async with sem:
-            children = await zk.get_children(lease_parent("curator"))
+            children = await zk.get_children(lease_parent(compat))
             assert children == list(sem.statistics().nodes)
             assert len(children) == 1
-        assert proxy.count(Opcode.CREATE2) >= 2
-    await gone(zk, lease_parent("curator"), mutex_path("curator"))
+        assert proxy.count(Opcode.CREATE2) >= 3  # the mutex was taken again
+    await gone(zk, lease_parent(compat), mutex_path(compat))
+
+
+@pytest.mark.parametrize("compat", COMPATS)
+@pytest.mark.parametrize("cancel_after", [0.0, 0.05, 0.12, 0.2, 0.3, 0.45])
+async def test_cancelled_at_any_await_leaves_nothing(
+    compat: Compat,
+    cancel_after: float,
+    proxy: FaultProxy,
+    zk: aiozklock.ZooKeeperClient,
+    open_client: ClientFactory,
+) -> None:
+    """Every request delayed, the acquire cancelled at points across its requests (path,
+    mutex, listing, create): no lease and no mutex node of ours is left."""
+    client = await open_client(proxy)
+    sem = client.semaphore(PATH, 2, compat=compat)
+    proxy.set_delay(0.05)
+    with anyio.fail_after(10):
+        with anyio.move_on_after(cancel_after) as scope:
+            await sem.acquire()
+        if not scope.cancelled_caught:  # granted before the cancel: release
+            await sem.release()
+        proxy.set_delay(0)
+        await gone(zk, lease_parent(compat), mutex_path(compat))
+        assert sem.statistics().nodes == ()
+        async with sem.acquire(timeout=5):  # the object stays usable
+            assert len(await zk.get_children(lease_parent(compat))) == 1
+    await gone(zk, lease_parent(compat), mutex_path(compat))
+
+
+@pytest.mark.parametrize("compat", COMPATS)
+async def test_connection_drop_while_waiting_under_the_mutex(
+    compat: Compat, proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    """The waiter's connection drops (loss_policy="suspended": its mutex is given up and
+    taken again); it is still granted once a lease is free, with one lease node."""
+    client = await open_client(proxy)
+    sem = client.semaphore(PATH, 2, compat=compat)
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as holders:
+            release = await hold_leases(holders, zk, compat, 2)
+            granted = anyio.Event()
+            done = anyio.Event()
+
+            async def wait_then_hold() -> None:
+                async with sem:
+                    granted.set()
+                    await done.wait()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_then_hold)
+                await wait_for_children(zk, mutex_path(compat), lambda c: len(c) == 1)
+                await proxy.drop_all()
+                release.set()
+                await granted.wait()
+                ours = set(await zk.get_children(lease_parent(compat)))
+                assert ours == set(sem.statistics().nodes)
+                assert len(ours) == 1
+                done.set()
+    await gone(zk, lease_parent(compat), mutex_path(compat))
 
 
 EXPECTED = {  # after the first acquire; the mutex's create and listing are pipelined
