@@ -158,8 +158,8 @@ class _CompatLease(LeaseBase):
                 except SessionExpired:
                     return None
                 except NoNodeError:
-                    children = []  # the parent is made with the lease (Curator) or again
-                    if sem.compat == "kazoo":
+                    children = []  # Curator: the lease's create makes it again
+                    if sem.compat == "kazoo":  # deleted by someone: make it again
                         sem._assured = False
                         await sem._ensure_path(deadline)
                         continue
