@@ -32,6 +32,7 @@ from aiozklock._recipes._multilock import MultiLock
 from aiozklock._recipes._nonfair import NonFairLock
 from aiozklock._recipes._rwlock import ReadLock, ReadWriteLock, WriteLock
 from aiozklock._recipes._semaphore import Semaphore
+from aiozklock._recipes._semaphore_compat import CompatSemaphore
 from aiozklock._wire._protocol import (
     CreateMode,
     Stat,
@@ -513,16 +514,45 @@ class ZooKeeperClient:
         *,
         identifier: str | None = None,
         acl: Sequence[ACL] | None = None,
+        compat: Compat | None = None,
     ) -> Semaphore:
         """A counting semaphore on ``path``: at most ``max_leases`` holders at once, across
         every process; returns a ``Semaphore`` (``async with zk.semaphore(p, 5):`` holds a
         lease). Every client of the path must use the same ``max_leases``: it is stored in
         the path's data, and acquiring with another raises ``MaxLeasesMismatch``. One object
-        per path, ``max_leases`` and identifier in this client (each task holds its own
-        lease). Validated now: a bad path, ``max_leases`` (an int, at least 1), identifier
-        or acl raises ``InvalidArgument``; ``UsageError`` if this client's object for them
+        per path, ``max_leases``, identifier and compat in this client (each task holds its
+        own lease).
+
+        ``compat``: None (the default) is our FIFO queue of leases, which no other library
+        reads. ``"kazoo"`` takes leases with kazoo's ``Semaphore`` algorithm and layout
+        (lock ``<path>-__lock__``, leases ``<path>/<32hex>``, the limit in ``<path>``'s
+        data) and ``"curator"`` with Curator's ``InterProcessSemaphoreV2`` (mutex
+        ``<path>/locks``, leases ``<path>/leases``; Curator stores no limit, so nothing
+        checks that the peers agree on it): such peers on the same path then never hold
+        more than ``max_leases`` in total with ours. Not FIFO: the lease goes to whoever
+        holds the peer's mutex.
+
+        Validated now: a bad path, ``max_leases`` (an int, at least 1), identifier, acl or
+        compat raises ``InvalidArgument``; ``UsageError`` if this client's object for them
         has another ``acl``; ``ClientClosed`` if the client is not connected."""
         session, policy, janitor, entries = self._recipe_parts(acl)
+        if compat is not None:
+            checked = validate_compat(compat)
+            return self._recipes.get(
+                CompatSemaphore,
+                (path, max_leases, identifier, checked),
+                lambda: CompatSemaphore._construct(
+                    session,
+                    path,
+                    max_leases,
+                    identifier=identifier,
+                    registry=policy,
+                    janitor=janitor,
+                    acl=entries,
+                    compat=checked,
+                ),
+                entries,
+            )
         return self._recipes.get(
             Semaphore,
             (path, max_leases, identifier),

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from abc import abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
@@ -58,6 +59,7 @@ from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._recipes._core._plan import Decide, Decision
 from aiozklock._recipes._core._primitive import (
     AcquireContext,
+    Primitive,
     QueuedPrimitive,
     Tracker,
     _FactoryMade,
@@ -145,11 +147,22 @@ class SemaphoreStatistics:
     last_wait: float | None  # seconds the last acquisition waited
 
 
-class _Lease(QueuedPrimitive):
+class LeaseBase(Primitive):
+    """What a semaphore needs of one task's lease, beyond the ``Primitive``."""
+
+    @abstractmethod
+    def _node_names(self) -> tuple[str, ...]:
+        """The names of the znodes this lease has now (queued, pending or held)."""
+
+
+class _Lease(QueuedPrimitive, LeaseBase):
     """One task's place in the semaphore's queue: a mutex-shaped primitive (reentrant,
     loss-aware) with the semaphore's decision function. Made by ``Semaphore`` only."""
 
     _kind = "semaphore"
+
+    def _node_names(self) -> tuple[str, ...]:
+        return tuple(self._queue.nodes.values())
 
 
 class Semaphore(metaclass=_FactoryMade):
@@ -199,18 +212,18 @@ class Semaphore(metaclass=_FactoryMade):
         self._limit = str(self.max_leases).encode()
         server_path = session.server_path(self.path)
         self._guard = Guard(get_data_op(server_path), self._check_limit, self._limit)
-        self._leases: list[_Lease] = []  # one per task holding or acquiring, and idle ones
+        self._leases: list[LeaseBase] = []  # one per task holding or acquiring, and idle ones
 
     # ---------------------------------------------------------------- leases
 
-    def _lease_of(self, task_id: int) -> _Lease | None:
+    def _lease_of(self, task_id: int) -> LeaseBase | None:
         """The lease the task holds (or held, if lost and not yet released)."""
         for lease in self._leases:
             if lease._owner is not None and lease._owner.id == task_id:
                 return lease
         return None
 
-    def _lease_for(self, task_id: int) -> _Lease:
+    def _lease_for(self, task_id: int) -> LeaseBase:
         """The task's lease if it holds one (to nest), else an idle one (the most recently
         released: its release can go with the next create), else a new one."""
         held = self._lease_of(task_id)
@@ -222,7 +235,13 @@ class Semaphore(metaclass=_FactoryMade):
             self._leases = [lease for lease in self._leases if lease not in extra]
         if idle:
             return idle[-1]
-        lease = _Lease._construct(
+        lease = self._new_lease()
+        lease._tracker, lease._observer = self._tracker, self._observer
+        self._leases.append(lease)
+        return lease
+
+    def _new_lease(self) -> LeaseBase:
+        return _Lease._construct(
             self._session,
             self._registry,
             self._janitor,
@@ -233,11 +252,8 @@ class Semaphore(metaclass=_FactoryMade):
             self.acl,
             guard=self._guard,
         )
-        lease._tracker, lease._observer = self._tracker, self._observer
-        self._leases.append(lease)
-        return lease
 
-    def _held_lease(self, what: str) -> _Lease:
+    def _held_lease(self, what: str) -> LeaseBase:
         lease = self._lease_of(anyio.get_current_task().id)
         if lease is None or lease._holding is None:
             raise NotLockOwner(f"the current task holds no lease of the {self._label}{what}")
@@ -351,7 +367,7 @@ class Semaphore(metaclass=_FactoryMade):
             tasks_waiting=sum(
                 1 for lease in leases if lease._owner is None and not lease._local.value
             ),
-            nodes=tuple(name for lease in leases for name in lease._queue.nodes.values()),
+            nodes=tuple(name for lease in leases for name in lease._node_names()),
             acquisitions=sum(lease._acquisitions for lease in leases),
             losses=sum(lease._losses for lease in leases),
             last_wait=max(
@@ -428,6 +444,7 @@ async def _read(session: Session, op: Op[T], deadline: float | None = None) -> T
 
 __all__ = (
     "MAX_LEASES",
+    "LeaseBase",
     "Semaphore",
     "SemaphoreStatistics",
     "decide_leases",

@@ -8,14 +8,17 @@ import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.RetryNTimes;
 
 /**
  * Apache Curator as a peer in aiozklock's interoperability tests (tests/test_interop.py
  * compiles it at test time).
  *
- * <p>Usage: {@code java CuratorPeer HOSTS PATH RECIPE THREADS SECONDS HOLD_MICROS}, RECIPE being
- * {@code mutex} (InterProcessMutex) or {@code latch} (LeaderLatch). It connects, prints
+ * <p>Usage: {@code java CuratorPeer HOSTS PATH RECIPE THREADS SECONDS HOLD_MICROS [MAX_LEASES]},
+ * RECIPE being {@code mutex} (InterProcessMutex), {@code latch} (LeaderLatch) or {@code
+ * semaphore} (InterProcessSemaphoreV2 with MAX_LEASES; one per thread). It connects, prints
  * {@code ready}, waits for a line on stdin, then each thread loops acquire → hold → release
  * until SECONDS are over, and it prints one JSON line: {@code {"intervals": [[start, end],
  * ...]}}, System.nanoTime() values (CLOCK_MONOTONIC on Linux, as Python's
@@ -31,6 +34,7 @@ public final class CuratorPeer {
         int threads = Integer.parseInt(args[3]);
         double seconds = Double.parseDouble(args[4]);
         long holdNanos = Long.parseLong(args[5]) * 1000;
+        int maxLeases = args.length > 6 ? Integer.parseInt(args[6]) : 1;
         CuratorFramework client =
                 CuratorFrameworkFactory.newClient(hosts, 10_000, 10_000, new RetryNTimes(3, 100));
         client.start();
@@ -48,7 +52,7 @@ public final class CuratorPeer {
                     new Thread(
                             () -> {
                                 try {
-                                    loop(client, path, recipe, end, holdNanos, intervals);
+                                    loop(client, path, recipe, maxLeases, end, holdNanos, intervals);
                                 } catch (Exception e) {
                                     throw new RuntimeException(e);
                                 }
@@ -75,14 +79,22 @@ public final class CuratorPeer {
             CuratorFramework client,
             String path,
             String recipe,
+            int maxLeases,
             long deadline,
             long holdNanos,
             List<long[]> intervals)
             throws Exception {
         InterProcessMutex mutex = recipe.equals("mutex") ? new InterProcessMutex(client, path) : null;
+        InterProcessSemaphoreV2 semaphore =
+                recipe.equals("semaphore")
+                        ? new InterProcessSemaphoreV2(client, path, maxLeases)
+                        : null;
         while (System.nanoTime() < deadline) {
             LeaderLatch latch = null;
-            if (mutex != null) {
+            Lease lease = null;
+            if (semaphore != null) {
+                lease = semaphore.acquire();
+            } else if (mutex != null) {
                 mutex.acquire();
             } else {
                 latch = new LeaderLatch(client, path);
@@ -94,7 +106,9 @@ public final class CuratorPeer {
                 Thread.onSpinWait();
             }
             long stop = System.nanoTime();
-            if (mutex != null) {
+            if (lease != null) {
+                lease.close();
+            } else if (mutex != null) {
                 mutex.release();
             } else {
                 latch.close();

@@ -1,8 +1,9 @@
 """kazoo as a peer in the interoperability tests (the protocol of ``peers.py``).
 
 Usage: ``python -m tests.interop.kazoo_peer HOSTS PATH RECIPE THREADS SECONDS HOLD_MICROS
-[PATTERN]``, RECIPE being ``lock`` (``Lock``, told of ``PATTERN`` through
-``extra_lock_patterns`` if given) or ``election`` (``Election``, which takes no patterns).
+[PATTERN | MAX_LEASES]``, RECIPE being ``lock`` (``Lock``, told of ``PATTERN`` through
+``extra_lock_patterns`` if given), ``election`` (``Election``, which takes no patterns) or
+``semaphore`` (``Semaphore`` with ``MAX_LEASES``).
 Each thread has its own recipe object, as kazoo's are not shared between threads.
 """
 
@@ -36,6 +37,12 @@ def worker(
             election = client.Election(path, "kazoo")
             while time.monotonic() < until:
                 election.run(hold, micros, intervals)
+            return
+        if recipe == "semaphore":
+            semaphore = client.Semaphore(path, "kazoo", max_leases=int(patterns[0]))
+            while time.monotonic() < until:
+                with semaphore:
+                    hold(micros, intervals)
             return
         lock = client.Lock(path, "kazoo", extra_lock_patterns=patterns)
         while time.monotonic() < until:

@@ -83,3 +83,16 @@ def hand_offs(intervals: Iterable[Interval]) -> set[tuple[str, str]]:
     """The (from, to) pairs of holders seen in succession, between different holders."""
     ordered = sorted(intervals)
     return {(a[2], b[2]) for a, b in itertools.pairwise(ordered) if a[2] != b[2]}
+
+
+def max_concurrency(intervals: Iterable[Interval]) -> int:
+    """The most critical sections in progress at one instant (a semaphore allows at most
+    its ``max_leases``); one that ends when another starts does not overlap it."""
+    events = sorted(
+        [(start, 1) for start, _, _ in intervals] + [(end, -1) for _, end, _ in intervals]
+    )  # at one instant, -1 sorts first: an end before a start
+    most = current = 0
+    for _, step in events:
+        current += step
+        most = max(most, current)
+    return most

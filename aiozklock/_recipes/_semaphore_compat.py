@@ -1,0 +1,443 @@
+"""Semaphores that follow a peer library's own algorithm and layout (``compat=``).
+
+Our default ``Semaphore`` is a FIFO queue that neither kazoo's ``Semaphore`` nor Curator's
+``InterProcessSemaphoreV2`` can read. With ``compat="kazoo"`` or ``compat="curator"`` a lease
+is taken exactly as the peer takes one, so that peers and we on one path never hold more
+than ``max_leases`` leases in total:
+
+* kazoo: holding a kazoo ``Lock`` at the sibling ``<path>-__lock__``, list ``<path>``'s
+  children with a watch; fewer than ``max_leases`` → create the lease ``<path>/<32hex>``
+  (EPHEMERAL), else wait for the watch and list again, still holding the lock. The limit is
+  decimal ASCII in ``<path>``'s data. ``<path>`` and the sibling are persistent, as kazoo
+  makes them (kazoo caches that they exist, and fails if a container was reaped).
+* Curator: holding an ``InterProcessMutex`` at ``<path>/locks``, create the protected lease
+  ``<path>/leases/_c_<uuid>-lease-<seq>`` (EPHEMERAL_SEQUENTIAL) and list ``leases`` with a
+  watch: at most ``max_leases`` children (ours included) → held, else wait and list again,
+  still holding the mutex. Curator stores no limit: it is agreed out of band.
+
+The mutex is our ``Lock`` with the same ``compat`` (already compatible with the peer's). It
+is released as soon as the lease is held, or the attempt fails; it is taken again if the
+session changes (or the loss policy gives it up) while we wait under it. A lease created but
+not yet ours (cancelled, timed out, lost reply) is deleted by ``_abandon``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from aiozklock._acl import ACL
+from aiozklock._exceptions import (
+    AiozklockError,
+    ClientClosed,
+    ConnectionLoss,
+    LockLost,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpired,
+)
+from aiozklock._recipes._core._contenders import Contender, Identity, contender_of
+from aiozklock._recipes._core._holding import Holding, HoldingRegistry
+from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._names import Compat, is_sequence
+from aiozklock._recipes._core._waiting import wait_woken
+from aiozklock._recipes._lock import Lock
+from aiozklock._recipes._semaphore import LeaseBase, Semaphore, _read
+from aiozklock._wire._protocol import (
+    Created,
+    CreateMode,
+    Op,
+    Stat,
+    container_path_ops,
+    create_op,
+    delete_op,
+    encode_acl,
+    exists_op,
+    get_children_op,
+    get_data_op,
+)
+from aiozklock._wire._session import Session
+from aiozklock._wire._validation import join
+
+KAZOO_LOCK_SUFFIX = "-__lock__"  # kazoo's Semaphore locks the sibling <path>-__lock__
+CURATOR_LOCKS = "locks"  # InterProcessSemaphoreV2's mutex, under the path
+CURATOR_LEASES = "leases"  # ... and its leases
+CURATOR_LEASE = "lease-"  # a lease's name after the protection prefix
+_CLEANUP_SECONDS = 5.0  # an abandoned lease's delete, before the janitor takes over
+
+
+def _waker(woken: anyio.Event) -> Callable[[object], None]:
+    """A watcher and state listener that sets ``woken``."""
+
+    def wake(_: object) -> None:
+        woken.set()
+
+    return wake
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+class _CompatLease(LeaseBase):
+    """One task's lease taken the peer's way (reentrant, loss-aware). Made by
+    ``CompatSemaphore`` only."""
+
+    _kind = "semaphore"
+
+    def __init__(self, owner: CompatSemaphore, mutex: Lock) -> None:
+        super().__init__(owner._session, owner._registry, owner._label, owner._paths, owner.acl)
+        self._owner_sem = owner
+        self._mutex = mutex
+        self._janitor = owner._janitor
+        self._acl = encode_acl(owner.acl)
+        self._identity = Identity(owner.identifier)
+        # A lease node that may exist and is not held yet: (generation, node or None if the
+        # create's outcome is unknown, token, czxid). The token is in its name (kazoo: the
+        # whole name; Curator: the protection UUID).
+        self._pending: tuple[int, str | None, str, int] | None = None
+        self._held: str | None = None  # our lease node while held
+
+    def _node_names(self) -> tuple[str, ...]:
+        pending = self._pending[1] if self._pending else None
+        return tuple(n.rsplit("/", 1)[-1] for n in (self._held, pending) if n)
+
+    # ---------------------------------------------------------------- acquire
+
+    async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
+        data = self._identity.data(task_name)
+        task = anyio.get_current_task()
+        if self._owner_sem.compat == "kazoo":
+            await self._owner_sem._ensure_path(deadline)
+        while True:
+            await self._mutex._acquire(_left(deadline), task)
+            try:
+                held = await self._lease_under_mutex(data, deadline)
+            finally:
+                with anyio.CancelScope(shield=True), contextlib.suppress(LockLost):
+                    await self._mutex._release(task.id)
+            if held is not None:
+                return held  # else the mutex was lost while we waited: take it again
+
+    def _mutex_lost(self, generation: int) -> bool:
+        holding = self._mutex._holding
+        return holding is None or holding.lost or holding.generation != generation
+
+    async def _lease_under_mutex(self, data: bytes, deadline: float | None) -> Holding | None:
+        """List with a watch and take the lease when the count allows; None if the mutex
+        can no longer be trusted (its session changed, or the loss policy gave it up)."""
+        session = self._session
+        sem = self._owner_sem
+        parent = sem._lease_parent
+        server_parent = session.server_path(parent)
+        while True:
+            generation = session.generation
+            if self._mutex_lost(generation):
+                return None
+            if sem.compat == "curator" and self._pending_node(generation) is None:
+                # Curator creates its lease first, then counts it with the others.
+                token = str(uuid.uuid4())
+                name = join(parent, f"_c_{token}-{CURATOR_LEASE}")
+                await self._create(name, token, data, generation)
+                continue
+            woken = anyio.Event()
+            wake = _waker(woken)
+            # Watch and state listener exist before the listing: no wake-up can be missed.
+            remove_listener = session.add_listener(wake)
+            try:
+                try:
+                    op = get_children_op(server_parent, wake)
+                    children = await session.call(op, generation=generation, wait_until=deadline)
+                except ConnectionLoss:
+                    continue
+                except SessionExpired:
+                    return None
+                except NoNodeError:
+                    children = []  # Curator: the lease's create makes it again
+                    if sem.compat == "kazoo":  # deleted by someone: make it again
+                        sem._assured = False
+                        await sem._ensure_path(deadline)
+                        continue
+                step = await self._step(children, data, generation)
+                if isinstance(step, Holding):
+                    return step
+                if step:
+                    await wait_woken(woken, deadline, f"{self._label}: no lease free in time")
+            finally:
+                remove_listener()
+                session.remove_watcher(server_parent, wake)
+
+    def _may_take(self, children: list[str]) -> bool:
+        """Whether the count of children allows a lease (kazoo: before creating ours;
+        Curator: with ours)."""
+        limit = self._owner_sem.max_leases
+        if self._owner_sem.compat == "kazoo":
+            return len(children) < limit
+        return len(children) <= limit
+
+    async def _step(self, children: list[str], data: bytes, generation: int) -> Holding | bool:
+        """One decision on a listing: the holding, True to wait for the watch, or False to
+        list again now."""
+        sem = self._owner_sem
+        if sem.compat == "kazoo":
+            if not self._may_take(children):
+                return True
+            name = uuid.uuid4().hex
+            return await self._create(join(sem.path, name), name, data, generation) or False
+        pending, node = self._pending, self._pending_node(generation)
+        if pending is None or node is None:
+            return False  # the create's outcome was unknown, and it made nothing
+        czxid = pending[3]
+        if node.rsplit("/", 1)[-1] not in children:
+            self._pending = None  # gone (Curator: "sequential path not found"): create again
+            return False
+        if not self._may_take(children):
+            return True
+        return self._hold(node, czxid, generation)
+
+    def _pending_node(self, generation: int) -> str | None:
+        """Our lease node not held yet, if it was created in ``generation``."""
+        pending = self._pending
+        return pending[1] if pending is not None and pending[0] == generation else None
+
+    async def _create(self, node: str, token: str, data: bytes, generation: int) -> Holding | None:
+        """Create a lease node; kazoo's is held at once, Curator's is pending until a
+        listing counts it. A lost reply is resolved by looking for the token in the
+        children: kazoo's unique name, Curator's protection UUID."""
+        session = self._session
+        sequential = self._owner_sem.compat == "curator"
+        mode = CreateMode.EPHEMERAL | (CreateMode.SEQUENTIAL if sequential else 0)
+        self._pending = (generation, None, token, 0)
+        op = create_op(session.server_path(node), data, mode, session.client_path, acl=self._acl)
+        parents: list[Op[Any]] = []
+        while True:
+            try:
+                results = await session.pipeline([*parents, op], generation=generation)
+            except SessionExpired:
+                self._pending = None  # not sent: the session changed
+                return None
+            created = results[-1]
+            if isinstance(created, Created):
+                return self._made(created.path, token, created.stat.czxid, generation)
+            if isinstance(created, (ConnectionLoss, NodeExistsError)):
+                found = await self._find(token, generation)
+                if found is None:
+                    self._pending = None
+                    return None
+                stat = await _read(session, exists_op(session.server_path(found)))
+                czxid = stat.czxid if isinstance(stat, Stat) else 0
+                return self._made(found, token, czxid, generation)
+            self._pending = None
+            if isinstance(created, SessionExpired):
+                return None
+            if isinstance(created, NoNodeError) and sequential and not parents:
+                parents = container_path_ops(
+                    session.server_path(self._owner_sem._lease_parent),
+                    session.client_path,
+                    acl=self._acl,
+                )
+                self._pending = (generation, None, token, 0)
+                continue
+            raise created
+
+    def _made(self, node: str, token: str, czxid: int, generation: int) -> Holding | None:
+        """A lease node of ours exists: kazoo holds it now, Curator counts it first."""
+        if self._owner_sem.compat == "kazoo":
+            return self._hold(node, czxid, generation)
+        self._pending = (generation, node, token, czxid)
+        return None
+
+    async def _find(self, token: str, generation: int) -> str | None:
+        """Our lease node after a lost create reply, by its token; None if not created."""
+        session = self._session
+        parent = self._owner_sem._lease_parent
+        children = await _read(session, get_children_op(session.server_path(parent)))
+        if isinstance(children, NoNodeError) or session.generation != generation:
+            return None
+        return next((join(parent, c) for c in children if token in c), None)
+
+    def _hold(self, node: str, czxid: int, generation: int) -> Holding:
+        self._pending = None
+        self._held = node
+        return Holding((node,), generation, czxid)
+
+    # ---------------------------------------------------------------- release and cleanup
+
+    async def _give_back(self, holding: Holding) -> None:
+        with anyio.CancelScope(shield=True):
+            await _delete(self._session, holding.nodes[0], holding.generation)
+
+    def _give_back_nowait(self, holding: Holding) -> bool:
+        node, janitor, generation = holding.nodes[0], self._janitor, holding.generation
+
+        def done(result: object, error: AiozklockError | None) -> None:
+            if error is not None and not isinstance(
+                error, (NoNodeError, SessionExpired, ClientClosed)
+            ):
+                janitor.delete(node, generation)  # a unique name: a retry is safe
+
+        op = delete_op(self._session.server_path(node))
+        try:
+            if not self._session.send((op,), generation=generation, on_done=done):
+                janitor.delete(node, generation)
+        except SessionExpired:
+            pass  # the server deletes our ephemeral lease with the session
+        return True
+
+    def _drop(self, holding: Holding) -> None:
+        self._held = None
+
+    async def _abandon(self) -> None:
+        """After a failed or cancelled acquire: delete a lease created (or maybe created)
+        and not held. Shielded and bounded; the janitor finishes what cannot be done now."""
+        pending, self._pending = self._pending, None
+        session = self._session
+        if pending is None or session.generation != pending[0]:
+            return  # nothing created, or it died with its session
+        generation, node, token, _ = pending
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + _CLEANUP_SECONDS
+            if node is None:
+                node = await self._find(token, generation)
+            if node is not None:
+                await _delete(session, node, generation)
+            return
+        if node is None:
+            self._janitor.delete_guid(self._owner_sem._lease_parent, token, generation)
+        else:
+            self._janitor.delete(node, generation)
+
+
+async def _delete(session: Session, node: str, generation: int) -> None:
+    """Delete a lease node of ours (a unique name: repeating after a lost reply is safe)."""
+    while True:
+        try:
+            await session.call(delete_op(session.server_path(node)), generation=generation)
+            return
+        except ConnectionLoss:
+            continue
+        except (NoNodeError, SessionExpired, ClientClosed):
+            return  # gone already, or with our session
+
+
+class CompatSemaphore(Semaphore):
+    """A ``Semaphore`` whose leases follow kazoo's or Curator's algorithm and layout.
+    Create it with ``zk.semaphore(path, n, compat="kazoo")`` (or ``"curator"``).
+
+    Same interface as ``Semaphore`` (per-task, reentrant, loss-aware leases), but not FIFO:
+    contenders queue on a mutex, and its holder waits (holding it) for a lease to be freed.
+    Bad arguments raise ``InvalidArgument`` when created, before any request.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        path: str,
+        max_leases: int,
+        *,
+        identifier: str | None,
+        registry: HoldingRegistry,
+        janitor: Janitor,
+        acl: tuple[ACL, ...],
+        compat: Compat,
+    ) -> None:
+        super().__init__(
+            session,
+            path,
+            max_leases,
+            identifier=identifier,
+            registry=registry,
+            janitor=janitor,
+            acl=acl,
+        )
+        self.compat = compat
+        if compat == "kazoo":
+            mutex_path, self._lease_parent = self.path + KAZOO_LOCK_SUFFIX, self.path
+        else:
+            mutex_path = join(self.path, CURATOR_LOCKS)
+            self._lease_parent = join(self.path, CURATOR_LEASES)
+        self._mutex = Lock._construct(
+            session,
+            mutex_path,
+            identifier=identifier,
+            registry=registry,
+            janitor=janitor,
+            acl=acl,
+            compat=compat,
+        )
+        self._assured = False  # kazoo: the path exists and stores our limit
+
+    def _new_lease(self) -> _CompatLease:
+        return _CompatLease._construct(self, self._mutex)
+
+    async def _ensure_path(self, deadline: float | None) -> None:
+        """kazoo: create ``<path>`` (persistent, with our limit) and the lock's sibling
+        (persistent), or check the limit ``<path>`` stores. Raises ``MaxLeasesMismatch``."""
+        if self._assured:
+            return
+        session = self._session
+        acl = encode_acl(self.acl)
+        server_path = session.server_path(self.path)
+        parent = server_path.rsplit("/", 1)[0]
+        ops: list[Op[Any]] = [
+            *container_path_ops(parent, session.client_path, acl=acl),
+            create_op(
+                server_path, self._limit, CreateMode.PERSISTENT, session.client_path, acl=acl
+            ),
+            create_op(
+                server_path + KAZOO_LOCK_SUFFIX,
+                b"",
+                CreateMode.PERSISTENT,
+                session.client_path,
+                acl=acl,
+            ),
+        ]
+        while True:
+            results = await session.pipeline(ops, wait_until=deadline)
+            if not any(isinstance(r, ConnectionLoss) for r in results):
+                break
+        for result in results[-2:]:
+            if not isinstance(result, (Created, NodeExistsError)):
+                raise result
+        if not isinstance(results[-2], Created):
+            await self._check_limit(None, deadline)
+        self._assured = True
+
+    async def leases(self) -> list[Contender]:
+        """The current lease holders as ZooKeeper has them, each with its identity (as
+        ``Lock.contenders()``; kazoo's leases have no sequence: 0). Curator's leases are
+        all counted, oldest first, up to ``max_leases``. Connection losses are retried;
+        raises ``ClientClosed`` once closed, ``UsageError`` outside the client's loop."""
+        session = self._session
+        parent = session.server_path(self._lease_parent)
+        children = await _read(session, get_children_op(parent))
+        names = children if isinstance(children, list) else []
+        if self.compat == "curator":
+            names = sorted((n for n in names if is_sequence(n[-10:])), key=lambda n: n[-10:])
+            names = names[: self.max_leases]
+        ops = [get_data_op(join(parent, name)) for name in names]
+        results = await session.pipeline(ops) if ops else []
+        return [
+            contender_of(name, data, stat, is_holder=True, sequence=_sequence(name))
+            for name, result in zip(names, results, strict=False)
+            if isinstance(result, tuple)
+            for data, stat in [result]
+        ]
+
+    def __repr__(self) -> str:
+        return (
+            f"<aiozklock.Semaphore {self.path!r} max_leases={self.max_leases} "
+            f"identifier={self.identifier!r} compat={self.compat!r}>"
+        )
+
+
+def _sequence(name: str) -> int:
+    return int(name[-10:]) if is_sequence(name[-10:]) else 0
+
+
+__all__ = ("CompatSemaphore",)
