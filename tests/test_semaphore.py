@@ -451,46 +451,6 @@ async def test_cancelled_waiter_leaves_no_node(
 
 
 @anyio_tests
-async def test_session_expiry_cancels_the_body(
-    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory, zk_hosts: str
-) -> None:
-    client = await open_client(proxy, session_timeout=2.0)
-    sem = client.semaphore(PATH, 2)
-    entered = anyio.Event()
-    outcome: list[BaseException] = []
-    cancelled = False
-
-    async def hold() -> None:
-        nonlocal cancelled
-        try:
-            async with sem:
-                entered.set()
-                try:
-                    await anyio.sleep_forever()
-                except anyio.get_cancelled_exc_class():
-                    cancelled = True
-                    raise
-        except aiozklock.LockLost as exc:
-            outcome.append(exc)
-
-    with anyio.fail_after(15):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(hold)
-            await entered.wait()
-            proxy.set_delay(0.3)  # the holder's reconnect must not re-attach first
-            host = zk_hosts.split(",")[0]
-            await expire_session(host, client.session_id, session_of(client).password)
-        proxy.set_delay(0)
-        assert cancelled
-        assert isinstance(outcome[0], aiozklock.LockLost)
-        assert not sem.is_held
-        # The object takes a lease again in the new session.
-        async with sem:
-            assert sem.is_held
-    await gone(zk, PATH)
-
-
-@anyio_tests
 async def test_lost_create_reply_leaves_one_node(
     proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
 ) -> None:

@@ -237,9 +237,9 @@ async def test_a_release_grants_the_waiter(
     await gone(zk, lease_parent(compat), mutex_path(compat))
 
 
-@pytest.mark.parametrize("compat", COMPATS)
+@pytest.mark.parametrize("compat", [None, *COMPATS])
 async def test_session_expiry_cancels_the_body(
-    compat: Compat,
+    compat: Compat | None,
     proxy: FaultProxy,
     zk: aiozklock.ZooKeeperClient,
     open_client: ClientFactory,
@@ -277,7 +277,7 @@ async def test_session_expiry_cancels_the_body(
         assert not sem.is_held
         async with sem:  # a lease again, in the new session
             assert sem.is_held
-    await gone(zk, lease_parent(compat), mutex_path(compat))
+    await gone(zk, *([PATH] if compat is None else [lease_parent(compat), mutex_path(compat)]))
 
 
 @pytest.mark.parametrize("compat", COMPATS)
