@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from ssl import SSLContext
 from types import TracebackType
@@ -19,6 +20,7 @@ from aiozklock._exceptions import (
     InvalidArgument,
     NodeExistsError,
     NoNodeError,
+    UsageError,
 )
 from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPolicy
 from aiozklock._recipes._core._janitor import Janitor, Spawn
@@ -106,6 +108,10 @@ class ZooKeeperClient:
         self._spawn: Spawn | None = None  # background jobs (lease keepers)
         self._policy: LossMonitor | None = None
         self._recipes = Recipes(telemetry)
+        # One semaphore layout and limit per path: the live objects, by path.
+        self._semaphores: weakref.WeakValueDictionary[str, Semaphore | CompatSemaphore] = (
+            weakref.WeakValueDictionary()
+        )
         self._closed = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -534,10 +540,36 @@ class ZooKeeperClient:
 
         Validated now: a bad path, ``max_leases`` (an int, at least 1), identifier, acl or
         compat raises ``InvalidArgument``; ``UsageError`` if this client's object for them
-        has another ``acl``; ``ClientClosed`` if the client is not connected."""
-        session, policy, janitor, entries = self._recipe_parts(acl)
+        has another ``acl``, or if this client already has a semaphore on ``path`` with
+        another ``max_leases`` or layout (they would not count each other's leases);
+        ``ClientClosed`` if the client is not connected."""
+        session, _, _, entries = self._recipe_parts(acl)
+        checked = None if compat is None else validate_compat(compat)
+        sem = self._semaphore(session, path, max_leases, identifier, entries, checked)
+        other = self._semaphores.setdefault(sem.path, sem)
+        if (getattr(other, "compat", None), other.max_leases) != (checked, sem.max_leases):
+            raise UsageError(
+                f"this client has a semaphore on {path} with max_leases={other.max_leases}"
+                f" and compat={getattr(other, 'compat', None)!r}: another one with "
+                f"max_leases={sem.max_leases} and compat={checked!r} would not count its "
+                "leases (one layout and one limit per path)"
+            )
+        return sem
+
+    def _semaphore(
+        self,
+        session: Session,
+        path: str,
+        max_leases: int,
+        identifier: str | None,
+        entries: tuple[ACL, ...],
+        compat: Compat | None,
+    ) -> Semaphore | CompatSemaphore:
+        policy, janitor = self._policy, self._janitor
+        assert policy is not None
+        assert janitor is not None
         if compat is not None:
-            checked = validate_compat(compat)
+            checked = compat
             return self._recipes.get(
                 CompatSemaphore,
                 (path, max_leases, identifier, checked),

@@ -193,7 +193,8 @@ async def test_leases_are_held_concurrently_up_to_the_limit(
 ) -> None:
     sem = zk.semaphore(PATH, 3, identifier="svc")
     assert zk.semaphore(PATH, 3, identifier="svc") is sem
-    assert zk.semaphore(PATH, 4, identifier="svc") is not sem
+    with pytest.raises(aiozklock.UsageError, match="one layout and one limit per path"):
+        zk.semaphore(PATH, 4, identifier="svc")  # another limit here would not count ours
     entered = anyio.Event()
     holding = 0
     release = anyio.Event()

@@ -118,8 +118,18 @@ async def test_invalid_compat_before_any_traffic(zk: aiozklock.ZooKeeperClient) 
         with pytest.raises(aiozklock.InvalidArgument, match="compat"):
             zk.semaphore(PATH, 2, compat=compat)  # type: ignore[arg-type]
     assert await zk.exists(PATH) is None
-    assert zk.semaphore(PATH, 2, compat="kazoo") is zk.semaphore(PATH, 2, compat="kazoo")
-    assert zk.semaphore(PATH, 2, compat="kazoo") is not zk.semaphore(PATH, 2)
+    kept = zk.semaphore(PATH, 2, compat="kazoo")
+    assert kept is zk.semaphore(PATH, 2, compat="kazoo")
+    assert zk.semaphore(PATH, 2, compat="kazoo", identifier="other") is not kept
+    # Another layout or limit on the path would not count these leases: refused.
+    for other in ({"max_leases": 2}, {"max_leases": 3, "compat": "kazoo"}):
+        with pytest.raises(aiozklock.UsageError, match="one layout and one limit per path"):
+            zk.semaphore(PATH, **other)  # type: ignore[arg-type]
+    curator = zk.semaphore("/other", 2, compat="curator")
+    with pytest.raises(aiozklock.UsageError, match="max_leases=2"):
+        zk.semaphore("/other", 5, compat="curator")  # Curator stores no limit to compare
+    assert curator is zk.semaphore("/other", 2, compat="curator")
+    assert await zk.exists(PATH) is None  # nothing was sent
 
 
 async def test_kazoo_layout(zk: aiozklock.ZooKeeperClient) -> None:
@@ -361,7 +371,8 @@ async def test_connection_drop_while_waiting_under_the_mutex(
 
 
 EXPECTED = {  # after the first acquire; the mutex's create and listing are pipelined
-    "kazoo": [Opcode.CREATE2, Opcode.GET_CHILDREN, Opcode.GET_CHILDREN, Opcode.CREATE2],
+    # kazoo's lease: created in one multi with a check that our mutex node still exists
+    "kazoo": [Opcode.CREATE2, Opcode.GET_CHILDREN, Opcode.GET_CHILDREN, Opcode.MULTI],
     "curator": [Opcode.CREATE2, Opcode.GET_CHILDREN, Opcode.CREATE2, Opcode.GET_CHILDREN],
 }
 
@@ -382,3 +393,40 @@ async def test_requests_when_a_lease_is_free(
             async with sem:
                 sent = [r.opcode for r in proxy.requests if r.opcode != Opcode.PING]
                 assert [op for op in sent if op != Opcode.DELETE] == EXPECTED[compat]
+
+
+async def test_kazoo_lease_is_not_created_once_the_mutex_node_is_gone(
+    proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    """The count is made under the mutex: if our mutex node went meanwhile (the loss policy
+    gave it up and the janitor deleted it; here another session deletes it), a kazoo peer
+    may have counted since, so the lease's create fails its check and the mutex is taken
+    again before counting anew."""
+    client = await open_client(proxy)
+    sem = client.semaphore(PATH, 1, compat="kazoo")
+    with anyio.fail_after(15):
+        async with sem:  # the path and the lock's sibling exist from now on
+            pass
+        await gone(zk, PATH, mutex_path("kazoo"))  # that release is applied
+        proxy.reset_counters()
+        proxy.set_delay(0.3)  # our requests reach the server late: time to delete the node
+        granted, done = anyio.Event(), anyio.Event()
+
+        async def hold() -> None:
+            async with sem:
+                granted.set()
+                await done.wait()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold)
+            (node,) = await wait_for_children(zk, mutex_path("kazoo"), lambda c: len(c) == 1)
+            await zk.delete(f"{mutex_path('kazoo')}/{node}")
+            await granted.wait()
+            proxy.set_delay(0)
+            # The lease's multi is final when it succeeds: more than one means the first
+            # failed its check (then the mutex was taken again, its release's delete
+            # folded into the new create's multi: that one fails too, the node being gone).
+            assert proxy.count(Opcode.MULTI) == 3
+            assert len(await zk.get_children(PATH)) == 1
+            done.set()
+    await gone(zk, PATH, mutex_path("kazoo"))

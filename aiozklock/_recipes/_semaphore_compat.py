@@ -51,6 +51,9 @@ from aiozklock._recipes._semaphore import LeaseBase, Semaphore, _read
 from aiozklock._wire._protocol import (
     Created,
     CreateMode,
+    MultiCheck,
+    MultiCreate,
+    MultiResult,
     Op,
     Stat,
     container_path_ops,
@@ -60,9 +63,15 @@ from aiozklock._wire._protocol import (
     exists_op,
     get_children_op,
     get_data_op,
+    multi_op,
 )
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join
+
+
+class _MutexGone(Exception):
+    """The peer's mutex we counted under is no longer ours: take it again, then count."""
+
 
 KAZOO_LOCK_SUFFIX = "-__lock__"  # kazoo's Semaphore locks the sibling <path>-__lock__
 CURATOR_LOCKS = "locks"  # InterProcessSemaphoreV2's mutex, under the path
@@ -163,7 +172,10 @@ class _CompatLease(LeaseBase):
                         sem._assured = False
                         await sem._ensure_path(deadline)
                         continue
-                step = await self._step(children, data, generation)
+                try:
+                    step = await self._step(children, data, generation)
+                except _MutexGone:
+                    return None
                 if isinstance(step, Holding):
                     return step
                 if step:
@@ -213,7 +225,7 @@ class _CompatLease(LeaseBase):
         sequential = self._owner_sem.compat == "curator"
         mode = CreateMode.EPHEMERAL | (CreateMode.SEQUENTIAL if sequential else 0)
         self._pending = (generation, None, token, 0)
-        op = create_op(session.server_path(node), data, mode, session.client_path, acl=self._acl)
+        op = self._create_lease_op(node, data, mode)
         parents: list[Op[Any]] = []
         while True:
             try:
@@ -224,6 +236,14 @@ class _CompatLease(LeaseBase):
             created = results[-1]
             if isinstance(created, Created):
                 return self._made(created.path, token, created.stat.czxid, generation)
+            if isinstance(created, MultiResult):
+                if created.ok:
+                    return self._made(str(created.results[1]), token, created.zxid, generation)
+                index, failure = created.failure or (1, created)
+                if index == 0:  # our mutex node is gone: the count we made is void
+                    self._pending = None
+                    raise _MutexGone
+                created = failure
             if isinstance(created, (ConnectionLoss, NodeExistsError)):
                 found = await self._find(token, generation)
                 if found is None:
@@ -244,6 +264,22 @@ class _CompatLease(LeaseBase):
                 self._pending = (generation, None, token, 0)
                 continue
             raise created
+
+    def _create_lease_op(self, node: str, data: bytes, mode: CreateMode) -> Op[Any]:
+        """The lease's create. kazoo's lease is created after the count, so it goes in one
+        transaction with a check that our mutex node still exists (the loss policy may have
+        given the mutex up meanwhile, and the janitor deleted it: another holder may have
+        counted since). Raises ``_MutexGone`` if the mutex is not held now."""
+        session = self._session
+        server_node = session.server_path(node)
+        if self._owner_sem.compat == "curator":  # created before the count: counted by all
+            return create_op(server_node, data, mode, session.client_path, acl=self._acl)
+        holding = self._mutex._holding
+        if holding is None or holding.lost:
+            raise _MutexGone
+        mutex_node = session.server_path(holding.nodes[0])
+        check, create = MultiCheck(mutex_node, -1), MultiCreate(server_node, data, mode, self._acl)
+        return multi_op([check, create], session.client_path)
 
     def _made(self, node: str, token: str, czxid: int, generation: int) -> Holding | None:
         """A lease node of ours exists: kazoo holds it now, Curator counts it first."""
