@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
 from ssl import SSLContext
 from types import TracebackType
-from typing import Literal, TypeVar, overload
+from typing import Any, Literal, Protocol, Self, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -26,7 +26,7 @@ from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPo
 from aiozklock._recipes._core._janitor import Janitor, Spawn
 from aiozklock._recipes._core._names import Compat, validate_compat
 from aiozklock._recipes._core._observe import Observer
-from aiozklock._recipes._core._registry import Recipes
+from aiozklock._recipes._core._registry import Recipes, Registered
 from aiozklock._recipes._election import Election
 from aiozklock._recipes._lease import LeaseLock
 from aiozklock._recipes._lock import Lock
@@ -60,6 +60,16 @@ from aiozklock._wire._validation import (
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class _Recipe(Registered, Protocol):
+    """A recipe class the client's factories make (through ``_FactoryMade._construct``)."""
+
+    @classmethod
+    def _construct(cls, *args: Any, **kwargs: Any) -> Self: ...
+
+
+R = TypeVar("R", bound=_Recipe)
 
 ORPHAN_SWEEP = 1.0  # seconds between checks for holders whose task ended without releasing
 
@@ -256,15 +266,24 @@ class ZooKeeperClient:
     # Every factory takes ``acl``: what the recipe's nodes, and the containers it creates for
     # them (the path, and its missing ancestors), are created with; ``default_acl`` if None.
 
-    def _recipe_parts(
-        self, acl: Sequence[ACL] | None
-    ) -> tuple[Session, LossMonitor, Janitor, tuple[ACL, ...]]:
-        """What every recipe factory gives its recipe: the live session, the loss policy,
-        the janitor and the ACL (``acl`` validated, or ``default_acl``)."""
+    def _made(
+        self, cls: type[R], key: Hashable, acl: Sequence[ACL] | None, *args: Any, **kwargs: Any
+    ) -> R:
+        """This client's object of recipe ``cls`` for ``key`` (its factory's arguments),
+        constructed from ``args``, ``kwargs`` and what every recipe gets from the client
+        (the live session, the loss policy, the janitor, the ACL: ``acl`` validated, or
+        ``default_acl``) if there is none."""
         session = self._live_session()
-        assert self._policy is not None
-        assert self._janitor is not None
-        return session, self._policy, self._janitor, self._acl(acl)
+        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
+        assert policy is not None
+        assert janitor is not None
+
+        def make() -> R:
+            return cls._construct(
+                session, *args, registry=policy, janitor=janitor, acl=entries, **kwargs
+            )
+
+        return self._recipes.get(cls, key, make, entries)
 
     def _acl(self, acl: Sequence[ACL] | None) -> tuple[ACL, ...]:
         return self.default_acl if acl is None else self._usable_acl(acl, "acl")
@@ -344,34 +363,13 @@ class ZooKeeperClient:
         called outside the event loop the client was opened in, ``ClientClosed`` if the
         client is not connected.
         """
-        session, policy, janitor, entries = self._recipe_parts(acl)
         compat = validate_compat(compat)
         if validate_flag("fair", fair):
-            return self._recipes.get(
-                Lock,
-                (path, identifier, compat),
-                lambda: Lock._construct(
-                    session,
-                    path,
-                    identifier=identifier,
-                    registry=policy,
-                    janitor=janitor,
-                    acl=entries,
-                    compat=compat,
-                ),
-                entries,
-            )
+            key = (path, identifier, compat)
+            return self._made(Lock, key, acl, path, identifier=identifier, compat=compat)
         if compat != "curator":
             raise InvalidArgument("the non-fair lock has no kazoo counterpart: compat='curator'")
-        key = (path, identifier)
-        return self._recipes.get(
-            NonFairLock,
-            key,
-            lambda: NonFairLock._construct(
-                session, path, identifier=identifier, registry=policy, janitor=janitor, acl=entries
-            ),
-            entries,
-        )
+        return self._made(NonFairLock, (path, identifier), acl, path, identifier=identifier)
 
     def multi_lock(
         self,
@@ -388,23 +386,10 @@ class ZooKeeperClient:
         (duplicates are dropped); ``UsageError`` if this client's object for the paths has
         another ``acl``; ``ClientClosed`` if the client is not connected.
         """
-        session, policy, janitor, entries = self._recipe_parts(acl)
         members = paths if isinstance(paths, str) else tuple(paths)
         compat = validate_compat(compat)
-        return self._recipes.get(
-            MultiLock,
-            (members, identifier, compat),
-            lambda: MultiLock._construct(
-                session,
-                members,
-                identifier=identifier,
-                registry=policy,
-                janitor=janitor,
-                acl=entries,
-                compat=compat,
-            ),
-            entries,
-        )
+        key = (members, identifier, compat)
+        return self._made(MultiLock, key, acl, members, identifier=identifier, compat=compat)
 
     def election(
         self,
@@ -420,22 +405,9 @@ class ZooKeeperClient:
         (kazoo's ``Election``). Validated now: a bad path, identifier, acl or compat raises
         ``InvalidArgument``; ``UsageError`` if this client's object for the path has
         another ``acl``; ``ClientClosed`` if the client is not connected."""
-        session, policy, janitor, entries = self._recipe_parts(acl)
         compat = validate_compat(compat)
-        return self._recipes.get(
-            Election,
-            (path, identifier, compat),
-            lambda: Election._construct(
-                session,
-                path,
-                identifier=identifier,
-                registry=policy,
-                janitor=janitor,
-                acl=entries,
-                compat=compat,
-            ),
-            entries,
-        )
+        key = (path, identifier, compat)
+        return self._made(Election, key, acl, path, identifier=identifier, compat=compat)
 
     def rw_lock(
         self,
@@ -452,25 +424,13 @@ class ZooKeeperClient:
         ``WriteLock`` read them as their own). Validated now: a bad path, identifier, acl or
         compat raises ``InvalidArgument``; ``UsageError`` if this client's object for the
         path has another ``acl``; ``ClientClosed`` if the client is not connected."""
-        session, policy, janitor, entries = self._recipe_parts(acl)
         compat = validate_compat(compat)
         key = (path, identifier, compat)
-        write = self._recipes.get(
-            WriteLock,
-            key,
-            lambda: WriteLock._construct(
-                session,
-                path,
-                identifier=identifier,
-                registry=policy,
-                janitor=janitor,
-                acl=entries,
-                compat=compat,
-            ),
-            entries,
-        )
+        write = self._made(WriteLock, key, acl, path, identifier=identifier, compat=compat)
+        janitor = self._janitor
+        assert janitor is not None
         read = self._recipes.get(
-            ReadLock, key, lambda: ReadLock._construct(write, janitor), entries
+            ReadLock, key, lambda: ReadLock._construct(write, janitor), write.acl
         )
         return ReadWriteLock._construct(read, write)
 
@@ -543,9 +503,17 @@ class ZooKeeperClient:
         has another ``acl``, or if this client already has a semaphore on ``path`` with
         another ``max_leases`` or layout (they would not count each other's leases);
         ``ClientClosed`` if the client is not connected."""
-        session, _, _, entries = self._recipe_parts(acl)
         checked = None if compat is None else validate_compat(compat)
-        sem = self._semaphore(session, path, max_leases, identifier, entries, checked)
+        sem: Semaphore | CompatSemaphore
+        key: tuple[object, ...]
+        if checked is None:
+            key = (path, max_leases, identifier)
+            sem = self._made(Semaphore, key, acl, path, max_leases, identifier=identifier)
+        else:
+            key = (path, max_leases, identifier, checked)
+            sem = self._made(
+                CompatSemaphore, key, acl, path, max_leases, identifier=identifier, compat=checked
+            )
         other = self._semaphores.setdefault(sem.path, sem)
         if (getattr(other, "compat", None), other.max_leases) != (checked, sem.max_leases):
             raise UsageError(
@@ -555,50 +523,6 @@ class ZooKeeperClient:
                 "leases (one layout and one limit per path)"
             )
         return sem
-
-    def _semaphore(
-        self,
-        session: Session,
-        path: str,
-        max_leases: int,
-        identifier: str | None,
-        entries: tuple[ACL, ...],
-        compat: Compat | None,
-    ) -> Semaphore | CompatSemaphore:
-        policy, janitor = self._policy, self._janitor
-        assert policy is not None
-        assert janitor is not None
-        if compat is not None:
-            checked = compat
-            return self._recipes.get(
-                CompatSemaphore,
-                (path, max_leases, identifier, checked),
-                lambda: CompatSemaphore._construct(
-                    session,
-                    path,
-                    max_leases,
-                    identifier=identifier,
-                    registry=policy,
-                    janitor=janitor,
-                    acl=entries,
-                    compat=checked,
-                ),
-                entries,
-            )
-        return self._recipes.get(
-            Semaphore,
-            (path, max_leases, identifier),
-            lambda: Semaphore._construct(
-                session,
-                path,
-                max_leases,
-                identifier=identifier,
-                registry=policy,
-                janitor=janitor,
-                acl=entries,
-            ),
-            entries,
-        )
 
     # ---------------------------------------------------------------- znodes (small API)
     # Paths are relative to the chroot. Every method validates its arguments before any
