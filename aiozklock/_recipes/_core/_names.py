@@ -91,7 +91,8 @@ def queue_order(children: Iterable[str]) -> list[str]:
     modulo 2**32: correct while the live nodes span less than 2**31 sequence numbers, which
     ephemeral contenders always do.
     """
-    return in_sequence_order({c: sequence_of(c) for c in children if is_lock_node(c)})
+    matches = {c: m for c in children if (m := _match(c)) is not None}  # one search each
+    return in_sequence_order({c: int(m.group("seq")) for c, m in matches.items()})
 
 
 def in_sequence_order(sequences: dict[str, int]) -> list[str]:
