@@ -17,7 +17,9 @@
 # Environment: PYTHON (interpreter for .venv, >= 3.11; default: the first of python3,
 # python3.13, python3.12, python3.11 that is recent enough), ZOOKEEPER_HOME,
 # AIOZKLOCK_ZK_HOSTS (tests use these servers instead of starting their own),
-# AIOZKLOCK_TEST_TIMEOUT (bound for the whole pytest run in seconds, default 2700; 0: none).
+# AIOZKLOCK_TEST_TIMEOUT (bound for the whole pytest run in seconds, default 2700; 0: none),
+# AIOZKLOCK_TEST_WORKERS (pytest-xdist workers, default 4, each with its own ZooKeeper: the
+# tests mostly wait on servers and clocks, so 4 fit on 2 cores; 0: one process).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -261,7 +263,9 @@ run_tests() {
     if [ "$bound" != 0 ] && command -v timeout >/dev/null 2>&1; then
         runner=(timeout --signal=INT --kill-after=60 "$bound")
     fi
-    "${runner[@]}" "$VENV/bin/python" -m pytest "$@" || rc=$?
+    # Workers first: a '-n' among the caller's arguments wins.
+    local workers=(-n "${AIOZKLOCK_TEST_WORKERS:-4}" --dist worksteal)
+    "${runner[@]}" "$VENV/bin/python" -m pytest "${workers[@]}" "$@" || rc=$?
     case "$rc" in
         0) ;;
         5) failed+=("pytest (no test was collected)") ;;
