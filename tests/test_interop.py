@@ -9,6 +9,7 @@ a Python process of its own (kazoo is in the test dependencies).
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -21,13 +22,22 @@ import pytest
 
 import aiozklock
 from tests.conftest import ClientFactory
-from tests.interop.peers import Interval, curator_peer, hand_offs, overlaps, start_peer
+from tests.interop.peers import (
+    Changes,
+    Interval,
+    contend,
+    curator_peer,
+    hand_offs,
+    overlaps,
+    start_peer,
+)
 
 pytestmark = [pytest.mark.anyio]
 
-SECONDS = 3.0
+GRANTS = 50  # each side's sections, at least, in a run (they stop once both have them)
 HOLD_MICROS = 300
 KAZOO = (sys.executable, "-m", "tests.interop.kazoo_peer")
+BOTH_WAYS = {("aiozklock", "peer"), ("peer", "aiozklock")}
 Make = Callable[[aiozklock.ZooKeeperClient, str], Any]
 
 
@@ -39,43 +49,59 @@ def curator(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ...]:
     return command
 
 
-async def _ours(primitive: Any, until: float, who: str, out: list[Interval]) -> None:
+async def _ours(
+    primitive: Any, who: str, out: list[Interval], changes: Changes, stop: anyio.Event
+) -> None:
     """Our side of the loop: acquire → hold (a busy wait, as the peers do) → release."""
-    while time.monotonic() < until:
+    while not stop.is_set():
         async with primitive:
             start = time.monotonic_ns()
             while time.monotonic_ns() - start < HOLD_MICROS * 1000:
                 pass
             out.append((start, time.monotonic_ns(), who))
+        changes.notify()
         await anyio.lowlevel.checkpoint()
 
 
+def _directions(history: list[Interval]) -> set[tuple[str, str]]:
+    return {(a.split("-")[0], b.split("-")[0]) for a, b in hand_offs(history)}
+
+
 async def _contend(
-    open_client: ClientFactory, hosts: str, path: str, make: Make, peer: Sequence[str]
+    open_client: ClientFactory, hosts: str, path: str, make: Make, command: Sequence[str]
 ) -> None:
-    """Two sessions of ours and a peer process (two threads) on ``path``; checks the
+    """Two sessions of ours and a peer process (two threads) on ``path``, until each side
+    had ``GRANTS`` sections and the holder passed from one side to the other both ways (a
+    fair queue makes that happen; a side starved fails at the hang bound); checks the
     merged history."""
     clients = [await open_client() for _ in range(2)]
     await clients[0].ensure_path(path)  # the chroot too: Curator creates below it only
     ours: list[Interval] = []
-    with anyio.fail_after(SECONDS + 40):
-        process = await start_peer("peer", peer)
-        await process.go()
-        until = time.monotonic() + SECONDS
-        async with anyio.create_task_group() as tg:
-            for i, client in enumerate(clients):
-                tg.start_soon(_ours, make(client, path), until, f"aiozklock-{i}", ours)
-        theirs = await process.intervals()
+    changes = Changes()
+    async with start_peer("peer", command, changes) as peer:
+
+        def missing() -> list[str]:
+            counts = {"ours": len(ours), "the peer": len(peer.intervals)}
+            short = [f"{who}: {n} of {GRANTS} sections" for who, n in counts.items() if n < GRANTS]
+            if short:  # (the hand-offs are looked for once enough sections are there)
+                return short
+            directions = _directions(ours + peer.intervals)
+            return [] if directions >= BOTH_WAYS else [f"hand-offs both ways; seen {directions}"]
+
+        tasks = [
+            functools.partial(_ours, make(client, path), f"aiozklock-{i}", ours, changes)
+            for i, client in enumerate(clients)
+        ]
+        theirs = await contend(peer, tasks, missing)
     history = ours + theirs
     assert overlaps(history) == []
-    assert len(ours) > 5
-    assert len(theirs) > 5  # neither side starved
-    directions = {(a.split("-")[0], b.split("-")[0]) for a, b in hand_offs(history)}
-    assert {("aiozklock", "peer"), ("peer", "aiozklock")} <= directions
+    assert len(ours) >= GRANTS
+    assert len(theirs) >= GRANTS  # neither side starved
+    assert _directions(history) >= BOTH_WAYS
 
 
 def _args(hosts: str, path: str, recipe: str, *extra: str) -> list[str]:
-    return [hosts, path, recipe, "2", str(SECONDS), str(HOLD_MICROS), *extra]
+    return [hosts, path, recipe, "2", str(HOLD_MICROS), *extra]
 
 
 async def test_our_lock_and_curators_mutex_share_a_path(

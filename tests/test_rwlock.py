@@ -5,7 +5,9 @@ tests/test_rwlock_decision.py for the pure decision functions)."""
 from __future__ import annotations
 
 import random
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import aiozklock
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
 from benchmarks.run import compile_curator
 from tests.conftest import ClientFactory, gone, wait_for_queue
+from tests.interop.peers import HANG, Changes, Lines, running
 
 pytestmark = [pytest.mark.anyio]
 
@@ -591,18 +594,33 @@ async def test_history_no_writer_ever_overlaps_anyone(open_client: ClientFactory
 
 # --- kazoo on the same path ----------------------------------------------------------------
 
+EVERY_SIDE = {("a", "read"), ("a", "write"), ("k", "read"), ("k", "write")}
+PER_SIDE = 30  # sections of each (library, mode) in a run, at least: it stops once all have them
+
+
+def missing_sides(intervals: Iterable[tuple[str, str, float, float]]) -> list[str]:
+    """(who, mode, start, end): the (library, mode) pairs with fewer than ``PER_SIDE``
+    sections, "a" being ours and "k" the other library's."""
+    counts = Counter((who[0], mode) for who, mode, _, _ in intervals)
+    return [
+        f"{side}: {counts[side]} of {PER_SIDE}"
+        for side in sorted(EVERY_SIDE)
+        if counts[side] < PER_SIDE
+    ]
+
 
 def kazoo_worker(
     hosts: str,
     name: str,
     seed: int,
-    stop_at: float,
+    stop: threading.Event,
     intervals: list[tuple[str, str, float, float]],
     told: bool,
+    changes: Changes,
 ) -> None:
-    """A kazoo client (threads, blocking) taking kazoo's ReadLock/WriteLock at random, told of
-    our Curator-style names by ``extra_lock_patterns`` if ``told`` (kazoo's own names we read
-    as they are)."""
+    """A kazoo client (threads, blocking) taking kazoo's ReadLock/WriteLock at random until
+    ``stop``, told of our Curator-style names by ``extra_lock_patterns`` if ``told`` (kazoo's
+    own names we read as they are)."""
     client = KazooClient(hosts=hosts, timeout=4.0)
     client.start(timeout=10)
     try:
@@ -610,7 +628,7 @@ def kazoo_worker(
         reads, writes = (["-__WRIT__"], ["-__WRIT__", "-__READ__"]) if told else ([], [])
         reader = client.ReadLock(PATH, name, extra_lock_patterns=reads)
         writer = client.WriteLock(PATH, name, extra_lock_patterns=writes)
-        while time.monotonic() < stop_at:
+        while not stop.is_set():
             mode = "write" if rng.random() < 0.4 else "read"
             lock = writer if mode == "write" else reader
             if not lock.acquire(timeout=10):
@@ -621,49 +639,58 @@ def kazoo_worker(
                 intervals.append((name, mode, start, time.monotonic()))
             finally:
                 lock.release()
+            anyio.from_thread.run_sync(changes.notify)
     finally:
         client.stop()
         client.close()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 @pytest.mark.parametrize("compat", ["curator", "kazoo"])
 async def test_kazoo_read_and_write_locks_share_the_queue(
     zk: aiozklock.ZooKeeperClient, open_client: ClientFactory, hosts: str, compat: str
 ) -> None:
-    """kazoo readers and writers and ours on one path: no writer ever overlaps anyone, and
-    both libraries read and write. With Curator's names kazoo must be told of our markers;
-    with ``compat="kazoo"`` it reads ours as its own."""
+    """kazoo readers and writers and ours on one path, until both libraries read and wrote
+    ``PER_SIDE`` times (a fair queue makes that happen): no writer ever overlaps anyone.
+    With Curator's names kazoo must be told of our markers; with ``compat="kazoo"`` it reads
+    ours as its own."""
     await zk.ensure_path(PATH)  # and the chroot, which kazoo expects to exist
     clients = [zk, await open_client()]
     intervals: list[tuple[str, str, float, float]] = []  # who, mode, start, end
-    stop_at = time.monotonic() + 2.5
+    stop = threading.Event()  # read by our tasks and by kazoo's threads
+    changes = Changes()
 
     async def ours(index: int) -> None:
         rw = clients[index % 2].rw_lock(PATH, identifier=f"a{index}", compat=compat)  # type: ignore[arg-type]
         rng = random.Random(index)
-        while time.monotonic() < stop_at:
+        while not stop.is_set():
             mode = "write" if rng.random() < 0.4 else "read"
             async with side(rw, mode).acquire(timeout=10):
                 start = time.monotonic()
                 await anyio.sleep(rng.uniform(0, 0.005))
                 intervals.append((f"a{index}", mode, start, time.monotonic()))
+            changes.notify()
 
     async def theirs(index: int) -> None:
         told = compat == "curator"
         await anyio.to_thread.run_sync(
-            kazoo_worker, hosts, f"k{index}", index, stop_at, intervals, told
+            kazoo_worker, hosts, f"k{index}", index, stop, intervals, told, changes
         )
 
-    with anyio.fail_after(45):
-        async with anyio.create_task_group() as tg:
-            for index in range(3):
-                tg.start_soon(ours, index)
-            for index in range(2):
-                tg.start_soon(theirs, index)
+    async with anyio.create_task_group() as tg:
+        for index in range(3):
+            tg.start_soon(ours, index)
+        for index in range(2):
+            tg.start_soon(theirs, index)
+        with anyio.move_on_after(HANG):  # the threads cannot be cancelled: they see stop
+            try:
+                await changes.until(lambda: not missing_sides(intervals))
+            finally:
+                stop.set()
+    assert missing_sides(intervals) == [], f"not done within {HANG} s"
     assert_no_writer_overlaps(intervals)
     done = {(who[0], mode) for who, mode, _, _ in intervals}
-    assert done == {("a", "read"), ("a", "write"), ("k", "read"), ("k", "write")}
+    assert done == EVERY_SIDE
     print(f"RWLOCK kazoo: {len(intervals)} sections")
     await gone(zk, PATH)
 
@@ -701,43 +728,51 @@ async def test_curator_read_write_locks_share_the_queue(
     curator_command: tuple[str, ...],
 ) -> None:
     """Curator's InterProcessReadWriteLock (3 threads) and ours on one path, both with their
-    default configuration: Curator orders our nodes by their suffix, we order its; no writer
-    ever overlaps anyone, and both libraries read and write."""
+    default configuration, until both libraries read and wrote ``PER_SIDE`` times (a fair
+    queue makes that happen): Curator orders our nodes by their suffix, we order its; no
+    writer ever overlaps anyone."""
     await zk.ensure_path(PATH)
     clients = [zk, await open_client()]
     intervals: list[tuple[str, str, float, float]] = []  # who, mode, start, end
-    curator_done = anyio.Event()
+    stop = anyio.Event()
+    changes = Changes()
 
     async def ours(index: int) -> None:
         rw = clients[index % 2].rw_lock(PATH, identifier=f"a{index}")
         rng = random.Random(index)
-        while not curator_done.is_set():
+        while not stop.is_set():
             mode = "write" if rng.random() < 0.4 else "read"
             async with side(rw, mode).acquire(timeout=10):
                 start = time.monotonic()
                 await anyio.sleep(rng.uniform(0, 0.005))
                 intervals.append((f"a{index}", mode, start, time.monotonic()))
+            changes.notify()
 
-    async def curator() -> None:
-        try:
-            finished = await anyio.run_process([*curator_command, hosts, PATH, "2.5", "3"])
-        finally:
-            curator_done.set()
-        lines = finished.stdout.decode().split("\n")
-        assert lines[0] == "connected", finished.stderr.decode()[-2000:]
-        for line in filter(None, lines[1:]):
-            who, mode, start, end = line.split(" ", 3)
-            assert who != "error", line
+    async def curator(lines: Lines) -> None:
+        while (line := await lines.next()) != "done":
+            assert not line.startswith("error"), line
+            who, mode, start, end = line.split(" ")
             intervals.append((f"k{who}", mode, int(start) / 1e9, int(end) / 1e9))
+            changes.notify()
 
-    with anyio.fail_after(90):
-        async with anyio.create_task_group() as tg:
-            for index in range(3):
-                tg.start_soon(ours, index)
-            tg.start_soon(curator)
+    async with running([*curator_command, hosts, PATH, "3"]) as process:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        lines = Lines(process.stdout)
+        with anyio.move_on_after(HANG) as bound:
+            assert await lines.next() == "connected"
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(curator, lines)
+                for index in range(3):
+                    tg.start_soon(ours, index)
+                await changes.until(lambda: not missing_sides(intervals))
+                stop.set()
+                await process.stdin.send(b"stop\n")
+            assert await process.wait() == 0
+        assert not bound.cancelled_caught, f"not done within {HANG} s: {missing_sides(intervals)}"
     assert_no_writer_overlaps(intervals)
     done = {(who[0], mode) for who, mode, _, _ in intervals}
-    assert done == {("a", "read"), ("a", "write"), ("k", "read"), ("k", "write")}
+    assert done == EVERY_SIDE
     curator_sections = sum(1 for who, *_ in intervals if who.startswith("k"))
     print(f"RWLOCK curator: {len(intervals)} sections, {curator_sections} by Curator")
     await gone(zk, PATH)

@@ -6,6 +6,7 @@ then layouts, cancellation, loss and bad input against real ZooKeeper.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import time
@@ -19,12 +20,19 @@ import aiozklock
 from aiozklock._recipes._core._names import Compat
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
 from tests.conftest import ClientFactory, gone, wait_for_children
-from tests.interop.peers import Interval, curator_peer, max_concurrency, start_peer
+from tests.interop.peers import (
+    Changes,
+    Interval,
+    contend,
+    curator_peer,
+    max_concurrency,
+    start_peer,
+)
 
 pytestmark = [pytest.mark.anyio]
 
 PATH = "/semaphores/compat"
-SECONDS = 3.0
+GRANTS = 50  # each side's leases, at least, in a run (it stops once both have them)
 MAX_LEASES = 2
 HOLD_MICROS = 2000
 KAZOO = (sys.executable, "-m", "tests.interop.kazoo_peer")
@@ -50,34 +58,61 @@ def mutex_path(compat: Compat, path: str = PATH) -> str:
 # ---------------------------------------------------------------- live peers
 
 
-async def _ours(sem: aiozklock.Semaphore, until: float, who: str, out: list[Interval]) -> None:
-    """Acquire → hold (sleeping, so that our tasks hold concurrently) → release."""
-    while time.monotonic() < until:
-        async with sem:
-            start = time.monotonic_ns()
-            await anyio.sleep(HOLD_MICROS / 1e6)
-            out.append((start, time.monotonic_ns(), who))
-
-
 async def _contend(open_client: ClientFactory, compat: Compat, peer: list[str]) -> list[Interval]:
-    """Three sessions of ours and a peer process (three threads) on one semaphore; returns
-    the merged history, checked: never more than ``MAX_LEASES`` holders, nobody starved."""
+    """Three sessions of ours and a peer process (three threads) on one semaphore, until
+    each side had ``GRANTS`` leases, two of ours held leases at once and one of ours held
+    with one of the peer's (so that the leases are used, not just a mutex, whatever the
+    timing); returns the merged history, checked: never more than ``MAX_LEASES`` holders."""
     clients = [await open_client() for _ in range(3)]
     await clients[0].ensure_path("/interop")  # the chroot too: Curator creates below it only
+    sems = [client.semaphore(peer_path(peer), MAX_LEASES, compat=compat) for client in clients]
     ours: list[Interval] = []
-    with anyio.fail_after(SECONDS + 40):
-        process = await start_peer("peer", peer)
-        await process.go()
-        until = time.monotonic() + SECONDS
-        async with anyio.create_task_group() as tg:
-            for i, client in enumerate(clients):
-                sem = client.semaphore(peer_path(peer), MAX_LEASES, compat=compat)
-                tg.start_soon(_ours, sem, until, f"aiozklock-{i}", ours)
-        theirs = await process.intervals()
+    first_held: set[int] = set()  # our sessions in or past their first section
+    firsts_done: set[int] = set()  # and past it
+    changes = Changes()
+
+    async with start_peer("peer", peer, changes) as process:
+
+        def first_until(i: int, start: int) -> bool:
+            """How long session ``i``'s first section lasts: 0 and 1 hold until both hold;
+            2 (which starts once they let go, or it would take the lease 1 waits for) until
+            the peer holds a lease it took after 2's start."""
+            return {0, 1} <= first_held if i < 2 else process.latest_start >= start
+
+        async def loop(i: int, stop: anyio.Event) -> None:
+            """Acquire → hold (sleeping, so that our tasks hold concurrently) → release."""
+            if i == 2:
+                await changes.until(lambda: {0, 1} <= firsts_done)
+            while not stop.is_set():
+                async with sems[i]:
+                    start = time.monotonic_ns()
+                    first = i not in first_held
+                    first_held.add(i)
+                    changes.notify()
+                    await anyio.sleep(HOLD_MICROS / 1e6)
+                    if first:
+                        await changes.until(functools.partial(first_until, i, start))
+                    ours.append((start, time.monotonic_ns(), f"aiozklock-{i}"))
+                firsts_done.add(i)
+                changes.notify()
+
+        def missing() -> list[str]:
+            counts = {"ours": len(ours), "the peer": len(process.intervals)}
+            short = [f"{who}: {n} of {GRANTS} leases" for who, n in counts.items() if n < GRANTS]
+            return short + [f"session {i}'s first lease" for i in range(3) if i not in firsts_done]
+
+        tasks = [functools.partial(loop, i) for i in range(3)]
+        theirs = await contend(process, tasks, missing)
     history = ours + theirs
     assert max_concurrency(history) <= MAX_LEASES
-    assert len(ours) > 5
-    assert len(theirs) > 5  # neither side starved
+    assert len(ours) >= GRANTS
+    assert len(theirs) >= GRANTS  # neither side starved
+    assert max_concurrency(ours) == MAX_LEASES  # two of ours at once
+    assert any(  # and one of ours with one of theirs
+        a_start < b_end and b_start < a_end
+        for a_start, a_end, _ in ours
+        for b_start, b_end, _ in theirs
+    )
     return history
 
 
@@ -86,7 +121,7 @@ def peer_path(peer: list[str]) -> str:
 
 
 def _args(hosts: str, path: str) -> list[str]:
-    return [hosts, path, "semaphore", "3", str(SECONDS), str(HOLD_MICROS), str(MAX_LEASES)]
+    return [hosts, path, "semaphore", "3", str(HOLD_MICROS), str(MAX_LEASES)]
 
 
 async def test_kazoo_compatible_semaphore_and_kazoos_share_a_path(

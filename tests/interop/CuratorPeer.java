@@ -4,6 +4,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
@@ -14,15 +15,17 @@ import org.apache.curator.retry.RetryNTimes;
 
 /**
  * Apache Curator as a peer in aiozklock's interoperability tests (tests/test_interop.py
- * compiles it at test time).
+ * compiles it at test time; the protocol is tests/interop/peers.py's).
  *
- * <p>Usage: {@code java CuratorPeer HOSTS PATH RECIPE THREADS SECONDS HOLD_MICROS [MAX_LEASES]},
- * RECIPE being {@code mutex} (InterProcessMutex), {@code latch} (LeaderLatch) or {@code
- * semaphore} (InterProcessSemaphoreV2 with MAX_LEASES; one per thread). It connects, prints
- * {@code ready}, waits for a line on stdin, then each thread loops acquire → hold → release
- * until SECONDS are over, and it prints one JSON line: {@code {"intervals": [[start, end],
- * ...]}}, System.nanoTime() values (CLOCK_MONOTONIC on Linux, as Python's
- * time.monotonic_ns()), so that intervals of several processes can be merged.
+ * <p>Usage: {@code java CuratorPeer HOSTS PATH RECIPE THREADS HOLD_MICROS [MAX_LEASES]}, RECIPE
+ * being {@code mutex} (InterProcessMutex), {@code latch} (LeaderLatch) or {@code semaphore}
+ * (InterProcessSemaphoreV2 with MAX_LEASES; one per thread). It connects, prints {@code
+ * ready}, waits for a line on stdin, then each thread loops acquire → hold → release, printing
+ * {@code held START} once it holds and {@code released START END} once it let go, until
+ * another line on stdin (or its end); then it prints one JSON line: {@code {"intervals":
+ * [[start, end], ...]}}. Times are System.nanoTime() values (CLOCK_MONOTONIC on Linux, as
+ * Python's time.monotonic_ns()), so that intervals of several processes can be merged. A
+ * thread that fails prints {@code error ...}.
  */
 public final class CuratorPeer {
     private CuratorPeer() {}
@@ -32,19 +35,19 @@ public final class CuratorPeer {
         String path = args[1];
         String recipe = args[2];
         int threads = Integer.parseInt(args[3]);
-        double seconds = Double.parseDouble(args[4]);
-        long holdNanos = Long.parseLong(args[5]) * 1000;
-        int maxLeases = args.length > 6 ? Integer.parseInt(args[6]) : 1;
+        long holdNanos = Long.parseLong(args[4]) * 1000;
+        int maxLeases = args.length > 5 ? Integer.parseInt(args[5]) : 1;
         CuratorFramework client =
                 CuratorFrameworkFactory.newClient(hosts, 10_000, 10_000, new RetryNTimes(3, 100));
         client.start();
         if (!client.blockUntilConnected(20, TimeUnit.SECONDS)) {
             throw new IllegalStateException("not connected to " + hosts);
         }
-        System.out.println("ready");
-        System.out.flush();
-        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine();
-        final long end = System.nanoTime() + (long) (seconds * 1e9);
+        say("ready");
+        BufferedReader stdin =
+                new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        stdin.readLine();
+        AtomicBoolean stop = new AtomicBoolean();
         List<long[]> intervals = new ArrayList<>();
         List<Thread> workers = new ArrayList<>();
         for (int i = 0; i < threads; i++) {
@@ -52,14 +55,16 @@ public final class CuratorPeer {
                     new Thread(
                             () -> {
                                 try {
-                                    loop(client, path, recipe, maxLeases, end, holdNanos, intervals);
+                                    loop(client, path, recipe, maxLeases, stop, holdNanos, intervals);
                                 } catch (Exception e) {
-                                    throw new RuntimeException(e);
+                                    say(("error " + e).replace('\n', ' '));
                                 }
                             });
             workers.add(worker);
             worker.start();
         }
+        stdin.readLine(); // "stop", or the end of stdin
+        stop.set(true);
         for (Thread worker : workers) {
             worker.join();
         }
@@ -72,7 +77,15 @@ public final class CuratorPeer {
                 out.append(interval[1]).append(']');
             }
         }
-        System.out.println(out.append("]}"));
+        say(out.append("]}").toString());
+    }
+
+    /** One whole line on stdout, flushed (println is atomic; the test reads line by line). */
+    private static void say(String line) {
+        synchronized (System.out) {
+            System.out.println(line);
+            System.out.flush();
+        }
     }
 
     private static void loop(
@@ -80,7 +93,7 @@ public final class CuratorPeer {
             String path,
             String recipe,
             int maxLeases,
-            long deadline,
+            AtomicBoolean stop,
             long holdNanos,
             List<long[]> intervals)
             throws Exception {
@@ -89,7 +102,7 @@ public final class CuratorPeer {
                 recipe.equals("semaphore")
                         ? new InterProcessSemaphoreV2(client, path, maxLeases)
                         : null;
-        while (System.nanoTime() < deadline) {
+        while (!stop.get()) {
             LeaderLatch latch = null;
             Lease lease = null;
             if (semaphore != null) {
@@ -102,10 +115,11 @@ public final class CuratorPeer {
                 latch.await();
             }
             long start = System.nanoTime();
+            say("held " + start);
             while (System.nanoTime() - start < holdNanos) {
                 Thread.onSpinWait();
             }
-            long stop = System.nanoTime();
+            long stopped = System.nanoTime();
             if (lease != null) {
                 lease.close();
             } else if (mutex != null) {
@@ -114,8 +128,9 @@ public final class CuratorPeer {
                 latch.close();
             }
             synchronized (intervals) {
-                intervals.add(new long[] {start, stop});
+                intervals.add(new long[] {start, stopped});
             }
+            say("released " + start + " " + stopped);
         }
     }
 }

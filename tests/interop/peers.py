@@ -1,27 +1,34 @@
-"""Peer processes for the interoperability tests, and the history check.
+"""Peer processes for the interoperability tests, and the history checks.
 
-A peer connects, prints ``ready``, waits for a line on stdin, loops acquire → hold →
-release for its time, and prints ``{"intervals": [[start, end], ...]}`` in
-``time.monotonic_ns()`` time (Java's ``System.nanoTime()`` on Linux is the same clock), so
-the critical sections of every process can be put on one time line.
+A peer connects and prints ``ready``; on a line on stdin (``go``) its threads loop acquire →
+hold → release, each printing ``held START`` once it holds and ``released START END`` once
+it let go, until another line (``stop``, or the end of stdin): then every thread ends its
+turn and the peer prints ``{"intervals": [[start, end], ...]}`` (all its sections) and exits.
+A thread that fails prints ``error ...``. Times are ``time.monotonic_ns()`` (Java's
+``System.nanoTime()`` on Linux is the same clock), so that the critical sections of every
+process can be put on one time line. The lines stream so that a test runs until what it
+checks has happened, whatever the machine's speed, instead of for a fixed time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import subprocess
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from benchmarks.run import Driver, compile_curator
 
 HERE = Path(__file__).resolve().parent
 Interval = tuple[int, int, str]  # start, end, who
+HANG = 45.0  # a hang bound, not a duration: the tests stop once what they check happened
 
 
 def curator_peer(build_dir: Path) -> tuple[str, ...] | str:
@@ -30,43 +37,131 @@ def curator_peer(build_dir: Path) -> tuple[str, ...] | str:
     return driver.command if isinstance(driver, Driver) else driver
 
 
+class Changes:
+    """Progress of a test's contenders: ``notify()`` on every change wakes the tasks in
+    ``until(done)``, which return once ``done()`` (no polling, no fixed duration)."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            await self._event.wait()
+
+
+class Lines:
+    """The lines a process prints, one at a time."""
+
+    def __init__(self, stream: anyio.abc.ByteReceiveStream) -> None:
+        self._stream = BufferedByteReceiveStream(stream)
+
+    async def next(self) -> str:
+        return (await self._stream.receive_until(b"\n", 1 << 26)).decode().strip()
+
+
 @dataclass
 class Peer:
-    """A running peer process: ``go()`` starts its loop, ``intervals()`` waits for its end."""
+    """A running peer process; ``follow()`` (a task for its whole run) reads what it
+    prints: ``intervals``, the sections it finished so far, and ``latest_start``, the latest
+    start of a section it reported holding."""
 
     who: str
     process: anyio.abc.Process
-
-    async def ready(self) -> None:
-        assert self.process.stdout is not None
-        line = await _read_line(self.process.stdout)
-        assert line == "ready", f"{self.who} said {line!r} instead of ready"
+    changes: Changes
+    lines: Lines
+    intervals: list[Interval] = field(default_factory=list)
+    latest_start: int = -1
+    final: list[Interval] | None = None
 
     async def go(self) -> None:
-        assert self.process.stdin is not None
-        await self.process.stdin.send(b"go\n")
+        await self._send(b"go\n")
 
-    async def intervals(self) -> list[Interval]:
-        assert self.process.stdout is not None
-        line = await _read_line(self.process.stdout)
+    async def stop(self) -> None:
+        await self._send(b"stop\n")
+
+    async def follow(self) -> None:
+        """Reads the peer's lines until its final one, notifying ``changes`` of each."""
+        while self.final is None:
+            line = await self.lines.next()
+            word, *numbers = line.split(" ")
+            if word == "held":
+                self.latest_start = max(self.latest_start, int(numbers[0]))
+            elif word == "released":
+                self.intervals.append((int(numbers[0]), int(numbers[1]), self.who))
+            elif line.startswith("{"):
+                self.final = [(s, e, self.who) for s, e in json.loads(line)["intervals"]]
+            else:
+                raise AssertionError(f"{self.who} said {line!r}")
+            self.changes.notify()
+
+    async def finish(self) -> list[Interval]:
+        """Every section of the peer, once it exited (after ``follow()`` returned)."""
         assert await self.process.wait() == 0, f"{self.who} exited with {self.process.returncode}"
-        return [(start, end, self.who) for start, end in json.loads(line)["intervals"]]
+        assert self.final is not None
+        assert sorted(self.final) == sorted(self.intervals)  # it reported every section
+        return self.final
+
+    async def _send(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send(data)
 
 
-async def start_peer(who: str, command: Sequence[str]) -> Peer:
+@contextlib.asynccontextmanager
+async def running(command: Sequence[str]) -> AsyncIterator[anyio.abc.Process]:
+    """``command`` started with pipes for stdin and stdout; killed on the way out if it
+    has not exited (a test that failed or hit its hang bound leaves no process behind)."""
     process = await anyio.open_process(
-        list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None
     )
-    peer = Peer(who, process)
-    await peer.ready()
-    return peer
+    try:
+        yield process
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
 
 
-async def _read_line(stream: anyio.abc.ByteReceiveStream) -> str:
-    data = b""
-    while not data.endswith(b"\n"):
-        data += await stream.receive(1 << 16)
-    return data.decode().strip()
+@contextlib.asynccontextmanager
+async def start_peer(who: str, command: Sequence[str], changes: Changes) -> AsyncIterator[Peer]:
+    """A peer process, connected (it said ``ready``) and waiting for ``go()``."""
+    async with running(command) as process:
+        assert process.stdout is not None
+        peer = Peer(who, process, changes, Lines(process.stdout))
+        with anyio.fail_after(HANG):
+            line = await peer.lines.next()
+        assert line == "ready", f"{who} said {line!r} instead of ready"
+        yield peer
+
+
+async def contend(
+    peer: Peer,
+    ours: Sequence[Callable[[anyio.Event], Awaitable[None]]],
+    missing: Callable[[], list[str]],
+) -> list[Interval]:
+    """Runs the peer's loop and our tasks (each ``task(stop)`` loops until ``stop`` is set)
+    until nothing is ``missing()`` any more, then stops both; returns the peer's sections.
+    Something still missing after ``HANG`` seconds (a side starved, say) fails the test."""
+    stop = anyio.Event()
+    theirs: list[Interval] = []
+    with anyio.move_on_after(HANG) as bound:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(peer.follow)
+            await peer.go()
+            for task in ours:
+                tg.start_soon(task, stop)
+            await peer.changes.until(lambda: not missing())
+            stop.set()
+            await peer.stop()
+        theirs = await peer.finish()
+    assert not bound.cancelled_caught, (
+        f"not done within {HANG} s: {missing() or 'a side did not stop'}"
+    )
+    return theirs
 
 
 def overlaps(intervals: Iterable[Interval]) -> list[tuple[Interval, Interval]]:
