@@ -13,7 +13,6 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -43,7 +42,7 @@ Make = Callable[[aiozklock.ZooKeeperClient, str], Any]
 
 @pytest.fixture(scope="session")
 def curator(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ...]:
-    command = curator_peer(Path(tmp_path_factory.mktemp("curator-peer")))
+    command = curator_peer(tmp_path_factory)
     if isinstance(command, str):
         pytest.skip(command)
     return command

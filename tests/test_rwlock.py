@@ -17,9 +17,8 @@ from kazoo.client import KazooClient  # type: ignore[import-untyped]
 
 import aiozklock
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
-from benchmarks.run import compile_curator
 from tests.conftest import ClientFactory, gone, wait_for_queue
-from tests.interop.peers import HANG, Changes, Lines, running
+from tests.interop.peers import HANG, Changes, Lines, compiled_java, java_cache, running
 
 pytestmark = [pytest.mark.anyio]
 
@@ -704,10 +703,10 @@ CURATOR_SOURCE = Path(__file__).parent / "interop" / "CuratorReadWrite.java"
 def curator_command(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ...]:
     """The Curator driver (tests/interop/CuratorReadWrite.java), compiled now; skipped with
     the reason without a JDK or Curator's jars."""
-    driver = compile_curator(tmp_path_factory.mktemp("curator-rw"), CURATOR_SOURCE, "rw")
-    if isinstance(driver, str):
-        pytest.skip(driver)
-    return driver.command
+    command = compiled_java(java_cache(tmp_path_factory), CURATOR_SOURCE, "rw")
+    if isinstance(command, str):
+        pytest.skip(command)
+    return command
 
 
 def assert_no_writer_overlaps(intervals: Iterable[tuple[str, str, float, float]]) -> None:

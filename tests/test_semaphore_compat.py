@@ -10,7 +10,6 @@ import functools
 import re
 import sys
 import time
-from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -41,7 +40,7 @@ COMPATS: list[Compat] = ["kazoo", "curator"]
 
 @pytest.fixture(scope="session")
 def curator(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ...]:
-    command = curator_peer(Path(tmp_path_factory.mktemp("curator-peer")))
+    command = curator_peer(tmp_path_factory)
     if isinstance(command, str):
         pytest.skip(command)
     return command

@@ -13,8 +13,11 @@ checks has happened, whatever the machine's speed, instead of for a fixed time.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import itertools
 import json
+import shutil
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +25,7 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from benchmarks.run import Driver, compile_curator
@@ -31,10 +35,40 @@ Interval = tuple[int, int, str]  # start, end, who
 HANG = 45.0  # a hang bound, not a duration: the tests stop once what they check happened
 
 
-def curator_peer(build_dir: Path) -> tuple[str, ...] | str:
-    """The command that runs ``CuratorPeer`` (compiled into ``build_dir``), or why not."""
-    driver = compile_curator(build_dir, HERE / "CuratorPeer.java", "CuratorPeer")
-    return driver.command if isinstance(driver, Driver) else driver
+def compiled_java(cache: Path, source: Path, name: str) -> tuple[str, ...] | str:
+    """The command that runs the Curator program ``source``, or why it cannot run.
+
+    Compiled once into ``cache`` (shared by the run's xdist workers) for every worker that
+    asks: javac costs seconds of CPU, which a loaded 2-core machine has least of. The key is
+    the source's text, so an edited program is compiled again; a lock file serialises the
+    workers, and a finished build is marked only once javac succeeded."""
+    key = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    build_dir = cache / f"java-{source.stem}-{key}"
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f"java-{source.stem}-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = build_dir / "compiled"
+        if done.is_file():
+            return tuple(json.loads(done.read_text()))
+        shutil.rmtree(build_dir, ignore_errors=True)  # a build that did not finish
+        build_dir.mkdir()
+        driver = compile_curator(build_dir, source, name)
+        if not isinstance(driver, Driver):
+            return driver  # not marked: the reason is found again by the next asker
+        done.write_text(json.dumps(driver.command))
+        return driver.command
+
+
+def java_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory that every xdist worker of this run sees (a worker's own base temporary
+    directory is ``popen-gwN`` inside the run's)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if base.name.startswith("popen-gw") else base) / "java"
+
+
+def curator_peer(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ...] | str:
+    """The command that runs ``CuratorPeer``, or why it cannot run."""
+    return compiled_java(java_cache(tmp_path_factory), HERE / "CuratorPeer.java", "CuratorPeer")
 
 
 class Changes:
