@@ -226,6 +226,33 @@ async def test_lost_multi_reply_is_resolved_by_guid(
     await gone(zk, A, B)
 
 
+async def test_multi_reply_skipped_while_the_listings_are_answered_is_resolved_by_guid(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    """ZooKeeper may not answer a write yet answer the reads written after it (a write of a
+    session that moved to another server: the nemesis, seed 2258). The multi's outcome is then
+    unknown, as after a lost reply: resolved by GUID, never taken for a result."""
+    client = await open_client(proxy)
+    zk = await open_client()
+    await client.ensure_path(A)
+    await client.ensure_path(B)
+    lock = client.multi_lock([A, B])
+    proxy.reset_counters()
+    # Executed by the server; its reply is lost, the listings' replies come.
+    proxy.arm_drop_after([Opcode.MULTI], 1, reset=False)
+    with anyio.fail_after(10):
+        async with lock:
+            assert proxy.swallowed_replies == 1
+            assert proxy.count(Opcode.MULTI) == 1  # never resent blindly
+            assert proxy.connections_accepted == 0  # the connection went on
+            listing = await children(zk, A, B)
+            assert all(len(names) == 1 for names in listing.values())  # no duplicate
+            assert lock.statistics().nodes == {p: n[0] for p, n in listing.items()}
+            _, stat = await zk.get_data(f"{A}/{listing[A][0]}")
+            assert lock.fencing_token == stat.czxid
+    await gone(zk, A, B)
+
+
 async def test_connection_drop_cancels_the_body_and_nothing_stays(
     proxy: FaultProxy, open_client: ClientFactory
 ) -> None:

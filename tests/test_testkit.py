@@ -440,6 +440,30 @@ async def test_arm_drop_after_create_executes_but_loses_reply(
 
 @pytest.mark.anyio
 @pytest.mark.timeout(20)
+async def test_arm_drop_after_without_reset_delivers_the_later_replies(
+    proxy: FaultProxy, observer: RawZooKeeperConnection
+) -> None:
+    path = unique_path("skipped-reply")
+    async with await RawZooKeeperConnection.open(proxy.address) as conn:
+        proxy.arm_drop_after(Opcode.CREATES, reset=False)
+        request = protocol.CreateRequest(
+            path=path, data=b"", acl=[protocol.UNRESTRICTED_ACCESS], flags=0
+        )
+        await conn.send(request)
+        later = await conn.send(protocol.ExistsRequest(path=path, watch=False))
+        reply = await conn.read_reply(later)  # the first reply read: none for the create
+        assert reply.err == 0  # the node exists: the server executed the create
+        assert proxy.swallowed_replies == 1
+        assert not conn.is_closed
+        assert await conn.exists("/") is not None  # the connection goes on
+        assert proxy.connections_accepted == 1
+        stat = await observer.exists(path)  # the server did execute the create
+        assert stat is not None
+        await conn.delete(path)
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(20)
 async def test_arm_drop_after_counts_matching_requests(
     proxy: FaultProxy, observer: RawZooKeeperConnection
 ) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 import aiozklock
 from aiozklock._recipes._core._names import nodes_of
+from aiozklock._wire._protocol import CreateMode, create_op, get_children_op
 from aiozklock.testing import FaultProxy, session_of
 from tests.conftest import gone, wait_for_queue
 
@@ -271,6 +272,65 @@ async def test_lost_create_reply_then_timeout_leaves_no_node(
         assert len(await zk.get_children(PATH)) == 1
     async with lock.acquire(timeout=2):  # reusable
         assert lock.is_held
+    await gone(zk, PATH)
+
+
+# ZooKeeper may not answer a write yet answer the requests written after it (a write of a
+# session that moved to another server); the proxy swallows the reply the same way
+# (arm_drop_after(reset=False)) and the connection goes on.
+
+
+async def test_a_skipped_reply_in_a_pipeline_fails_with_connection_loss(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    session = session_of(client)
+    await persistent_lock_path(zk)
+    create = create_op(
+        session.server_path(f"{PATH}/n-"),
+        b"",
+        CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL,
+        session.client_path,
+    )
+    listing = get_children_op(session.server_path(PATH))
+    proxy.arm_drop_after([CREATE2], 1, reset=False)
+    with anyio.fail_after(10):
+        created, children = await session.pipeline([create, listing])
+    assert proxy.swallowed_replies == 1
+    # The outcome is unknown (the server did create it): never a missing result.
+    assert isinstance(created, aiozklock.ConnectionLoss)
+    assert isinstance(children, list)
+    assert len(children) == 1
+    assert client.state is aiozklock.SessionState.CONNECTED  # the connection went on
+    await client.delete(f"{PATH}/{children[0]}")
+    await gone(zk, PATH)
+
+
+async def test_a_skipped_reply_fails_its_caller_once_a_later_request_is_answered(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    session = session_of(client)
+    await persistent_lock_path(zk)
+    node = f"{PATH}/node"
+    create = create_op(session.server_path(node), b"", CreateMode.EPHEMERAL, session.client_path)
+    proxy.arm_drop_after([CREATE2], 1, reset=False)
+    failed: list[BaseException] = []
+
+    async def create_node() -> None:
+        with pytest.raises(aiozklock.ConnectionLoss) as lost:
+            await session.call(create)
+        failed.append(lost.value)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(create_node)
+            await proxy.wait_for_request(CREATE2)
+            # Another task's request, written after the create, is answered first.
+            assert await client.exists(node) is not None
+    assert len(failed) == 1
+    assert proxy.swallowed_replies == 1
+    await client.delete(node)
     await gone(zk, PATH)
 
 

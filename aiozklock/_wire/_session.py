@@ -12,7 +12,8 @@ One ``Session`` is one logical ZooKeeper session at a time, kept alive across co
   re-arming *every* watch with SetWatches before anything else is sent, then telling every
   listener; credentials the server refuses close the session for good;
 * no blind resend: a request whose connection died after it was written fails with
-  ``ConnectionLoss`` (outcome unknown); requests not yet written simply wait for a connection;
+  ``ConnectionLoss`` (outcome unknown), as does one the server left unanswered while it
+  answered a later one; requests not yet written simply wait for a connection;
 * ``generation``: a number that changes whenever the session that owns our ephemeral nodes
   is gone, so that callers can bind a request to "the session my node lives in".
 
@@ -178,6 +179,7 @@ class Session:
         self.last_acked_send = now  # send time of the newest request answered
         self._sent_at: collections.deque[float] = collections.deque()  # per reply, FIFO
         self._pending: dict[int, _Pending] = {}
+        self._written: collections.deque[_Pending] = collections.deque()  # in wire order
         self._soon: list[_Soon] = []  # written just before the loop next waits
         # What writes them: a callback on asyncio (cancelled if taken back), else a task.
         self._asyncio = running_asyncio_loop()
@@ -392,6 +394,7 @@ class Session:
             self._xid = xid = (self._xid + 1) & 0x7FFFFFFF or 1
             pending = _Pending(xid, op, on_done, awaited=op is last)
             self._pending[xid] = pending
+            self._written.append(pending)
             pendings.append(pending)
             if op.watcher is not None and op.watch is not None:
                 self._watches.add(op.watch, op.path, op.watcher)
@@ -437,8 +440,9 @@ class Session:
         last = pendings[-1].event
         assert last is not None  # sent to be awaited
         try:
-            # Replies come in request order, and a dropped connection fails every pending at
-            # once: when the last one is answered, all are.
+            # Replies come in request order (one the server skipped fails when a later one
+            # is answered), and a dropped connection fails every pending at once: when the
+            # last one is answered, all are.
             await last.wait()
         except BaseException:
             # Cancelled: forget what is still in flight; late replies are then skipped.
@@ -500,6 +504,7 @@ class Session:
             soon.fail(error_factory)
         pendings = list(self._pending.values())
         self._pending.clear()
+        self._written.clear()
         self._sent_at.clear()
         for pending in pendings:
             pending.error = error_factory()
@@ -815,6 +820,7 @@ class Session:
         pending = self._pending.pop(xid, None)
         if pending is None:
             return  # the caller was cancelled; the reply is not wanted
+        self._fail_skipped(pending)
         op = pending.op
         if err == 0:
             try:
@@ -831,6 +837,23 @@ class Session:
         pending.finish()
         if err == -112:  # the server says our session expired
             self._drop_connection("server reports session expired")
+
+    def _fail_skipped(self, answered: _Pending) -> None:
+        """Fail the requests written before ``answered`` that are still unanswered: the
+        server answers in order, so it dropped them. ZooKeeper does so with a write of a
+        session that moved to another server, and may still answer the reads after it before
+        it closes the connection. Their outcome is unknown: ``ConnectionLoss``."""
+        written, pending_by_xid = self._written, self._pending
+        while written:
+            pending = written.popleft()
+            if pending is answered:
+                return
+            if pending_by_xid.get(pending.xid) is not pending:
+                continue  # forgotten: its caller was cancelled
+            del pending_by_xid[pending.xid]
+            pending.error = ConnectionLoss("no reply: the server answered a later request")
+            self._watches.settle(pending.op, True, None)
+            pending.finish()
 
     async def _monitor(self) -> None:
         """The liveness clock: pings, SUSPENDED on silence, LOST by our own deadline."""

@@ -3,7 +3,8 @@
 The client under test connects to :attr:`FaultProxy.address` instead of the server. The
 proxy splits both byte streams into ZooKeeper frames (4-byte big-endian length + payload),
 so it can record every request (xid, opcode), the session ids handed out, and drop exactly
-the reply to one request ("request executed, response lost").
+the reply to one request ("request executed, response lost"), with the connection reset or
+going on.
 
 Frames are read as soon as they arrive (so observation is immediate) and forwarded by a
 separate writer per direction, which is where partitions hold them and delays park them;
@@ -135,7 +136,7 @@ class _Connection:
     closed: anyio.Event = field(default_factory=anyio.Event)
     rst: bool = False  # close with SO_LINGER 0 (RST) instead of FIN
     raw: bool = False  # not ZooKeeper framing (a four-letter word): pass bytes through
-    drop_xids: set[int] = field(default_factory=set)
+    drop_xids: dict[int, bool] = field(default_factory=dict)  # xid -> reset after it
 
     def abort(self, *, rst: bool) -> None:
         self.rst = self.rst or rst
@@ -146,6 +147,7 @@ class _Connection:
 class _Arm:
     opcodes: frozenset[int]
     remaining: int
+    reset: bool
 
 
 @dataclass(eq=False)
@@ -300,22 +302,26 @@ class FaultProxy:
             self._delay_changed.set()
             self._delay_changed = anyio.Event()
 
-    def arm_drop_after(self, opcodes: Iterable[int], n: int = 1) -> None:
+    def arm_drop_after(self, opcodes: Iterable[int], n: int = 1, *, reset: bool = True) -> None:
         """Lose the reply to the ``n``-th next client request whose opcode is in
         ``opcodes`` (counted over all connections from now on).
 
         The request is forwarded and executed by the server; when the server's reply with
-        that xid arrives it is swallowed and both sides of that connection are reset.
-        One-shot; arming again replaces a pending arm.
+        that xid arrives it is swallowed and both sides of that connection are reset. With
+        ``reset=False`` the connection goes on and the replies after it are delivered, as
+        ZooKeeper may do when it refuses a write of a session that moved to another server
+        (no reply to the write, then the replies to the reads sent after it). One-shot;
+        arming again replaces a pending arm.
         """
         if n < 1:
             raise ValueError("n must be >= 1")
-        self._armed = _Arm(frozenset(opcodes), n)
+        self._armed = _Arm(frozenset(opcodes), n, reset)
         logger.info(
-            "FaultProxy %s: armed drop of reply to request #%d of %s",
+            "FaultProxy %s: armed drop of reply to request #%d of %s (reset=%s)",
             self.address,
             n,
             sorted(self._armed.opcodes),
+            reset,
         )
 
     def disarm(self) -> None:
@@ -479,8 +485,11 @@ class FaultProxy:
                         self._observe_connect_response(conn, frame, now)
                     elif len(frame) >= 4 + _REPLY_XID.size:
                         (xid,) = _REPLY_XID.unpack_from(frame, 4)
-                        if xid in conn.drop_xids:
+                        reset = conn.drop_xids.pop(xid, None)
+                        if reset is not None:
                             self.swallowed_replies += 1
+                            if not reset:
+                                continue
                             out.send_nowait(_Reset(f"swallowed the reply to xid {xid}"))
                             return
                     out.send_nowait(_Data(frame, now))
@@ -582,7 +591,7 @@ class FaultProxy:
             armed.remaining -= 1
             if armed.remaining == 0:
                 self._armed = None
-                conn.drop_xids.add(request.xid)
+                conn.drop_xids[request.xid] = armed.reset
                 logger.info(
                     "FaultProxy %s: will swallow the reply to xid %d (opcode %d) on #%d",
                     self.address,
