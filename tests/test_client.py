@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -9,7 +10,7 @@ import anyio.lowlevel
 import pytest
 
 import aiozklock
-from aiozklock.testing import FaultProxy, Opcode
+from aiozklock.testing import FaultProxy, Opcode, session_of
 from tests.conftest import gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -50,11 +51,14 @@ async def test_close_while_suspended_closes_the_session_on_the_server(
         await suspended.wait()
     assert len(await zk.get_children(PATH)) == 1  # the server still has the session
     proxy.blackhole(False)
-    with anyio.fail_after(2):
+    session = session_of(client)
+    with anyio.fail_after(10):
         await client.close()
-    # Closed on the server: the node went with the session, long before its 10 s expiry.
-    await gone(zk, PATH)
-    with anyio.fail_after(1):
+    # Closed on the server: the node went with the session, long before its 10 s expiry
+    # (before the session's own valid_until, earlier than the server could expire it).
+    await gone(zk, PATH, within=10)
+    assert time.monotonic() < session.valid_until
+    with anyio.fail_after(10):
         async with zk.lock(PATH):
             pass
 

@@ -14,9 +14,11 @@ pytestmark = [pytest.mark.anyio]
 
 @pytest.mark.parametrize("recipe", [recipe for recipe in RECIPES if recipe != "semaphore"])
 async def test_demo_of_each_recipe_passes(zk_hosts: str, zk_chroot: str, recipe: str) -> None:
+    # A generous acquire timeout: a time-out would be a missing grant on a slow machine.
     args = build_parser().parse_args(
         ["demo", "--recipe", recipe, "--workers", "4", "--rounds", "3", "--hold", "0.002"]
     )
+    args.timeout = 20.0
     args.hosts = zk_hosts + zk_chroot
     with anyio.fail_after(30):
         results, history, store = await run_demo(args)
@@ -44,6 +46,7 @@ async def test_demo_semaphore_holds_up_to_max_leases_at_once(zk_hosts: str, zk_c
             "0.05",
         ]
     )
+    args.timeout = 20.0  # generous: a time-out would be a missing grant on a slow machine
     args.hosts = zk_hosts + zk_chroot
     with anyio.fail_after(30):
         results, history, store = await run_demo(args)

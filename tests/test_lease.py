@@ -41,6 +41,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 REAP_INTERVAL = 0.1  # seconds: the server's TTL check interval (default 60 s)
 PATH = "/leases/job"
 NODE = f"{PATH}/lease"
+# A proxy delay that never runs out by itself: the test lifts it once the fault is in place.
+HOLD = 3600.0
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +182,7 @@ async def test_lease_survives_the_holders_session_and_is_reattached(open_client:
     with anyio.fail_after(15):
         await lease.acquire()
         token = lease.fencing_token
+        expires_at = lease.expires_at  # as last known here: the node cannot go earlier
         await first.close()  # no release: the lease is not bound to the session
         assert not lease.is_held  # nobody can renew it here any more
         with pytest.raises(LockLost):
@@ -190,10 +193,11 @@ async def test_lease_survives_the_holders_session_and_is_reattached(open_client:
         assert not await observer.lease_lock(PATH, 2.0).try_acquire()
 
         again = restarted.lease_lock(PATH, 2.0, holder_id="worker-1")
-        started = time.monotonic()
         await again.acquire()
-        assert time.monotonic() - started < 1.0  # re-attached, not waited for the TTL
+        # Re-attached, not waited for the TTL: the same node, renewed by a write sent (the
+        # lease's own clock: its expiry less the TTL) before the old lease could expire.
         assert again.fencing_token == token
+        assert again.expires_at - again.ttl < expires_at
         _, _, version = await node_identity(observer)
         assert version == 1  # renewed at once on re-attach
         await again.release()
@@ -219,16 +223,18 @@ async def test_unrenewed_lease_is_deleted_by_the_server_after_its_ttl(open_clien
 
 
 async def test_renewal_keeps_the_lease_beyond_several_ttls(open_client: Open) -> None:
-    ttl = 0.6
+    # A renewal is due every ttl/3 and the lease is given up at 0.9 ttl: a keeper may be
+    # 0.57 ttl late (a loaded machine's event loop) before the lease is lost for real.
+    ttl = 1.5
     holder = await open_client()
     lease = holder.lease_lock(PATH, ttl)
     other = (await open_client()).lease_lock(PATH, ttl)
     with anyio.fail_after(20):
         async with lease:
             with pytest.raises(LockTimeout):
-                await other.acquire(timeout=5 * ttl)
+                await other.acquire(timeout=3 * ttl)
             assert lease.is_held
-            assert lease.statistics().renewals >= 5  # every ttl/3: about 15 in 5 TTLs
+            assert lease.statistics().renewals >= 5  # every ttl/3: about 9 in 3 TTLs
             _, czxid, version = await node_identity(holder)
             assert czxid == lease.fencing_token
             assert version >= 5
@@ -240,11 +246,11 @@ async def test_renewal_keeps_the_lease_beyond_several_ttls(open_client: Open) ->
 async def test_node_deleted_or_changed_by_hand_loses_the_lease(
     open_client: Open, meddling: str
 ) -> None:
-    ttl = 0.9
+    ttl = 1.5  # the next renewal may be 0.57 ttl late before the deadline takes over
     holder = await open_client()
     admin = await open_client()
     lease = holder.lease_lock(PATH, ttl)
-    seen: dict[str, float] = {}
+    seen: dict[str, int] = {}
 
     async def body() -> None:
         async with lease:
@@ -253,15 +259,17 @@ async def test_node_deleted_or_changed_by_hand_loses_the_lease(
             else:
                 session = session_of(admin)
                 await session.call(set_data_op(session.server_path(NODE), b"{}", -1))
-            seen["meddled"] = time.monotonic()
+            seen["meddled"] = lease.statistics().renewals
             try:
                 await anyio.sleep_forever()
             finally:
-                seen["cancelled"] = time.monotonic()
+                seen["cancelled"] = lease.statistics().renewals
 
+    # Lost by a renewal's write ("changed or deleted"), not by the renewal deadline: the next
+    # renewal found it (only one already on its way when we meddled may have succeeded).
     with anyio.fail_after(10), pytest.raises(LockLost, match="changed or deleted"):
         await body()
-    assert seen["cancelled"] - seen["meddled"] < ttl / 3 + 0.5  # the next renewal found it
+    assert seen["cancelled"] <= seen["meddled"] + 1
     assert lease.statistics().losses == 1
     assert not lease.is_held
 
@@ -273,7 +281,9 @@ async def test_stale_ex_holder_can_neither_renew_nor_delete_the_new_holders_node
     stale_client = await open_client()
     stale = stale_client.lease_lock(PATH, ttl, renew=False)
     new_client = await open_client()
-    new = new_client.lease_lock(PATH, ttl)
+    # The new holder keeps its lease through the test: a TTL that a late keeper (a loaded
+    # machine's event loop) does not outrun.
+    new = new_client.lease_lock(PATH, 3.0)
     with anyio.fail_after(15):
         await stale.acquire()
         await new.acquire()  # after the stale lease's expiry
@@ -299,10 +309,12 @@ async def test_stale_ex_holder_can_neither_renew_nor_delete_the_new_holders_node
         await new.release()
 
 
-async def test_timeout_try_acquire_and_cancel_leave_no_node(open_client: Open) -> None:
+async def test_timeout_try_acquire_and_cancel_leave_no_node(
+    lease_proxy: FaultProxy, open_client: Open
+) -> None:
     holder = await open_client()
     lease = holder.lease_lock(PATH, 2.0)
-    waiter_client = await open_client()
+    waiter_client = await open_client(lease_proxy)
     waiter = waiter_client.lease_lock(PATH, 2.0)
     with anyio.fail_after(15):
         async with lease:
@@ -310,9 +322,13 @@ async def test_timeout_try_acquire_and_cancel_leave_no_node(open_client: Open) -
             assert not await waiter.try_acquire()
             with pytest.raises(LockTimeout):
                 await waiter.acquire(timeout=0.3)
-            with anyio.move_on_after(0.3) as scope:
-                await waiter.acquire()
-            assert scope.cancelled_caught
+            lease_proxy.reset_counters()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter.acquire)
+                await lease_proxy.wait_for_request(Opcode.GET_DATA)  # the read with a watch
+                await waiter_client.exists("/")  # answered after it: the waiter now waits
+                tg.cancel_scope.cancel()
+            assert not waiter.statistics().locked
             data, czxid, _ = await node_identity(holder)
             assert (data, czxid) == expected[:2]
             assert session_of(waiter_client).watcher_count() == 0
@@ -375,12 +391,13 @@ async def test_cancel_with_the_create_in_flight_leaves_no_node(
     await zk.ensure_path(PATH)
     lease = zk.lease_lock(PATH, 5.0)
     lease_proxy.reset_counters()
-    lease_proxy.set_delay(0.3)  # the create reaches the server after we are cancelled
+    lease_proxy.set_delay(HOLD)  # the create reaches the server only after we are cancelled
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(lease.acquire)
             await lease_proxy.wait_for_request(Opcode.CREATE_TTL)
             tg.cancel_scope.cancel()
+            lease_proxy.set_delay(0)
         # The cleanup ran shielded: it read the node back (ours) and deleted it.
         assert await observer.exists(NODE) is None  # (its emptied container may go too)
     assert lease_proxy.count(Opcode.DELETE) == 1
@@ -451,13 +468,14 @@ async def test_session_expiry_does_not_lose_the_lease(
     with anyio.fail_after(15):
         async with lease:
             old_session = zk.session_id
-            # Hold the holder's reconnect back a little, so the expiry is not pre-empted by
-            # the holder re-attaching first (a race of the injection, not of the library).
-            lease_proxy.set_delay(0.3)
+            # Hold the holder's reconnect back until the expiry is done, so that it is not
+            # pre-empted by the holder re-attaching first (a race of the injection, not of
+            # the library).
+            lease_proxy.set_delay(HOLD)
             await expire_session(lease_cluster.hosts, old_session, zk.session_password)
+            lease_proxy.set_delay(0)
             assert await zk.exists(NODE) is not None  # a persistent node: not the session's
             await lease.renew()  # in the new session
-            lease_proxy.set_delay(0)
             assert zk.session_id != old_session
             assert lease.is_held
             _, czxid, _ = await node_identity(zk)
@@ -469,7 +487,9 @@ async def test_session_expiry_does_not_lose_the_lease(
 async def test_partition_longer_than_the_ttl_loses_the_lease_before_expiry(
     lease_proxy: FaultProxy, open_client: Open
 ) -> None:
-    ttl = 1.0
+    # The lease is given up 10 % of the TTL before the server may delete it: that much is
+    # what a late keeper (a loaded machine's event loop) may take to cancel the body.
+    ttl = 5.0
     history = History()
     partitioned_client = await open_client(lease_proxy)
     partitioned = partitioned_client.lease_lock(PATH, ttl)
@@ -500,6 +520,7 @@ async def test_partition_longer_than_the_ttl_loses_the_lease_before_expiry(
                 with history.section("other", other.fencing_token):
                     seen["other"] = time.monotonic()
     # The holder's body was cancelled before the server could delete its node.
+    print(f"LEASE partition cancelled_before_expiry={seen['expires_at'] - seen['cancelled']:.3f}")
     assert seen["cancelled"] < seen["expires_at"] <= seen["other"]
     report = history.check()
     assert report.ok, str(report)

@@ -118,7 +118,9 @@ async def test_other_tasks_of_the_process_wait_their_turn_fifo(
             started = anyio.Event()
             tg.start_soon(worker, index, started)
             await started.wait()
-            await anyio.sleep(0.01)  # let it queue before starting the next one
+            # Each is queued (locally, where the order is decided) before the next starts.
+            while lock.statistics().tasks_waiting < index + 1:
+                await anyio.lowlevel.checkpoint()
         assert lock.statistics().tasks_waiting == 5
         await lock.release()
     assert order == [0, 1, 2, 3, 4]
@@ -254,10 +256,14 @@ async def test_waiter_cancelled_leaves_no_node_and_object_stays_usable(
 ) -> None:
     other = await open_client()
     waiter_lock = other.lock(PATH)
+    waiting = anyio.Event()
+    waiter_lock._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
     async with zk.lock(PATH):
-        with anyio.move_on_after(0.3) as scope:
-            await waiter_lock.acquire()
-        assert scope.cancelled_caught
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter_lock.acquire)
+            await waiting.wait()  # cancelled while waiting, its watch armed
+            tg.cancel_scope.cancel()
+        assert not waiter_lock.statistics().locked
         assert len(await zk.get_children(PATH)) == 1
         assert session_of(other).watcher_count() == 0
     async with waiter_lock.acquire(timeout=2):

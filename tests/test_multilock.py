@@ -17,6 +17,8 @@ from tests.conftest import ClientFactory, gone, wait_for_queue
 pytestmark = [pytest.mark.anyio]
 
 A, B, C, D = "/locks/a", "/locks/b", "/locks/c", "/locks/d"
+# A proxy delay that never runs out by itself: the test lifts it once the fault is in place.
+HOLD = 3600.0
 
 
 async def children(zk: aiozklock.ZooKeeperClient, *paths: str) -> dict[str, list[str]]:
@@ -126,10 +128,14 @@ async def test_cancelled_waiter_leaves_nothing_and_stays_usable(
 ) -> None:
     other = await open_client()
     waiter = other.multi_lock([C, A])
+    waiting = anyio.Event()
+    waiter._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
     async with zk.multi_lock([A, B]):
-        with anyio.move_on_after(0.3) as scope:
-            await waiter.acquire()
-        assert scope.cancelled_caught
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter.acquire)
+            await waiting.wait()  # cancelled while waiting, its watches armed
+            tg.cancel_scope.cancel()
+        assert not waiter.statistics().locked
         assert await children(zk, A, C) == {A: [(await zk.get_children(A))[0]], C: []}
         assert session_of(other).watcher_count() == 0
     async with waiter.acquire(timeout=2):
@@ -327,9 +333,16 @@ async def test_a_member_lost_while_waiting_requeues_all_members_together(
     await gone(zk, A, B)
 
 
-async def hold_until_lost(lock: aiozklock.MultiLock, entered: anyio.Event) -> float:
-    """Hold ``lock`` until the loss policy cancels the body; returns when that happened."""
-    exited = -1.0
+Exit = tuple[float, aiozklock.SessionState, float]  # when, the session's state, valid_until
+
+
+async def hold_until_lost(
+    lock: aiozklock.MultiLock, entered: anyio.Event, client: aiozklock.ZooKeeperClient
+) -> Exit:
+    """Hold ``lock`` until the loss policy cancels the body; returns when that happened, with
+    the state and the ``valid_until`` of ``client``'s session then."""
+    session = session_of(client)
+    exited: Exit | None = None
 
     async def body() -> None:
         nonlocal exited
@@ -338,10 +351,11 @@ async def hold_until_lost(lock: aiozklock.MultiLock, entered: anyio.Event) -> fl
             try:
                 await anyio.sleep(30)
             finally:
-                exited = time.monotonic()
+                exited = (time.monotonic(), session.state, session.valid_until)
 
     with pytest.raises(aiozklock.LockLost):
         await body()
+    assert exited is not None
     return exited
 
 
@@ -353,24 +367,26 @@ async def test_partition_longer_than_the_session_cancels_before_the_server_regra
     timeout = session_of(holder_client).timeout
     holder, waiter = holder_client.multi_lock([A, B]), waiter_client.multi_lock([B, A])
     entered = anyio.Event()
-    exits: list[float] = []
+    exits: list[Exit] = []
 
     async def run_holder() -> None:
-        exits.append(await hold_until_lost(holder, entered))
+        exits.append(await hold_until_lost(holder, entered, holder_client))
 
     with anyio.fail_after(6 * timeout):
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_holder)
             await entered.wait()
             proxy.blackhole(True)
-            fault_at = time.monotonic()
             async with waiter:  # granted once the server expired the holder's session
                 granted_at = time.monotonic()
-    (exited,) = exits
-    # Cancelled when the session went SUSPENDED (half the timeout of silence), well before the
-    # server could expire the session and grant both members to the waiter.
-    assert exited - fault_at < 0.75 * timeout
-    assert granted_at - exited >= 0.25 * timeout
+    ((exited, state, valid_until),) = exits
+    # By the holder session's own clock: cancelled when it went SUSPENDED (half the timeout
+    # of silence; not once given up), before its valid_until (the send time of its newest
+    # answered request plus the timeout, less 10 %), so well before the server could expire
+    # it, a whole timeout after it last heard from it, and grant both members to the waiter.
+    assert state is aiozklock.SessionState.SUSPENDED
+    assert exited < valid_until
+    assert valid_until + 0.1 * timeout <= granted_at
     proxy.blackhole(False)
 
 
@@ -384,11 +400,11 @@ async def test_session_expiry_cancels_the_body_and_the_lock_works_in_the_new_ses
     entered = anyio.Event()
     with anyio.fail_after(15):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(hold_until_lost, holder, entered)
+            tg.start_soon(hold_until_lost, holder, entered, holder_client)
             await entered.wait()
-            proxy.set_delay(0.3)  # the client's reconnect must not re-attach before the expiry
+            proxy.set_delay(HOLD)  # the client's reconnect must not re-attach before the expiry
             await expire_session(zk_hosts.split(",")[0], old_session, password)
-        proxy.set_delay(0)
+            proxy.set_delay(0)
         async with observer.multi_lock([A, B]):  # the expired session's nodes are gone
             pass
         async with holder:  # queued again in the client's new session

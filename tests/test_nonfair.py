@@ -28,6 +28,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 PATH = "/locks/nonfair"
 NODE = f"{PATH}/lock"
+# A proxy delay that never runs out by itself: the test lifts it once the fault is in place.
+HOLD = 3600.0
 
 
 def requests_sent(proxy: FaultProxy) -> int:
@@ -417,19 +419,20 @@ async def test_lost_delete_reply_never_deletes_the_next_holders_node(
         tg.start_soon(hold, rival.lock(PATH, fair=False), competitor)
         with anyio.fail_after(5):
             await observed.wait_for_request(Opcode.GET_DATA)  # the competitor waits
+        # Our reconnect (and re-check) is held back until the competitor holds the node: we
+        # are partitioned from the moment the lost reply drops our connection.
+        partition_on_suspend(client, proxy)
         proxy.reset_counters()
         proxy.arm_drop_after([Opcode.DELETE], 1)
         ours.release.set()
-        with anyio.fail_after(5):
-            await proxy.wait_for_request(Opcode.DELETE)
-        # Our reconnect (and re-check) is held back until the competitor holds the node.
-        proxy.set_delay(0.5)
         with anyio.fail_after(10):
+            await proxy.wait_for_request(Opcode.DELETE)
             await competitor.entered.wait()
             await ours.done.wait()  # our release has returned (it did not wait for the reply)
+        proxy.blackhole(False)
+        with anyio.fail_after(10):
             # The unknown outcome is the janitor's: it re-checks the node's czxid.
             await proxy.wait_for_request(Opcode.EXISTS)
-        proxy.set_delay(0)
         for _ in range(2):  # round trips ordered after the re-check: the janitor has decided
             await client.exists("/")
         assert ours.error is None
@@ -518,18 +521,18 @@ async def test_cancel_while_the_create_is_in_flight_deletes_our_node_at_once(
     client = await open_client(proxy)
     lock = client.lock(PATH, fair=False)
     proxy.reset_counters()
-    proxy.set_delay(0.3)  # the create reaches the server after we are cancelled
+    proxy.set_delay(HOLD)  # the create reaches the server only after we are cancelled
     async with anyio.create_task_group() as tg:
         tg.start_soon(lock.acquire)
         with anyio.fail_after(5):
             await proxy.wait_for_request(Opcode.CREATE2)
         tg.cancel_scope.cancel()
+        proxy.set_delay(0)
     # The cancelled acquire resolved the create (read back) and deleted its node before
     # returning: nothing is left, and nothing went to the background.
     await node_gone(zk, NODE)
     assert proxy.count(Opcode.GET_DATA) == 1
     assert proxy.count(Opcode.DELETE) == 1
-    proxy.set_delay(0)
 
 
 @pytest.mark.slow

@@ -36,9 +36,19 @@ async def hold(lock: Side, entered: anyio.Event, release: anyio.Event) -> None:
         await release.wait()
 
 
-async def hold_until_lost(lock: Side, entered: anyio.Event) -> float:
-    """Hold ``lock`` until the loss policy cancels the body; returns when that happened."""
-    exited = -1.0
+# A proxy delay that never runs out by itself: the test lifts it once the fault is in place.
+HOLD = 3600.0
+
+Exit = tuple[float, aiozklock.SessionState, float]  # when, the session's state, valid_until
+
+
+async def hold_until_lost(
+    lock: Side, entered: anyio.Event, client: aiozklock.ZooKeeperClient
+) -> Exit:
+    """Hold ``lock`` until the loss policy cancels the body; returns when that happened, with
+    the state and the ``valid_until`` of ``client``'s session then."""
+    session = session_of(client)
+    exited: Exit | None = None
 
     async def body() -> None:
         nonlocal exited
@@ -47,10 +57,11 @@ async def hold_until_lost(lock: Side, entered: anyio.Event) -> float:
             try:
                 await anyio.sleep(30)
             finally:
-                exited = time.monotonic()
+                exited = (time.monotonic(), session.state, session.valid_until)
 
     with pytest.raises(aiozklock.LockLost):
         await body()
+    assert exited is not None
     return exited
 
 
@@ -360,11 +371,15 @@ async def test_cancelled_waiter_leaves_no_node(
 ) -> None:
     other = await open_client()
     waiter = side(other.rw_lock(PATH), mode)
+    waiting = anyio.Event()
+    waiter._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
     with anyio.fail_after(10):
         async with zk.rw_lock(PATH).write_lock:
-            with anyio.move_on_after(0.3) as scope:
-                await waiter.acquire()
-            assert scope.cancelled_caught
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter.acquire)
+                await waiting.wait()  # cancelled while waiting, its watch armed
+                tg.cancel_scope.cancel()
+            assert not waiter.statistics().locked
             assert len(await zk.get_children(PATH)) == 1
             assert session_of(other).watcher_count() == 0
         async with waiter.acquire(timeout=5):  # stays usable
@@ -467,11 +482,11 @@ async def test_session_expiry_cancels_the_body_and_works_in_the_new_session(
     entered = anyio.Event()
     with anyio.fail_after(15):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(hold_until_lost, lock, entered)
+            tg.start_soon(hold_until_lost, lock, entered, holder_client)
             await entered.wait()
-            proxy.set_delay(0.3)  # the reconnect must not re-attach before the expiry
+            proxy.set_delay(HOLD)  # the reconnect must not re-attach before the expiry
             await expire_session(zk_hosts.split(",")[0], old_session, password)
-        proxy.set_delay(0)
+            proxy.set_delay(0)
         async with observer.rw_lock(PATH).write_lock:  # the expired session's node is gone
             pass
         async with lock:
@@ -492,22 +507,26 @@ async def test_partition_longer_than_the_session_cancels_before_the_server_regra
     holder = side(holder_client.rw_lock(PATH), mode)
     waiter = waiter_client.rw_lock(PATH).write_lock  # excluded by a reader and a writer
     entered = anyio.Event()
-    exits: list[float] = []
+    exits: list[Exit] = []
 
     async def run_holder() -> None:
-        exits.append(await hold_until_lost(holder, entered))
+        exits.append(await hold_until_lost(holder, entered, holder_client))
 
     with anyio.fail_after(6 * timeout):
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_holder)
             await entered.wait()
             proxy.blackhole(True)
-            fault_at = time.monotonic()
             async with waiter:  # granted once the server expired the holder's session
                 granted_at = time.monotonic()
-    (exited,) = exits
-    assert exited - fault_at < 0.75 * timeout
-    assert granted_at - exited >= 0.25 * timeout
+    ((exited, state, valid_until),) = exits
+    # By the holder session's own clock: cancelled when it went SUSPENDED (not once given
+    # up), before its valid_until (the send time of its newest answered request plus the
+    # timeout, less 10 %), so well before the server could expire it, a whole timeout after
+    # it last heard from it, and grant the lock to the waiter.
+    assert state is aiozklock.SessionState.SUSPENDED
+    assert exited < valid_until
+    assert valid_until + 0.1 * timeout <= granted_at
     proxy.blackhole(False)
 
 
@@ -559,23 +578,35 @@ async def test_history_no_writer_ever_overlaps_anyone(open_client: ClientFactory
     max_readers = 0
     seed = random.Random(12)
     stop_at = time.monotonic() + 3.0
+    # Readers are made to share, not hoped to: every worker reads until two readers have
+    # been inside at once (no writer can queue before that, so the second reader is let in
+    # while the first waits inside for it).
+    shared = anyio.Event()
+    wrote = anyio.Event()
 
     async def worker(index: int) -> None:
         nonlocal max_readers
         client = clients[index % 3]
         rw = client.rw_lock(PATH, identifier=f"t{index}")
         rng = random.Random(seed.random())
-        while time.monotonic() < stop_at:
-            mode = "write" if rng.random() < 0.3 else "read"
+        # Past stop_at, the workers stop once a write was recorded (the next one writes).
+        while time.monotonic() < stop_at or not wrote.is_set():
+            write = rng.random() < 0.3 or time.monotonic() >= stop_at
+            mode = "write" if shared.is_set() and write else "read"
             async with side(rw, mode):
                 inside[mode] += 1
                 assert inside["write"] <= 1
                 assert inside["write"] == 0 or inside["read"] == 0
                 max_readers = max(max_readers, inside["read"])
                 start = time.monotonic()
+                if max_readers >= 2:
+                    shared.set()
+                await shared.wait()
                 await anyio.sleep(rng.uniform(0, 0.01))
                 intervals.append((mode, start, time.monotonic()))
                 inside[mode] -= 1
+                if mode == "write":
+                    wrote.set()
 
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:

@@ -9,7 +9,7 @@ import contextlib
 import itertools
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import anyio
 import anyio.abc
@@ -18,7 +18,9 @@ import pytest
 import aiozklock
 from aiozklock._recipes._core._names import node_prefix
 from aiozklock._recipes._core._plan import Decision
-from aiozklock._recipes._semaphore import decide_leases, stored_limit
+from aiozklock._recipes._core._primitive import QueuedPrimitive
+from aiozklock._recipes._core._queue import Queue
+from aiozklock._recipes._semaphore import LeaseBase, decide_leases, stored_limit
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
 from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
 
@@ -168,6 +170,30 @@ def test_stored_limit() -> None:
 
 anyio_tests = pytest.mark.anyio
 
+# A proxy delay that never runs out by itself: the test lifts it once the fault is in place.
+HOLD = 3600.0
+
+
+def on_wait(sem: aiozklock.Semaphore, hook: Callable[[Queue], None]) -> None:
+    """Call ``hook(queue)`` whenever a lease of ``sem`` is about to wait, its watch armed
+    and its decision made (the queue engine's test seam), for leases made from now on."""
+    make = sem._new_lease
+
+    def new_lease() -> LeaseBase:
+        lease = make()
+        assert isinstance(lease, QueuedPrimitive)
+        queue = lease._queue
+        queue._before_wait_hook = lambda: hook(queue)  # type: ignore[method-assign]
+        return lease
+
+    sem._new_lease = new_lease  # type: ignore[method-assign]
+
+
+def child_watch_listing(queue: Queue) -> list[str] | None:
+    """The listing a waiter's armed child watch came with (None: it watches a predecessor)."""
+    armed = queue._armed
+    return None if armed is None else armed.children
+
 
 @anyio_tests
 async def test_invalid_arguments_before_any_traffic(zk: aiozklock.ZooKeeperClient) -> None:
@@ -249,31 +275,41 @@ async def test_reentrant_per_task(zk: aiozklock.ZooKeeperClient) -> None:
 
 @anyio_tests
 async def test_never_more_holders_than_leases(open_client: ClientFactory) -> None:
-    """3 sessions x 5 tasks on 2 leases for ~3 s: recorded bodies never overlap more than
-    2 deep, and every task gets leases."""
-    max_leases = 2
+    """3 sessions x 5 tasks on 2 leases, until every task has had 10 leases: recorded bodies
+    never overlap more than 2 deep, 2 deep does happen, and every task gets leases."""
+    max_leases, tasks, rounds = 2, 15, 10
     clients = [await open_client() for _ in range(3)]
     intervals: list[tuple[float, float, int]] = []
     grants: dict[str, int] = {}
-    stop = time.monotonic() + 3.0
     inside = 0
     deepest = 0
+    # The first holders wait inside for each other until max_leases hold at once: the
+    # overlap is made to happen, not hoped for within random holds.
+    full = anyio.Event()
+    # The workers keep contending until every task has had its leases (no time window: a
+    # slow machine takes longer, the verdict is the same).
+    everyone_served = anyio.Event()
 
     async def worker(client: aiozklock.ZooKeeperClient, name: str, seed: int) -> None:
         nonlocal inside, deepest
         rng = random.Random(seed)
         sem = client.semaphore(PATH, max_leases)
-        while time.monotonic() < stop:
+        while not everyone_served.is_set():
             async with sem:
                 inside += 1
                 deepest = max(deepest, inside)
                 entered = time.monotonic()
+                if inside == max_leases:
+                    full.set()
+                await full.wait()
                 await anyio.sleep(rng.uniform(0.001, 0.01))
                 inside -= 1
                 intervals.append((entered, time.monotonic(), sem.fencing_token))
                 grants[name] = grants.get(name, 0) + 1
+                if len(grants) == tasks and min(grants.values()) >= rounds:
+                    everyone_served.set()
 
-    with anyio.fail_after(30):
+    with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
             for c, client in enumerate(clients):
                 for t in range(5):
@@ -285,7 +321,8 @@ async def test_never_more_holders_than_leases(open_client: ClientFactory) -> Non
         most = max(most, depth)
     print(f"SEMAPHORE grants={len(intervals)} deepest={most} per_task={sorted(grants.values())}")
     assert most == deepest == max_leases
-    assert len(grants) == 15  # no task starved
+    assert len(grants) == tasks  # no task starved
+    assert min(grants.values()) >= rounds
     assert len({token for _, _, token in intervals}) == len(intervals)
     await gone(clients[0], PATH)
 
@@ -333,12 +370,24 @@ async def test_no_herd_one_release_wakes_two_waiters_at_most(
 ) -> None:
     """2 leases held, 8 waiters (each its own session through the proxy): one release makes
     the first waiter list (it is granted) and its successor list (the new first waiter);
-    the other waiters send nothing."""
+    the other waiters are sent nothing and send nothing."""
     holders = [zk.semaphore(PATH, 2, identifier=f"h{i}") for i in range(2)]
     waiters = [await open_client(proxy) for _ in range(8)]
     granted = anyio.Event()
     release = [anyio.Event(), anyio.Event()]
     held = [anyio.Event(), anyio.Event()]
+    # Set when a waiter waits: for the first waiter (a child watch), only once the listing
+    # its watch came with is the one given (every node queued).
+    settled: list[anyio.Event] = [anyio.Event() for _ in waiters]
+    settled_on: list[int | None] = [None] * len(waiters)
+
+    def hook(index: int) -> Callable[[Queue], None]:
+        def waiting(queue: Queue) -> None:
+            listing = child_watch_listing(queue)
+            if listing is None or len(listing) == settled_on[index]:
+                settled[index].set()
+
+        return waiting
 
     async def hold(i: int) -> None:
         async with holders[i]:
@@ -346,7 +395,9 @@ async def test_no_herd_one_release_wakes_two_waiters_at_most(
             await release[i].wait()
 
     async def wait(client: aiozklock.ZooKeeperClient, index: int) -> None:
-        async with client.semaphore(PATH, 2):
+        sem = client.semaphore(PATH, 2)
+        on_wait(sem, hook(index))
+        async with sem:
             if index == 0:
                 granted.set()
             await anyio.sleep_forever()
@@ -356,31 +407,40 @@ async def test_no_herd_one_release_wakes_two_waiters_at_most(
             for i in range(2):
                 tg.start_soon(hold, i)
                 await held[i].wait()
+            settled_on[0] = 2 + len(waiters)
             for index, client in enumerate(waiters):
                 tg.start_soon(wait, client, index)
                 await wait_for_queue(zk, PATH, 3 + index)
-            # The first waiter armed its child watch with a listing after the last enqueue.
-            await anyio.sleep(0.3)
+            # Every waiter waits, and the first one's child watch was armed after the last
+            # enqueue: nothing is in flight before the release.
+            for event in settled:
+                await event.wait()
+            connection = {h.session_id: h.connection_index for h in proxy.connect_responses}
+            others = waiters[2:]
+            watchers = [session_of(client).watcher_count() for client in others]
+            settled[1], settled_on[1] = anyio.Event(), 1 + len(waiters)
             proxy.reset_counters()
             release[1].set()  # the newer holder releases: a grant out of queue order
             await granted.wait()
-            second = session_of(waiters[1])
-            await wait_for_listing(proxy, 2)
-            await anyio.sleep(0.3)  # anything else the release would cause
-            requests = proxy.requests
+            await settled[1].wait()  # the successor waits again, as the new first waiter
+            # A notification the release caused would reach each other waiter before the
+            # reply to this request (a session's replies come in order): none came, so
+            # their watches are still armed, and none of them sent anything.
+            for client in others:
+                await client.get_acl("/")
+            assert [session_of(client).watcher_count() for client in others] == watchers
+            requests = [r for r in proxy.requests if r.opcode not in (Opcode.PING, Opcode.GET_ACL)]
+            quiet = {connection[client.session_id] for client in others}
+            assert [r for r in requests if r.connection_index in quiet] == []
             listers = {r.connection_index for r in requests if r.opcode == Opcode.GET_CHILDREN}
-            others = [r for r in proxy.requests if r.opcode not in (Opcode.PING, Opcode.SET_DATA)]
-            print(f"SEMAPHORE no-herd listers={sorted(listers)} requests={len(others)}")
+            listings = [r for r in requests if r.opcode != Opcode.SET_DATA]
+            print(f"SEMAPHORE no-herd listers={sorted(listers)} requests={len(listings)}")
             assert len(listers) == 2, proxy.requests
-            assert len(others) <= 4  # 2 listings, the successor's child watch arm, and a mark
-            assert second.state is aiozklock.SessionState.CONNECTED
+            assert len(listings) <= 4  # 2 listings, the successor's child watch arm, and a mark
+            assert session_of(waiters[1]).state is aiozklock.SessionState.CONNECTED
             tg.cancel_scope.cancel()
             release[0].set()
     await gone(zk, PATH)
-
-
-async def wait_for_listing(proxy: FaultProxy, count: int) -> None:
-    await proxy.wait_for_request(Opcode.GET_CHILDREN, count)
 
 
 @anyio_tests
@@ -432,20 +492,23 @@ async def test_cancelled_waiter_leaves_no_node(
     zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
 ) -> None:
     other = await open_client()
+    sem = other.semaphore(PATH, 2)
+    waiting = [anyio.Event()]
+    on_wait(sem, lambda queue: waiting[0].set())
     with anyio.fail_after(10):
         async with anyio.create_task_group() as holders:
             release = await hold_leases(holders, zk, 2)
             for first_waiter in (True, False):
+                waiting[0] = anyio.Event()
                 async with anyio.create_task_group() as tg:
                     if not first_waiter:
                         tg.start_soon(other.semaphore(PATH, 2, identifier="x").acquire)
                         await wait_for_queue(zk, PATH, 3)
-                    sem = other.semaphore(PATH, 2)
                     tg.start_soon(sem.acquire)
-                    await wait_for_queue(zk, PATH, 4 if not first_waiter else 3)
-                    await anyio.sleep(0.05)
+                    await waiting[0].wait()  # cancelled while waiting, its watch armed
                     tg.cancel_scope.cancel()
                 assert len(await zk.get_children(PATH)) == 2  # the two holders only
+                assert session_of(other).watcher_count() == 0
                 assert other.semaphore(PATH, 2).statistics().nodes == ()
             release.set()
     await gone(zk, PATH)
@@ -497,18 +560,29 @@ async def test_one_round_trip_when_a_lease_is_free(
     sem = client.semaphore(PATH, 3)
     with pytest.raises(TypeError):
         aiozklock.Semaphore()  # type: ignore[call-arg]
+
+    async def lift_once_listed() -> None:
+        await proxy.wait_for_request(Opcode.GET_CHILDREN)
+        proxy.blackhole(False)
+
+    # Each acquire is sent into a partition, lifted only once its listing has arrived: all
+    # its requests were written before any reply could come back (one write, no reply
+    # awaited between). The task group is entered first: nothing yields between a release
+    # and the next acquire, which takes the release's delete into its create.
     with anyio.fail_after(10):
-        async with sem:
-            pass
-        for _ in range(3):
-            proxy.reset_counters()
+        async with anyio.create_task_group() as tg:
             async with sem:
-                sent = [r for r in proxy.requests if r.opcode != Opcode.PING]
-                opcodes = [r.opcode for r in sent]
-                assert opcodes[0] == Opcode.GET_DATA
-                assert opcodes[1] in (Opcode.CREATE2, Opcode.MULTI)  # MULTI: release folded in
-                assert opcodes[2:] == [Opcode.GET_CHILDREN]
-                assert sent[-1].t - sent[0].t < 0.05  # one write, no reply awaited between
+                pass
+            for _ in range(3):
+                proxy.reset_counters()
+                proxy.blackhole(True)
+                tg.start_soon(lift_once_listed)
+                async with sem:
+                    opcodes = [r.opcode for r in proxy.requests if r.opcode != Opcode.PING]
+                    assert opcodes[0] == Opcode.GET_DATA
+                    # MULTI: the release folded in
+                    assert opcodes[1] in (Opcode.CREATE2, Opcode.MULTI)
+                    assert opcodes[2:] == [Opcode.GET_CHILDREN]
 
 
 @anyio_tests
@@ -571,10 +645,13 @@ async def test_never_more_holders_than_leases_under_connection_faults(
     grants: dict[int, int] = {}
     faults = 0
     stop = time.monotonic() + 4.0
+    # The workers go on past ``stop`` until every session has had a lease (the faults end
+    # at ``stop``): however slow the machine, the verdict does not depend on a time window.
+    every_session_served = anyio.Event()
 
     async def worker(client: aiozklock.ZooKeeperClient, index: int) -> None:
         sem = client.semaphore(PATH, max_leases)
-        while time.monotonic() < stop:
+        while time.monotonic() < stop or not every_session_served.is_set():
             try:
                 async with sem.acquire(timeout=5):
                     entered = time.monotonic()
@@ -583,6 +660,8 @@ async def test_never_more_holders_than_leases_under_connection_faults(
                     finally:
                         intervals.append((entered, time.monotonic()))
                 grants[index] = grants.get(index, 0) + 1
+                if len(grants) == 3:
+                    every_session_served.set()
             except (aiozklock.LockLost, aiozklock.LockTimeout):
                 await anyio.sleep(0.01)
 
@@ -657,10 +736,11 @@ async def test_partition_longer_than_the_session_cancels_before_the_server_regra
     proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
 ) -> None:
     holder_client = await open_client(proxy, session_timeout=2.0)
-    timeout = session_of(holder_client).timeout
+    session = session_of(holder_client)
+    timeout = session.timeout
     holder = holder_client.semaphore(PATH, 2)
     entered = anyio.Event()
-    exits: list[float] = []
+    exits: list[tuple[float, aiozklock.SessionState, float]] = []
 
     async def hold_until_lost() -> None:
         try:
@@ -669,7 +749,7 @@ async def test_partition_longer_than_the_session_cancels_before_the_server_regra
                 try:
                     await anyio.sleep_forever()
                 finally:
-                    exits.append(time.monotonic())
+                    exits.append((time.monotonic(), session.state, session.valid_until))
         except aiozklock.LockLost:
             pass
 
@@ -679,17 +759,31 @@ async def test_partition_longer_than_the_session_cancels_before_the_server_regra
             tg.start_soon(hold_until_lost)
             await entered.wait()
             proxy.blackhole(True)
-            fault_at = time.monotonic()
             async with zk.semaphore(PATH, 2, identifier="waiter"):  # once the session expired
                 granted_at = time.monotonic()
             release.set()
-    (exited,) = exits
-    # Cancelled when the session went SUSPENDED, well before the server could expire it and
-    # grant its lease to the waiter.
-    assert exited - fault_at < 0.75 * timeout
-    assert granted_at - exited >= 0.25 * timeout
+    ((exited, state, valid_until),) = exits
+    print(f"SEMAPHORE partition exit_before_valid_until={valid_until - exited:.3f}")
+    assert_cancelled_in_time(state, exited, valid_until, granted_at, timeout)
     proxy.blackhole(False)
     await gone(zk, PATH, within=10)
+
+
+def assert_cancelled_in_time(
+    state: aiozklock.SessionState,
+    exited: float,
+    valid_until: float,
+    granted_at: float,
+    timeout: float,
+) -> None:
+    """A holder partitioned from the server was cancelled in time, by its session's own clock:
+    when the session went SUSPENDED (half the timeout of silence, not when it was given up),
+    before the session's ``valid_until`` (the send time of its newest answered request plus
+    the timeout, less a 10 % margin), hence well before the server could expire the session
+    (a whole timeout after it last heard from it) and grant the lease to the waiter."""
+    assert state is aiozklock.SessionState.SUSPENDED
+    assert exited < valid_until
+    assert valid_until + 0.1 * timeout <= granted_at
 
 
 @anyio_tests
@@ -716,7 +810,8 @@ async def test_waiters_session_expiry_requeues_them_in_the_new_session(
             await wait_for_queue(zk, PATH, 3)
             tg.start_soon(wait, 1)
             await wait_for_queue(zk, PATH, 4)
-            proxy.set_delay(0.3)  # the client's reconnect must not re-attach first
+            # The client's reconnect must not re-attach first: held until the expiry is done.
+            proxy.set_delay(HOLD)
             await expire_session(zk_hosts.split(",")[0], old_session, session_of(client).password)
             proxy.set_delay(0)
             # Both queue again in the new session (the old nodes went with the old one).

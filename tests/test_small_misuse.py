@@ -134,9 +134,11 @@ async def test_a_listener_sees_the_id_of_the_lost_session(
     client.add_listener(record)
     old_id = client.session_id
     assert old_id != 0
-    proxy.set_delay(0.3)  # our client's reconnect must not re-attach before the expiry
+    # Our client's reconnect must not re-attach before the expiry: held until it is done.
+    proxy.set_delay(3600)
     with anyio.fail_after(10):
         await expire_session(zk_hosts.split(",")[0], old_id, client.session_password)
+        proxy.set_delay(0)
         await lost.wait()
     (change,) = [c for c in changes if c.state is SessionState.LOST]
     assert change.session_id == old_id
