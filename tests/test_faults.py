@@ -43,6 +43,11 @@ TIMEOUT = 2.0  # session timeout for single-server tests (fault-matrix C.1)
 ENSEMBLE_TIMEOUT = 6.0
 
 
+# A proxy delay that parks every client request until it is set back to 0 (which releases
+# the parked ones at once): it holds a client's reconnect back for exactly as long as needed.
+PARKED = 60.0
+
+
 def report(name: str, **numbers: float | int | str) -> None:
     parts = " ".join(
         f"{key}={value:.3f}" if isinstance(value, float) else f"{key}={value}"
@@ -360,19 +365,22 @@ async def test_real_session_expiry_while_holding(
 
         # expire_session re-attaches to the session and then closes it; the holder's own
         # immediate reconnect must not slip in between and re-attach first (a race of the
-        # injection, not of the library): hold its next handshake back a little. Replies
-        # (and the server's EOF) are not delayed.
-        proxy.set_delay(0.3)
+        # injection, not of the library): its handshakes are parked in the proxy until the
+        # expiry is done, then released at once (however long the expiry took; our LOST
+        # clock has 0.9 x timeout from this exchange). Replies and the server's EOF are not
+        # delayed.
+        await holder_client.exists("/")
+        proxy.set_delay(PARKED)
         expire_started = time.monotonic()
         await expire_session(first_host(zk_hosts), old_session, password)
         expired_at = time.monotonic()
+        proxy.set_delay(0)
         with anyio.fail_after(5):
             await outcome.done.wait()
         assert await observer.exists(node_path) is None  # deleted with the session
 
         with anyio.fail_after(5):
             lost = await states.wait_for(lambda c: c.state is SessionState.LOST)
-        proxy.set_delay(0)
         suspended = states.first(lambda c: c.state is SessionState.SUSPENDED)
         assert outcome.body_exit is not None
         latency = outcome.body_exit - expire_started
