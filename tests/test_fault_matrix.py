@@ -41,6 +41,7 @@ from aiozklock.testing import (
 from tests.conftest import ClientFactory, gone, wait_for_queue
 from tests.test_faults import (
     PATH,
+    STEADY_TIMEOUT,
     TIMEOUT,
     DeletionWatch,
     HolderOutcome,
@@ -124,8 +125,8 @@ async def test_lost_create_reply_then_timeout_or_cancel_leaves_no_node(
     deleted within 1 s (of the end, or of the reconnect), in the same session; no watch leaks;
     the same lock object acquires afterwards."""
     end, where = case.split("-")
-    holder_client = await open_client(session_timeout=TIMEOUT)
-    client = await open_client(proxy, session_timeout=TIMEOUT)
+    holder_client = await open_client(session_timeout=STEADY_TIMEOUT)
+    client = await open_client(proxy, session_timeout=STEADY_TIMEOUT)
     session_id = client.session_id
     holder = holder_client.lock(PATH, identifier="holder")
     await holder.acquire()
@@ -245,8 +246,8 @@ async def test_release_right_after_connection_drop(
     raises ``LockLost`` (the "suspended" policy gave the lock up first) and the node is deleted
     within 1 s of the reconnect, in the same session. The queued client acquires either way:
     the lock is never left held by nobody."""
-    client = await open_client(proxy, session_timeout=TIMEOUT, loss_policy=policy)
-    other = await open_client(session_timeout=TIMEOUT)
+    client = await open_client(proxy, session_timeout=STEADY_TIMEOUT, loss_policy=policy)
+    other = await open_client(session_timeout=STEADY_TIMEOUT)
     session_id = client.session_id
     history = History()
     lock = client.lock(PATH, identifier="holder")
@@ -309,7 +310,7 @@ async def test_release_right_after_connection_drop(
         assert outcome == "lost"  # given up at SUSPENDED, before release() was called
     assert not lock.is_held
     assert deletion.deleted_at - reconnected.at < 1.0
-    assert waiter.acquired_at - release_called < TIMEOUT
+    assert waiter.acquired_at - release_called < STEADY_TIMEOUT / 2  # far from any expiry
     assert waiter.token > token
     # The session survived: the node was deleted by us, not by an expiry.
     assert client.session_id == session_id
@@ -339,7 +340,7 @@ async def test_release_during_short_partition(
     the reconnect), returns only once the node is gone, keeps the session, and the queued
     client acquires right after."""
     client = await open_client(proxy, session_timeout=TIMEOUT)
-    other = await open_client(session_timeout=TIMEOUT)
+    other = await open_client(session_timeout=STEADY_TIMEOUT)
     session_id = client.session_id
     history = History()
     lock = client.lock(PATH, identifier="holder")
@@ -440,7 +441,7 @@ async def test_partition_shorter_than_session_timeout(
     only after the holder's node is gone."""
     holder_client = await open_client(proxy, session_timeout=TIMEOUT, loss_policy=policy)
     waiter_client = await open_client(waiter_proxy, session_timeout=TIMEOUT)
-    direct = await open_client(session_timeout=TIMEOUT)  # reads the server, never partitioned
+    direct = await open_client(session_timeout=STEADY_TIMEOUT)  # reads the server, not partitioned
     sessions = (holder_client.session_id, waiter_client.session_id)
     history = History()
     release = anyio.Event()
@@ -600,8 +601,8 @@ async def test_predecessor_gone_between_check_and_wait(
     holder is told to release at that instant, or the hook blocks the waiter's event loop until the
     server has deleted it (the NodeDeleted is then already queued for the waiter). No
     wake-up is lost: the waiter acquires within 1 s, and no watch is left behind."""
-    client = await open_client(session_timeout=TIMEOUT)
-    holder_client = await open_client(session_timeout=TIMEOUT)
+    client = await open_client(session_timeout=STEADY_TIMEOUT)
+    holder_client = await open_client(session_timeout=STEADY_TIMEOUT)
     history = History()
     lock = client.lock(PATH, identifier="waiter")
     baseline_watchers = session_of(client).watcher_count()
@@ -670,7 +671,7 @@ async def test_fast_handoffs_lose_no_wakeup(open_client: ClientFactory) -> None:
     300 sections, no overlap, increasing tokens; an unprotected read-modify-write counter
     ends at exactly 300; nothing is left in the queue, and no watch is left behind."""
     rng = random.Random(20150315)
-    clients = {name: await open_client(session_timeout=TIMEOUT) for name in ("a", "b", "c")}
+    clients = {name: await open_client(session_timeout=STEADY_TIMEOUT) for name in ("a", "b", "c")}
     history = History()
     waits: list[float] = []
     counter = 0

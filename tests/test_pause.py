@@ -28,6 +28,7 @@ from aiozklock.testing import FaultProxy, FencedStore, RawZooKeeperConnection, e
 from tests.conftest import ClientFactory, gone
 from tests.test_faults import (
     PARKED,
+    STEADY_TIMEOUT,
     TIMEOUT,
     DeletionWatch,
     StateLog,
@@ -62,7 +63,7 @@ async def test_valid_until_while_held_and_after_release(zk: aiozklock.ZooKeeperC
 async def test_valid_until_is_minus_infinity_once_lost(
     proxy: FaultProxy, open_client: ClientFactory, zk_hosts: str
 ) -> None:
-    client = await open_client(proxy, session_timeout=TIMEOUT)
+    client = await open_client(proxy, session_timeout=STEADY_TIMEOUT)
     states = StateLog(client)
     lock = client.lock(PATH)
     await lock.acquire()
@@ -114,7 +115,7 @@ async def test_paused_holder_is_fenced_and_its_validity_has_expired_on_resume(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=env
     )
     assert process.stdin is not None
-    other = await open_client(session_timeout=TIMEOUT)
+    other = await open_client(session_timeout=STEADY_TIMEOUT)
     other_lock = other.lock(PATH, identifier="other")
     try:
         lines = ChildLines(process)

@@ -46,7 +46,8 @@ from tests.test_faults import (
 pytestmark = [pytest.mark.anyio]
 
 PATH = "/locks/tls"
-TIMEOUT = 2.0
+TIMEOUT = 2.0  # the session a test times out (the partition)
+STEADY_TIMEOUT = 4.0  # every other (see test_faults: a slow ping reply is no partition)
 ENSEMBLE_TIMEOUT = 6.0
 CONNECT_TIMEOUT = 3.0
 # For the failures that must not be retried: long, so that "well before the timeout" keeps a
@@ -70,7 +71,7 @@ async def open_tls_client(
 
         async def factory(hosts: str | None = None, **kwargs: Any) -> aiozklock.ZooKeeperClient:
             kwargs.setdefault("ssl", zk_tls_files.client_context())
-            kwargs.setdefault("session_timeout", TIMEOUT)
+            kwargs.setdefault("session_timeout", STEADY_TIMEOUT)
             kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT)
             client = aiozklock.connect((hosts or zk_tls_cluster.secure_hosts) + chroot, **kwargs)
             return await stack.enter_async_context(client)
@@ -343,7 +344,9 @@ async def test_partition_longer_than_session_over_tls(
     tls_observer: RawZooKeeperConnection,
     chroot: str,
 ) -> None:
-    holder_client = await open_tls_client(tls_proxy.address, loss_policy=policy)
+    holder_client = await open_tls_client(
+        tls_proxy.address, session_timeout=TIMEOUT, loss_policy=policy
+    )
     waiter_client = await open_tls_client()
     old_session = holder_client.session_id
     history = History()
