@@ -228,8 +228,8 @@ async def test_lost_create_reply_then_timeout_or_cancel_leaves_no_node(
 
 
 # A livelock (an await that never yields) cannot be bounded by fail_after: pytest-timeout is.
-# A healthy run takes < 0.1 s.
-@pytest.mark.timeout(10)
+# A healthy run takes < 0.1 s (its fixtures, with servers on a loaded machine, seconds).
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("when", ["at-once", "in-teardown", "after-suspended"])
 @pytest.mark.parametrize("policy", ["suspended", "expired"])
 async def test_release_right_after_connection_drop(

@@ -117,7 +117,7 @@ def test_zk_hosts_fixture(zk_hosts: str, request: pytest.FixtureRequest) -> None
 
 
 @pytest.mark.anyio
-@pytest.mark.timeout(40)
+@pytest.mark.timeout(120)  # three JVM starts: seconds each on a loaded machine
 async def test_standalone_lifecycle(tmp_path: Path) -> None:
     cluster = ZooKeeperCluster(1, base_dir=tmp_path)
     await anyio.to_thread.run_sync(cluster.start)
@@ -163,7 +163,7 @@ async def test_standalone_lifecycle(tmp_path: Path) -> None:
 
 
 @pytest.mark.ensemble
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)  # may include the session ensemble's start (3 JVMs), and one more
 def test_ensemble_leader_failover(zk_ensemble: ZooKeeperCluster) -> None:
     assert len(zk_ensemble.hosts.split(",")) == 3
     assert sorted(str(m.mode()) for m in zk_ensemble.members) == ["follower", "follower", "leader"]
