@@ -1027,7 +1027,8 @@ async def test_frozen_follower_clients_fail_over(
     assert connected_to["frozen-first"] != frozen.address
     assert connects["frozen-first"] < 3.0
     assert isinstance(connect_errors.get("frozen-only"), aiozklock.ZooKeeperUnavailable)
-    assert connects["frozen-only"] < 1.5 + 0.5
+    # Given up at its connect_timeout (1.5 s), plus unwinding (the session timeout is 4 s).
+    assert connects["frozen-only"] < 2 * 1.5
     # The lock went on normally.
     assert holder.error is None
     assert not holder.body_cancelled
@@ -1122,7 +1123,7 @@ async def test_quorum_loss_cancels_holders_and_regrants_cleanly(
                     await member.astart(wait=False)
                 await zk_ensemble.await_serving(timeout=30)
                 quorum_at = time.monotonic()
-                with anyio.fail_after(timeout + 3):  # from all 3 serving: a bound, not a claim
+                with anyio.fail_after(timeout + 5):  # from all 3 serving: a bound, not a claim
                     for outcome in waiters.values():
                         await outcome.acquired.wait()
             # Every client is back, in a new session.
@@ -1185,9 +1186,11 @@ async def test_quorum_loss_cancels_holders_and_regrants_cleanly(
             assert holder.body_exit >= lost.at
             assert "our clock" in lost.reason, lost
         # Nothing was granted without a quorum; once one serves, the old session and its node
-        # are gone within one timeout (closed by us at once, or expired by the server).
+        # are gone within one timeout (closed by us at once, or expired by the server), and
+        # the lock passes on: a hand-off of a few round trips on members that have just
+        # started (it took up to 0.5 s under load after the expiry).
         assert waiter.acquired_at > restart_at
-        assert waiter.acquired_at - quorum_served < timeout + 1.0
+        assert waiter.acquired_at - quorum_served < timeout + 2.0
         assert waiter.token > holder.token
         report_ = histories[policy].check()
         assert report_.ok, str(report_)

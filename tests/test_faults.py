@@ -695,14 +695,17 @@ async def test_connect_without_a_server_fails_within_connect_timeout(
         address = proxy.address
     started = time.monotonic()
     with pytest.raises(aiozklock.ZooKeeperUnavailable) as excinfo:
+        # A session timeout far from the connect timeout: the bound below tells them apart.
         async with aiozklock.connect(
-            address + chroot, connect_timeout=connect_timeout, session_timeout=TIMEOUT
+            address + chroot, connect_timeout=connect_timeout, session_timeout=10.0
         ):
             pytest.fail("connected without a server")
     elapsed = time.monotonic() - started
     report("F16-connect", server=server, elapsed=elapsed)
     assert isinstance(excinfo.value, ConnectionError)
-    assert elapsed < connect_timeout + 0.5
+    # Tried until connect_timeout, and given up then: what comes after it is unwinding, whose
+    # scheduling on a loaded machine took up to 0.36 s.
+    assert connect_timeout - 0.1 < elapsed < 2 * connect_timeout
     if server != "nothing-listening":
         assert proxy.connections_accepted >= 1  # it did reach something that accepts TCP
         assert proxy.session_ids == []
@@ -830,10 +833,12 @@ async def test_close_fails_pending_waiter_and_ends_the_session(
 
 # A restart (SIGKILL, JVM start, data recovery) takes ~0.4 s here, but about one restart in
 # 40 the client's first handshake to the new process is never answered and the reconnect
-# waits out its attempt bound (timeout/2 with one host) before retrying: ~2.5 s in all. With
-# a 2 s session our own clock would give the session up although the server kept it, so
-# this test uses 4 s: the point is "within the timeout", not a short timeout.
-RESTART_SESSION_TIMEOUT = 4.0
+# waits out its attempt bound (timeout/4 with one host) before retrying; and on a loaded
+# machine the restart alone took up to 3.2 s. Our own clock gives the session up 0.9 x the
+# timeout after the last exchange, although the server kept it (a restart re-arms its
+# timers), so this test uses 10 s: the point is "within the timeout", not a short timeout,
+# and nothing in it waits for the timeout.
+RESTART_SESSION_TIMEOUT = 10.0
 
 
 @pytest.mark.slow
