@@ -318,9 +318,8 @@ def tcp_state(local_port: int, remote_port: int) -> str | None:
     ``local_port`` to ``remote_port``, or None if there is none."""
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         local, remote, state = line.split()[1:4]
-        if int(local.split(":")[1], 16) == local_port and int(remote.split(":")[1], 16) == (
-            remote_port
-        ):
+        ports = (int(local.split(":")[1], 16), int(remote.split(":")[1], 16))
+        if ports == (local_port, remote_port):
             return state
     return None
 
@@ -336,6 +335,15 @@ async def test_blackhole_holds_bytes_until_lifted(
     path = unique_path("blackhole")
     async with await RawZooKeeperConnection.open(proxy.address) as conn:
         assert await conn.exists(path, watch=True) is None
+
+        async def all_answered() -> bool:
+            # The server counts a reply a little after writing it: wait until it has
+            # counted one for every request (the handshake and the exists).
+            counts = await server_counts(zk_address, conn.session_id)
+            return counts is not None and counts[1] >= counts[0]
+
+        with anyio.fail_after(10):  # a hang bound
+            await poll_until(all_answered)
         counts = await server_counts(zk_address, conn.session_id)
         assert counts is not None
         received, sent = counts
