@@ -312,6 +312,7 @@ def curator_unavailable() -> str | None:
     return f"missing {', '.join(missing)}" if missing else None
 
 
+@pytest.mark.timeout(300)  # the run's own bound is 240 s (the default 60 s cut it short)
 async def test_tls_cost_script_measures_every_column(anyio_backend: str, tmp_path: Path) -> None:
     command = [
         sys.executable,

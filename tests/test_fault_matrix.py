@@ -41,6 +41,7 @@ from aiozklock.testing import (
 from tests.conftest import ClientFactory, gone, wait_for_queue
 from tests.test_faults import (
     PATH,
+    STEADY_TIMEOUT,
     TIMEOUT,
     DeletionWatch,
     HolderOutcome,
@@ -124,8 +125,8 @@ async def test_lost_create_reply_then_timeout_or_cancel_leaves_no_node(
     deleted within 1 s (of the end, or of the reconnect), in the same session; no watch leaks;
     the same lock object acquires afterwards."""
     end, where = case.split("-")
-    holder_client = await open_client(session_timeout=TIMEOUT)
-    client = await open_client(proxy, session_timeout=TIMEOUT)
+    holder_client = await open_client(session_timeout=STEADY_TIMEOUT)
+    client = await open_client(proxy, session_timeout=STEADY_TIMEOUT)
     session_id = client.session_id
     holder = holder_client.lock(PATH, identifier="holder")
     await holder.acquire()
@@ -227,8 +228,8 @@ async def test_lost_create_reply_then_timeout_or_cancel_leaves_no_node(
 
 
 # A livelock (an await that never yields) cannot be bounded by fail_after: pytest-timeout is.
-# A healthy run takes < 0.1 s.
-@pytest.mark.timeout(10)
+# A healthy run takes < 0.1 s (its fixtures, with servers on a loaded machine, seconds).
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("when", ["at-once", "in-teardown", "after-suspended"])
 @pytest.mark.parametrize("policy", ["suspended", "expired"])
 async def test_release_right_after_connection_drop(
@@ -245,8 +246,8 @@ async def test_release_right_after_connection_drop(
     raises ``LockLost`` (the "suspended" policy gave the lock up first) and the node is deleted
     within 1 s of the reconnect, in the same session. The queued client acquires either way:
     the lock is never left held by nobody."""
-    client = await open_client(proxy, session_timeout=TIMEOUT, loss_policy=policy)
-    other = await open_client(session_timeout=TIMEOUT)
+    client = await open_client(proxy, session_timeout=STEADY_TIMEOUT, loss_policy=policy)
+    other = await open_client(session_timeout=STEADY_TIMEOUT)
     session_id = client.session_id
     history = History()
     lock = client.lock(PATH, identifier="holder")
@@ -309,7 +310,7 @@ async def test_release_right_after_connection_drop(
         assert outcome == "lost"  # given up at SUSPENDED, before release() was called
     assert not lock.is_held
     assert deletion.deleted_at - reconnected.at < 1.0
-    assert waiter.acquired_at - release_called < TIMEOUT
+    assert waiter.acquired_at - release_called < STEADY_TIMEOUT / 2  # far from any expiry
     assert waiter.token > token
     # The session survived: the node was deleted by us, not by an expiry.
     assert client.session_id == session_id
@@ -319,21 +320,27 @@ async def test_release_right_after_connection_drop(
     await gone(other, PATH)
 
 
+# A partition of 0.3 x the session timeout ends before our silence detection (timeout/2 after the
+# last reply) can see it.
+HELD_PARTITION = 0.3
+
+
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("fraction", [0.3, 0.6])
+@pytest.mark.parametrize("lift", ["before-silence", "after-suspended"])
 async def test_release_during_short_partition(
-    fraction: float,
+    lift: str,
     proxy: FaultProxy,
     open_client: ClientFactory,
     observer: RawZooKeeperConnection,  # noqa: F811
     chroot: str,
 ) -> None:
-    """F5: ``release()`` starts inside a partition of ``fraction`` x the session timeout: it
-    waits (0.3: the delete is merely held; 0.6: the silence is detected, SUSPENDED, and the
-    delete is settled after the reconnect), returns only once the node is gone, keeps the
-    session, and the queued client acquires right after."""
+    """F5: ``release()`` starts inside a partition shorter than the session timeout: it waits
+    ("before-silence": 0.3 x the timeout, the delete is merely held; "after-suspended": the
+    partition lasts until the silence is detected, SUSPENDED, and the delete is settled after
+    the reconnect), returns only once the node is gone, keeps the session, and the queued
+    client acquires right after."""
     client = await open_client(proxy, session_timeout=TIMEOUT)
-    other = await open_client(session_timeout=TIMEOUT)
+    other = await open_client(session_timeout=STEADY_TIMEOUT)
     session_id = client.session_id
     history = History()
     lock = client.lock(PATH, identifier="holder")
@@ -343,12 +350,19 @@ async def test_release_during_short_partition(
     lifted_at: list[float] = []
 
     async def partition(fault_at: float) -> None:
-        """Holds the partition until ``fault_at + fraction x timeout``, then lifts it."""
-        with anyio.fail_after(2):
+        """Holds the partition, then lifts it."""
+        with anyio.fail_after(5):  # a hang bound
             await proxy.wait_for_request(Opcode.DELETE)  # release() sent it into the partition
-        await anyio.sleep(fault_at + fraction * TIMEOUT - time.monotonic())  # hold the fault
         # The delete is held: the node is still there, and release() has not returned.
         held_while_partitioned.append(await other.exists(f"{PATH}/{node}") is not None)
+        if lift == "after-suspended":
+            # Lifted as soon as the silence is detected: the event, not a fixed time, so that
+            # the reconnect has what is left of the session (0.9 - 0.5 of the timeout after
+            # the last reply) however late this task runs.
+            with anyio.fail_after(TIMEOUT):  # a hang bound: our LOST deadline comes first
+                await states.wait_for(is_state(SessionState.SUSPENDED))
+        else:
+            await anyio.sleep(fault_at + HELD_PARTITION * TIMEOUT - time.monotonic())  # hold it
         lifted_at.append(time.monotonic())
         proxy.blackhole(False)
 
@@ -371,7 +385,7 @@ async def test_release_during_short_partition(
         proxy.reset_counters()
         tg.start_soon(partition, fault_at)
         history.record("holder", token, enter, fault_at)  # it stops acting here
-        with anyio.fail_after(fraction * TIMEOUT + TIMEOUT):
+        with anyio.fail_after(3 * TIMEOUT):  # a hang bound
             # Confirmed, to see it settle (the nowait release: tests/test_release.py).
             await lock.release(confirm=True)  # raises if anything goes wrong: none is expected
         returned_at = time.monotonic()
@@ -383,7 +397,7 @@ async def test_release_during_short_partition(
             await waiter.acquired.wait()
     report(
         "F5-partition",
-        fraction=fraction,
+        lift=lift,
         states=",".join(states.states()) or "-",
         release_call=returned_at - fault_at,
         lift_to_return=returned_at - lifted_at[0],
@@ -396,9 +410,10 @@ async def test_release_during_short_partition(
     assert waiter.token > token
     assert client.session_id == session_id
     assert states.first(is_state(SessionState.LOST)) is None, states.changes
-    if fraction > 0.5:
+    if lift == "after-suspended":
         # Nothing heard for half the timeout: detected, and the session kept across it.
         assert states.states() == ["SUSPENDED", "CONNECTED"], states.changes
+        assert states.changes[0].reason.startswith("nothing heard"), states.changes
         assert set(proxy.session_ids) == {session_id}
     report_ = history.check()
     assert report_.ok, str(report_)
@@ -406,11 +421,6 @@ async def test_release_during_short_partition(
 
 
 # --- F8: partition shorter than the session timeout, under both loss policies -----------------
-
-# The partition must outlast the silence threshold (timeout/2 after the last reply) to be seen
-# at all, and end well before our LOST deadline (0.9 x timeout after the last answered
-# request): 0.6 x timeout, right after a last exchange, leaves 0.2 x timeout on each side.
-F8_PARTITION = 0.6
 
 
 @pytest.mark.timeout(30)
@@ -423,14 +433,15 @@ async def test_partition_shorter_than_session_timeout(
     observer: RawZooKeeperConnection,  # noqa: F811
     chroot: str,
 ) -> None:
-    """F8: holder and waiter are both partitioned for 0.6 x the session timeout. Both come
+    """F8: holder and waiter are both partitioned until both have seen it (silence: half the
+    session timeout), then at once healed, long before our LOST deadline. Both come
     back in the same session. "suspended": the holder's body is cancelled at SUSPENDED with
     ``LockLost`` and its node deleted after the reconnect. "expired": the holder keeps the lock
     (same node, not cancelled). The waiter re-checks the queue after its reconnect and acquires
     only after the holder's node is gone."""
     holder_client = await open_client(proxy, session_timeout=TIMEOUT, loss_policy=policy)
     waiter_client = await open_client(waiter_proxy, session_timeout=TIMEOUT)
-    direct = await open_client(session_timeout=TIMEOUT)  # reads the server, never partitioned
+    direct = await open_client(session_timeout=STEADY_TIMEOUT)  # reads the server, not partitioned
     sessions = (holder_client.session_id, waiter_client.session_id)
     history = History()
     release = anyio.Event()
@@ -458,7 +469,17 @@ async def test_partition_shorter_than_session_timeout(
         fault_at = time.monotonic()
         proxy.blackhole(True)
         waiter_proxy.blackhole(True)
-        await anyio.sleep(fault_at + F8_PARTITION * TIMEOUT - time.monotonic())  # hold it
+        # The partition must outlast the silence threshold (timeout/2 after the last reply)
+        # to be seen at all, and end well before our LOST deadline (0.9 x timeout after the
+        # last answered request). It is held until both clients have seen it ("suspended":
+        # and the holder's body was cancelled, during the partition), then lifted at once:
+        # events, not a fixed time, so the reconnects keep what is left of the sessions
+        # however late this task runs.
+        with anyio.fail_after(TIMEOUT):  # a hang bound: our LOST deadline comes first
+            await holder_states.wait_for(is_state(SessionState.SUSPENDED))
+            await waiter_states.wait_for(is_state(SessionState.SUSPENDED))
+            if policy == "suspended":
+                await holder.done.wait()
         lifted_at = time.monotonic()
         proxy.blackhole(False)
         waiter_proxy.blackhole(False)
@@ -472,7 +493,7 @@ async def test_partition_shorter_than_session_timeout(
         assert set(waiter_proxy.session_ids) == {sessions[1]}
         # The waiter was woken by the state change and lists the queue again on its new
         # connection.
-        with anyio.fail_after(2):
+        with anyio.fail_after(5):  # a hang bound
             await waiter_proxy.wait_for_request(Opcode.GET_CHILDREN)
         new_connection = waiter_proxy.connect_requests[-1].connection_index
         assert any(
@@ -484,7 +505,7 @@ async def test_partition_shorter_than_session_timeout(
 
         if policy == "expired":
             # Same session, same node: the lock is still ours, the body still runs.
-            with anyio.fail_after(2):
+            with anyio.fail_after(5):  # a hang bound
                 await waiter_proxy.wait_for_request(Opcode.EXISTS)  # watching the holder again
                 await waiter_client.exists("/")
             assert not holder.done.is_set()
@@ -520,6 +541,7 @@ async def test_partition_shorter_than_session_timeout(
         "F8",
         policy=policy,
         fault_to_suspended=suspended.at - fault_at,
+        fault_to_lift=lifted_at - fault_at,
         lift_to_holder_back=holder_back.at - lifted_at,
         lift_to_waiter_back=waiter_back.at - lifted_at,
         release_to_waiter=waiter.acquired_at - released_at,
@@ -579,8 +601,8 @@ async def test_predecessor_gone_between_check_and_wait(
     holder is told to release at that instant, or the hook blocks the waiter's event loop until the
     server has deleted it (the NodeDeleted is then already queued for the waiter). No
     wake-up is lost: the waiter acquires within 1 s, and no watch is left behind."""
-    client = await open_client(session_timeout=TIMEOUT)
-    holder_client = await open_client(session_timeout=TIMEOUT)
+    client = await open_client(session_timeout=STEADY_TIMEOUT)
+    holder_client = await open_client(session_timeout=STEADY_TIMEOUT)
     history = History()
     lock = client.lock(PATH, identifier="waiter")
     baseline_watchers = session_of(client).watcher_count()
@@ -649,7 +671,7 @@ async def test_fast_handoffs_lose_no_wakeup(open_client: ClientFactory) -> None:
     300 sections, no overlap, increasing tokens; an unprotected read-modify-write counter
     ends at exactly 300; nothing is left in the queue, and no watch is left behind."""
     rng = random.Random(20150315)
-    clients = {name: await open_client(session_timeout=TIMEOUT) for name in ("a", "b", "c")}
+    clients = {name: await open_client(session_timeout=STEADY_TIMEOUT) for name in ("a", "b", "c")}
     history = History()
     waits: list[float] = []
     counter = 0
@@ -724,7 +746,8 @@ F11_FREEZE = 1.5  # x the session timeout
 async def test_server_frozen_longer_than_session_timeout(
     policy: aiozklock.LossPolicy, frozen_server: ZooKeeperCluster, chroot: str
 ) -> None:
-    """F11: the only server is SIGSTOPped for 1.5 x the session timeout, then resumed.
+    """F11: the only server is SIGSTOPped for 1.5 x the session timeout (and at least until
+    both clients have given their sessions up), then resumed.
 
     Guaranteed, whatever the server does with its session timers on SIGCONT (expire at once,
     or re-arm them): the holder's body is cancelled *before* the resume (at SUSPENDED, or at
@@ -772,11 +795,15 @@ async def test_server_frozen_longer_than_session_timeout(
                 await waiter_client.exists("/")
                 frozen_at = time.monotonic()
                 await anyio.to_thread.run_sync(member.pause)
-                with anyio.fail_after(F11_FREEZE * TIMEOUT):
+                # LOST comes by our clock 0.9 x timeout after the last exchange. The freeze is
+                # held for F11_FREEZE x timeout, and in any case until both clients have given
+                # their sessions up (an event: a loaded machine may get there late), so that
+                # the resume always comes after that.
+                with anyio.fail_after(3 * TIMEOUT):  # a hang bound
                     await holder.done.wait()
                     lost = await holder_states.wait_for(is_state(SessionState.LOST))
                     await waiter_states.wait_for(is_state(SessionState.LOST))
-                await anyio.sleep(frozen_at + F11_FREEZE * TIMEOUT - time.monotonic())  # hold
+                await anyio.sleep(max(0.0, frozen_at + F11_FREEZE * TIMEOUT - time.monotonic()))
                 resumed_at = time.monotonic()
                 await anyio.to_thread.run_sync(member.resume)
                 with anyio.fail_after(TIMEOUT + 3):
@@ -985,9 +1012,14 @@ async def test_frozen_follower_clients_fail_over(
         resume_to_serving=serving_at - resumed_at,
         release_to_waiter=waiter.acquired_at - released_at,
     )
-    # Failed over after the silence (timeout/2), well before the session could expire.
-    for seconds in failover.values():
-        assert timeout / 2 - 0.1 < seconds < timeout
+    # Failed over after the silence (timeout/2 after the last frame heard: the session's own
+    # clock, exact whenever this process ran), well before the session could expire.
+    for name, log in logs.items():
+        suspended = log.first(is_state(SessionState.SUSPENDED))
+        assert suspended is not None
+        assert suspended.reason.startswith("nothing heard"), (name, suspended)
+        assert suspended.at >= log.clock(suspended).last_heard + timeout / 2
+        assert failover[name] < timeout
     for name, log in logs.items():
         assert log.first(is_state(SessionState.LOST)) is None, (name, log.changes)
     # connect() does not hang on a frozen member.
@@ -995,7 +1027,8 @@ async def test_frozen_follower_clients_fail_over(
     assert connected_to["frozen-first"] != frozen.address
     assert connects["frozen-first"] < 3.0
     assert isinstance(connect_errors.get("frozen-only"), aiozklock.ZooKeeperUnavailable)
-    assert connects["frozen-only"] < 1.5 + 0.5
+    # Given up at its connect_timeout (1.5 s), plus unwinding (the session timeout is 4 s).
+    assert connects["frozen-only"] < 2 * 1.5
     # The lock went on normally.
     assert holder.error is None
     assert not holder.body_cancelled
@@ -1019,12 +1052,12 @@ async def test_quorum_loss_cancels_holders_and_regrants_cleanly(
     zk_ensemble: ZooKeeperCluster, chroot: str
 ) -> None:
     """F14: 2 of 3 members (the leader among them) are killed for 1.1 x the session timeout
-    and restarted. Two locks, each with a holder and a waiter: the "suspended" holder is
-    cancelled at SUSPENDED, the "expired" one at our own LOST deadline, both before the
-    quorum is back. Once it is back, every client gets a new session, the old sessions and
-    their nodes go (closed by us or expired by the server within one timeout), each lock is
-    granted to its waiter, with no overlap and increasing tokens; the old lock objects are
-    usable again."""
+    (and at least until both holders have stopped) and restarted. Two locks, each with a
+    holder and a waiter: the "suspended" holder is cancelled at SUSPENDED, the "expired" one
+    at our own LOST deadline, both before the quorum is back. Once it is back, every client
+    gets a new session, the old sessions and their nodes go (closed by us or expired by the
+    server within one timeout), each lock is granted to its waiter, with no overlap and
+    increasing tokens; the old lock objects are usable again."""
     timeout = ENSEMBLE_FAULT_TIMEOUT
     await zk_ensemble.await_serving(timeout=30)
     hosts = zk_ensemble.hosts + chroot
@@ -1077,16 +1110,20 @@ async def test_quorum_loss_cancels_holders_and_regrants_cleanly(
                 for member in (leader, follower):
                     await anyio.to_thread.run_sync(member.kill)
                     victims.append(member)
-                with anyio.fail_after(timeout):
+                # The "expired" holder is cancelled at our LOST deadline, 0.9 x timeout after
+                # the last exchange. The outage is held for F14_OUTAGE x timeout, and in any
+                # case until both holders have stopped (an event: a loaded machine may get
+                # there late), so that the quorum always comes back after that.
+                with anyio.fail_after(2 * timeout):  # a hang bound
                     for outcome in holders.values():
                         await outcome.done.wait()
-                await anyio.sleep(killed_at + F14_OUTAGE * timeout - time.monotonic())  # hold
+                await anyio.sleep(max(0.0, killed_at + F14_OUTAGE * timeout - time.monotonic()))
                 restart_at = time.monotonic()
                 for member in victims:
                     await member.astart(wait=False)
                 await zk_ensemble.await_serving(timeout=30)
                 quorum_at = time.monotonic()
-                with anyio.fail_after(timeout + 3):  # from all 3 serving: a bound, not a claim
+                with anyio.fail_after(timeout + 5):  # from all 3 serving: a bound, not a claim
                     for outcome in waiters.values():
                         await outcome.acquired.wait()
             # Every client is back, in a new session.
@@ -1149,9 +1186,11 @@ async def test_quorum_loss_cancels_holders_and_regrants_cleanly(
             assert holder.body_exit >= lost.at
             assert "our clock" in lost.reason, lost
         # Nothing was granted without a quorum; once one serves, the old session and its node
-        # are gone within one timeout (closed by us at once, or expired by the server).
+        # are gone within one timeout (closed by us at once, or expired by the server), and
+        # the lock passes on: a hand-off of a few round trips on members that have just
+        # started (it took up to 0.5 s under load after the expiry).
         assert waiter.acquired_at > restart_at
-        assert waiter.acquired_at - quorum_served < timeout + 1.0
+        assert waiter.acquired_at - quorum_served < timeout + 2.0
         assert waiter.token > holder.token
         report_ = histories[policy].check()
         assert report_.ok, str(report_)

@@ -26,7 +26,16 @@ import aiozklock
 from aiozklock import SessionState
 from aiozklock.testing import FaultProxy, FencedStore, RawZooKeeperConnection, expire_session
 from tests.conftest import ClientFactory, gone
-from tests.test_faults import TIMEOUT, DeletionWatch, StateLog, first_host, observer, report
+from tests.test_faults import (
+    PARKED,
+    STEADY_TIMEOUT,
+    TIMEOUT,
+    DeletionWatch,
+    StateLog,
+    first_host,
+    observer,
+    report,
+)
 
 pytestmark = [pytest.mark.anyio]
 
@@ -54,12 +63,15 @@ async def test_valid_until_while_held_and_after_release(zk: aiozklock.ZooKeeperC
 async def test_valid_until_is_minus_infinity_once_lost(
     proxy: FaultProxy, open_client: ClientFactory, zk_hosts: str
 ) -> None:
-    client = await open_client(proxy, session_timeout=TIMEOUT)
+    client = await open_client(proxy, session_timeout=STEADY_TIMEOUT)
     states = StateLog(client)
     lock = client.lock(PATH)
     await lock.acquire()
-    proxy.set_delay(0.3)  # our client's reconnect must not re-attach before the expiry
+    # Our client's reconnect must not re-attach before the expiry is done: its handshakes
+    # are parked in the proxy until then (see test_faults' F6).
+    proxy.set_delay(PARKED)
     await expire_session(first_host(zk_hosts), client.session_id, client.session_password)
+    proxy.set_delay(0)
     with anyio.fail_after(5):  # the loss policy, an earlier listener, marks the lock lost
         await states.wait_for(lambda change: change.state is not SessionState.CONNECTED)
     assert not lock.statistics().locked
@@ -83,7 +95,7 @@ class ChildLines:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(40)
+@pytest.mark.timeout(90)
 async def test_paused_holder_is_fenced_and_its_validity_has_expired_on_resume(
     anyio_backend: str,
     zk_hosts: str,
@@ -103,11 +115,11 @@ async def test_paused_holder_is_fenced_and_its_validity_has_expired_on_resume(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=env
     )
     assert process.stdin is not None
-    other = await open_client(session_timeout=TIMEOUT)
+    other = await open_client(session_timeout=STEADY_TIMEOUT)
     other_lock = other.lock(PATH, identifier="other")
     try:
         lines = ChildLines(process)
-        with anyio.fail_after(10):
+        with anyio.fail_after(30):  # a hang bound: a Python process starts, connects, acquires
             acquired = await lines.next()
             first_write = await lines.next()
         assert acquired["event"] == "acquired"
@@ -119,7 +131,7 @@ async def test_paused_holder_is_fenced_and_its_validity_has_expired_on_resume(
         await deletion.arm()
         os.kill(process.pid, signal.SIGSTOP)
         paused_at = time.monotonic()
-        with anyio.fail_after(3 * TIMEOUT):
+        with anyio.fail_after(5 * TIMEOUT):  # a hang bound
             await deletion.run()  # the server expired the paused holder's session
         with anyio.fail_after(5):
             await other_lock.acquire()
@@ -133,7 +145,7 @@ async def test_paused_holder_is_fenced_and_its_validity_has_expired_on_resume(
         resumed_at = time.monotonic()
 
         writes: list[dict[str, Any]] = []
-        with anyio.fail_after(10):
+        with anyio.fail_after(20):  # a hang bound
             while (record := await lines.next())["event"] == "write":
                 writes.append(record)
                 store.write("paused", old_token, "after the pause")
@@ -157,7 +169,7 @@ async def test_paused_holder_is_fenced_and_its_validity_has_expired_on_resume(
             stale_writes_rejected=len(store.rejected),
         )
         await other_lock.release()
-        with anyio.fail_after(10):
+        with anyio.fail_after(20):  # a hang bound
             assert await process.wait() == 0
         await gone(other, PATH)
     finally:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import pytest
 from aiozk import protocol
+from anyio.abc import SocketAttribute
 
 from aiozklock.testing import (
     FaultProxy,
@@ -116,7 +117,7 @@ def test_zk_hosts_fixture(zk_hosts: str, request: pytest.FixtureRequest) -> None
 
 
 @pytest.mark.anyio
-@pytest.mark.timeout(40)
+@pytest.mark.timeout(120)  # three JVM starts: seconds each on a loaded machine
 async def test_standalone_lifecycle(tmp_path: Path) -> None:
     cluster = ZooKeeperCluster(1, base_dir=tmp_path)
     await anyio.to_thread.run_sync(cluster.start)
@@ -134,7 +135,7 @@ async def test_standalone_lifecycle(tmp_path: Path) -> None:
         with pytest.raises(TimeoutError):  # frozen: accepts (kernel backlog), never answers
             four_letter_word(member.address, "srvr", timeout=0.3)
         member.resume()
-        assert member.mode() == "standalone"
+        assert member.mode(timeout=10) == "standalone"  # a resumed JVM on a loaded machine
 
         old_pid = member.pid
         await member.arestart()  # SIGKILL + start, same dataDir, off the event loop
@@ -162,7 +163,7 @@ async def test_standalone_lifecycle(tmp_path: Path) -> None:
 
 
 @pytest.mark.ensemble
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)  # may include the session ensemble's start (3 JVMs), and one more
 def test_ensemble_leader_failover(zk_ensemble: ZooKeeperCluster) -> None:
     assert len(zk_ensemble.hosts.split(",")) == 3
     assert sorted(str(m.mode()) for m in zk_ensemble.members) == ["follower", "follower", "leader"]
@@ -209,7 +210,7 @@ async def test_proxy_counts_requests(proxy: FaultProxy) -> None:
             assert not exists_seen.is_set()
             assert await conn.get_children(path) == []
             assert await conn.exists(f"{path}/missing") is None
-            with anyio.fail_after(2):
+            with anyio.fail_after(10):  # a hang bound: the proxy saw it before the reply came
                 await exists_seen.wait()
             await conn.delete(path)
         # leaving the block sent closeSession
@@ -257,7 +258,7 @@ async def test_drop_all_closes_client_connection(proxy: FaultProxy, rst: bool) -
     assert proxy.live_connections == 1
     await proxy.drop_all(rst=rst)
     assert proxy.live_connections == 0
-    with anyio.fail_after(2):
+    with anyio.fail_after(10):  # a hang bound
         assert await conn.wait_closed() == ("reset" if rst else "eof")
 
     # The session survives a dropped connection: re-attach through the proxy.
@@ -271,25 +272,101 @@ async def test_drop_all_closes_client_connection(proxy: FaultProxy, rst: bool) -
     assert proxy.session_ids == [conn.session_id, conn.session_id]
 
 
+async def server_counts(address: str, session_id: int) -> tuple[int, int] | None:
+    """``(received, sent)``: the packets the server has read from and written to the
+    connection of ``session_id`` (4lw ``cons``), or None if it lists no such connection."""
+    cons = await anyio.to_thread.run_sync(four_letter_word, address, "cons")
+    for line in cons.splitlines():
+        if f"sid=0x{session_id:x}," in line:
+            pairs = (field.partition("=") for field in line[line.index("(") + 1 : -1].split(","))
+            fields = {key: value for key, _, value in pairs}
+            return int(fields["recved"]), int(fields["sent"])
+    return None
+
+
+async def server_sees_session(address: str, session_id: int) -> bool:
+    """Whether the server lists a live connection of ``session_id`` (4lw ``cons``)."""
+    return await server_counts(address, session_id) is not None
+
+
+async def server_gone(address: str, session_id: int) -> bool:
+    return not await server_sees_session(address, session_id)
+
+
+# Server (and kernel) state has no event to await: these tests poll it, this often, within
+# a hang bound.
+POLL = 0.05
+
+
+async def poll_until(condition: Callable[[], Awaitable[bool] | bool]) -> None:
+    """Return once ``condition()`` is true, checking every ``POLL`` (unbounded: wrap it in
+    ``anyio.fail_after``)."""
+    while True:
+        met = condition()
+        if met if isinstance(met, bool) else await met:
+            return
+        await anyio.sleep(POLL)
+
+
+# How long a partition must hold something that left one side; once it has (a positive
+# barrier first), it would otherwise be across in a millisecond.
+HOLD_WINDOW = 0.5
+
+
+def tcp_state(local_port: int, remote_port: int) -> str | None:
+    """The kernel's state (hex, as in ``/proc/net/tcp``) of the 127.0.0.1 socket from
+    ``local_port`` to ``remote_port``, or None if there is none."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = line.split()[1:4]
+        ports = (int(local.split(":")[1], 16), int(remote.split(":")[1], 16))
+        if ports == (local_port, remote_port):
+            return state
+    return None
+
+
+TCP_CLOSE_WAIT = "08"  # the peer's FIN has arrived; this side has not closed yet
+
+
 @pytest.mark.anyio
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(30)
 async def test_blackhole_holds_bytes_until_lifted(
-    proxy: FaultProxy, observer: RawZooKeeperConnection
+    proxy: FaultProxy, observer: RawZooKeeperConnection, zk_address: str
 ) -> None:
     path = unique_path("blackhole")
     async with await RawZooKeeperConnection.open(proxy.address) as conn:
         assert await conn.exists(path, watch=True) is None
+
+        async def all_answered() -> bool:
+            # The server counts a reply a little after writing it: wait until it has
+            # counted one for every request (the handshake and the exists).
+            counts = await server_counts(zk_address, conn.session_id)
+            return counts is not None and counts[1] >= counts[0]
+
+        with anyio.fail_after(10):  # a hang bound
+            await poll_until(all_answered)
+        counts = await server_counts(zk_address, conn.session_id)
+        assert counts is not None
+        received, sent = counts
         proxy.blackhole(True)
         # server→client: the watch event this create fires is held by the proxy
         await observer.create(path)
         # client→server: a request sent during the partition is held too
         xid = await conn.send(protocol.ExistsRequest(path=path, watch=False))
-        with anyio.fail_after(2):
+        with anyio.fail_after(10):  # hang bounds
             await proxy.wait_for_request(Opcode.EXISTS, 2)  # it reached the proxy
-        with anyio.move_on_after(0.5) as window:
+
+            # The event has left the server (one more packet written to the session's
+            # connection): from here, nothing but the partition keeps it from the client.
+            async def event_sent() -> bool:
+                return (await server_counts(zk_address, conn.session_id) or (0, 0))[1] > sent
+
+            await poll_until(event_sent)
+        with anyio.move_on_after(HOLD_WINDOW) as window:
             await conn.read_reply(xid)
         assert window.cancelled_caught, "a reply crossed the partition"
         assert conn.watch_events == []
+        # ... and the request never reached the server: it read nothing more.
+        assert await server_counts(zk_address, conn.session_id) == (received, sent + 1)
 
         lifted_at = time.monotonic()
         proxy.blackhole(False)
@@ -305,35 +382,29 @@ async def test_blackhole_holds_bytes_until_lifted(
     await observer.delete(path)
 
 
-async def server_sees_session(address: str, session_id: int) -> bool:
-    """Whether the server lists a live connection of ``session_id`` (4lw ``cons``)."""
-    cons = await anyio.to_thread.run_sync(four_letter_word, address, "cons")
-    return f"sid=0x{session_id:x}," in cons
-
-
 @pytest.mark.anyio
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(30)
 async def test_blackhole_client_close_reaches_server_after_lift(
     proxy: FaultProxy, zk_address: str
 ) -> None:
     conn = await RawZooKeeperConnection.open(proxy.address)
     assert await server_sees_session(zk_address, conn.session_id)
+    client_port = conn._stream.extra(SocketAttribute.local_port)
     proxy.blackhole(True)
     await conn.aclose()  # FIN from the client, during the partition
-    await anyio.sleep(0.5)  # an observation window, not synchronisation
+    with anyio.fail_after(10):  # a hang bound
+        # The FIN has reached the proxy's socket: from here, only the partition holds it.
+        await poll_until(lambda: tcp_state(proxy.port, client_port) == TCP_CLOSE_WAIT)
+    await anyio.sleep(HOLD_WINDOW)  # the window in which it must stay held
     assert await server_sees_session(zk_address, conn.session_id)
     proxy.blackhole(False)
-    for _ in range(60):  # polling server state (no event to await), up to ~3 s
-        if not await server_sees_session(zk_address, conn.session_id):
-            break
-        await anyio.sleep(0.05)
-    else:
-        pytest.fail("the server still lists the connection 3 s after the lift")
+    with anyio.fail_after(10):  # a hang bound: the server closes it at once once it arrives
+        await poll_until(lambda: server_gone(zk_address, conn.session_id))
     await expire_session(zk_address, conn.session_id, conn.password)  # tidy up
 
 
 @pytest.mark.anyio
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(30)
 async def test_blackhole_server_close_reaches_client_after_lift(
     proxy: FaultProxy, zk_address: str
 ) -> None:
@@ -341,17 +412,20 @@ async def test_blackhole_server_close_reaches_client_after_lift(
     proxy.blackhole(True)
     # The server closes the connection now (re-attach + closeSession) ...
     await expire_session(zk_address, conn.session_id, conn.password)
-    with anyio.move_on_after(0.5) as window:
+    with anyio.fail_after(10):  # a hang bound
+        # It has: from here, only the partition holds the close from the client.
+        await poll_until(lambda: server_gone(zk_address, conn.session_id))
+    with anyio.move_on_after(HOLD_WINDOW) as window:
         await conn.wait_closed()
     assert window.cancelled_caught, "the close crossed the partition"
     # ... and the client learns it only when the partition heals.
     proxy.blackhole(False)
-    with anyio.fail_after(2):
+    with anyio.fail_after(10):  # a hang bound
         assert await conn.wait_closed() == "eof"
 
 
 @pytest.mark.anyio
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(30)
 async def test_blackhole_new_connections_refused_or_hung(proxy: FaultProxy) -> None:
     async with await RawZooKeeperConnection.open(proxy.address) as existing:
         proxy.blackhole(True, new="refuse")
@@ -367,12 +441,20 @@ async def test_blackhole_new_connections_refused_or_hung(proxy: FaultProxy) -> N
         opened: list[RawZooKeeperConnection] = []
 
         async def connect() -> None:
-            opened.append(await RawZooKeeperConnection.open(proxy.address))
+            opened.append(await RawZooKeeperConnection.open(proxy.address, request_timeout=10))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(connect)
-            await anyio.sleep(0.3)  # an observation window, not synchronisation
+            with anyio.fail_after(10):  # a hang bound
+                # Accepted, and its handshake read and held (every connection so far: the
+                # existing one, the refused one, the timed out one, this one; handshakes
+                # from all but the refused one).
+                await poll_until(
+                    lambda: proxy.connections_accepted == 4 and len(proxy.connect_requests) == 3
+                )
+            # Held, not forwarded: no session without the server, none made by the proxy.
             assert opened == []
+            assert proxy.session_ids == [existing.session_id]
             proxy.blackhole(False)
         [late] = opened
         async with late:
@@ -389,7 +471,7 @@ async def test_set_delay_parks_requests_in_order(proxy: FaultProxy) -> None:
         proxy.set_delay(0.3)
         first = await conn.send(protocol.ExistsRequest(path="/", watch=False))
         second = await conn.send(protocol.ExistsRequest(path="/zookeeper", watch=False))
-        with anyio.fail_after(2):
+        with anyio.fail_after(10):  # a hang bound
             await proxy.wait_for_request(Opcode.EXISTS, 2)
         reply1 = await conn.read_reply(first)
         reply2 = await conn.read_reply(second)
@@ -399,14 +481,16 @@ async def test_set_delay_parks_requests_in_order(proxy: FaultProxy) -> None:
         assert reply1.t <= reply2.t
 
         # Frames already parked are re-timed when the delay changes.
-        proxy.set_delay(30)
+        parked = 30.0
+        proxy.set_delay(parked)
         third = await conn.send(protocol.ExistsRequest(path="/", watch=False))
-        with anyio.fail_after(2):
+        with anyio.fail_after(10):  # a hang bound
             await proxy.wait_for_request(Opcode.EXISTS, 3)
         released_at = time.monotonic()
         proxy.set_delay(0)
         reply3 = await conn.read_reply(third)
-        assert reply3.t - released_at < 1.0
+        # Released by the change (a round trip), not when its 30 s were over.
+        assert reply3.t - released_at < parked / 6
 
 
 @pytest.mark.anyio
@@ -485,7 +569,10 @@ async def test_arm_drop_after_counts_matching_requests(
 async def test_expire_session_deletes_ephemerals_and_kills_connection(
     proxy: FaultProxy, observer: RawZooKeeperConnection, zk_address: str
 ) -> None:
-    conn = await RawZooKeeperConnection.open(proxy.address, session_timeout_ms=10_000)
+    session_timeout = 10.0
+    conn = await RawZooKeeperConnection.open(
+        proxy.address, session_timeout_ms=int(session_timeout * 1000)
+    )
     path = await conn.create(unique_path("expire"), ephemeral=True)
     stat = await observer.exists(path, watch=True)
     assert stat is not None
@@ -494,13 +581,14 @@ async def test_expire_session_deletes_ephemerals_and_kills_connection(
     started = time.monotonic()
     await expire_session(zk_address, conn.session_id, conn.password)
     returned = time.monotonic()
-    with anyio.fail_after(2):
+    with anyio.fail_after(10):  # a hang bound
         event = await observer.wait_for_event(path=path, type=WatchEventType.NODE_DELETED)
-    assert event.t - started < 1.0
+    # Deleted by the expiry, at once: the session itself would have lived on for 10 s.
+    assert event.t - started < session_timeout / 2
     assert await observer.exists(path) is None
-    with anyio.fail_after(2):
+    with anyio.fail_after(10):  # a hang bound
         assert await conn.wait_closed() in ("eof", "reset")
-    assert returned - started < 2.0
+    assert returned - started < session_timeout / 2
 
     with pytest.raises(RawSessionExpired):
         await RawZooKeeperConnection.open(

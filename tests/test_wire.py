@@ -29,6 +29,11 @@ GET_CHILDREN = 8
 EXISTS = 3
 DELETE = 2
 PING = 11
+# How long the proxy holds each request in the tests that count round trips.
+ROUND_TRIP = 0.4
+# ... and in the one that times them: one round trip costs that, two at least twice that,
+# which leaves a loaded machine as much again for everything else.
+TIMED_ROUND_TRIP = 1.0
 
 
 async def persistent_lock_path(zk: aiozklock.ZooKeeperClient) -> None:
@@ -141,17 +146,24 @@ async def test_uncontended_acquire_and_release_take_one_round_trip_each(
     await proxy.wait_for_request(DELETE)  # written before release() returned
     assert requests_except_pings(proxy) == [DELETE]
 
-    # Pipelined, not sequential: with every request held 0.4 s by the proxy, one round trip
-    # costs about 0.4 s; two would cost at least 0.8 s.
-    proxy.set_delay(0.4)
+    # Pipelined, not sequential: with every request held by the proxy, a request sent after
+    # a reply reaches the proxy at least that long after the one before it, and the acquire's
+    # requests reach it together; the whole costs one round trip, not two.
+    proxy.set_delay(TIMED_ROUND_TRIP)
+    proxy.reset_counters()
     started = time.monotonic()
     await lock.acquire()
     acquired_in = time.monotonic() - started
+    assert requests_except_pings(proxy) == [CREATE2, GET_CHILDREN]
+    assert _bursts(proxy, TIMED_ROUND_TRIP) == 1
+    proxy.reset_counters()
     started = time.monotonic()
     await lock.release()
     released_in = time.monotonic() - started
-    assert acquired_in < 0.75, acquired_in
-    assert released_in < 0.75, released_in
+    await proxy.wait_for_request(DELETE)
+    assert requests_except_pings(proxy) == [DELETE]
+    assert acquired_in < 2 * TIMED_ROUND_TRIP, acquired_in
+    assert released_in < 2 * TIMED_ROUND_TRIP, released_in
 
 
 async def test_missing_parent_costs_one_extra_round_trip(
@@ -163,6 +175,7 @@ async def test_missing_parent_costs_one_extra_round_trip(
     await zk.ensure_path("/")
     await zk.create("/existing")
     lock = client.lock("/existing/lock")
+    proxy.set_delay(ROUND_TRIP)  # round trips apart, for _bursts
     proxy.reset_counters()
     await lock.acquire()
     # Attempt 1: create2 + getChildren (NoNode). Attempt 2, one write: the lock path's
@@ -177,6 +190,7 @@ async def test_missing_ancestors_cost_two_extra_round_trips(
 ) -> None:
     client = await open_client(proxy)
     lock = client.lock("/fresh/parent/lock")
+    proxy.set_delay(ROUND_TRIP)  # round trips apart, for _bursts
     proxy.reset_counters()
     await lock.acquire()
     opcodes = requests_except_pings(proxy)
@@ -190,10 +204,13 @@ async def test_missing_ancestors_cost_two_extra_round_trips(
     await lock.release()
 
 
-def _bursts(proxy: FaultProxy) -> int:
-    """Writes the client made: requests that reached the proxy together form one."""
+def _bursts(proxy: FaultProxy, round_trip: float = ROUND_TRIP) -> int:
+    """Writes the client made: requests that reached the proxy together form one. With the
+    proxy holding each request ``round_trip``, a request sent after a reply comes at least
+    that long after the previous one; requests of one write, within a scheduling delay of the
+    proxy's frame loop (far less than half of it even on a loaded machine)."""
     times = [r.t for r in proxy.requests if r.opcode != PING]
-    return 1 + sum(1 for a, b in itertools.pairwise(times) if b - a > 0.0005)
+    return 1 + sum(1 for a, b in itertools.pairwise(times) if b - a > round_trip / 2)
 
 
 # ------------------------------------------------------------------ lost create reply (F1, F2)
