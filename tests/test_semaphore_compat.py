@@ -36,6 +36,7 @@ MAX_LEASES = 2
 HOLD_MICROS = 2000
 KAZOO = (sys.executable, "-m", "tests.interop.kazoo_peer")
 COMPATS: list[Compat] = ["kazoo", "curator"]
+PARKED = 60.0  # a proxy delay that the test lifts itself once the fault is in place
 
 
 @pytest.fixture(scope="session")
@@ -312,10 +313,12 @@ async def test_session_expiry_cancels_the_body(
         async with anyio.create_task_group() as tg:
             tg.start_soon(hold)
             await entered.wait()
-            proxy.set_delay(0.3)  # the holder's reconnect must not re-attach first
+            # The holder's reconnect must not re-attach before the expiry is done: its
+            # requests wait in the proxy until then, however long the expiry takes.
+            proxy.set_delay(PARKED)
             host = zk_hosts.split(",")[0]
             await expire_session(host, client.session_id, session_of(client).password)
-        proxy.set_delay(0)
+            proxy.set_delay(0)
         assert cancelled
         assert isinstance(outcome[0], aiozklock.LockLost)
         assert not sem.is_held
@@ -443,7 +446,10 @@ async def test_kazoo_lease_is_not_created_once_the_mutex_node_is_gone(
             pass
         await gone(zk, PATH, mutex_path("kazoo"))  # that release is applied
         proxy.reset_counters()
-        proxy.set_delay(0.3)  # our requests reach the server late: time to delete the node
+        # Our requests reach the server late, so that the node is deleted between our
+        # create and our count; released once it is (only the deletion's round trips have
+        # to fit in the delay, with room for a loaded machine).
+        proxy.set_delay(1.5)
         granted, done = anyio.Event(), anyio.Event()
 
         async def hold() -> None:
@@ -455,8 +461,8 @@ async def test_kazoo_lease_is_not_created_once_the_mutex_node_is_gone(
             tg.start_soon(hold)
             (node,) = await wait_for_children(zk, mutex_path("kazoo"), lambda c: len(c) == 1)
             await zk.delete(f"{mutex_path('kazoo')}/{node}")
-            await granted.wait()
             proxy.set_delay(0)
+            await granted.wait()
             # The lease's multi is final when it succeeds: more than one means the first
             # failed its check (then the mutex was taken again, its release's delete
             # folded into the new create's multi: that one fails too, the node being gone).
