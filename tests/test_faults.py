@@ -101,6 +101,17 @@ class StateLog:
     def first(self, predicate: Callable[[StateChange], bool]) -> StateChange | None:
         return next((change for change in self.changes if predicate(change)), None)
 
+    def gave_up_at(self, policy: str, timeout: float) -> float:
+        """When our own clock gave the holding up: at the silence (timeout/2 after the last
+        frame heard) for loss policy "suspended", at our LOST deadline for "expired"."""
+        if policy == "suspended":
+            suspended = self.first(lambda c: c.state is SessionState.SUSPENDED)
+            assert suspended is not None
+            return self.clock(suspended).last_heard + timeout / 2
+        lost = self.first(lambda c: c.state is SessionState.LOST)
+        assert lost is not None
+        return self.clock(lost).valid_until
+
     async def wait_for(self, predicate: Callable[[StateChange], bool]) -> StateChange:
         """The first recorded change matching ``predicate`` (unbounded: use fail_after)."""
         while True:
@@ -499,16 +510,9 @@ async def test_partition_longer_than_session_timeout(
     assert outcome.body_exit is not None
     suspended = states.first(lambda c: c.state is SessionState.SUSPENDED)
     assert suspended is not None
-    # When our own clock gave the holding up: silence (timeout/2 after the last frame heard)
-    # for "suspended", our LOST deadline for "expired". These instants are the session's
-    # decisions; when this process got round to them is scheduling, which a loaded machine
-    # delays, so the margin to the server's expiry is measured from them.
-    cut_at = (
-        states.clock(suspended).last_heard + timeout / 2
-        if policy == "suspended"
-        else states.clock(lost).valid_until
-    )
-    margin = deletion.deleted_at - cut_at
+    # Measured from the session's decision: when this process got round to it is
+    # scheduling, which a loaded machine delays.
+    margin = deletion.deleted_at - states.gave_up_at(policy, timeout)
     report(
         "F7",
         policy=policy,

@@ -381,12 +381,7 @@ async def test_partition_longer_than_session_over_tls(
     assert suspended is not None
     # Measured from our clock's decision (see test_faults' F7), not from when a loaded
     # process ran the holder's exit.
-    cut_at = (
-        states.clock(suspended).last_heard + TIMEOUT / 2
-        if policy == "suspended"
-        else states.clock(lost).valid_until
-    )
-    margin = deletion.deleted_at - cut_at
+    margin = deletion.deleted_at - states.gave_up_at(policy, TIMEOUT)
     print(
         f"TLS partition policy={policy} margin={margin:.3f}"
         f" observed={deletion.deleted_at - outcome.body_exit:.3f}"
