@@ -753,6 +753,8 @@ async def test_watch_leader_survives_the_path_being_wiped(
     term = Term()
     with anyio.fail_after(10):
         async with watching(zk.election(PATH)) as watcher:
+            # Read before "a" campaigns: else the first value could already be "a".
+            assert await watcher.wait_for(1) == [None]
             async with other.election(PATH, identifier="a"):
                 assert await watcher.wait_for(2) == [None, "a"]
             assert await watcher.wait_for(3) == [None, "a", None]
