@@ -43,6 +43,9 @@ PATH = "/leases/job"
 NODE = f"{PATH}/lease"
 # A proxy delay that never runs out by itself: the test lifts it once the fault is in place.
 HOLD = 3600.0
+# The TTL of the tests that release their leases (never wait for an expiry): long, so that
+# no renewal deadline (0.9 of it) is at stake when a loaded machine stalls the keeper.
+TTL = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +115,7 @@ async def test_exclusion_across_sessions(open_client: Open) -> None:
     history = History()
 
     async def worker(name: str, zk: aiozklock.ZooKeeperClient) -> None:
-        lease = zk.lease_lock(PATH, 2.0, identifier=name)
+        lease = zk.lease_lock(PATH, TTL, identifier=name)
         for _ in range(3):
             async with lease:
                 with history.section(name, lease.fencing_token):
@@ -132,7 +135,7 @@ async def test_exclusion_across_sessions(open_client: Open) -> None:
 async def test_free_acquire_is_one_round_trip(lease_proxy: FaultProxy, open_client: Open) -> None:
     zk = await open_client(lease_proxy)
     await zk.ensure_path(PATH)
-    lease = zk.lease_lock(PATH, 2.0)
+    lease = zk.lease_lock(PATH, TTL)
 
     def sent() -> list[int]:
         return [r.opcode for r in lease_proxy.requests if r.opcode != Opcode.PING]
@@ -152,7 +155,7 @@ async def test_free_acquire_is_one_round_trip(lease_proxy: FaultProxy, open_clie
 
 async def test_reentrant_with_czxid_token_and_json_data(open_client: Open) -> None:
     zk = await open_client()
-    lease = zk.lease_lock(PATH, 2.0, holder_id="worker-7", identifier="billing")
+    lease = zk.lease_lock(PATH, TTL, holder_id="worker-7", identifier="billing")
     with anyio.fail_after(10):
         async with lease:
             async with lease:
@@ -162,11 +165,11 @@ async def test_reentrant_with_czxid_token_and_json_data(open_client: Open) -> No
                 assert lease.fencing_token == czxid
                 assert data["holder_id"] == "worker-7"
                 assert data["identifier"] == "billing"
-                assert data["ttl"] == 2.0
+                assert data["ttl"] == TTL
                 assert isinstance(data["pid"], int)
                 assert "host" in data
                 now = time.monotonic()
-                assert now < lease.valid_until < lease.expires_at <= now + 2.0
+                assert now < lease.valid_until < lease.expires_at <= now + TTL
             assert lease.statistics().depth == 1
             assert await zk.exists(NODE) is not None
     assert await zk.exists(NODE) is None
@@ -176,7 +179,7 @@ async def test_reentrant_with_czxid_token_and_json_data(open_client: Open) -> No
 
 async def test_lease_survives_the_holders_session_and_is_reattached(open_client: Open) -> None:
     first = await open_client()
-    lease = first.lease_lock(PATH, 2.0, holder_id="worker-1")
+    lease = first.lease_lock(PATH, TTL, holder_id="worker-1")
     observer = await open_client()
     restarted = await open_client()  # clients are entered outside fail_after's scope
     with anyio.fail_after(15):
@@ -190,9 +193,9 @@ async def test_lease_survives_the_holders_session_and_is_reattached(open_client:
 
         data, czxid, _ = await node_identity(observer)
         assert (data["holder_id"], czxid) == ("worker-1", token)
-        assert not await observer.lease_lock(PATH, 2.0).try_acquire()
+        assert not await observer.lease_lock(PATH, TTL).try_acquire()
 
-        again = restarted.lease_lock(PATH, 2.0, holder_id="worker-1")
+        again = restarted.lease_lock(PATH, TTL, holder_id="worker-1")
         await again.acquire()
         # Re-attached, not waited for the TTL: the same node, renewed by a write sent (the
         # lease's own clock: its expiry less the TTL) before the old lease could expire.
@@ -313,9 +316,9 @@ async def test_timeout_try_acquire_and_cancel_leave_no_node(
     lease_proxy: FaultProxy, open_client: Open
 ) -> None:
     holder = await open_client()
-    lease = holder.lease_lock(PATH, 2.0)
+    lease = holder.lease_lock(PATH, TTL)
     waiter_client = await open_client(lease_proxy)
-    waiter = waiter_client.lease_lock(PATH, 2.0)
+    waiter = waiter_client.lease_lock(PATH, TTL)
     with anyio.fail_after(15):
         async with lease:
             expected = await node_identity(holder)
@@ -409,7 +412,7 @@ async def test_lost_create_reply_is_resolved_by_holder_id(
 ) -> None:
     zk = await open_client(lease_proxy)
     await zk.ensure_path(PATH)  # so the create whose reply is lost is the one that succeeds
-    lease = zk.lease_lock(PATH, 2.0)
+    lease = zk.lease_lock(PATH, TTL)
     lease_proxy.reset_counters()
     lease_proxy.arm_drop_after({Opcode.CREATE_TTL})
     with anyio.fail_after(15):
@@ -426,7 +429,7 @@ async def test_lost_create_reply_is_resolved_by_holder_id(
 async def test_lost_renewal_and_delete_replies(lease_proxy: FaultProxy, open_client: Open) -> None:
     zk = await open_client(lease_proxy)
     observer = await open_client()
-    lease = zk.lease_lock(PATH, 2.0, renew=False)
+    lease = zk.lease_lock(PATH, TTL, renew=False)
     with anyio.fail_after(15):
         await lease.acquire()
         lease_proxy.arm_drop_after({Opcode.SET_DATA})
@@ -464,7 +467,7 @@ async def test_session_expiry_does_not_lose_the_lease(
     lease_cluster: ZooKeeperCluster, lease_proxy: FaultProxy, open_client: Open
 ) -> None:
     zk = await open_client(lease_proxy)
-    lease = zk.lease_lock(PATH, 2.0)
+    lease = zk.lease_lock(PATH, TTL)
     with anyio.fail_after(15):
         async with lease:
             old_session = zk.session_id
