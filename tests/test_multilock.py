@@ -31,6 +31,16 @@ async def children(zk: aiozklock.ZooKeeperClient, *paths: str) -> dict[str, list
     return result
 
 
+async def assert_one_node_each(zk: aiozklock.ZooKeeperClient, lock: aiozklock.MultiLock) -> None:
+    """A held multi-lock on A and B has exactly one node on each (no duplicate from a create
+    whose outcome was unknown), and its token is their czxid."""
+    listing = await children(zk, A, B)
+    assert all(len(names) == 1 for names in listing.values())
+    assert lock.statistics().nodes == {p: n[0] for p, n in listing.items()}
+    _, stat = await zk.get_data(f"{A}/{listing[A][0]}")
+    assert lock.fencing_token == stat.czxid
+
+
 async def test_holds_every_member_with_one_transaction_and_releases_all(
     zk: aiozklock.ZooKeeperClient,
 ) -> None:
@@ -224,11 +234,7 @@ async def test_lost_multi_reply_is_resolved_by_guid(
     proxy.arm_drop_after([Opcode.MULTI], 1)  # executed by the server, reply lost
     with anyio.fail_after(10):
         async with lock:
-            listing = await children(zk, A, B)
-            assert all(len(names) == 1 for names in listing.values())  # no duplicate
-            assert lock.statistics().nodes == {p: n[0] for p, n in listing.items()}
-            _, stat = await zk.get_data(f"{A}/{listing[A][0]}")
-            assert lock.fencing_token == stat.czxid
+            await assert_one_node_each(zk, lock)
     await gone(zk, A, B)
 
 
@@ -251,11 +257,7 @@ async def test_multi_reply_skipped_while_the_listings_are_answered_is_resolved_b
             assert proxy.swallowed_replies == 1
             assert proxy.count(Opcode.MULTI) == 1  # never resent blindly
             assert proxy.connections_accepted == 0  # the connection went on
-            listing = await children(zk, A, B)
-            assert all(len(names) == 1 for names in listing.values())  # no duplicate
-            assert lock.statistics().nodes == {p: n[0] for p, n in listing.items()}
-            _, stat = await zk.get_data(f"{A}/{listing[A][0]}")
-            assert lock.fencing_token == stat.czxid
+            await assert_one_node_each(zk, lock)
     await gone(zk, A, B)
 
 
