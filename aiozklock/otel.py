@@ -12,7 +12,8 @@ setup); pass ``meter_provider=`` / ``tracer_provider=`` to use others. Only this
 imports OpenTelemetry: a client without ``telemetry`` never loads it.
 
 Metrics (instrumentation scope ``aiozklock``), each with the attributes ``aiozklock.recipe``
-(``lock``, ``nonfair_lock``, ``multi_lock``, ``election``, ``lease_lock``) and
+(``lock``, ``nonfair_lock``, ``multi_lock``, ``election``, ``lease_lock``, ``read_lock``,
+``write_lock``, ``semaphore``) and
 ``aiozklock.lock.name`` (see ``path_label``):
 
 - ``aiozklock.lock.wait`` (histogram, s): how long each granted acquisition waited.

@@ -395,3 +395,22 @@ async def test_read_only_commands_on_missing_paths_create_nothing(
     assert leader == {"path": "/missing/election", "leader": None, "contenders": []}
     assert table.returncode == 0
     assert table.stdout.decode().strip() == "no contender on /missing/lock"
+
+
+def test_every_command_the_docs_name_exists() -> None:
+    """A command named in the README or on the docs site (`aiozklock X`, `python -m
+    aiozklock X`) is one the parser knows: the README once named an ``inspect`` that never
+    existed."""
+    import re
+
+    from aiozklock.__main__ import build_parser
+
+    parser = build_parser()
+    commands = next(
+        action.choices for action in parser._actions if isinstance(action.choices, dict)
+    )
+    named: set[str] = set()
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        named.update(re.findall(r"`(?:python -m )?aiozklock ([a-z][a-z-]*)", page.read_text()))
+    assert named, "the docs name no command at all: the pattern is wrong"
+    assert named <= set(commands), f"unknown commands in the docs: {named - set(commands)}"

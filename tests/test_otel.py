@@ -185,6 +185,13 @@ async def test_path_label_and_recipe_kinds(recorded: Recorded, open_client: Clie
             pass
         async with zk.lock("/locks/fixed", fair=False):
             pass
+        rw = zk.rw_lock("/locks/rw")
+        async with rw.read_lock:
+            pass
+        async with rw.write_lock:
+            pass
+        async with zk.semaphore("/sem/s", max_leases=2):
+            pass
     mine = Recorded(exact, reader, recorded.exporter, recorded.tracer_provider)
     series = {
         (dict(key)["aiozklock.recipe"], dict(key)["aiozklock.lock.name"])
@@ -194,6 +201,9 @@ async def test_path_label_and_recipe_kinds(recorded: Recorded, open_client: Clie
         ("multi_lock", "/a/x,/b/y"),
         ("election", "/elections/leader"),
         ("nonfair_lock", "/locks/fixed"),
+        ("read_lock", "/locks/rw"),
+        ("write_lock", "/locks/rw"),
+        ("semaphore", "/sem/s"),
     }
     assert parent_label("/locks/orders/157") == "/locks/orders/*"
     assert parent_label("/top") == "/*"
@@ -230,3 +240,25 @@ async def test_without_telemetry_opentelemetry_is_never_imported(
             stderr=subprocess.STDOUT,
         )
     assert done.stdout.decode().strip() == "[]"
+
+
+def test_every_recipe_kind_is_documented() -> None:
+    """The ``aiozklock.recipe`` label's values: one list (``RECIPE_KINDS``), every recipe
+    class's kind in it, and the docs page and the module docstring naming each."""
+    import importlib
+    import pkgutil
+
+    import aiozklock._recipes
+    from aiozklock._recipes._core._observe import RECIPE_KINDS
+
+    kinds = set()
+    for module in pkgutil.walk_packages(aiozklock._recipes.__path__, "aiozklock._recipes."):
+        for value in vars(importlib.import_module(module.name)).values():
+            kind = vars(value).get("_kind") if isinstance(value, type) else None
+            if isinstance(kind, str):
+                kinds.add(kind)
+    assert kinds == set(RECIPE_KINDS)
+    page = (ROOT / "docs" / "observability.md").read_text()
+    for kind in RECIPE_KINDS:
+        assert f"`{kind}`" in page
+        assert f"``{kind}``" in (aiozklock.otel.__doc__ or "")

@@ -12,6 +12,18 @@ from typing import Protocol, runtime_checkable
 
 from aiozklock._wire._session import StateChange
 
+#: Every recipe kind an observer is told (``Observer.recipe``): the ``aiozklock.recipe`` label.
+RECIPE_KINDS = (
+    "lock",
+    "nonfair_lock",
+    "multi_lock",
+    "election",
+    "lease_lock",
+    "read_lock",
+    "write_lock",
+    "semaphore",
+)
+
 
 class AcquireObserver(Protocol):
     """One acquisition attempt, from its start (``RecipeObserver.acquiring``) to its end."""
@@ -46,11 +58,12 @@ class Observer(Protocol):
     """What a client reports to: its recipe objects and its session's state changes."""
 
     def recipe(self, kind: str, paths: tuple[str, ...]) -> RecipeObserver:
-        """The observer of a new recipe object: ``kind`` is ``"lock"``, ``"nonfair_lock"``,
-        ``"multi_lock"``, ``"election"`` or ``"lease_lock"``; ``paths`` what it locks."""
+        """The observer of a new recipe object: ``kind`` is one of ``RECIPE_KINDS``
+        (``"lock"``, ``"nonfair_lock"``, ``"multi_lock"``, ``"election"``, ``"lease_lock"``,
+        ``"read_lock"``, ``"write_lock"``, ``"semaphore"``); ``paths`` what it locks."""
 
     def session_changed(self, change: StateChange) -> None:
         """The session's state changed (called as a ``zk.add_listener`` listener)."""
 
 
-__all__ = ("AcquireObserver", "Observer", "RecipeObserver")
+__all__ = ("RECIPE_KINDS", "AcquireObserver", "Observer", "RecipeObserver")
