@@ -23,18 +23,20 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import anyio
 
 import aiozklock
 from aiozklock import _cli
+from aiozklock._cli._choices import FAULT_KINDS, RECIPES
 from aiozklock._recipes._semaphore import validate_max_leases
 from aiozklock._wire._validation import validate_recipe_path
-from aiozklock.testing import FencedStore, History, HistoryReport
+
+if TYPE_CHECKING:  # the test kit is imported only by the commands that run it
+    from aiozklock.testing import FencedStore, History, HistoryReport
 
 DEFAULT_PATH = "/locks/orders/157"
-RECIPES = ("lock", "multilock", "election", "nonfair", "lease", "rwlock", "semaphore")
 Recipe = (aiozklock.Lock | aiozklock.MultiLock | aiozklock.Election | aiozklock.NonFairLock) | (
     aiozklock.LeaseLock | aiozklock.WriteLock | aiozklock.Semaphore
 )
@@ -83,6 +85,8 @@ class _Race:
     """What the workers share: the start line, the protected resource, and the records."""
 
     def __init__(self, args: argparse.Namespace) -> None:
+        from aiozklock.testing import FencedStore, History
+
         self.args = args
         # A semaphore's holders share the resource: up to max_leases of them at once.
         self.history = History(max_holders=args.max_leases if args.recipe == "semaphore" else 1)
@@ -366,9 +370,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_nemesis_parser(commands: argparse._SubParsersAction[_cli.Parser]) -> None:
-    from aiozklock.testing import FAULT_KINDS
-    from aiozklock.testing._nemesis import RECIPES
-
     nemesis = commands.add_parser(
         "nemesis",
         help="randomized faults against contending clients; checks the lock's history",
@@ -520,7 +521,6 @@ def _nemesis(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from aiozklock.testing import (
-        FAULT_KINDS,
         NemesisReport,
         ZooKeeperCluster,
         ZooKeeperStartError,

@@ -414,3 +414,44 @@ def test_every_command_the_docs_name_exists() -> None:
         named.update(re.findall(r"`(?:python -m )?aiozklock ([a-z][a-z-]*)", page.read_text()))
     assert named, "the docs name no command at all: the pattern is wrong"
     assert named <= set(commands), f"unknown commands in the docs: {named - set(commands)}"
+
+
+def test_the_operator_commands_import_neither_the_test_kit_nor_aiozk_client() -> None:
+    """Parsing a command line (and ``--help``) loads only what the operator commands need:
+    not the test kit (``demo`` and ``nemesis`` import it when they run), and not aiozk's
+    own client (only its protocol records are used)."""
+    probe = (
+        "import sys; from aiozklock.__main__ import build_parser; "
+        "import aiozklock._cli._run, aiozklock._cli._inspect; "
+        "build_parser().parse_args(['contenders', '--hosts', 'h:1', '/p']); "
+        "print(sorted(m for m in sys.modules if m.startswith(('aiozklock.testing', "
+        "'aiozk.client', 'aiozk.session', 'aiozk.recipes'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_command_line_choices_are_the_test_kits() -> None:
+    from aiozklock._cli._choices import FAULT_KINDS
+    from aiozklock.testing._nemesis import FAULT_WEIGHTS
+
+    assert tuple(FAULT_WEIGHTS) == FAULT_KINDS
+
+
+def test_aiozk_used_beside_us_is_whole() -> None:
+    """aiozklock loads aiozk's protocol records without aiozk's package ``__init__``; an
+    application importing aiozk afterwards still gets the whole package."""
+    probe = (
+        "import sys, aiozklock; assert 'aiozk.client' not in sys.modules; "
+        "import aiozk, aiozk.protocol; from aiozk import Deadline; "
+        "assert aiozk.ZKClient.__name__ == 'ZKClient' and aiozk.protocol.GetDataRequest; "
+        "assert aiozk.__version__ and aiozk.client and Deadline; "
+        "from aiozklock._wire import _protocol; assert _protocol._jute is aiozk.protocol; "
+        "print('ok')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "ok"

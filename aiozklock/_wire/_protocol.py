@@ -12,8 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
-from aiozk import protocol as _jute  # untyped; only the records are used
-
 from aiozklock._acl import ACL, OPEN_ACL_UNSAFE, Perms
 from aiozklock._exceptions import (
     AiozklockError,
@@ -21,7 +19,10 @@ from aiozklock._exceptions import (
     RolledBackError,
     error_for_code,
 )
+from aiozklock._wire import _jute as _jute_module
 from aiozklock._wire._validation import MAX_DATA_BYTES
+
+_jute: Any = _jute_module.load()  # untyped; only the records are used
 
 T = TypeVar("T")
 

@@ -84,6 +84,7 @@ import anyio.to_thread
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import aiozklock
+from aiozklock._cli._choices import FAULT_KINDS
 from aiozklock._exceptions import ConnectionLoss, NoNodeError, SessionExpired
 from aiozklock._wire._protocol import EventType, WatchedEvent, exists_op, get_children_op
 from aiozklock.testing._internals import session_of
@@ -119,7 +120,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Every fault the nemesis knows, with its relative weight in a schedule.
+#: Every fault the nemesis knows (``FAULT_KINDS``), with its relative weight in a schedule.
 FAULT_WEIGHTS: dict[str, float] = {
     "drop": 3,  # close the client's connections: RST or FIN
     "blackhole-short": 2,  # partition for 0.15-0.4 x the session timeout
@@ -135,7 +136,6 @@ FAULT_WEIGHTS: dict[str, float] = {
     "leader-kill": 1,  # SIGKILL the leader, start it again a little later
     "server-restart": 1,  # SIGKILL + immediate restart of a server
 }
-FAULT_KINDS = tuple(FAULT_WEIGHTS)
 CLIENT_KINDS = frozenset(
     {"drop", "blackhole-short", "blackhole-long", "lost-create-reply", "lost-delete-reply"}
     | {"expire"}

@@ -53,6 +53,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 import aiozklock
 from aiozklock import SessionState, StateChange
+from aiozklock._cli._choices import RECIPES
 from aiozklock._recipes._core._primitive import Primitive
 from aiozklock.testing._internals import session_of
 
@@ -71,7 +72,6 @@ logger = logging.getLogger(__name__)
 Record = dict[str, Any]
 _MAX_LINE = 1 << 20
 #: The recipes a worker can loop on.
-RECIPES = ("lock", "multilock", "election", "nonfair", "lease", "rwlock", "semaphore")
 #: What a worker acquires: a semaphore holds its node through the current task's lease.
 Held = Primitive | aiozklock.Semaphore
 

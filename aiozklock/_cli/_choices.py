@@ -1,0 +1,26 @@
+"""What ``demo`` and ``nemesis`` offer on their command lines, named here so that parsing
+arguments (and ``--help``) never imports the test kit, which runs them."""
+
+from __future__ import annotations
+
+#: The recipes a demo or a nemesis run can drive (the test kit's workers implement each).
+RECIPES = ("lock", "multilock", "election", "nonfair", "lease", "rwlock", "semaphore")
+
+#: Every fault the nemesis knows (its schedule weighs each: ``testing._nemesis.FAULT_WEIGHTS``).
+FAULT_KINDS = (
+    "drop",
+    "blackhole-short",
+    "blackhole-long",
+    "lost-create-reply",
+    "lost-delete-reply",
+    "expire",
+    "pause-short",
+    "pause-long",
+    "pause-before-write",
+    "server-pause",
+    "server-kill",
+    "leader-kill",
+    "server-restart",
+)
+
+__all__ = ("FAULT_KINDS", "RECIPES")
