@@ -7,7 +7,10 @@ import io
 import anyio
 import pytest
 
-from aiozklock.__main__ import RECIPES, _print_report, build_parser, run_demo
+from aiozklock._cli import build_parser
+from aiozklock._cli._choices import RECIPES
+from aiozklock._cli._demo import run_demo
+from aiozklock._cli._demo_report import print_report as _print_report
 
 pytestmark = [pytest.mark.anyio]
 

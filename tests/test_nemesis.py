@@ -467,7 +467,8 @@ def test_report_lists_failed_checks() -> None:
 def test_cli_rejects_bad_arguments_before_starting_anything(
     args: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from aiozklock.__main__ import EXIT_UNAVAILABLE, main
+    from aiozklock._cli import main
+    from aiozklock._cli._demo import EXIT_UNAVAILABLE
 
     assert main(["nemesis", "--seed", "1", *args]) == EXIT_UNAVAILABLE
     assert "aiozklock nemesis:" in capsys.readouterr().err

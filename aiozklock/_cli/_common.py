@@ -37,6 +37,14 @@ class UsageFailure(Exception):
     """Bad input found after parsing (a path, hosts, a command): exit ``EX_USAGE``."""
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
 def seconds(text: str) -> float:
     """An argparse type: a finite number of seconds >= 0."""
     try:
