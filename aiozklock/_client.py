@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
@@ -35,6 +36,7 @@ from aiozklock._recipes._nonfair import NonFairLock
 from aiozklock._recipes._rwlock import ReadLock, ReadWriteLock, WriteLock
 from aiozklock._recipes._semaphore import Semaphore
 from aiozklock._recipes._semaphore_compat import CompatSemaphore
+from aiozklock._wire._loop import Detached
 from aiozklock._wire._protocol import (
     CreateMode,
     Stat,
@@ -72,6 +74,7 @@ class _Recipe(Registered, Protocol):
 R = TypeVar("R", bound=_Recipe)
 
 ORPHAN_SWEEP = 1.0  # seconds between checks for holders whose task ended without releasing
+BACKGROUND_STOP = 1.0  # close() waits at most this long for the cancelled background task
 
 
 class ZooKeeperClient:
@@ -112,8 +115,7 @@ class ZooKeeperClient:
             )
         self._telemetry = telemetry
         self._session: Session | None = None
-        self._task_group: anyio.abc.TaskGroup | None = None
-        self._background_scope: anyio.CancelScope | None = None
+        self._worker: Detached[anyio.abc.TaskGroup] | None = None  # runs _background
         self._janitor: Janitor | None = None
         self._spawn: Spawn | None = None  # background jobs (lease keepers)
         self._policy: LossMonitor | None = None
@@ -144,31 +146,31 @@ class ZooKeeperClient:
             session.add_listener(self._telemetry.session_changed)
         await session.connect_first()
         self._session = session
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        self._task_group = task_group
         try:
-            jobs = await task_group.start(self._background, session, name="aiozklock session")
+            self._worker = Detached(
+                functools.partial(self._background, session), name="aiozklock session"
+            )
+            jobs = await self._worker.wait_started()
             self._janitor = Janitor(session, jobs.start_soon)
             self._spawn = jobs.start_soon
             self._policy = LossMonitor(session, self.loss_policy, self._janitor)
             await session.wait_connected()
         except BaseException:
-            await self._shutdown()
+            await self.close()
             raise
         return self
 
     async def _background(
-        self, session: Session, *, task_status: anyio.abc.TaskStatus[anyio.abc.TaskGroup]
+        self, session: Session, started: Callable[[anyio.abc.TaskGroup], None]
     ) -> None:
-        # The session loop and the janitor's jobs live in a child task with its own cancel
-        # scope: close() cancels them, never the task that entered the client.
-        with anyio.CancelScope() as self._background_scope:
-            async with anyio.create_task_group() as jobs:
-                task_status.started(jobs)
-                jobs.start_soon(self._sweep_orphans, name="aiozklock orphan sweep")
-                await session.run()
-                jobs.cancel_scope.cancel()  # janitor jobs: their session is gone
+        # The session loop and the janitor's jobs run in a task the client owns, not in the
+        # task that entered it: close() cancels them from any task, and no cancel scope stays
+        # open between __aenter__ and __aexit__ (a host may run those in different tasks).
+        async with anyio.create_task_group() as jobs:
+            started(jobs)
+            jobs.start_soon(self._sweep_orphans, name="aiozklock orphan sweep")
+            await session.run()
+            jobs.cancel_scope.cancel()  # janitor jobs: their session is gone
 
     async def _sweep_orphans(self) -> None:
         while True:
@@ -184,42 +186,30 @@ class ZooKeeperClient:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Close the client (see ``close()``); the body's exception, if any, leaves unchanged."""
+        """Close the client (see ``close()``); the body's exception, if any, leaves unchanged.
+
+        If the background task (the session loop, the janitor's jobs) failed, which ended
+        the session, its exception is raised here when the body raised nothing (it was
+        logged when it happened)."""
         await self.close()
-        assert self._task_group is not None
-        # The body's exception must leave unchanged: handed to the task group, it would come
-        # out wrapped in an ExceptionGroup. Only a cancellation goes in, so that the task
-        # group honours it.
-        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
-        try:
-            if cancelled:
-                await self._task_group.__aexit__(exc_type, exc, tb)
-            else:
-                await self._task_group.__aexit__(None, None, None)
-        except BaseException as internal:
-            if exc is None or cancelled:
-                raise
-            # The body's own exception wins; a background failure is reported beside it.
-            log.error("aiozklock: background task failed while closing", exc_info=internal)
+        failure = self._worker.failure if self._worker is not None else None
+        if failure is not None and exc is None:
+            raise failure
 
     async def close(self) -> None:
         """Close the session (its ephemeral nodes go at once) and fail everything pending.
 
-        Bounded: returns within about a second even if the server does not answer. Idempotent;
-        raises nothing. Locks still held are lost (their ``async with`` bodies are cancelled).
+        Bounded: returns within about a second even if the server does not answer, and
+        finishes even if the calling task is cancelled. Idempotent; raises nothing. Locks
+        still held are lost (their ``async with`` bodies are cancelled).
         """
         if self._closed:
             return
         self._closed = True
         if self._session is not None:
             await self._session.close()
-        if self._background_scope is not None:
-            self._background_scope.cancel()
-
-    async def _shutdown(self) -> None:
-        await self.close()
-        assert self._task_group is not None
-        await self._task_group.__aexit__(None, None, None)
+        if self._worker is not None:
+            await self._worker.stop(BACKGROUND_STOP)
 
     def _live_session(self) -> Session:
         if self._session is None:

@@ -11,7 +11,7 @@ import pytest
 
 import aiozklock
 from aiozklock.testing import FaultProxy, Opcode, session_of
-from tests.conftest import gone
+from tests.conftest import gone, node_gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -80,4 +80,23 @@ async def test_close_while_a_background_job_runs_raises_nothing(
         assert not lock.statistics().locked  # lost, and left to the janitor
     # Leaving the client closed it with the job in flight, and nothing was raised.
     assert client.state is aiozklock.SessionState.CLOSED
+    await gone(zk, PATH)
+
+
+async def test_entered_in_one_task_and_exited_in_another(
+    hosts: str, zk: aiozklock.ZooKeeperClient
+) -> None:
+    # What pytest-asyncio does with an async generator fixture (setup and teardown run in two
+    # tasks): the client keeps no cancel scope of the entering task open meanwhile.
+    client = aiozklock.connect(hosts)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(client.__aenter__)
+    lock = client.lock(PATH)
+    await lock.acquire()  # the entering task has ended
+    node = await client.create("/entered", ephemeral=True)
+    assert len(await zk.get_children(PATH)) == 1
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(client.__aexit__, None, None, None)
+    assert client.state is aiozklock.SessionState.CLOSED
+    await node_gone(zk, node)  # closed on the server: its ephemerals went at once
     await gone(zk, PATH)

@@ -4,15 +4,29 @@ A session's sockets, futures and tasks live in one event loop. Used from another
 thread, a request would be written from the wrong thread and its reply awaited where it can
 never arrive: a hang that ignores every timeout, with a node left on the server. So every
 entry point checks first, before anything is sent.
+
+Also ``Detached``: a task that belongs to an object (the client's session loop), not to the
+task that started it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 import sys
 import threading
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+import anyio
 
 from aiozklock._exceptions import UsageError
+from aiozklock._wire._connection import running_asyncio_loop
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def _running_loop() -> object | None:
@@ -60,4 +74,73 @@ class LoopGuard:
         )
 
 
-__all__ = ("LoopGuard",)
+class Detached(Generic[T]):
+    """A task owned by an object, started at once in the running event loop, outliving the
+    task that started it: no cancel scope of that task is entered, so the object can be
+    closed from any task (pytest-asyncio runs a fixture's setup and teardown in two).
+
+    ``func(started)`` runs in it, with a copy of the caller's context variables; it calls
+    ``started(value)`` once ready (``wait_started()`` returns the value). An exception it
+    raises is logged and kept in ``failure``, never raised into the event loop (trio would
+    crash the whole run for a system task's exception). Cancelled by ``stop()``, or by the
+    end of the event loop.
+    """
+
+    def __init__(
+        self, func: Callable[[Callable[[T], None]], Awaitable[None]], *, name: str
+    ) -> None:
+        self.name = name
+        self.failure: Exception | None = None
+        self._func = func
+        self._scope = anyio.CancelScope()
+        self._value: list[T] = []  # the started() value, once given
+        self._settled = anyio.Event()  # started() called, or the task ended
+        self._done = anyio.Event()
+        context = contextvars.copy_context()
+        loop = running_asyncio_loop()
+        # Kept: asyncio holds only a weak reference to its tasks.
+        self._task: object
+        if loop is not None:
+            self._task = loop.create_task(self._run(), name=name, context=context)
+        else:  # trio (anyio's only other backend); cancelled when the run ends
+            import trio
+
+            self._task = trio.lowlevel.spawn_system_task(self._run, name=name, context=context)
+
+    async def _run(self) -> None:
+        try:
+            with self._scope:
+                await self._func(self._started)
+        except Exception as exc:
+            self.failure = exc
+            log.error("%s failed", self.name, exc_info=exc)
+        finally:
+            self._done.set()
+            self._settled.set()
+
+    def _started(self, value: T) -> None:
+        self._value.append(value)
+        self._settled.set()
+
+    async def wait_started(self) -> T:
+        """The value ``func`` passed to ``started``. Raises ``func``'s exception, or
+        ``RuntimeError`` if it ended (or was cancelled) before it started."""
+        await self._settled.wait()
+        if self._value:
+            return self._value[0]
+        if self.failure is not None:
+            raise self.failure
+        raise RuntimeError(f"{self.name} ended before it started")
+
+    async def stop(self, bound: float) -> None:
+        """Cancel the task and wait until it ends, at most ``bound`` seconds (shielded: a
+        cancelled caller still waits; one that does not end in time is logged and left to
+        the end of the event loop). Idempotent; raises nothing."""
+        self._scope.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(bound):
+            await self._done.wait()
+        if not self._done.is_set():
+            log.warning("%s did not end within %g s of being cancelled", self.name, bound)
+
+
+__all__ = ("Detached", "LoopGuard")

@@ -8,8 +8,9 @@ use ``-p aiozklock.testing.pytest_plugin``. Fixtures:
 - ``zk_hosts``: the connection string: ``$AIOZKLOCK_ZK_HOSTS`` if set (no local server is
   started then), else ``zk_cluster.hosts``;
 - ``zk_chroot``: a fresh chroot path per test (``/aiozklock-test-<random>``);
-- ``zk_client``: an ``aiozklock`` client rooted in that chroot, closed after the test (an
-  async fixture for anyio tests: ``@pytest.mark.anyio``);
+- ``zk_client``: an ``aiozklock`` client rooted in that chroot, closed after the test, for
+  async tests run by pytest-asyncio (``asyncio_mode = "auto"``, or ``@pytest.mark.asyncio``)
+  or by anyio's plugin (``@pytest.mark.anyio``), in the test's event loop;
 - ``zk_tls_files``: a CA, server and client certificates (:class:`TLSFiles`), made once per
   session; ``zk_tls_cluster`` / ``zk_tls_ensemble``: a standalone server / a 3-node
   ensemble serving TLS with them (``secure_hosts``; ``hosts`` stays plain), each started by
@@ -22,13 +23,21 @@ pass by not testing). Process faults (kill, pause) need the local fixtures.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pytest
+
+try:
+    import pytest_asyncio
+except ImportError:  # optional: then only anyio's plugin runs zk_client
+    _PYTEST_ASYNCIO = False
+else:
+    _PYTEST_ASYNCIO = True
 
 if TYPE_CHECKING:
     from aiozklock import ZooKeeperClient
@@ -130,11 +139,98 @@ def zk_chroot() -> str:
 
 
 @pytest.fixture
-async def zk_client(
-    zk_hosts: str, zk_chroot: str, anyio_backend: object
-) -> AsyncIterator[ZooKeeperClient]:
-    """A client (its own session) rooted in ``zk_chroot``; closed after the test."""
+def zk_client(request: pytest.FixtureRequest) -> ZooKeeperClient:
+    """A client (its own session) rooted in ``zk_chroot``; closed after the test.
+
+    Connected in the event loop that runs the test, by the plugin that runs it: pytest-asyncio
+    (``@pytest.mark.asyncio``, or ``asyncio_mode = "auto"``; in the test's ``loop_scope``) or
+    anyio's (``@pytest.mark.anyio``, on the test's ``anyio_backend``). This fixture adds no
+    parameter of its own. Fails the test, with the reason, if neither plugin runs it (a sync
+    test, or an async one without a mark in strict mode), or if both were asked to (a test
+    pytest-asyncio runs that also uses ``anyio_backend``, e.g. marked ``anyio`` under
+    ``asyncio_mode = "auto"``: anyio's plugin may then run its async fixtures in another loop).
+    """
+    client: ZooKeeperClient = request.getfixturevalue(_client_fixture_for(request))
+    return client
+
+
+def _client_fixture_for(request: pytest.FixtureRequest) -> str:
+    """The name of the client fixture that the plugin running the test runs in its loop."""
+    item = request.node
+    anyio_runs_fixtures = "anyio_backend" in request.fixturenames
+    if _PYTEST_ASYNCIO and isinstance(item, pytest.Item) and pytest_asyncio.is_async_test(item):
+        if anyio_runs_fixtures:
+            # pytest-asyncio runs the test, and anyio's plugin may run its async fixtures (in
+            # another event loop): a client made there would be unusable in the test.
+            pytest.fail(
+                f"{item.nodeid}: zk_client: this test is run by pytest-asyncio and also uses "
+                "anyio_backend (@pytest.mark.anyio, or a fixture that requests it): one plugin "
+                "per test. Under asyncio_mode = 'auto', drop @pytest.mark.anyio",
+                pytrace=False,
+            )
+        return _ASYNCIO_CLIENT.format(_asyncio_loop_scope(item))
+    if anyio_runs_fixtures:
+        return "_zk_client_anyio"
+    pytest.fail(
+        f"{item.nodeid}: zk_client needs an async test run by pytest-asyncio "
+        "(@pytest.mark.asyncio, or asyncio_mode = 'auto') or by anyio's plugin "
+        "(@pytest.mark.anyio): the client lives in the test's event loop",
+        pytrace=False,
+    )
+
+
+def _asyncio_loop_scope(item: pytest.Item) -> str:
+    """The scope of the event loop pytest-asyncio runs ``item`` in: its marker's
+    ``loop_scope``, else ``asyncio_default_test_loop_scope``."""
+    marker = item.get_closest_marker("asyncio")
+    scope = None
+    if marker is not None:
+        scope = marker.kwargs.get("loop_scope") or marker.kwargs.get("scope")
+    if scope is None:
+        try:
+            scope = item.config.getini("asyncio_default_test_loop_scope")
+        except ValueError:  # an older pytest-asyncio: every test in its own loop
+            scope = None
+    return str(scope or "function")
+
+
+@contextlib.asynccontextmanager
+async def _connected(hosts: str, chroot: str) -> AsyncIterator[ZooKeeperClient]:
     import aiozklock
 
-    async with aiozklock.connect(zk_hosts + zk_chroot, session_timeout=4.0) as client:
+    async with aiozklock.connect(hosts + chroot, session_timeout=4.0) as client:
         yield client
+
+
+# One fixture per host, requested by zk_client for the test's host only: a fixture that
+# declared ``anyio_backend`` would make anyio's plugin run it (in its own event loop, on
+# every backend it parametrises) under pytest-asyncio too.
+@pytest.fixture
+async def _zk_client_anyio(zk_hosts: str, zk_chroot: str) -> AsyncIterator[ZooKeeperClient]:
+    """zk_client for a test run by anyio's plugin, which runs this fixture (it runs the async
+    fixtures of a test that uses ``anyio_backend``) in the test's event loop."""
+    async with _connected(zk_hosts, zk_chroot) as client:
+        yield client
+
+
+_ASYNCIO_CLIENT = "_zk_client_asyncio_{}"
+_LoopScope = Literal["function", "class", "module", "package", "session"]
+_LOOP_SCOPES: tuple[_LoopScope, ...] = ("function", "class", "module", "package", "session")
+
+
+def _asyncio_client_fixture(loop_scope: _LoopScope) -> object:
+    """zk_client for a pytest-asyncio test whose loop has scope ``loop_scope``: it runs in
+    that loop (a client is bound to one)."""
+
+    async def client(zk_hosts: str, zk_chroot: str) -> AsyncIterator[ZooKeeperClient]:
+        async with _connected(zk_hosts, zk_chroot) as connected:
+            yield connected
+
+    return pytest_asyncio.fixture(
+        client, loop_scope=loop_scope, name=_ASYNCIO_CLIENT.format(loop_scope)
+    )
+
+
+if _PYTEST_ASYNCIO:
+    for _scope in _LOOP_SCOPES:
+        globals()[_ASYNCIO_CLIENT.format(_scope)] = _asyncio_client_fixture(_scope)
