@@ -20,8 +20,8 @@ from aiozklock._exceptions import (
     InvalidArgument,
     RolledBackError,
     error_for_code,
+    shorten,
 )
-from aiozklock._wire._validation import MAX_DATA_BYTES
 
 T = TypeVar("T")
 
@@ -210,6 +210,40 @@ class Op(Generic[T]):
 
 def frame(xid: int, body: bytes) -> bytes:
     return XID_PREFIX.pack(len(body) + 4, xid) + body
+
+
+# What the server compares with its jute.maxbuffer: the frame without its length prefix.
+FRAME_OVERHEAD = 4  # the xid, before the body
+
+
+def oversized(op: Op[Any], limit: int, client_path: str) -> InvalidArgument:
+    """The error for ``op``, whose frame is longer than ``limit``: names the request (as
+    ZooKeeper does), its node, its size and the limit."""
+    (opcode,) = _INT.unpack_from(op.body)
+    name = _REQUEST_NAMES.get(opcode, f"opcode {opcode}")
+    where = f" on {shorten(client_path)}" if op.path else ""
+    return InvalidArgument(
+        f"the {name} request{where} is {len(op.body) + FRAME_OVERHEAD} bytes, more than "
+        f"max_request_bytes={limit} (the servers' jute.maxbuffer: ZooKeeper would drop the "
+        "connection, and with it this session's locks): not sent"
+    )
+
+
+_REQUEST_NAMES = {
+    Opcode.CREATE: "create",
+    Opcode.DELETE: "delete",
+    Opcode.EXISTS: "exists",
+    Opcode.GET_DATA: "getData",
+    Opcode.SET_DATA: "setData",
+    Opcode.GET_ACL: "getACL",
+    Opcode.GET_CHILDREN: "getChildren",
+    Opcode.GET_CHILDREN2: "getChildren2",
+    Opcode.CHECK: "check",
+    Opcode.MULTI: "multi (transaction)",
+    Opcode.CREATE2: "create",
+    Opcode.CREATE_CONTAINER: "createContainer",
+    Opcode.CREATE_TTL: "createTTL",
+}
 
 
 def _none(buf: bytes, offset: int) -> None:
@@ -456,7 +490,7 @@ def _multi_error(code: int, path: str) -> AiozklockError:
 def multi_op(subops: Sequence[MultiSubOp], strip: Callable[[str], str]) -> Op[MultiResult]:
     """multi (MultiHeader + request, ..., end header) -> MultiResult.
 
-    Refuses (``InvalidArgument``) an empty multi and one larger than a request may be.
+    Refuses (``InvalidArgument``) an empty multi; its size is checked when it is sent.
     """
     if not subops:
         raise InvalidArgument("a multi needs at least one operation")
@@ -466,10 +500,6 @@ def multi_op(subops: Sequence[MultiSubOp], strip: Callable[[str], str]) -> Op[Mu
         parts.append(subop.payload())
     parts.append(_MULTI_END)
     body = b"".join(parts)
-    if len(body) > MAX_DATA_BYTES:
-        raise InvalidArgument(
-            f"the multi is {len(body)} bytes; ZooKeeper accepts at most about 1 MiB per request"
-        )
     paths = [strip(subop.server_path) for subop in subops]
 
     def parse(buf: bytes, offset: int) -> MultiResult:
@@ -511,21 +541,33 @@ def close_op() -> Op[None]:
 PING_FRAME = frame(PING_XID, _jute.PingRequest().serialize())
 
 
+# A SetWatches frame without its paths: xid, opcode, relativeZxid, three vector lengths.
+_SET_WATCHES_OVERHEAD = 4 + 4 + 8 + 3 * 4
+
+
 def set_watches_frames(
-    relative_zxid: int, data: list[str], exist: list[str], child: list[str]
+    relative_zxid: int,
+    data: list[str],
+    exist: list[str],
+    child: list[str],
+    max_request_bytes: int = SET_WATCHES_CHUNK,
 ) -> list[bytes]:
-    """SetWatches requests re-arming every watch after a reconnect, split into chunks."""
+    """SetWatches requests re-arming every watch after a reconnect, split into chunks of at
+    most ``SET_WATCHES_CHUNK`` and ``max_request_bytes`` (a path longer than that alone
+    would still go in a frame of its own: validated paths never are)."""
     frames: list[bytes] = []
     lists: tuple[list[str], list[str], list[str]] = ([], [], [])
+    budget = min(SET_WATCHES_CHUNK, max_request_bytes) - _SET_WATCHES_OVERHEAD
     size = 0
     for index, paths in enumerate((data, exist, child)):
         for path in paths:
-            lists[index].append(path)
-            size += len(path.encode()) + 4
-            if size >= SET_WATCHES_CHUNK:
+            cost = len(path.encode()) + 4
+            if size + cost > budget and size:
                 frames.append(_set_watches_frame(relative_zxid, *lists))
                 lists = ([], [], [])
                 size = 0
+            lists[index].append(path)
+            size += cost
     if any(lists):
         frames.append(_set_watches_frame(relative_zxid, *lists))
     return frames
@@ -627,3 +669,15 @@ def auth_frame(scheme: str, credential: bytes) -> bytes:
         (_OPCODE[Opcode.AUTH], _INT.pack(0), _ustring(scheme), _INT.pack(len(credential)))
     )
     return frame(AUTH_XID, body + credential)
+
+
+def check_auth_size(auth: Sequence[tuple[str, bytes]], max_request_bytes: int) -> None:
+    """Raise ``InvalidArgument`` if a credential's AuthPacket would be longer than
+    ``max_request_bytes``: the server would drop every connection that sends it."""
+    for scheme, credential in auth:
+        size = len(auth_frame(scheme, credential)) - LENGTH.size
+        if size > max_request_bytes:
+            raise InvalidArgument(
+                f"the {shorten(scheme)!r} credential makes a {size}-byte request, more than "
+                f"max_request_bytes={max_request_bytes} (the servers' jute.maxbuffer)"
+            )
