@@ -35,10 +35,14 @@ from aiozklock._recipes._nonfair import NonFairLock
 from aiozklock._recipes._rwlock import ReadLock, ReadWriteLock, WriteLock
 from aiozklock._recipes._semaphore import Semaphore
 from aiozklock._recipes._semaphore_compat import CompatSemaphore
+from aiozklock._wire._limits import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    check_auth_size,
+    validate_max_request_bytes,
+)
 from aiozklock._wire._protocol import (
     CreateMode,
     Stat,
-    check_auth_size,
     container_path_ops,
     create_op,
     delete_op,
@@ -50,13 +54,11 @@ from aiozklock._wire._protocol import (
 )
 from aiozklock._wire._session import Session, SessionState, StateListener
 from aiozklock._wire._validation import (
-    DEFAULT_MAX_REQUEST_BYTES,
     parse_hosts,
     positive_seconds,
     tls_context,
     validate_data,
     validate_flag,
-    validate_max_request_bytes,
     validate_path,
 )
 

@@ -20,7 +20,6 @@ from aiozklock._exceptions import (
     InvalidArgument,
     RolledBackError,
     error_for_code,
-    shorten,
 )
 
 T = TypeVar("T")
@@ -210,40 +209,6 @@ class Op(Generic[T]):
 
 def frame(xid: int, body: bytes) -> bytes:
     return XID_PREFIX.pack(len(body) + 4, xid) + body
-
-
-# What the server compares with its jute.maxbuffer: the frame without its length prefix.
-FRAME_OVERHEAD = 4  # the xid, before the body
-
-
-def oversized(op: Op[Any], limit: int, client_path: str) -> InvalidArgument:
-    """The error for ``op``, whose frame is longer than ``limit``: names the request (as
-    ZooKeeper does), its node, its size and the limit."""
-    (opcode,) = _INT.unpack_from(op.body)
-    name = _REQUEST_NAMES.get(opcode, f"opcode {opcode}")
-    where = f" on {shorten(client_path)}" if op.path else ""
-    return InvalidArgument(
-        f"the {name} request{where} is {len(op.body) + FRAME_OVERHEAD} bytes, more than "
-        f"max_request_bytes={limit} (the servers' jute.maxbuffer: ZooKeeper would drop the "
-        "connection, and with it this session's locks): not sent"
-    )
-
-
-_REQUEST_NAMES = {
-    Opcode.CREATE: "create",
-    Opcode.DELETE: "delete",
-    Opcode.EXISTS: "exists",
-    Opcode.GET_DATA: "getData",
-    Opcode.SET_DATA: "setData",
-    Opcode.GET_ACL: "getACL",
-    Opcode.GET_CHILDREN: "getChildren",
-    Opcode.GET_CHILDREN2: "getChildren2",
-    Opcode.CHECK: "check",
-    Opcode.MULTI: "multi (transaction)",
-    Opcode.CREATE2: "create",
-    Opcode.CREATE_CONTAINER: "createContainer",
-    Opcode.CREATE_TTL: "createTTL",
-}
 
 
 def _none(buf: bytes, offset: int) -> None:
@@ -669,15 +634,3 @@ def auth_frame(scheme: str, credential: bytes) -> bytes:
         (_OPCODE[Opcode.AUTH], _INT.pack(0), _ustring(scheme), _INT.pack(len(credential)))
     )
     return frame(AUTH_XID, body + credential)
-
-
-def check_auth_size(auth: Sequence[tuple[str, bytes]], max_request_bytes: int) -> None:
-    """Raise ``InvalidArgument`` if a credential's AuthPacket would be longer than
-    ``max_request_bytes``: the server would drop every connection that sends it."""
-    for scheme, credential in auth:
-        size = len(auth_frame(scheme, credential)) - LENGTH.size
-        if size > max_request_bytes:
-            raise InvalidArgument(
-                f"the {shorten(scheme)!r} credential makes a {size}-byte request, more than "
-                f"max_request_bytes={max_request_bytes} (the servers' jute.maxbuffer)"
-            )

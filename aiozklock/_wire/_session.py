@@ -60,9 +60,9 @@ from aiozklock._wire._connection import (
     open_connection,
     running_asyncio_loop,
 )
+from aiozklock._wire._limits import DEFAULT_MAX_REQUEST_BYTES, FRAME_OVERHEAD, oversized
 from aiozklock._wire._loop import LoopGuard
 from aiozklock._wire._protocol import FIRES, EventType, Op, Watcher
-from aiozklock._wire._validation import DEFAULT_MAX_REQUEST_BYTES
 from aiozklock._wire._watches import WatchRegistry
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ class Session:
         self._hosts = list(hosts)
         # The servers' jute.maxbuffer: a longer frame is refused here, before it is sent.
         self.max_request_bytes = max_request_bytes
-        self._max_body = max_request_bytes - proto.FRAME_OVERHEAD
+        self._max_body = max_request_bytes - FRAME_OVERHEAD
         self._auth = auth  # sent on every connection, before anything else
         self._auth_failure: str | None = None  # why the server refused them (final)
         self._tls = tls
@@ -253,7 +253,7 @@ class Session:
         limit = self._max_body
         for op in ops:
             if len(op.body) > limit:
-                raise proto.oversized(op, self.max_request_bytes, self.client_path(op.path))
+                raise oversized(op, self.max_request_bytes, self.client_path(op.path))
 
     async def call(
         self, op: Op[T], *, generation: int | None = None, wait_until: float | None = None

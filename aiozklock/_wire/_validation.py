@@ -12,15 +12,6 @@ import ssl
 from aiozklock._exceptions import InvalidArgument, short_repr
 
 DEFAULT_PORT = 2181
-# ZooKeeper drops the connection, with no error reply, on a request frame (xid, opcode and
-# record, without the length prefix) longer than its jute.maxbuffer: 0xfffff by default
-# (BinaryInputArchive.maxBuffer, compared in NIOServerCnxn/NettyServerCnxn). The session
-# refuses such a request before sending it (see Session.max_request_bytes).
-DEFAULT_MAX_REQUEST_BYTES = 0xFFFFF
-# The floor: a watch re-armed after a reconnect (SetWatches, which we cannot refuse to
-# anyone) on the longest path, chroot included (2 x MAX_PATH_BYTES), must always fit.
-MIN_MAX_REQUEST_BYTES = 128 * 1024
-MAX_MAX_REQUEST_BYTES = 2**31 - 1  # a frame length is a Java int
 # ZooKeeper bounds a path only by jute.maxbuffer, but a path travels in every request on
 # its node, its children's and the watches re-armed after a reconnect, and is kept in every
 # watch and listing: 32 KiB (UTF-8) is far beyond any naming scheme, and small enough that
@@ -78,23 +69,6 @@ def validate_data(data: object, *, what: str = "data") -> bytes:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise InvalidArgument(f"{what} must be bytes, not {type(data).__name__}")
     return bytes(data)
-
-
-def validate_max_request_bytes(value: object) -> int:
-    """``connect()``'s ``max_request_bytes``: an int in ``MIN_MAX_REQUEST_BYTES ..
-    MAX_MAX_REQUEST_BYTES``; raises ``InvalidArgument`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(
-            "max_request_bytes must be an int (the servers' jute.maxbuffer, default "
-            f"{DEFAULT_MAX_REQUEST_BYTES}), not {short_repr(value)}"
-        )
-    if not MIN_MAX_REQUEST_BYTES <= value <= MAX_MAX_REQUEST_BYTES:
-        raise InvalidArgument(
-            f"max_request_bytes must be between {MIN_MAX_REQUEST_BYTES} and "
-            f"{MAX_MAX_REQUEST_BYTES} (the servers' jute.maxbuffer, default "
-            f"{DEFAULT_MAX_REQUEST_BYTES}), not {value}"
-        )
-    return value
 
 
 def validate_recipe_path(path: object, *, what: str = "lock path") -> str:
