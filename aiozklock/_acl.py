@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from aiozklock._exceptions import InvalidArgument
+from aiozklock._exceptions import InvalidArgument, short_repr
 
 
 class Perms(enum.IntFlag):
@@ -50,11 +50,15 @@ class ACL:
     def __post_init__(self) -> None:
         perms = self.perms
         if isinstance(perms, bool) or not isinstance(perms, int) or not 0 <= perms <= Perms.ALL:
-            raise InvalidArgument(f"ACL perms must be Perms flags (0..{int(Perms.ALL)}): {perms!r}")
+            raise InvalidArgument(
+                f"ACL perms must be Perms flags (0..{int(Perms.ALL)}): {short_repr(perms)}"
+            )
         if not isinstance(self.scheme, str) or not self.scheme:
-            raise InvalidArgument(f"ACL scheme must be a non-empty str, not {self.scheme!r}")
+            raise InvalidArgument(
+                f"ACL scheme must be a non-empty str, not {short_repr(self.scheme)}"
+            )
         if not isinstance(self.id, str):
-            raise InvalidArgument(f"ACL id must be a str, not {self.id!r}")
+            raise InvalidArgument(f"ACL id must be a str, not {short_repr(self.id)}")
         object.__setattr__(self, "perms", Perms(perms))
 
     @classmethod
@@ -99,13 +103,15 @@ def validate_acl(acl: object, *, what: str = "acl") -> tuple[ACL, ...]:
     """Return ``acl`` as a tuple of ``ACL``; ``InvalidArgument`` if it is not a non-empty
     sequence of ``ACL`` (the server refuses an empty ACL)."""
     if isinstance(acl, str | bytes | ACL) or not isinstance(acl, Iterable):
-        raise InvalidArgument(f"{what} must be a sequence of aiozklock.ACL, not {acl!r}")
+        raise InvalidArgument(f"{what} must be a sequence of aiozklock.ACL, not {short_repr(acl)}")
     entries = tuple(acl)
     if not entries:
         raise InvalidArgument(f"{what} must not be empty: the server refuses a node no one can use")
     for entry in entries:
         if not isinstance(entry, ACL):
-            raise InvalidArgument(f"{what} must hold aiozklock.ACL entries, not {entry!r}")
+            raise InvalidArgument(
+                f"{what} must hold aiozklock.ACL entries, not {short_repr(entry)}"
+            )
     return entries
 
 
@@ -117,18 +123,24 @@ def validate_auth(auth: object) -> Credentials:
     is a sequence of (non-empty str scheme, str or bytes credential) pairs, a digest
     credential holding a ``":"``."""
     if isinstance(auth, str | bytes) or not isinstance(auth, Iterable):
-        raise InvalidArgument(f"auth must be a sequence of (scheme, credential) pairs: {auth!r}")
+        raise InvalidArgument(
+            f"auth must be a sequence of (scheme, credential) pairs: {short_repr(auth)}"
+        )
     pairs = []
     for pair in auth:
         if not isinstance(pair, tuple | list) or len(pair) != 2:
-            raise InvalidArgument(f"auth must hold (scheme, credential) pairs, not {pair!r}")
+            raise InvalidArgument(
+                f"auth must hold (scheme, credential) pairs, not {short_repr(pair)}"
+            )
         scheme, credential = pair
         if not isinstance(scheme, str) or not scheme:
-            raise InvalidArgument(f"an auth scheme must be a non-empty str, not {scheme!r}")
+            raise InvalidArgument(
+                f"an auth scheme must be a non-empty str, not {short_repr(scheme)}"
+            )
         if isinstance(credential, str):
             credential = credential.encode()
         if not isinstance(credential, bytes):
-            raise InvalidArgument(f"an auth credential must be str or bytes ({scheme!r})")
+            raise InvalidArgument(f"an auth credential must be str or bytes ({short_repr(scheme)})")
         if scheme == "digest" and b":" not in credential:
             raise InvalidArgument("a digest credential is 'user:password' (it has no ':')")
         pairs.append((scheme, credential))

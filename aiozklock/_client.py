@@ -36,6 +36,11 @@ from aiozklock._recipes._nonfair import NonFairLock
 from aiozklock._recipes._rwlock import ReadLock, ReadWriteLock, WriteLock
 from aiozklock._recipes._semaphore import Semaphore
 from aiozklock._recipes._semaphore_compat import CompatSemaphore
+from aiozklock._wire._limits import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    check_auth_size,
+    validate_max_request_bytes,
+)
 from aiozklock._wire._loop import Detached
 from aiozklock._wire._protocol import (
     CreateMode,
@@ -95,9 +100,12 @@ class ZooKeeperClient:
         auth: Sequence[tuple[str, str | bytes]] = (),
         default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
         ssl: SSLContext | bool | None = None,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     ) -> None:
         self._hosts, self.chroot = parse_hosts(hosts)
+        self.max_request_bytes = validate_max_request_bytes(max_request_bytes)
         self._auth = validate_auth(auth)
+        check_auth_size(self._auth, self.max_request_bytes)
         self._tls = tls_context(ssl)
         self.default_acl = self._usable_acl(default_acl, "default_acl")
         self.hosts = hosts
@@ -141,6 +149,7 @@ class ZooKeeperClient:
             connect_timeout=self.connect_timeout,
             auth=self._auth,
             tls=self._tls,
+            max_request_bytes=self.max_request_bytes,
         )
         if self._telemetry is not None:
             session.add_listener(self._telemetry.session_changed)
@@ -567,7 +576,8 @@ class ZooKeeperClient:
         An ephemeral node goes with the session. Raises ``NodeExistsError`` if it exists,
         ``NoNodeError`` if its parent does not (see ``ensure_path``), ``NoAuthError`` if
         the parent's ACL does not let this session create, ``InvalidACLError`` if the server
-        refuses ``acl``.
+        refuses ``acl``, ``InvalidArgument`` (nothing sent) for a bad path or acl, or if the
+        request (path, data and acl) is longer than ``max_request_bytes``.
         """
         session = self._live_session()
         mode = CreateMode.PERSISTENT
@@ -652,6 +662,7 @@ def connect(
     auth: Sequence[tuple[str, str | bytes]] = (),
     default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
     ssl: SSLContext | bool | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
 ) -> ZooKeeperClient:
     """Connect to ZooKeeper: ``async with aiozklock.connect("zk1:2181,zk2:2181/app") as zk:``.
 
@@ -693,6 +704,11 @@ def connect(
       ``ssl.create_default_context()``. The certificate must be valid for the host name (or
       IP address) of the connect string entry being tried, unless the context's
       ``check_hostname`` is off. None (the default) is plain TCP.
+    - ``max_request_bytes``: the servers' ``jute.maxbuffer`` (default 1048575, ZooKeeper's
+      0xfffff; between 128 KiB and 2^31 - 1). ZooKeeper drops the connection, and with it
+      every lock of the session, on a longer request: every request is checked before it
+      is sent, and a longer one fails alone with ``InvalidArgument``. Set it to the
+      servers' value if they run with another one.
 
     Arguments are validated at once (``InvalidArgument``, a ``ValueError``). Entering raises
     ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``; with ``ssl``,
@@ -712,4 +728,5 @@ def connect(
         auth=auth,
         default_acl=default_acl,
         ssl=ssl,
+        max_request_bytes=max_request_bytes,
     )

@@ -6,13 +6,46 @@ Like asyncpg's, they also subclass the stdlib exception a caller would naturally
 
 from __future__ import annotations
 
+# A value quoted in a message (a path, a repr) keeps this many characters; a whole message,
+# MESSAGE_LIMIT. A 1 MB path must not make a 1 MB log line, nor hide the rest of the message.
+VALUE_LIMIT = 200
+MESSAGE_LIMIT = 1000
+
+
+def shorten(text: str, limit: int = VALUE_LIMIT) -> str:
+    """``text`` if it has at most ``limit`` characters; else its head and tail (a path's
+    leaf is often the telling part) around a note of its full length, in ``limit``
+    characters (so shortening twice changes nothing)."""
+    if len(text) <= limit:
+        return text
+    marker = f"…[{len(text)} chars]…"
+    room = max(limit - len(marker), 2)
+    tail = room // 4
+    return f"{text[: room - tail]}{marker}{text[-tail:]}"
+
+
+def short_repr(value: object, limit: int = VALUE_LIMIT) -> str:
+    """``repr(value)``, shortened as by ``shorten``: for a user's value in a message."""
+    return shorten(repr(value), limit)
+
 
 class AiozklockError(Exception):
-    """Base class of every aiozklock exception."""
+    """Base class of every aiozklock exception. Long values in messages are shortened, and
+    a message is capped at 1000 characters."""
+
+    def __init__(self, *args: object) -> None:
+        # The last line of defence: a message is capped, whatever a caller interpolated.
+        if len(args) == 1 and isinstance(args[0], str) and len(args[0]) > MESSAGE_LIMIT:
+            args = (shorten(args[0], MESSAGE_LIMIT),)
+        super().__init__(*args)
 
 
 class InvalidArgument(AiozklockError, ValueError):
-    """An argument was rejected before any request was sent."""
+    """An argument was rejected before any request was sent: a bad value, a path longer
+    than 32 KiB, or a request longer than the servers' ``jute.maxbuffer``
+    (``connect(max_request_bytes=)``), which ZooKeeper would answer by dropping the
+    connection. Only the call that made it fails: the session and its other holdings
+    are untouched."""
 
 
 class LockTimeout(AiozklockError, TimeoutError):
@@ -87,7 +120,7 @@ class ZooKeeperError(AiozklockError):
             self.code = code
         self.path = path
         super().__init__(
-            f"{type(self).__name__} (code {self.code})" + (f": {path}" if path else "")
+            f"{type(self).__name__} (code {self.code})" + (f": {shorten(path)}" if path else "")
         )
 
     def __reduce__(self) -> tuple[type[ZooKeeperError], tuple[str | None, int]]:
@@ -113,10 +146,10 @@ class NoAuthError(ZooKeeperError, PermissionError):
 
     def __init__(self, path: str | None = None, code: int | None = None) -> None:
         super().__init__(path, code)
+        where = f": {shorten(path)}" if path else ""
         self.args = (
-            f"not authorized (NoAuth, code -102){': ' + path if path else ''}: the ACL does "
-            "not grant this session the permission (for a create or a delete, the parent's "
-            "ACL decides)",
+            f"not authorized (NoAuth, code -102){where}: the ACL does not grant this session "
+            "the permission (for a create or a delete, the parent's ACL decides)",
         )
 
 
@@ -197,10 +230,11 @@ CONNECTION_LOSS_CODE = -4
 
 def error_for_code(code: int, path: str | None = None) -> AiozklockError:
     """The exception for an error code in a reply header."""
+    where = f": {shorten(path)}" if path else ""
     if code == SESSION_EXPIRED_CODE:
-        return SessionExpired(f"session expired (server reply){': ' + path if path else ''}")
+        return SessionExpired(f"session expired (server reply){where}")
     if code == CONNECTION_LOSS_CODE:
-        return ConnectionLoss(f"server reported connection loss{': ' + path if path else ''}")
+        return ConnectionLoss(f"server reported connection loss{where}")
     cls = _ERRORS_BY_CODE.get(code)
     if cls is None:
         return ZooKeeperError(path, code)
@@ -217,7 +251,8 @@ class TTLNotSupported(UnimplementedError):
     def __init__(self, path: str | None = None, code: int | None = None) -> None:
         super().__init__(path, code)
         self.args = (
-            f"ZooKeeper refused to create the TTL node {path} (Unimplemented, code -6): "
+            f"ZooKeeper refused to create the TTL node {shorten(str(path))} (Unimplemented, "
+            "code -6): "
             "TTL nodes need extendedTypesEnabled=true in zoo.cfg "
             "(or -Dzookeeper.extendedTypesEnabled=true) on every server",
         )
@@ -237,7 +272,8 @@ class MaxLeasesMismatch(AiozklockError, ValueError):
         self.stored = stored
         found = f"max_leases={stored}" if stored is not None else f"data {data[:40]!r}"
         super().__init__(
-            f"semaphore {path}: this client uses max_leases={max_leases}, but the path holds "
+            f"semaphore {shorten(path)}: this client uses max_leases={max_leases}, but the "
+            "path holds "
             f"{found} (written by the clients that use it): every client of one semaphore "
             "must use the same max_leases"
         )

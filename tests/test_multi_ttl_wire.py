@@ -38,7 +38,6 @@ from aiozklock._wire._protocol import (
     exists_op,
     multi_op,
 )
-from aiozklock._wire._validation import MAX_DATA_BYTES
 from aiozklock.testing import ZooKeeperCluster, session_of
 
 pytestmark = pytest.mark.timeout(60)
@@ -198,18 +197,28 @@ async def test_multi_sees_its_own_earlier_operations(zk: aiozklock.ZooKeeperClie
     assert await zk.exists("/t/flash") is None
 
 
-def test_empty_or_oversized_multi_is_refused_before_sending() -> None:
+@pytest.mark.anyio
+async def test_empty_or_oversized_multi_is_refused_before_sending(
+    zk: aiozklock.ZooKeeperClient,
+) -> None:
     with pytest.raises(aiozklock.InvalidArgument, match="at least one"):
         multi_op([], str)
-    # Opcode, multi header, path, data length, ACL, flags, end header: the rest is data.
-    overhead = len(multi_op([MultiCreate("/a", b"")], str).body)
-    largest = MAX_DATA_BYTES - overhead
-    assert len(multi_op([MultiCreate("/a", b"x" * largest)], str).body) == MAX_DATA_BYTES
-    with pytest.raises(aiozklock.InvalidArgument, match="1 MiB"):
-        multi_op([MultiCreate("/a", b"x" * (largest + 1))], str)
-    half = b"x" * (MAX_DATA_BYTES // 2)
-    with pytest.raises(aiozklock.InvalidArgument, match="1 MiB"):
-        multi_op([MultiCreate("/a", half), MultiCreate("/b", half)], str)
+    session = session_of(zk)
+    await persistent_parent(zk)
+    node = session.server_path("/t/big")
+    # xid, opcode, multi header, path, data length, ACL, flags, end header: the rest is data.
+    overhead = 4 + len(multi_op([MultiCreate(node, b"")], str).body)
+    largest = session.max_request_bytes - overhead
+    with pytest.raises(aiozklock.InvalidArgument, match="multi"):
+        await session.call(multi_op([MultiCreate(node, b"x" * (largest + 1))], str))
+    half = b"x" * (largest // 2 + 1)
+    both = [MultiCreate(node, half), MultiCreate(node + "2", half)]
+    with pytest.raises(aiozklock.InvalidArgument, match="multi"):
+        await session.call(multi_op(both, str))
+    assert await zk.get_children("/t") == []
+    result = await session.call(multi_op([MultiCreate(node, b"x" * largest)], str))
+    assert result.ok
+    assert (await zk.get_data("/t/big"))[1].data_length == largest
 
 
 # ------------------------------------------------------------------ TTL nodes

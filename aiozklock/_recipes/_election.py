@@ -30,7 +30,13 @@ from collections.abc import AsyncGenerator, Sequence
 import anyio
 
 from aiozklock._acl import ACL
-from aiozklock._exceptions import ConnectionLoss, LeadershipLost, NoNodeError, SessionExpired
+from aiozklock._exceptions import (
+    ConnectionLoss,
+    LeadershipLost,
+    NoNodeError,
+    SessionExpired,
+    short_repr,
+)
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
@@ -198,7 +204,10 @@ class Election(QueuedPrimitive):
 
     def __repr__(self) -> str:
         state = "leading" if self._holding is not None else "not leading"
-        return f"<aiozklock.Election {self.path!r} {state} identifier={self.identifier!r}>"
+        return (
+            f"<aiozklock.Election {short_repr(self.path)} {state} "
+            f"identifier={short_repr(self.identifier)}>"
+        )
 
 
 _NOTHING = object()

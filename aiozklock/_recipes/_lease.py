@@ -60,6 +60,7 @@ from aiozklock._exceptions import (
     SessionExpired,
     TTLNotSupported,
     UnimplementedError,
+    short_repr,
 )
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor, Spawn
@@ -302,8 +303,8 @@ class LeaseLock(Primitive):
     def __repr__(self) -> str:
         state = "held" if self._holding is not None else "free"
         return (
-            f"<aiozklock.LeaseLock {self.path!r} {state} ttl={self.ttl} "
-            f"holder_id={self.holder_id!r}>"
+            f"<aiozklock.LeaseLock {short_repr(self.path)} {state} ttl={self.ttl} "
+            f"holder_id={short_repr(self.holder_id)}>"
         )
 
     def _current(self, what: str) -> LeaseHolding:

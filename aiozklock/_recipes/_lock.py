@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import anyio
 
 from aiozklock._acl import ACL
+from aiozklock._exceptions import short_repr
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
@@ -112,7 +113,10 @@ class Lock(PathLock):
 
     def __repr__(self) -> str:
         state = "held" if self._holding is not None else "free"
-        return f"<aiozklock.Lock {self.path!r} {state} identifier={self.identifier!r}>"
+        return (
+            f"<aiozklock.Lock {short_repr(self.path)} {state} "
+            f"identifier={short_repr(self.identifier)}>"
+        )
 
 
 __all__ = ("Lock", "LockStatistics", "PathLock")

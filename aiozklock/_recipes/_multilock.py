@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import anyio
 
 from aiozklock._acl import ACL
-from aiozklock._exceptions import InvalidArgument
+from aiozklock._exceptions import InvalidArgument, short_repr
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
@@ -131,7 +131,10 @@ class MultiLock(QueuedPrimitive):
 
     def __repr__(self) -> str:
         state = "held" if self._holding is not None else "free"
-        return f"<aiozklock.MultiLock {list(self.paths)!r} {state} identifier={self.identifier!r}>"
+        return (
+            f"<aiozklock.MultiLock {short_repr(list(self.paths))} {state} "
+            f"identifier={short_repr(self.identifier)}>"
+        )
 
 
 __all__ = ("MultiLock", "MultiLockStatistics", "validate_members")

@@ -37,6 +37,7 @@ from aiozklock._exceptions import (
     NodeExistsError,
     NoNodeError,
     SessionExpired,
+    short_repr,
 )
 from aiozklock._recipes._core._contenders import Contender, Identity, contender_of
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
@@ -398,7 +399,10 @@ class NonFairLock(Primitive):
 
     def __repr__(self) -> str:
         state = "held" if self._holding is not None else "free"
-        return f"<aiozklock.NonFairLock {self.path!r} {state} identifier={self.identifier!r}>"
+        return (
+            f"<aiozklock.NonFairLock {short_repr(self.path)} {state} "
+            f"identifier={short_repr(self.identifier)}>"
+        )
 
 
 def _expired(deadline: float | None) -> bool:

@@ -20,7 +20,7 @@ import inspect
 import anyio
 
 from aiozklock._acl import ACL
-from aiozklock._exceptions import LockLost, UsageError
+from aiozklock._exceptions import LockLost, UsageError, short_repr
 from aiozklock._recipes._core._contenders import Contender, contender_of
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
@@ -93,7 +93,10 @@ class _Side(PathLock):
     def __repr__(self) -> str:
         state = "held" if self._holding is not None else "free"
         kind = type(self).__name__
-        return f"<aiozklock.{kind} {self.path!r} {state} identifier={self.identifier!r}>"
+        return (
+            f"<aiozklock.{kind} {short_repr(self.path)} {state} "
+            f"identifier={short_repr(self.identifier)}>"
+        )
 
 
 class WriteLock(_Side):
@@ -251,7 +254,10 @@ class ReadWriteLock(metaclass=_FactoryMade):
         return self.write_lock.identifier
 
     def __repr__(self) -> str:
-        return f"<aiozklock.ReadWriteLock {self.path!r} identifier={self.identifier!r}>"
+        return (
+            f"<aiozklock.ReadWriteLock {short_repr(self.path)} "
+            f"identifier={short_repr(self.identifier)}>"
+        )
 
 
 __all__ = ("ReadLock", "ReadWriteLock", "WriteLock")

@@ -50,6 +50,8 @@ from aiozklock._exceptions import (
     MaxLeasesMismatch,
     NoNodeError,
     NotLockOwner,
+    short_repr,
+    shorten,
 )
 from aiozklock._recipes._core._contenders import Contender, contender_of
 from aiozklock._recipes._core._holding import HoldingRegistry
@@ -204,7 +206,7 @@ class Semaphore(metaclass=_FactoryMade):
         self._session = session
         self._registry = registry
         self._janitor = janitor
-        self._label = f"semaphore {self.path}"
+        self._label = shorten(f"semaphore {self.path}")
         self._paths: tuple[str, ...] = (self.path,)
         self._tracker: Tracker | None = None  # set by the client's registry
         self._observer: RecipeObserver | None = None
@@ -425,8 +427,8 @@ class Semaphore(metaclass=_FactoryMade):
 
     def __repr__(self) -> str:
         return (
-            f"<aiozklock.Semaphore {self.path!r} max_leases={self.max_leases} "
-            f"identifier={self.identifier!r}>"
+            f"<aiozklock.Semaphore {short_repr(self.path)} max_leases={self.max_leases} "
+            f"identifier={short_repr(self.identifier)}>"
         )
 
 

@@ -40,6 +40,7 @@ from aiozklock._exceptions import (
     NodeExistsError,
     NoNodeError,
     SessionExpired,
+    short_repr,
 )
 from aiozklock._recipes._core._contenders import Contender, Identity, contender_of
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
@@ -467,8 +468,8 @@ class CompatSemaphore(Semaphore):
 
     def __repr__(self) -> str:
         return (
-            f"<aiozklock.Semaphore {self.path!r} max_leases={self.max_leases} "
-            f"identifier={self.identifier!r} compat={self.compat!r}>"
+            f"<aiozklock.Semaphore {short_repr(self.path)} max_leases={self.max_leases} "
+            f"identifier={short_repr(self.identifier)} compat={self.compat!r}>"
         )
 
 

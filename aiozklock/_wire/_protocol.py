@@ -20,7 +20,6 @@ from aiozklock._exceptions import (
     error_for_code,
 )
 from aiozklock._wire import _jute as _jute_module
-from aiozklock._wire._validation import MAX_DATA_BYTES
 
 _jute: Any = _jute_module.load()  # untyped; only the records are used
 
@@ -457,7 +456,7 @@ def _multi_error(code: int, path: str) -> AiozklockError:
 def multi_op(subops: Sequence[MultiSubOp], strip: Callable[[str], str]) -> Op[MultiResult]:
     """multi (MultiHeader + request, ..., end header) -> MultiResult.
 
-    Refuses (``InvalidArgument``) an empty multi and one larger than a request may be.
+    Refuses (``InvalidArgument``) an empty multi; its size is checked when it is sent.
     """
     if not subops:
         raise InvalidArgument("a multi needs at least one operation")
@@ -467,10 +466,6 @@ def multi_op(subops: Sequence[MultiSubOp], strip: Callable[[str], str]) -> Op[Mu
         parts.append(subop.payload())
     parts.append(_MULTI_END)
     body = b"".join(parts)
-    if len(body) > MAX_DATA_BYTES:
-        raise InvalidArgument(
-            f"the multi is {len(body)} bytes; ZooKeeper accepts at most about 1 MiB per request"
-        )
     paths = [strip(subop.server_path) for subop in subops]
 
     def parse(buf: bytes, offset: int) -> MultiResult:
@@ -512,21 +507,33 @@ def close_op() -> Op[None]:
 PING_FRAME = frame(PING_XID, _jute.PingRequest().serialize())
 
 
+# A SetWatches frame without its paths: xid, opcode, relativeZxid, three vector lengths.
+_SET_WATCHES_OVERHEAD = 4 + 4 + 8 + 3 * 4
+
+
 def set_watches_frames(
-    relative_zxid: int, data: list[str], exist: list[str], child: list[str]
+    relative_zxid: int,
+    data: list[str],
+    exist: list[str],
+    child: list[str],
+    max_request_bytes: int = SET_WATCHES_CHUNK,
 ) -> list[bytes]:
-    """SetWatches requests re-arming every watch after a reconnect, split into chunks."""
+    """SetWatches requests re-arming every watch after a reconnect, split into chunks of at
+    most ``SET_WATCHES_CHUNK`` and ``max_request_bytes`` (a path longer than that alone
+    would still go in a frame of its own: validated paths never are)."""
     frames: list[bytes] = []
     lists: tuple[list[str], list[str], list[str]] = ([], [], [])
+    budget = min(SET_WATCHES_CHUNK, max_request_bytes) - _SET_WATCHES_OVERHEAD
     size = 0
     for index, paths in enumerate((data, exist, child)):
         for path in paths:
-            lists[index].append(path)
-            size += len(path.encode()) + 4
-            if size >= SET_WATCHES_CHUNK:
+            cost = len(path.encode()) + 4
+            if size + cost > budget and size:
                 frames.append(_set_watches_frame(relative_zxid, *lists))
                 lists = ([], [], [])
                 size = 0
+            lists[index].append(path)
+            size += cost
     if any(lists):
         frames.append(_set_watches_frame(relative_zxid, *lists))
     return frames

@@ -60,6 +60,7 @@ from aiozklock._wire._connection import (
     open_connection,
     running_asyncio_loop,
 )
+from aiozklock._wire._limits import DEFAULT_MAX_REQUEST_BYTES, FRAME_OVERHEAD, oversized
 from aiozklock._wire._loop import LoopGuard
 from aiozklock._wire._protocol import FIRES, EventType, Op, Watcher
 from aiozklock._wire._watches import WatchRegistry
@@ -157,8 +158,12 @@ class Session:
         connect_timeout: float,
         auth: Credentials = (),
         tls: ssl.SSLContext | None = None,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     ) -> None:
         self._hosts = list(hosts)
+        # The servers' jute.maxbuffer: a longer frame is refused here, before it is sent.
+        self.max_request_bytes = max_request_bytes
+        self._max_body = max_request_bytes - FRAME_OVERHEAD
         self._auth = auth  # sent on every connection, before anything else
         self._auth_failure: str | None = None  # why the server refused them (final)
         self._tls = tls
@@ -237,11 +242,27 @@ class Session:
             return server_path[len(self.chroot) :] or "/"
         return server_path
 
+    def fits(self, op: Op[Any]) -> bool:
+        """Whether ``op`` may be sent: its frame is at most ``max_request_bytes``."""
+        return len(op.body) <= self._max_body
+
+    def _refuse_oversized(self, ops: Sequence[Op[Any]]) -> None:
+        """Raise ``InvalidArgument`` if any of ``ops`` is too large to send. Checked before
+        anything of ``ops`` is numbered, registered or written: a refused request leaves no
+        trace, and the server never sees the frame it would drop the connection for."""
+        limit = self._max_body
+        for op in ops:
+            if len(op.body) > limit:
+                raise oversized(op, self.max_request_bytes, self.client_path(op.path))
+
     async def call(
         self, op: Op[T], *, generation: int | None = None, wait_until: float | None = None
     ) -> T:
-        """Send one request and return its parsed reply (or raise its error)."""
+        """Send one request and return its parsed reply (or raise its error). Raises
+        ``InvalidArgument``, sending nothing, if it is longer than ``max_request_bytes``."""
         self.check_loop()
+        if len(op.body) > self._max_body:
+            self._refuse_oversized((op,))
         # Requests are written without yielding: a caller cancelled already sends nothing.
         await anyio.lowlevel.checkpoint_if_cancelled()
         (pending,) = await self._submit((op,), generation, wait_until)
@@ -261,11 +282,13 @@ class Session:
         """Send several requests in one write; return each reply or its exception, in order.
 
         ZooKeeper executes a session's requests in order, so the replies describe the state
-        after each request in turn.
+        after each request in turn. Raises ``InvalidArgument``, sending none, if one of them
+        is longer than ``max_request_bytes``.
         """
         self.check_loop()
         if not ops:
             return []
+        self._refuse_oversized(ops)
         await anyio.lowlevel.checkpoint_if_cancelled()
         pendings = await self._submit(ops, generation, wait_until)
         await self._await_replies(pendings)
@@ -316,9 +339,11 @@ class Session:
         ``on_done(result, error)`` is called for each reply, or with the failure
         (``ConnectionLoss``, ``SessionExpired``, ``ClientClosed``), synchronously by the
         session: it must neither block nor raise. Raises ``SessionExpired`` if
-        ``generation`` is gone, ``UsageError`` outside the session's event loop.
+        ``generation`` is gone, ``UsageError`` outside the session's event loop,
+        ``InvalidArgument`` (nothing sent) if a request is longer than ``max_request_bytes``.
         """
         self.check_loop()
+        self._refuse_oversized(ops)
         return self._send_now(ops, generation, on_done=on_done) is not None
 
     def send_soon(
@@ -331,9 +356,11 @@ class Session:
         Returns ``take_back()``, which unsends ``ops`` if they are not written yet (True:
         then ``on_done`` is never called); None (nothing queued) if not connected now.
         Raises ``SessionExpired`` if ``generation`` is gone, ``UsageError`` outside the
-        session's event loop.
+        session's event loop, ``InvalidArgument`` (nothing queued) if a request is longer
+        than ``max_request_bytes``.
         """
         self.check_loop()
+        self._refuse_oversized(ops)
         if self._conn is None or self.state is not SessionState.CONNECTED:
             return None
         if generation != self.generation:
@@ -752,7 +779,9 @@ class Session:
             raise TLSRejected(f"TLS with {host}:{port} failed: {reason}") from exc
 
     async def _rearm_watches(self, conn: Connection) -> None:
-        frames = proto.set_watches_frames(self.last_zxid, *self._watches.rearm_paths())
+        frames = proto.set_watches_frames(
+            self.last_zxid, *self._watches.rearm_paths(), self.max_request_bytes
+        )
         if frames:
             self._sent_at.extend(time.monotonic() for _ in frames)
             conn.write(b"".join(frames))

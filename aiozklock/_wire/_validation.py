@@ -9,12 +9,14 @@ from __future__ import annotations
 import math
 import ssl
 
-from aiozklock._exceptions import InvalidArgument
+from aiozklock._exceptions import InvalidArgument, short_repr
 
 DEFAULT_PORT = 2181
-# ZooKeeper's jute.maxbuffer defaults to 1 MiB; a larger request makes the server drop the
-# connection with no error reply, so we refuse it up front (keeping room for the request frame).
-MAX_DATA_BYTES = 1024 * 1024 - 4096
+# ZooKeeper bounds a path only by jute.maxbuffer, but a path travels in every request on
+# its node, its children's and the watches re-armed after a reconnect, and is kept in every
+# watch and listing: 32 KiB (UTF-8) is far beyond any naming scheme, and small enough that
+# each request on one path stays far below the buffer.
+MAX_PATH_BYTES = 32 * 1024
 
 
 def _invalid_char(ch: str) -> bool:
@@ -29,36 +31,44 @@ def _invalid_char(ch: str) -> bool:
 
 
 def validate_path(path: object, *, what: str = "path") -> str:
-    """Return ``path`` if it is a valid absolute znode path, else raise ``InvalidArgument``."""
+    """Return ``path`` if it is a valid absolute znode path of at most ``MAX_PATH_BYTES``
+    (UTF-8), else raise ``InvalidArgument``."""
     if not isinstance(path, str):
         raise InvalidArgument(f"{what} must be a str, not {type(path).__name__}")
     if not path.startswith("/"):
-        raise InvalidArgument(f"{what} must be absolute (start with '/'): {path!r}")
+        raise InvalidArgument(f"{what} must be absolute (start with '/'): {short_repr(path)}")
     if path == "/":
         return path
+    # Characters first (no encoding, no scan of a huge path), then bytes once it is valid.
+    if len(path) > MAX_PATH_BYTES:
+        raise _too_long(what, path, len(path.encode(errors="replace")))
     if path.endswith("/"):
-        raise InvalidArgument(f"{what} must not end with '/': {path!r}")
+        raise InvalidArgument(f"{what} must not end with '/': {short_repr(path)}")
     for segment in path[1:].split("/"):
         if not segment:
-            raise InvalidArgument(f"{what} has an empty segment ('//'): {path!r}")
+            raise InvalidArgument(f"{what} has an empty segment ('//'): {short_repr(path)}")
         if segment in (".", ".."):
-            raise InvalidArgument(f"{what} has a relative segment {segment!r}: {path!r}")
+            raise InvalidArgument(f"{what} has a relative segment {segment!r}: {short_repr(path)}")
         for ch in segment:
             if _invalid_char(ch):
-                raise InvalidArgument(f"{what} has an invalid character {ch!r}: {path!r}")
+                raise InvalidArgument(f"{what} has an invalid character {ch!r}: {short_repr(path)}")
+    if len(path) * 4 > MAX_PATH_BYTES and len(path.encode()) > MAX_PATH_BYTES:
+        raise _too_long(what, path, len(path.encode()))
     return path
 
 
+def _too_long(what: str, path: str, size: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"{what} is {size} bytes (UTF-8), more than the {MAX_PATH_BYTES} a path may have: "
+        f"{short_repr(path)}"
+    )
+
+
 def validate_data(data: object, *, what: str = "data") -> bytes:
-    """Return ``data`` as bytes if it fits in one ZooKeeper request."""
+    """Return ``data`` as bytes (its size is checked with the whole request, when sent)."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise InvalidArgument(f"{what} must be bytes, not {type(data).__name__}")
-    raw = bytes(data)
-    if len(raw) > MAX_DATA_BYTES:
-        raise InvalidArgument(
-            f"{what} is {len(raw)} bytes; ZooKeeper accepts at most about 1 MiB per request"
-        )
-    return raw
+    return bytes(data)
 
 
 def validate_recipe_path(path: object, *, what: str = "lock path") -> str:
@@ -67,7 +77,7 @@ def validate_recipe_path(path: object, *, what: str = "lock path") -> str:
     if checked == "/":
         raise InvalidArgument(f"the {what} cannot be the root '/'")
     if checked == "/zookeeper" or checked.startswith("/zookeeper/"):
-        raise InvalidArgument(f"/zookeeper is reserved for ZooKeeper itself: {checked!r}")
+        raise InvalidArgument(f"/zookeeper is reserved for ZooKeeper itself: {short_repr(checked)}")
     return checked
 
 
@@ -76,18 +86,22 @@ def validate_timeout(timeout: object) -> float | None:
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise InvalidArgument(f"timeout must be a number of seconds or None, not {timeout!r}")
+        raise InvalidArgument(
+            f"timeout must be a number of seconds or None, not {short_repr(timeout)}"
+        )
     if math.isnan(timeout) or timeout < 0:
-        raise InvalidArgument(f"timeout must be >= 0, not {timeout!r}")
+        raise InvalidArgument(f"timeout must be >= 0, not {short_repr(timeout)}")
     return None if math.isinf(timeout) else float(timeout)
 
 
 def positive_seconds(name: str, value: object) -> float:
     """A positive, finite duration in seconds."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidArgument(f"{name} must be a number of seconds, not {value!r}")
+        raise InvalidArgument(f"{name} must be a number of seconds, not {short_repr(value)}")
     if math.isnan(value) or math.isinf(value) or value <= 0:
-        raise InvalidArgument(f"{name} must be a positive, finite number of seconds: {value!r}")
+        raise InvalidArgument(
+            f"{name} must be a positive, finite number of seconds: {short_repr(value)}"
+        )
     return float(value)
 
 
@@ -116,7 +130,9 @@ def parse_hosts(hosts: object) -> tuple[list[tuple[str, int]], str]:
     ``chroot`` is ``""`` when absent (or ``/``).
     """
     if not isinstance(hosts, str):
-        raise InvalidArgument(f"hosts must be a str like 'zk1:2181,zk2:2181', not {hosts!r}")
+        raise InvalidArgument(
+            f"hosts must be a str like 'zk1:2181,zk2:2181', not {short_repr(hosts)}"
+        )
     text = hosts.strip()
     chroot = ""
     slash = text.find("/")
@@ -129,7 +145,7 @@ def parse_hosts(hosts: object) -> tuple[list[tuple[str, int]], str]:
     for item in text.split(","):
         item = item.strip()
         if not item:
-            raise InvalidArgument(f"empty host in {hosts!r}")
+            raise InvalidArgument(f"empty host in {short_repr(hosts)}")
         if item.startswith("["):  # [ipv6]:port
             host, _, rest = item[1:].partition("]")
             port_text = rest[1:] if rest.startswith(":") else ""
@@ -138,13 +154,15 @@ def parse_hosts(hosts: object) -> tuple[list[tuple[str, int]], str]:
             if not sep:
                 host, port_text = item, ""
         if not host:
-            raise InvalidArgument(f"empty host name in {hosts!r}")
+            raise InvalidArgument(f"empty host name in {short_repr(hosts)}")
         try:
             port = int(port_text) if port_text else DEFAULT_PORT
         except ValueError:
-            raise InvalidArgument(f"bad port {port_text!r} in {hosts!r}") from None
+            raise InvalidArgument(
+                f"bad port {short_repr(port_text)} in {short_repr(hosts)}"
+            ) from None
         if not 0 < port < 65536:
-            raise InvalidArgument(f"port out of range in {hosts!r}")
+            raise InvalidArgument(f"port out of range in {short_repr(hosts)}")
         result.append((host, port))
     return result, chroot
 
@@ -166,7 +184,7 @@ def validate_ttl(ttl: object) -> int:
     if seconds * 1000 < 1 or ttl_ms > _MAX_TTL_MS:
         raise InvalidArgument(
             f"ttl must be between 0.001 s and {_MAX_TTL_MS / 1000:.0f} s "
-            f"(ZooKeeper's 1..2^40-1 ms), not {ttl!r}"
+            f"(ZooKeeper's 1..2^40-1 ms), not {short_repr(ttl)}"
         )
     return ttl_ms
 
@@ -182,7 +200,7 @@ def validate_holder_id(holder_id: object) -> str:
 def validate_flag(name: str, value: object) -> bool:
     """A yes/no option: a real ``bool`` (``"yes"``, 1 or None are rejected, not guessed)."""
     if not isinstance(value, bool):
-        raise InvalidArgument(f"{name} must be True or False, not {value!r}")
+        raise InvalidArgument(f"{name} must be True or False, not {short_repr(value)}")
     return value
 
 
@@ -195,7 +213,9 @@ def tls_context(value: object) -> ssl.SSLContext | None:
     if value is True:
         return ssl.create_default_context()
     if not isinstance(value, ssl.SSLContext):
-        raise InvalidArgument(f"ssl must be an ssl.SSLContext, True or None, not {value!r}")
+        raise InvalidArgument(
+            f"ssl must be an ssl.SSLContext, True or None, not {short_repr(value)}"
+        )
     if value.protocol is ssl.PROTOCOL_TLS_SERVER:
         raise InvalidArgument(
             "ssl must be a client-side context (ssl.create_default_context() or "

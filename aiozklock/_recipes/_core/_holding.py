@@ -13,6 +13,7 @@ from typing import Literal, Protocol
 
 import anyio
 
+from aiozklock._exceptions import MESSAGE_LIMIT, shorten
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._wire._session import Session, SessionState, StateChange
@@ -114,7 +115,8 @@ class LossMonitor:
             closed = self._session.state is SessionState.CLOSED
             # A close is the user's own doing: worth a note, not a warning.
             level = logging.INFO if closed else logging.WARNING
-            log.log(level, "lock node(s) %s lost: %s", ", ".join(holding.nodes), reason)
+            nodes = shorten(", ".join(holding.nodes), MESSAGE_LIMIT)
+            log.log(level, "lock node(s) %s lost: %s", nodes, reason)
             if not closed:
                 # If the session comes back, the nodes must not stay behind, held by nobody.
                 for node in holding.nodes:

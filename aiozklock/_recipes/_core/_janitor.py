@@ -19,6 +19,7 @@ from aiozklock._exceptions import (
     NoNodeError,
     SessionExpired,
     ZooKeeperError,
+    shorten,
 )
 from aiozklock._wire._protocol import (
     Stat,
@@ -69,6 +70,8 @@ class Janitor:
         self._run(lambda: self._rewrite(path, generation, data), f"rewrite {path}")
 
     def _run(self, job: Job, what: str) -> None:
+        what = shorten(what)  # for the log lines: a path may be long
+
         async def wrapper() -> None:
             try:
                 await job()

@@ -24,7 +24,7 @@ import anyio
 import anyio.lowlevel
 
 from aiozklock._acl import ACL
-from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner
+from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner, shorten
 from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
@@ -196,7 +196,7 @@ class Primitive(metaclass=_FactoryMade):
         self.acl = acl  # what its nodes, and the containers it creates, are created with
         self._session = session
         self._registry = registry
-        self._label = label
+        self._label = shorten(label)  # in every message and log line: a path may be long
         self._paths = tuple(paths)  # what it locks, for the registry's self-deadlock check
         self._tracker: Tracker | None = None
         self._observer: RecipeObserver | None = None  # set by the registry, with telemetry
@@ -556,7 +556,7 @@ class QueuedPrimitive(Primitive):
         guard: Guard | None = None,
     ) -> None:
         super().__init__(session, registry, label, members, acl)
-        self._queue = Queue(session, janitor, members, decide, label, acl, marker, guard)
+        self._queue = Queue(session, janitor, members, decide, self._label, acl, marker, guard)
         self._identity = Identity(identifier)
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:

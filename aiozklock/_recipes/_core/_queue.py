@@ -36,11 +36,13 @@ from aiozklock._exceptions import (
     ClientClosed,
     ConnectionLoss,
     InvalidACLError,
+    InvalidArgument,
     NoAuthError,
     NodeExistsError,
     NoNodeError,
     SessionExpired,
     ZooKeeperError,
+    shorten,
 )
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor
@@ -242,14 +244,18 @@ class Queue:
         creates = [MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in prefixes]
         return multi_op([*deletes, *creates], strip)
 
-    def _fold(self, generation: int) -> list[tuple[str, str]]:
-        """Our last release's deletes, if not written yet: they go with our next create,
-        in one transaction (one commit on the server, one wake-up here)."""
+    def _fold(self, generation: int, data: bytes) -> tuple[list[tuple[str, str]], Op[Any]]:
+        """Our create, and the last release's deletes that it took back (if not written
+        yet, and if both fit one request): they go in one transaction (one commit on the
+        server, one wake-up here). Deletes left alone are written first, on their own."""
         give_back, self._give_back = self._give_back, None
-        if give_back is None:
-            return []
-        take_back, released_in, nodes = give_back
-        return nodes if released_in == generation and take_back() else []
+        if give_back is not None:
+            take_back, released_in, nodes = give_back
+            if released_in == generation:
+                folded = self._create_op(data, nodes)
+                if self._session.fits(folded) and take_back():
+                    return nodes, folded
+        return [], self._create_op(data, [])
 
     def _adopt_created(self, created: object, generation: int, skip: int) -> bool:
         """Record our nodes from a create's reply (after ``skip`` folded deletes); False if
@@ -278,10 +284,9 @@ class Queue:
             generation = session.generation
             self.nodes = {}
             ours = data()  # before the take-back: nothing may fail between it and the write
-            folded = self._fold(generation)
+            folded, create = self._fold(generation, ours)
             self._data = ours
             guard = [] if self._guard is None else [self._guard.op]
-            create = self._create_op(ours, folded)
             ops = [*parent_ops, *guard, create, *self._listing_ops]
             self._unresolved = True
             try:
@@ -289,8 +294,10 @@ class Queue:
             except SessionExpired:
                 self._unresolved = False
                 continue  # the session changed before we could send: bind to the new one
-            except TimeoutError:
-                self._unresolved = False  # nothing was sent
+            except (TimeoutError, InvalidArgument):  # nothing was sent (one was too large)
+                self._unresolved = False
+                for member, name in folded:  # taken back: never written
+                    self._janitor.delete(join(member, name), generation)
                 raise
             parents = results[: len(parent_ops)]
             if guard:
@@ -427,7 +434,7 @@ class Queue:
         if not adopted:
             return None
         self._adopt(adopted, token, generation)
-        log.info("%s: adopted %s after a lost create reply", self._label, adopted)
+        log.info("%s: adopted %s after a lost create reply", self._label, shorten(str(adopted)))
         gone = set(duplicates)
         return {m: [c for c in listings[m] if (m, c) not in gone] for m in self.members}
 
