@@ -44,6 +44,7 @@ from aiozklock._recipes._multilock import MultiLockStatistics as MultiLockStatis
 from aiozklock._recipes._nonfair import NonFairLock as NonFairLock
 from aiozklock._recipes._nonfair import NonFairLockStatistics as NonFairLockStatistics
 from aiozklock._recipes._rwlock import ReadLock as ReadLock
+from aiozklock._recipes._rwlock import ReadLockStatistics as ReadLockStatistics
 from aiozklock._recipes._rwlock import ReadWriteLock as ReadWriteLock
 from aiozklock._recipes._rwlock import WriteLock as WriteLock
 from aiozklock._recipes._semaphore import Semaphore as Semaphore
@@ -87,6 +88,7 @@ __all__ = (
     "NotLockOwner",
     "Perms",
     "ReadLock",
+    "ReadLockStatistics",
     "ReadWriteLock",
     "Semaphore",
     "SemaphoreStatistics",

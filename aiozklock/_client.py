@@ -418,7 +418,8 @@ class ZooKeeperClient:
     ) -> ReadWriteLock:
         """A read/write lock on ``path``; returns a ``ReadWriteLock`` (its ``read_lock`` and
         ``write_lock`` are this client's objects for the path and identifier, as for
-        ``lock()``). ``compat``: whose node names to write: ``"curator"`` (Curator's
+        ``lock()``; this client's tasks hold the read lock together, on one node: see
+        ``ReadLock``). ``compat``: whose node names to write: ``"curator"`` (Curator's
         ``InterProcessReadWriteLock``'s) or ``"kazoo"`` (kazoo's ``ReadLock`` and
         ``WriteLock`` read them as their own). Validated now: a bad path, identifier, acl or
         compat raises ``InvalidArgument``; ``UsageError`` if this client's object for the

@@ -569,9 +569,14 @@ async def test_unknown_children_are_ignored_and_foreign_lock_nodes_respected(
 # --- history -------------------------------------------------------------------------------
 
 
-async def test_history_no_writer_ever_overlaps_anyone(open_client: ClientFactory) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["one lock per task", "per client"])
+async def test_history_no_writer_ever_overlaps_anyone(
+    open_client: ClientFactory, shared: bool
+) -> None:
     """Tasks on 3 sessions take random read and write locks for a few seconds: the recorded
-    intervals never show a writer together with anyone, and readers do share."""
+    intervals never show a writer together with anyone, and readers do share. Each task has
+    its own identifier, or the 3 tasks of a client share its lock (its readers one node,
+    its writers queued behind them)."""
     clients = [await open_client() for _ in range(3)]
     intervals: list[tuple[str, float, float]] = []  # mode, start, end
     inside: dict[str, int] = {"read": 0, "write": 0}
@@ -587,7 +592,7 @@ async def test_history_no_writer_ever_overlaps_anyone(open_client: ClientFactory
     async def worker(index: int) -> None:
         nonlocal max_readers
         client = clients[index % 3]
-        rw = client.rw_lock(PATH, identifier=f"t{index}")
+        rw = client.rw_lock(PATH, identifier=f"t{index % 3 if shared else index}")
         rng = random.Random(seed.random())
         # Past stop_at, the workers stop once a write was recorded (the next one writes).
         while time.monotonic() < stop_at or not wrote.is_set():
@@ -624,6 +629,9 @@ async def test_history_no_writer_ever_overlaps_anyone(open_client: ClientFactory
 
 # --- kazoo on the same path ----------------------------------------------------------------
 
+# Our tasks against a peer, on clients[index % 2]: tasks 1 and 3 share their client's lock
+# (its readers hold together on one node).
+OUR_IDENTIFIERS = ("a0", "a1", "a2", "a1")
 EVERY_SIDE = {("a", "read"), ("a", "write"), ("k", "read"), ("k", "write")}
 PER_SIDE = 30  # sections of each (library, mode) in a run, at least: it stops once all have them
 
@@ -691,7 +699,8 @@ async def test_kazoo_read_and_write_locks_share_the_queue(
     changes = Changes()
 
     async def ours(index: int) -> None:
-        rw = clients[index % 2].rw_lock(PATH, identifier=f"a{index}", compat=compat)  # type: ignore[arg-type]
+        client, identifier = clients[index % 2], OUR_IDENTIFIERS[index]
+        rw = client.rw_lock(PATH, identifier=identifier, compat=compat)  # type: ignore[arg-type]
         rng = random.Random(index)
         while not stop.is_set():
             mode = "write" if rng.random() < 0.4 else "read"
@@ -708,7 +717,7 @@ async def test_kazoo_read_and_write_locks_share_the_queue(
         )
 
     async with anyio.create_task_group() as tg:
-        for index in range(3):
+        for index in range(len(OUR_IDENTIFIERS)):
             tg.start_soon(ours, index)
         for index in range(2):
             tg.start_soon(theirs, index)
@@ -768,7 +777,7 @@ async def test_curator_read_write_locks_share_the_queue(
     changes = Changes()
 
     async def ours(index: int) -> None:
-        rw = clients[index % 2].rw_lock(PATH, identifier=f"a{index}")
+        rw = clients[index % 2].rw_lock(PATH, identifier=OUR_IDENTIFIERS[index])
         rng = random.Random(index)
         while not stop.is_set():
             mode = "write" if rng.random() < 0.4 else "read"
@@ -793,7 +802,7 @@ async def test_curator_read_write_locks_share_the_queue(
             assert await lines.next() == "connected"
             async with anyio.create_task_group() as tg:
                 tg.start_soon(curator, lines)
-                for index in range(3):
+                for index in range(len(OUR_IDENTIFIERS)):
                     tg.start_soon(ours, index)
                 await changes.until(lambda: not missing_sides(intervals))
                 stop.set()

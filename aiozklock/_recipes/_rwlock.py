@@ -6,6 +6,10 @@ holds and whom to watch). The queue engine (``_core/_queue.py``) does the rest, 
 the mutex: 1 round trip for a free acquire, a release with no round trip, lost create replies
 resolved by GUID, no node left after a cancellation, bodies cancelled on loss.
 
+The read lock is shared by the tasks of this process (``_core/_shared.py``): one node, taken
+by the first reader, joined by the others while no writer waits behind it, deleted by the
+last one to leave.
+
 The write lock's holder may take the read lock too (in the same task): its read node is then
 created at the write node's place (a plain ephemeral node with the same sequence suffix, as
 Curator 5.5+ does), so releasing the write lock afterwards downgrades without letting a queued
@@ -16,18 +20,20 @@ raises ``UsageError`` before any request.
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
 import anyio
 
 from aiozklock._acl import ACL
-from aiozklock._exceptions import LockLost, UsageError, short_repr
+from aiozklock._exceptions import LockLost, SessionExpired, UsageError, short_repr
 from aiozklock._recipes._core._contenders import Contender, contender_of
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._primitive import Primitive, _FactoryMade
-from aiozklock._recipes._lock import PathLock
+from aiozklock._recipes._core._shared import SharedHolding
+from aiozklock._recipes._lock import LockStatistics, PathLock
 from aiozklock._recipes._rwdecision import (
     KAZOO_READ_MARKER,
     KAZOO_WRITE_MARKER,
@@ -40,6 +46,16 @@ from aiozklock._recipes._rwdecision import (
 from aiozklock._wire._protocol import get_data_op
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join, validate_identifier, validate_recipe_path
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLockStatistics(LockStatistics):
+    """A read lock's ``LockStatistics``, with ``readers``: how many tasks of this process
+    hold it now (together, on one node). ``owner`` and ``depth`` are those of the one that
+    has held it longest; ``tasks_waiting`` counts the tasks in an acquisition of it (the one
+    queued on the server included)."""
+
+    readers: int
 
 
 class _Side(PathLock):
@@ -150,17 +166,39 @@ class WriteLock(_Side):
             )
         await super()._acquire(limit, task)
 
+    async def _let_go(self, holding: Holding, task_id: int, confirm: bool = True) -> None:
+        try:
+            await super()._let_go(holding, task_id, confirm)
+        finally:
+            if self._reader is not None:
+                self._reader._wake()  # readers waiting for our write lock to go may join
 
-class ReadLock(_Side):
+
+class ReadLock(SharedHolding, _Side):
     """The shared side of a ``ReadWriteLock`` (``zk.rw_lock(path).read_lock``).
 
-    The ``Lock`` interface: fair (a reader queued after a waiting writer waits for it),
-    reentrant per task, loss-aware. In the task that holds the write lock it is granted at
-    once, at the write lock's place in the queue: releasing the write lock then downgrades
-    (``LockLost`` if that write lock was lost; ``UsageError`` if another task of this process
-    is acquiring this read lock meanwhile: it waits for our write lock). One holder task per
-    object, like every recipe object: concurrent readers are different objects (a different
-    ``identifier``) or different clients.
+    The ``Lock`` interface (``async with``, ``acquire``, ``try_acquire``, ``release``,
+    reentrant per task, loss-aware), and shared: the tasks of this process that take this
+    client's read lock for the path and identifier hold it together, on one node. The first
+    one queues the node, fairly (behind any writer queued before it); tasks that arrive while
+    it waits share its grant (as if queued at its place); tasks that arrive while it is held
+    join at once, after one listing and with no node of their own, unless a writer waits
+    behind the node: then they wait until the last local reader has left and queue a new
+    node, behind that writer, so a busy process cannot starve writers (Curator's readers, a
+    node per thread, queue behind it too). The node is deleted when the last reader
+    releases; a reader that is not the last releases without any request (``confirm=True``
+    then returns at once). Every reader has the node's ``fencing_token`` and
+    ``valid_until``; a loss cancels every reader's body, and each reader's release raises
+    ``LockLost``. If the first reader fails, times out or is cancelled while queued, its
+    node is removed and a waiting task queues a new one.
+
+    In the task that holds the write lock it is granted at once, at the write lock's place
+    in the queue: releasing the write lock then downgrades (``LockLost`` if that write lock
+    was lost; ``UsageError`` if another task of this process is acquiring this read lock
+    meanwhile: that acquisition waits for our write lock). While a task of this process
+    holds the write lock, other tasks wait for the read lock (and join a downgrade once the
+    write lock is released). A reader taking the write lock gets ``UsageError``. A different
+    ``identifier`` is a separate contender, with its own node.
     """
 
     _kind = "read_lock"
@@ -187,8 +225,8 @@ class ReadLock(_Side):
         self._session.check_loop()
         if task is None:
             task = anyio.get_current_task()
-        busy = self._owner is None and self._local.value == 0  # another task is acquiring
-        if busy and _holds(self._writer, task, lost_too=True):
+        # Another task's acquisition of ours is queued behind this task's write lock.
+        if self._acquiring is not None and _holds(self._writer, task, lost_too=True):
             raise UsageError(
                 f"this task holds the write lock of {self.path} and takes its read lock while "
                 "another task of this process is acquiring that read lock, behind this "
@@ -196,6 +234,45 @@ class ReadLock(_Side):
                 "its own identifier (zk.rw_lock(path, identifier=...))"
             )
         await super()._acquire(limit, task)
+
+    def _may_share(self, task: anyio.TaskInfo) -> bool:
+        # A task of ours holds the write lock: no reader with it (its holder itself takes
+        # the read lock at its place, once the read lock is free here).
+        return self._writer._holding is None
+
+    async def _admits_more(self, holding: Holding, deadline: float | None) -> bool:
+        """No writer waits behind our node (one listing): a newcomer then delays no one
+        who was waiting. Once one does, sharing with newcomers would starve it."""
+        try:
+            children = await self._queue.list_children(self.path, holding.generation, deadline)
+        except SessionExpired:
+            return False  # the holding is lost with its session
+        ours = holding.nodes[0].rpartition("/")[2]
+        queue = rw_order(children)
+        places = [name for name, _, _ in queue]
+        if ours not in places:
+            return False
+        place = places.index(ours)
+        sequence = queue[place][2]  # a downgrade's write node shares it: not behind us
+        return not any(write and seq != sequence for _, write, seq in queue[place + 1 :])
+
+    def statistics(self) -> ReadLockStatistics:
+        """Local state of this object; sends nothing and raises nothing."""
+        holding = self._holding
+        first = next(iter(self._holders.values()), None)
+        return ReadLockStatistics(
+            path=self.path,
+            locked=holding is not None and not holding.lost,
+            owner=None if first is None else first.task,
+            depth=0 if first is None else first.depth,
+            tasks_waiting=self._waiting,
+            node=self._queue.nodes.get(self.path),
+            fencing_token=holding.token if holding is not None else None,
+            acquisitions=self._acquisitions,
+            losses=self._losses,
+            last_wait=self._last_wait,
+            readers=len(self._holders),
+        )
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
         writer = self._writer
@@ -214,8 +291,8 @@ class ReadLock(_Side):
 
 def _holds(primitive: Primitive, task: anyio.TaskInfo, *, lost_too: bool = False) -> bool:
     """Whether ``task`` holds ``primitive`` (a lost holding counts only with ``lost_too``)."""
-    owner, holding = primitive._owner, primitive._holding
-    if owner is None or holding is None or owner.id != task.id or primitive._orphaned():
+    holding = primitive._holding
+    if holding is None or not primitive._held_by_task(task.id):
         return False
     return lost_too or not holding.lost
 
@@ -227,7 +304,8 @@ class ReadWriteLock(metaclass=_FactoryMade):
     ``InterProcessReadWriteLock`` (and its node names, so both libraries share a path): fair
     in queue order, a reader holds when no writer is queued ahead of it, a writer when
     first; a write holder may also take the read lock (downgrade by releasing the write
-    lock), a read holder may not take the write lock (``UsageError``).
+    lock), a read holder may not take the write lock (``UsageError``). The tasks of this
+    process share the read lock: they hold it together on one node (see ``ReadLock``).
     """
 
     __slots__ = ("read_lock", "write_lock")
@@ -260,4 +338,4 @@ class ReadWriteLock(metaclass=_FactoryMade):
         )
 
 
-__all__ = ("ReadLock", "ReadWriteLock", "WriteLock")
+__all__ = ("ReadLock", "ReadLockStatistics", "ReadWriteLock", "WriteLock")

@@ -478,6 +478,12 @@ class Primitive(metaclass=_FactoryMade):
         # The give-back was shielded; a cancellation that arrived meanwhile is delivered now.
         await anyio.lowlevel.checkpoint_if_cancelled()
 
+    def _held_by_task(self, task_id: int) -> bool:
+        """Whether the task ``task_id`` holds it (lost or not) and has not ended (an ended
+        task's id may be reused)."""
+        owner = self._owner
+        return owner is not None and owner.id == task_id and not self._orphaned()
+
     def _orphaned(self) -> bool:
         """True if the task that holds it has ended without releasing it."""
         return self._owner is not None and _task_ended(self._owner.coro)

@@ -71,7 +71,8 @@ class Recipes:
         """Raise ``UsageError`` if the task holds another object on one of the same paths:
         waiting without a timeout, it would wait for itself forever."""
         for other in self._held_by.get(task_id, ()):
-            if other is primitive or other._orphaned():  # an ended task's id may be reused
+            # An ended task's id may be reused: what that task held is not the caller's.
+            if other is primitive or not other._held_by_task(task_id):
                 continue
             if primitive._may_hold_with(other):
                 continue
