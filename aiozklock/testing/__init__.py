@@ -8,17 +8,17 @@ Server fixtures for pytest live in :mod:`aiozklock.testing.pytest_plugin`.
 from aiozklock._acl import digest_id as digest_id
 
 from ._expiry import expire_session as expire_session
-from ._history import AcquireAttempt as AcquireAttempt
-from ._history import CriticalSection as CriticalSection
-from ._history import Crowding as Crowding
-from ._history import FencedRead as FencedRead
-from ._history import FencedStore as FencedStore
-from ._history import FencedWrite as FencedWrite
 from ._history import History as History
-from ._history import HistoryReport as HistoryReport
-from ._history import Margin as Margin
-from ._history import Pause as Pause
-from ._history import StaleWrite as StaleWrite
+from ._history_records import AcquireAttempt as AcquireAttempt
+from ._history_records import CriticalSection as CriticalSection
+from ._history_records import Crowding as Crowding
+from ._history_records import FencedRead as FencedRead
+from ._history_records import FencedStore as FencedStore
+from ._history_records import FencedWrite as FencedWrite
+from ._history_records import Margin as Margin
+from ._history_records import Pause as Pause
+from ._history_records import StaleWrite as StaleWrite
+from ._history_report import HistoryReport as HistoryReport
 from ._internals import session_of as session_of
 from ._nemesis import FAULT_KINDS as FAULT_KINDS
 from ._nemesis import FaultGroup as FaultGroup

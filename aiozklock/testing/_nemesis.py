@@ -90,7 +90,9 @@ from aiozklock._wire._protocol import EventType, WatchedEvent, exists_op, get_ch
 from aiozklock.testing._internals import session_of
 
 from ._expiry import expire_session
-from ._history import FencedStore, History, HistoryReport
+from ._history import History
+from ._history_records import FencedStore
+from ._history_report import HistoryReport
 from ._nemesis_worker import (
     RECIPES,
     Record,
