@@ -30,14 +30,10 @@ from aiozklock.testing import (
     plan_faults,
     run_nemesis,
 )
-from aiozklock.testing._nemesis import (
-    LEASE_JVM_PROPERTIES,
-    PROCESS_KINDS,
-    SERVER_KINDS,
-    _category,
-    _counter_integrity,
-    restore_cluster,
-)
+from aiozklock.testing._nemesis import LEASE_JVM_PROPERTIES
+from aiozklock.testing._nemesis_checks import _counter_integrity
+from aiozklock.testing._nemesis_faults import restore_cluster
+from aiozklock.testing._nemesis_plan import PROCESS_KINDS, SERVER_KINDS, _category
 from aiozklock.testing._nemesis_worker import WorkerConfig
 
 # Chosen for their schedules (plan_faults(seed, 20, 4.0)): between them, every category of

@@ -6,7 +6,8 @@ from __future__ import annotations
 #: The recipes a demo or a nemesis run can drive (the test kit's workers implement each).
 RECIPES = ("lock", "multilock", "election", "nonfair", "lease", "rwlock", "semaphore")
 
-#: Every fault the nemesis knows (its schedule weighs each: ``testing._nemesis.FAULT_WEIGHTS``).
+#: Every fault the nemesis knows (its schedule weighs each:
+#: ``testing._nemesis_plan.FAULT_WEIGHTS``).
 FAULT_KINDS = (
     "drop",
     "blackhole-short",
