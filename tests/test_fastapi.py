@@ -27,7 +27,7 @@ from aiozklock.fastapi import (
     locked_all,
 )
 from aiozklock.testing import FaultProxy, History
-from tests.conftest import ClientFactory
+from tests.conftest import ClientFactory, gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("error::RuntimeWarning")]
 
@@ -106,6 +106,7 @@ async def test_not_acquired_in_time_is_409_or_the_configured_status(
             async with zk.lock("/locks/orders/7") as elsewhere:
                 busy = await post_all(http, ["/orders/7"] * 5 + ["/orders/7/pay"])
                 token = elsewhere.fencing_token
+            await gone(zk, "/locks/orders/7")  # released: applied (timeout=0 tries once)
             assert [r.status_code for r in busy] == [409] * 5 + [423]
             assert "/locks/orders/7 is held by another request" in busy[0].json()["detail"]
             free = await http.post("/orders/7")
@@ -270,6 +271,7 @@ async def test_locked_all_holds_every_path_and_fair_false_a_non_fair_lock(
         async with serve(app) as http:
             async with zk.lock("/locks/customers/ann"):
                 busy = await http.post("/customers/ann/orders/7")
+            await gone(zk, "/locks/customers/ann")  # released: applied (timeout=0 tries once)
             free = await http.post("/customers/ann/orders/7")
             non_fair = await http.post("/orders/7")
     assert busy.status_code == 409
