@@ -177,7 +177,10 @@ async def test_a_connection_drop_during_the_request_is_503_and_stops_the_endpoin
     entered, go_on = anyio.Event(), anyio.Event()
     cancelled: list[bool] = []
     app = FastAPI(lifespan=lifespan(proxy.address + chroot, session_timeout=4.0))
-    order_lock = locked(ORDER, timeout=5.0, errors=HTTPErrors(retry_after=7))
+    # Waits for the reconnection (the second request), not for the lost lock (the first).
+    order_lock = locked(
+        ORDER, timeout=5.0, wait_for_connection=5.0, errors=HTTPErrors(retry_after=7)
+    )
 
     @app.post("/orders/{order_id:int}")
     async def ship(order_id: int, lock: Annotated[aiozklock.Lock, order_lock]) -> int:
@@ -311,8 +314,14 @@ async def test_misuse_is_refused_at_definition_or_at_startup(hosts: str) -> None
         locked_all([], timeout=1)
     with pytest.raises(aiozklock.InvalidArgument, match="HTTP error status"):
         HTTPErrors(not_acquired=200)
+    with pytest.raises(aiozklock.InvalidArgument, match="wait_for_connection"):
+        locked(ORDER, timeout=1, wait_for_connection=-1)
+    with pytest.raises(aiozklock.InvalidArgument, match="wait_for_connection"):
+        locked_all([ORDER], timeout=1, wait_for_connection=float("nan"))
     with pytest.raises(aiozklock.InvalidArgument, match="session_timeout"):
         lifespan(hosts, session_timeout=0)
+    with pytest.raises(aiozklock.InvalidArgument, match="ssl must be"):
+        lifespan(hosts, ssl="yes")  # type: ignore[arg-type]
 
     app = FastAPI(lifespan=lifespan(hosts))
 
