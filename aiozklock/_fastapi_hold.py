@@ -87,10 +87,11 @@ def dependency(
                     raise
                 await _exit(acquiring, None, errors, label)
         if outage.scope.cancel_called:
+            waited = f", and stayed down {wait_for_connection} s" if wait_for_connection else ""
             raise unavailable(
                 errors,
                 f"{label}: ZooKeeper is unreachable (the session went down while the request "
-                f"waited, and stayed down for {wait_for_connection} s)",
+                f"waited{waited})",
             )
 
     setattr(hold, TEMPLATES, names)
