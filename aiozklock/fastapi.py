@@ -18,47 +18,37 @@ The lock is held while the endpoint runs and released before the response is sen
 dependency with ``scope="function"``). It is entered in the request's task, around the
 endpoint: when the lock is lost, the loss policy cancels the endpoint where it awaits, so it
 writes nothing after the loss, and the client gets 503 with ``Retry-After``. Not acquired in
-time: 409 (configurable, e.g. 423). Install with ``pip install "aiozklock[fastapi]"``.
+time: 409 (configurable, e.g. 423). While the session is not connected no lock can be
+granted: a request then answers 503 at once (``wait_for_connection`` to wait a while).
+``lifespan`` takes every option of ``aiozklock.connect()`` (TLS, credentials, telemetry...).
+Install with ``pip install "aiozklock[fastapi]"``.
 """
 
 from __future__ import annotations
 
-import inspect
-import string
-import warnings
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+import math
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from ssl import SSLContext
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.dependencies.models import Dependant
-from fastapi.routing import APIRoute
-from starlette.convertors import StringConvertor
-from starlette.routing import BaseRoute, Mount
+from fastapi import Depends, FastAPI, Request
 
+from aiozklock._acl import ACL, OPEN_ACL_UNSAFE
 from aiozklock._client import ZooKeeperClient, connect
-from aiozklock._exceptions import (
-    ClientClosed,
-    InvalidArgument,
-    LockLost,
-    LockTimeout,
-    UsageError,
-    ZooKeeperUnavailable,
-)
+from aiozklock._exceptions import InvalidArgument, UsageError
+from aiozklock._fastapi_hold import dependency
+from aiozklock._fastapi_routes import check_routes
 from aiozklock._recipes._core._holding import LossPolicy
-from aiozklock._recipes._core._primitive import AcquireContext, Primitive
-from aiozklock._wire._session import SessionState
-from aiozklock._wire._validation import validate_recipe_path, validate_timeout
+from aiozklock._recipes._core._observe import Observer
+from aiozklock._recipes._core._primitive import Primitive
+from aiozklock._wire._validation import validate_timeout
 
 #: The attribute of ``app.state`` that holds the application's client.
 STATE_ATTRIBUTE = "aiozklock"
 
-# Failures that say "ZooKeeper cannot vouch for this lock now": retrying later may work.
-_UNAVAILABLE = (LockLost, ZooKeeperUnavailable, ClientClosed)
-
 AppLifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
-Make = Callable[[ZooKeeperClient, list[str]], Primitive]
 
 
 def lifespan(
@@ -68,6 +58,10 @@ def lifespan(
     session_timeout: float = 10.0,
     connect_timeout: float = 10.0,
     loss_policy: LossPolicy = "suspended",
+    telemetry: Observer | None = None,
+    auth: Sequence[tuple[str, str | bytes]] = (),
+    default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
+    ssl: SSLContext | bool | None = None,
 ) -> AppLifespan:
     """A FastAPI lifespan that opens one client for the application and closes it at
     shutdown: ``FastAPI(lifespan=aiozklock.fastapi.lifespan("zk1:2181/app"))``.
@@ -75,27 +69,37 @@ def lifespan(
     The client is ``app.state.aiozklock`` (see ``client`` and ``ZooKeeper`` for endpoints).
     ``app_lifespan``, the application's own lifespan, runs inside: the client is open during
     its startup and its shutdown, and what it yields (lifespan state) is passed on. The other
-    arguments are ``aiozklock.connect()``'s. Startup also checks every route's lock
-    dependencies (``locked``, ``locked_all``) against the route's path parameters.
+    arguments are ``aiozklock.connect()``'s, with the same defaults and meaning: all of them
+    (``telemetry``, ``auth``, ``default_acl``, ``ssl``...). Startup also checks every route's
+    lock dependencies (``locked``, ``locked_all``) against the route's path parameters.
 
     Raises ``InvalidArgument`` now for bad connection arguments. Startup raises
     ``UsageError`` for a route whose lock template names a path parameter the route does not
     have, or whose endpoint is not ``async def`` (a thread cannot be cancelled on a loss),
-    and ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``; it warns
-    (``RuntimeWarning``) for a template field the endpoint reads as a non-str type that the
-    route does not convert (``/orders/007`` and ``/orders/7`` would be two locks).
+    and what entering ``connect()`` raises (``ZooKeeperUnavailable`` if no server answers
+    within ``connect_timeout``, ``AuthenticationFailed``); it warns (``RuntimeWarning``) for
+    a template field the endpoint reads as a non-str type that the route does not convert
+    (``/orders/007`` and ``/orders/7`` would be two locks).
     """
-    options: dict[str, Any] = {
-        "session_timeout": session_timeout,
-        "connect_timeout": connect_timeout,
-        "loss_policy": loss_policy,
-    }
-    connect(hosts, **options)  # validates now; sends nothing
+
+    def open_client() -> ZooKeeperClient:
+        return connect(
+            hosts,
+            session_timeout=session_timeout,
+            connect_timeout=connect_timeout,
+            loss_policy=loss_policy,
+            telemetry=telemetry,
+            auth=auth,
+            default_acl=default_acl,
+            ssl=ssl,
+        )
+
+    open_client()  # validates now; sends nothing
 
     @asynccontextmanager
     async def run(app: FastAPI) -> AsyncIterator[Any]:
         check_routes(app.routes)
-        async with connect(hosts, **options) as zk:
+        async with open_client() as zk:
             setattr(app.state, STATE_ATTRIBUTE, zk)
             try:
                 if app_lifespan is None:
@@ -132,10 +136,10 @@ class HTTPErrors:
 
     ``not_acquired``: the status when the lock is not acquired within the timeout (409
     Conflict by default; 423 Locked is the other usual choice). ``unavailable``: the status
-    when ZooKeeper cannot be reached, the client is closed, or the lock was lost during the
-    endpoint (503 by default), sent with ``Retry-After: retry_after`` seconds (no header if
-    ``None``). Raises ``InvalidArgument`` for a status outside 400-599 or a negative
-    ``retry_after``.
+    when ZooKeeper cannot be reached (the session not connected: see ``locked``'s
+    ``wait_for_connection``), the client is closed, or the lock was lost during the endpoint
+    (503 by default), sent with ``Retry-After: retry_after`` seconds (no header if ``None``).
+    Raises ``InvalidArgument`` for a status outside 400-599 or a negative ``retry_after``.
     """
 
     not_acquired: int = 409
@@ -160,6 +164,7 @@ def locked(
     timeout: float | None,
     fair: bool = True,
     identifier: str | None = None,
+    wait_for_connection: float = 0.0,
     errors: HTTPErrors = HTTPErrors(),  # frozen: sharing it is safe
 ) -> Any:
     """A dependency holding ``zk.lock(path)`` while the endpoint runs; the endpoint receives
@@ -168,16 +173,24 @@ def locked(
 
     ``template``'s ``{fields}`` are filled from the request's path parameters: their text as
     sent, or as converted by a route convertor (``/orders/{order_id:int}`` makes ``007`` and
-    ``7`` one lock). ``timeout``: seconds to wait for the lock (``None``: no bound; a web
-    request rarely should wait unbounded, so it must be chosen). The lock is released before
-    the response is sent; if it is lost meanwhile, the endpoint is cancelled.
+    ``7`` one lock). ``timeout``: seconds to wait for the lock, the wait for the connection
+    included (``None``: no bound; a web request rarely should wait unbounded, so it must be
+    chosen). The lock is released before the response is sent; if it is lost meanwhile,
+    the endpoint is cancelled.
 
-    Raises ``InvalidArgument`` now for a bad template, timeout, identifier or ``fair``. At
-    request time raises ``HTTPException``: ``errors.not_acquired`` (409) if not acquired in
-    time, ``errors.unavailable`` (503, ``Retry-After``) if ZooKeeper is unavailable (also
-    when the time ran out while disconnected), the client closed or the lock lost, 422 if a
-    path parameter cannot be a node name (a ``/``, ``.``, ``..``, a control character);
-    ``UsageError`` (a 500) for a template field the route does not have.
+    ``wait_for_connection``: seconds a request waits for a session that is not connected
+    (suspended, lost, reconnecting), when it comes or while it waits in the queue, before
+    it answers ``errors.unavailable``. The default, 0, answers at once: no lock can be
+    granted until the session is back. A value above ``timeout`` (e.g. ``math.inf``) waits
+    as long as ``timeout`` allows.
+
+    Raises ``InvalidArgument`` now for a bad template, timeout, identifier, ``fair`` or
+    ``wait_for_connection``. At request time raises ``HTTPException``:
+    ``errors.not_acquired`` (409) if not acquired in time, ``errors.unavailable`` (503,
+    ``Retry-After``) if ZooKeeper is unavailable (the session down longer than
+    ``wait_for_connection``, or the time ran out while disconnected), the client closed or
+    the lock lost, 422 if a path parameter cannot be a node name (a ``/``, ``.``, ``..``, a
+    control character); ``UsageError`` (a 500) for a template field the route does not have.
     """
     if not isinstance(fair, bool):
         raise InvalidArgument(f"fair must be a bool, not {fair!r}")
@@ -185,7 +198,7 @@ def locked(
     def make(zk: ZooKeeperClient, paths: list[str]) -> Primitive:
         return zk.lock(paths[0], identifier=identifier, fair=fair)
 
-    return _dependency((template,), make, timeout, identifier, errors)
+    return _dependency((template,), make, timeout, identifier, wait_for_connection, errors)
 
 
 def locked_all(
@@ -193,6 +206,7 @@ def locked_all(
     *,
     timeout: float | None,
     identifier: str | None = None,
+    wait_for_connection: float = 0.0,
     errors: HTTPErrors = HTTPErrors(),  # frozen: sharing it is safe
 ) -> Any:
     """Like ``locked``, for ``zk.multi_lock(paths)``: all the paths, all or nothing,
@@ -207,191 +221,34 @@ def locked_all(
     def make(zk: ZooKeeperClient, paths: list[str]) -> Primitive:
         return zk.multi_lock(paths, identifier=identifier)
 
-    return _dependency(tuple(templates), make, timeout, identifier, errors)
-
-
-# The attribute marking our lock dependencies, with their templates and fields, so that
-# startup can check them against their routes.
-_TEMPLATES = "_aiozklock_templates"
+    return _dependency(tuple(templates), make, timeout, identifier, wait_for_connection, errors)
 
 
 def _dependency(
     templates: tuple[str, ...],
-    make: Make,
+    make: Callable[[ZooKeeperClient, list[str]], Primitive],
     timeout: float | None,
     identifier: str | None,
+    wait_for_connection: float,
     errors: HTTPErrors,
 ) -> Any:
-    """The yield dependency shared by every recipe: ``make`` builds the recipe object from
-    the client and the filled paths; acquiring, holding and the error mapping are here."""
-    fields = {template: _fields(template) for template in templates}
+    """Validate what every lock dependency shares, and make it (``_fastapi_hold``)."""
     bound = validate_timeout(timeout)
     if identifier is not None and not isinstance(identifier, str):
         raise InvalidArgument(f"identifier must be a str, not {type(identifier).__name__}")
+    patience = wait_for_connection
+    if (
+        isinstance(patience, bool)
+        or not isinstance(patience, int | float)
+        or math.isnan(patience)
+        or patience < 0
+    ):
+        raise InvalidArgument(
+            f"wait_for_connection must be a number of seconds >= 0: {wait_for_connection!r}"
+        )
     if not isinstance(errors, HTTPErrors):
         raise InvalidArgument(f"errors must be an aiozklock.fastapi.HTTPErrors: {errors!r}")
-
-    async def hold(request: Request) -> AsyncIterator[Primitive]:
-        paths = [_fill(t, fields[t], request) for t in templates]
-        label = ", ".join(paths)
-        zk = client(request)
-        try:
-            acquiring = make(zk, paths).acquire(timeout=bound)
-            held = await acquiring.__aenter__()
-        except LockTimeout as exc:
-            if zk.state is not SessionState.CONNECTED:  # it waited for ZooKeeper, not a holder
-                raise _unavailable(errors, f"{label}: ZooKeeper is unreachable") from exc
-            detail = f"{label} is held by another request; not acquired within {bound} s"
-            raise HTTPException(errors.not_acquired, detail) from exc
-        except _UNAVAILABLE as exc:
-            raise _unavailable(errors, f"{label} cannot be acquired: {exc}") from exc
-        # Entered in this task, around the endpoint, which FastAPI runs in the same task
-        # inside this yield: a loss cancels the endpoint wherever it awaits.
-        try:
-            yield held
-        except BaseException as exc:
-            await _exit(acquiring, exc, errors, label)
-            raise
-        await _exit(acquiring, None, errors, label)
-
-    setattr(hold, _TEMPLATES, fields)
-    return Depends(hold, scope="function")
-
-
-async def _exit(
-    acquiring: AcquireContext[Primitive],
-    exc: BaseException | None,
-    errors: HTTPErrors,
-    label: str,
-) -> None:
-    """Release, confirmed by the server (so that a client that has the response finds the
-    lock free from any process); a loss (or a close) on the way out becomes
-    ``errors.unavailable``."""
-    try:
-        await acquiring.exit(
-            type(exc) if exc else None,
-            exc,
-            exc.__traceback__ if exc else None,
-            confirm=True,
-        )
-    except _UNAVAILABLE as error:
-        if error is exc:  # the endpoint's own error, passed through
-            raise
-        raise _unavailable(errors, f"{label} was lost during the request: {error}") from error
-
-
-def _unavailable(errors: HTTPErrors, detail: str) -> HTTPException:
-    headers = None if errors.retry_after is None else {"Retry-After": str(errors.retry_after)}
-    return HTTPException(errors.unavailable, detail, headers=headers)
-
-
-def _fields(template: str) -> tuple[str, ...]:
-    """The ``{field}`` names of a lock path template; ``InvalidArgument`` if it is not one."""
-    if not isinstance(template, str):
-        raise InvalidArgument(f"a lock path template must be a str, not {template!r}")
-    bad = InvalidArgument(
-        f"bad lock path template {template!r}: write each field as {{name}}, "
-        "e.g. '/locks/orders/{order_id}'"
-    )
-    try:
-        parts = list(string.Formatter().parse(template))
-    except ValueError:
-        raise bad from None
-    names: list[str] = []
-    for _text, name, spec, conversion in parts:
-        if name is None:
-            continue
-        if not name.isidentifier() or spec or conversion:
-            raise bad
-        names.append(name)
-    validate_recipe_path(template.format_map(dict.fromkeys(names, "x")), what="lock path template")
-    return tuple(names)
-
-
-def _fill(template: str, names: tuple[str, ...], request: Request) -> str:
-    """``template`` filled from the request's path parameters."""
-    values: dict[str, str] = {}
-    params: Mapping[str, Any] = request.path_params
-    for name in names:
-        if name not in params:
-            raise UsageError(
-                f"lock path template {template!r} needs the path parameter {name!r}, "
-                f"which the route {request.url.path!r} does not have ({sorted(params)})"
-            )
-        value = str(params[name])
-        if "/" in value:  # it would lock a node inside another lock's queue
-            raise HTTPException(422, f"path parameter {name!r} cannot contain '/': {value!r}")
-        values[name] = value
-    path = template.format_map(values)
-    try:
-        return validate_recipe_path(path)
-    except InvalidArgument as exc:  # the template was valid: a value is not a node name
-        raise HTTPException(422, f"path parameters do not make a lock path: {exc}") from None
-
-
-def check_routes(routes: Iterable[BaseRoute], mounted: frozenset[str] = frozenset()) -> None:
-    """Check the lock dependencies of ``routes`` (and of mounted routers): every template
-    field must be a path parameter of its route, and the endpoint must be ``async def``.
-
-    ``lifespan`` calls it at startup; call it yourself when you do not use ``lifespan``.
-    ``mounted``: the path parameters of the enclosing mounts. Raises ``UsageError``; warns
-    as ``lifespan`` says."""
-    for route in routes:
-        if isinstance(route, Mount):
-            check_routes(route.routes, mounted | set(route.param_convertors))
-        elif isinstance(route, APIRoute):
-            params = mounted | set(route.param_convertors)
-            for dependant in _dependants(route.dependant):
-                templates = getattr(dependant.call, _TEMPLATES, {})
-                for template, names in templates.items():
-                    _check_route(route, template, names, params)
-
-
-def _check_route(
-    route: APIRoute, template: str, names: tuple[str, ...], params: frozenset[str]
-) -> None:
-    where = f"route {sorted(route.methods or ())} {route.path!r}"
-    missing = [name for name in names if name not in params]
-    if missing:
-        raise UsageError(
-            f"{where}: lock path template {template!r} needs the path parameter(s) "
-            f"{missing}, the route has {sorted(params)}"
-        )
-    _warn_unconverted(route, where, template, names)
-    endpoint = route.endpoint
-    if not (
-        inspect.iscoroutinefunction(endpoint)
-        or (
-            not inspect.isroutine(endpoint) and inspect.iscoroutinefunction(type(endpoint).__call__)
-        )
-    ):
-        raise UsageError(
-            f"{where}: a locked endpoint must be 'async def': FastAPI runs a 'def' endpoint "
-            "in a thread, which cannot be cancelled when the lock is lost"
-        )
-
-
-def _warn_unconverted(route: APIRoute, where: str, template: str, names: tuple[str, ...]) -> None:
-    """Warn when the endpoint reads a field as a non-str type that the route does not
-    convert: the lock takes the text as sent, so ``/orders/007`` and ``/orders/7`` would be
-    one order for the endpoint and two locks."""
-    for field in route.dependant.path_params:
-        converted = not isinstance(route.param_convertors.get(field.name), StringConvertor)
-        if field.name in names and field.field_info.annotation is not str and not converted:
-            warnings.warn(
-                f"{where}: lock path template {template!r} takes {field.name!r} as text, but "
-                f"the endpoint reads it as {field.field_info.annotation!r}: two spellings of "
-                f"one value would be two locks; convert it in the route, e.g. "
-                f"'{{{field.name}:int}}'",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-
-
-def _dependants(dependant: Dependant) -> Iterable[Dependant]:
-    yield dependant
-    for sub in dependant.dependencies:
-        yield from _dependants(sub)
+    return dependency(templates, make, bound, float(patience), errors, client)
 
 
 __all__ = (

@@ -27,7 +27,7 @@ from aiozklock.fastapi import (
     locked_all,
 )
 from aiozklock.testing import FaultProxy, History
-from tests.conftest import ClientFactory
+from tests.conftest import ClientFactory, gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("error::RuntimeWarning")]
 
@@ -106,6 +106,7 @@ async def test_not_acquired_in_time_is_409_or_the_configured_status(
             async with zk.lock("/locks/orders/7") as elsewhere:
                 busy = await post_all(http, ["/orders/7"] * 5 + ["/orders/7/pay"])
                 token = elsewhere.fencing_token
+            await gone(zk, "/locks/orders/7")  # released: applied (timeout=0 tries once)
             assert [r.status_code for r in busy] == [409] * 5 + [423]
             assert "/locks/orders/7 is held by another request" in busy[0].json()["detail"]
             free = await http.post("/orders/7")
@@ -176,7 +177,10 @@ async def test_a_connection_drop_during_the_request_is_503_and_stops_the_endpoin
     entered, go_on = anyio.Event(), anyio.Event()
     cancelled: list[bool] = []
     app = FastAPI(lifespan=lifespan(proxy.address + chroot, session_timeout=4.0))
-    order_lock = locked(ORDER, timeout=5.0, errors=HTTPErrors(retry_after=7))
+    # Waits for the reconnection (the second request), not for the lost lock (the first).
+    order_lock = locked(
+        ORDER, timeout=5.0, wait_for_connection=5.0, errors=HTTPErrors(retry_after=7)
+    )
 
     @app.post("/orders/{order_id:int}")
     async def ship(order_id: int, lock: Annotated[aiozklock.Lock, order_lock]) -> int:
@@ -270,6 +274,7 @@ async def test_locked_all_holds_every_path_and_fair_false_a_non_fair_lock(
         async with serve(app) as http:
             async with zk.lock("/locks/customers/ann"):
                 busy = await http.post("/customers/ann/orders/7")
+            await gone(zk, "/locks/customers/ann")  # released: applied (timeout=0 tries once)
             free = await http.post("/customers/ann/orders/7")
             non_fair = await http.post("/orders/7")
     assert busy.status_code == 409
@@ -309,8 +314,14 @@ async def test_misuse_is_refused_at_definition_or_at_startup(hosts: str) -> None
         locked_all([], timeout=1)
     with pytest.raises(aiozklock.InvalidArgument, match="HTTP error status"):
         HTTPErrors(not_acquired=200)
+    with pytest.raises(aiozklock.InvalidArgument, match="wait_for_connection"):
+        locked(ORDER, timeout=1, wait_for_connection=-1)
+    with pytest.raises(aiozklock.InvalidArgument, match="wait_for_connection"):
+        locked_all([ORDER], timeout=1, wait_for_connection=float("nan"))
     with pytest.raises(aiozklock.InvalidArgument, match="session_timeout"):
         lifespan(hosts, session_timeout=0)
+    with pytest.raises(aiozklock.InvalidArgument, match="ssl must be"):
+        lifespan(hosts, ssl="yes")  # type: ignore[arg-type]
 
     app = FastAPI(lifespan=lifespan(hosts))
 

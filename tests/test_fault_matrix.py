@@ -179,9 +179,12 @@ async def test_lost_create_reply_then_timeout_or_cancel_leaves_no_node(
             assert isinstance(out.error, aiozklock.LockTimeout), out.error
         assert not lock.is_held
         if where == "waiting":
-            # Connected: the cleanup was done before the acquire ended ("nothing of ours is
-            # left in the queue"), so another session no longer sees the node.
-            assert await holder_client.exists(f"{PATH}/{ours[0]}") is None
+            # Connected: a cancelled acquire confirmed its cleanup before it ended ("nothing
+            # of ours is left in the queue"), so another session no longer sees the node; a
+            # timed-out one wrote its delete without waiting for it (its time was up), so
+            # its own session, whose next request is ordered after it, sees the node gone.
+            seen_by = holder_client if end == "cancel" else client
+            assert await seen_by.exists(f"{PATH}/{ours[0]}") is None
         if where == "disconnected":
             assert remove_listener is not None
             remove_listener()

@@ -5,14 +5,15 @@ from __future__ import annotations
 import collections.abc
 import json
 import math
+import time
 
 import anyio
 import anyio.lowlevel
 import pytest
 
 import aiozklock
-from aiozklock.testing import FencedStore, History, session_of
-from tests.conftest import gone, wait_for_queue
+from aiozklock.testing import FaultProxy, FencedStore, History, Opcode, session_of
+from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -72,9 +73,11 @@ async def test_timeout_raises_lock_timeout_and_leaves_no_node(
         with pytest.raises(aiozklock.LockTimeout) as excinfo:
             await contender.acquire(timeout=0.3)
         assert isinstance(excinfo.value, TimeoutError)
-        assert len(await zk.get_children(PATH)) == 1  # only the holder's node
+        # Its time up, the contender wrote its delete without waiting for the reply: its own
+        # session, whose next request is ordered after it, sees only the holder's node.
+        assert len(await other.get_children(PATH)) == 1
         assert await contender.try_acquire() is False
-        assert len(await zk.get_children(PATH)) == 1
+        assert len(await other.get_children(PATH)) == 1
         assert not contender.is_held
     # The object stays usable after a timeout.
     async with contender.acquire(timeout=2.0):
@@ -294,3 +297,30 @@ async def test_acquire_result_is_a_coroutine_and_a_context_manager(
         tg.start_soon(holder)
     assert results == [True]
     await gone(zk, PATH)
+
+
+@pytest.mark.parametrize("fault", ["delete-reply-lost", "every-request-delayed"])
+async def test_a_timeout_is_not_stretched_by_a_slow_or_silent_server(
+    fault: str, zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    """Its time up, an acquire neither sends more nor waits for its cleanup: it took half the
+    session timeout more when the reply to its delete was lost (a write of a session that
+    moved to another server), and two round trips more when every request was slow."""
+    session_timeout, timeout, delay = 10.0, 1.0, 2.0
+    contender = (await open_client(proxy, session_timeout=session_timeout)).lock(PATH)
+    async with zk.lock(PATH):
+        if fault == "delete-reply-lost":
+            proxy.arm_drop_after([Opcode.DELETE], reset=False)
+            bound = timeout + session_timeout / 4
+        else:
+            proxy.set_delay(delay)
+            bound = delay + timeout  # one round trip is needed: it finds the lock held
+        started = time.monotonic()
+        with anyio.fail_after(session_timeout + 5), pytest.raises(aiozklock.LockTimeout):
+            await contender.acquire(timeout=timeout)
+        elapsed = time.monotonic() - started
+        proxy.set_delay(0)
+        with anyio.fail_after(5):  # the contender's node is gone, the holder's stays
+            await wait_for_children(zk, PATH, lambda children: len(children) == 1)
+    assert elapsed < bound, elapsed
+    assert proxy.count(Opcode.DELETE) == 1  # the cleanup: written once, not resent

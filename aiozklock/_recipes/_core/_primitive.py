@@ -257,8 +257,12 @@ class Primitive(metaclass=_FactoryMade):
         """Acquire: ``await x.acquire()`` or ``async with x.acquire(timeout=1):``.
 
         ``timeout`` bounds the waiting (for the connection, for other tasks of this process,
-        for the holder); the round trip already in flight is never abandoned, so a free
-        resource is acquired even with ``timeout=0``. Raises ``LockTimeout`` if not acquired
+        for the holder); the round trip that enqueues is never abandoned, so a free resource
+        is acquired even with ``timeout=0``. Once the time is up, the queue recipes (lock,
+        multi-lock, read/write lock, election, semaphore) send nothing more and do not wait
+        for their cleanup: the attempt's node is deleted as ``release()`` deletes, written at
+        once (before this client's next request), its reply not awaited, so another session
+        may list it for a moment. Raises ``LockTimeout`` if not acquired
         in time, ``InvalidArgument`` for a bad ``timeout``, ``UsageError`` outside the
         client's event loop, or if the task holds another object on the same path and
         ``timeout`` is None (it would wait for itself forever). Never awaited nor entered,

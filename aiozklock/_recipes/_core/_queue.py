@@ -11,7 +11,8 @@ One GUID names our node in every member queue. The engine:
   on those predecessors only (the wake-up event exists before the existence check, and session
   state changes wake the waiter too);
 * on failure or cancellation leaves nothing behind: cleanup is shielded and bounded, and what
-  cannot be done at once goes to the janitor.
+  cannot be done at once goes to the janitor; once the deadline has passed, nothing more is
+  sent nor waited for (the deletes are written as a release's, their replies not awaited).
 
 A node missing on one member while present on others is never re-created alone: all of ours are
 deleted and every member is enqueued again in one transaction, which keeps the multi-lock's
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -37,6 +39,7 @@ from aiozklock._exceptions import (
     ConnectionLoss,
     InvalidACLError,
     InvalidArgument,
+    LockTimeout,
     NoAuthError,
     NodeExistsError,
     NoNodeError,
@@ -147,6 +150,7 @@ class Queue:
         self._unresolved = False  # a create was sent and its outcome is unknown
         # Our last release's deletes while not yet written: take_back() and their nodes.
         self._give_back: tuple[Callable[[], bool], int, list[tuple[str, str]]] | None = None
+        self._deadline: float | None = None  # the current acquire's (abandon() reads it)
         self.ahead = 0  # contenders queued before us when we last joined (for telemetry)
 
     # ---------------------------------------------------------------- acquire
@@ -157,6 +161,7 @@ class Queue:
         ``data()`` gives our nodes' data at each enqueue. Raises ``LockTimeout`` at
         ``deadline``; after any failure or cancellation, ``abandon()`` leaves nothing queued.
         """
+        self._deadline = deadline
         try:
             return await self._take(deadline, data)
         finally:
@@ -205,6 +210,7 @@ class Queue:
         name = f"{node_prefix(self.guid, self._marker)}{sequence}"
         path = session.server_path(join(member, name))
         op = create_op(path, data, CreateMode.EPHEMERAL, session.client_path, acl=self._acl)
+        self._deadline = deadline
         self._unresolved = True
         while True:
             try:
@@ -476,15 +482,22 @@ class Queue:
     async def _wait(
         self, waits: dict[str, Decision], listings: Listings, deadline: float | None
     ) -> None:
-        """Wait until a predecessor is gone (or the session changes); updates ``listings``."""
-        if len(self.members) == 1:
-            ((member, decision),) = waits.items()
-            if decision.children:
-                await self._wait_children(member, listings, deadline)
+        """Wait until a predecessor is gone (or the session changes); updates ``listings``.
+
+        ``deadline`` bounds it all: nothing is sent once it has passed, and a reply still
+        awaited then is given up (only reads are sent here: nothing to undo)."""
+        left = math.inf if deadline is None else deadline - time.monotonic()
+        with anyio.move_on_after(left) as bound:
+            if len(self.members) == 1:
+                ((member, decision),) = waits.items()
+                if decision.children:
+                    await self._wait_children(member, listings, deadline)
+                else:
+                    await self._wait_one(member, decision, listings, deadline)
             else:
-                await self._wait_one(member, decision, listings, deadline)
-        else:
-            await self._wait_many(waits, listings, deadline)
+                await self._wait_many(waits, listings, deadline)
+        if bound.cancelled_caught:
+            raise LockTimeout(f"{self._label} not acquired in time")
 
     async def _wait_one(
         self, member: str, decision: Decision, listings: Listings, deadline: float | None
@@ -719,7 +732,17 @@ class Queue:
         return result.ok
 
     async def abandon(self) -> None:
-        """After a failed or cancelled acquire: leave nothing of ours in the queues."""
+        """After a failed or cancelled acquire: leave nothing of ours in the queues.
+
+        Once the acquire's deadline has passed, nothing is waited for: the deletes are
+        written as a release's are (``delete_own_nowait``), and a create of unknown outcome
+        is the janitor's; a caller whose time is up must not wait for a slow or silent
+        server. Otherwise (an error, a cancellation) the deletes are confirmed, within half
+        the session timeout, and what is not done by then is the janitor's."""
+        deadline = self._deadline
+        if deadline is not None and time.monotonic() >= deadline:
+            self._abandon_nowait()
+            return
         nodes, generation = self.nodes, self.generation
         unresolved = self._unresolved
         self.nodes = {}
@@ -744,6 +767,18 @@ class Queue:
                 elif not nodes:
                     self._janitor.delete_guid(member, self.guid, generation)
             self.retire_guid()
+
+    def _abandon_nowait(self) -> None:
+        if self.nodes:
+            self.delete_own_nowait()
+        elif self._unresolved:
+            generation = self._session.generation
+            for member in self.members:
+                self._janitor.delete_guid(member, self.guid, generation)
+        if self.nodes or self._unresolved:
+            self.retire_guid()  # the deletes may yet be the janitor's (see retire_guid)
+        self._unresolved = False
+        self.forget()
 
     async def _delete_now(self, nodes: dict[str, str], generation: int) -> bool:
         session = self._session

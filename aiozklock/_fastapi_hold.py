@@ -1,0 +1,177 @@
+"""The lock dependency of ``aiozklock.fastapi``: acquire in the request's task, hold around
+the endpoint, release before the response, and turn failures into HTTP errors.
+
+A request does not wait for a disconnected session longer than its ``wait_for_connection``:
+while the session is down it cannot be granted a lock, so it answers 503 at once (by
+default) instead of waiting out its timeout, whether the session was down when it came or
+went down while it waited in the queue.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from fastapi import Depends, HTTPException, Request
+
+from aiozklock._client import ZooKeeperClient
+from aiozklock._exceptions import ClientClosed, LockLost, LockTimeout, ZooKeeperUnavailable
+from aiozklock._fastapi_routes import TEMPLATES, fields, fill
+from aiozklock._recipes._core._primitive import AcquireContext, Primitive
+from aiozklock._wire._session import SessionState, StateChange
+
+if TYPE_CHECKING:
+    from aiozklock.fastapi import HTTPErrors
+
+# Failures that say "ZooKeeper cannot vouch for this lock now": retrying later may work.
+_UNAVAILABLE = (LockLost, ZooKeeperUnavailable, ClientClosed)
+
+Make = Callable[[ZooKeeperClient, list[str]], Primitive]
+ClientOf = Callable[[Request], ZooKeeperClient]
+
+
+def dependency(
+    templates: tuple[str, ...],
+    make: Make,
+    timeout: float | None,
+    wait_for_connection: float,
+    errors: HTTPErrors,
+    client_of: ClientOf,
+) -> Any:
+    """The yield dependency shared by every recipe: ``make`` builds the recipe object from
+    the client and the filled ``templates``. The other arguments are validated by the
+    caller; raises ``InvalidArgument`` for a bad template."""
+    names = {template: fields(template) for template in templates}
+
+    async def hold(request: Request) -> AsyncIterator[Primitive]:
+        paths = [fill(template, names[template], request) for template in templates]
+        label = ", ".join(paths)
+        zk = client_of(request)
+        started = time.monotonic()
+        patience = wait_for_connection if timeout is None else min(wait_for_connection, timeout)
+        if not await _connected(zk, patience):
+            raise unavailable(
+                errors, f"{label}: ZooKeeper is unreachable (the session is {zk.state.value})"
+            )
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        acquiring = make(zk, paths).acquire(timeout=left)
+        outage = _Outage(zk, wait_for_connection)
+        # The scope spans the yield, in this task: the body scope that a successful acquire
+        # enters (cancelled on a loss) must be left before it.
+        with outage.scope:
+            try:
+                held = await acquiring.__aenter__()
+            except LockTimeout as exc:
+                if zk.state is not SessionState.CONNECTED:  # it waited for ZooKeeper
+                    raise unavailable(errors, f"{label}: ZooKeeper is unreachable") from exc
+                detail = f"{label} is held by another request; not acquired within {timeout} s"
+                raise HTTPException(errors.not_acquired, detail) from exc
+            except _UNAVAILABLE as exc:
+                raise unavailable(errors, f"{label} cannot be acquired: {exc}") from exc
+            finally:
+                outage.stop()
+            if outage.scope.cancel_called:
+                # Granted just as the session went down for good: give it back at once
+                # (its cancellation, or its loss, ends here) and answer 503 below.
+                await _exit(acquiring, None, errors, label, confirm=False)
+            else:
+                # FastAPI runs the endpoint in this task, inside this yield: a loss cancels
+                # the endpoint wherever it awaits.
+                try:
+                    yield held
+                except BaseException as exc:
+                    await _exit(acquiring, exc, errors, label)
+                    raise
+                await _exit(acquiring, None, errors, label)
+        if outage.scope.cancel_called:
+            waited = f", and stayed down {wait_for_connection} s" if wait_for_connection else ""
+            raise unavailable(
+                errors,
+                f"{label}: ZooKeeper is unreachable (the session went down while the request "
+                f"waited{waited})",
+            )
+
+    setattr(hold, TEMPLATES, names)
+    return Depends(hold, scope="function")
+
+
+async def _connected(zk: ZooKeeperClient, within: float) -> bool:
+    """Whether the session is connected, waiting up to ``within`` seconds for it."""
+    if _up(zk):
+        return True
+    if within <= 0:
+        return False
+    settled = anyio.Event()
+
+    def changed(change: StateChange) -> None:
+        if change.state in (SessionState.CONNECTED, SessionState.CLOSED):
+            settled.set()
+
+    remove = zk.add_listener(changed)
+    try:
+        with anyio.move_on_after(within):
+            await settled.wait()
+    finally:
+        remove()
+    return _up(zk)
+
+
+def _up(zk: ZooKeeperClient) -> bool:
+    return zk.state is SessionState.CONNECTED
+
+
+class _Outage:
+    """Cancels ``scope`` once the session has been down (any state but CONNECTED) for
+    ``grace`` seconds on end, through its deadline, which a listener on the client's state
+    changes moves; ``stop()`` once the acquire is over. Created while connected."""
+
+    def __init__(self, zk: ZooKeeperClient, grace: float) -> None:
+        self.scope = anyio.CancelScope()
+        self._grace = grace
+        self._remove = zk.add_listener(self._changed)
+
+    def _changed(self, change: StateChange) -> None:
+        if change.state is SessionState.CONNECTED:
+            self.scope.deadline = math.inf
+        elif math.isinf(self.scope.deadline):  # down from now on: its grace starts
+            self.scope.deadline = anyio.current_time() + self._grace
+
+    def stop(self) -> None:
+        self._remove()
+        self.scope.deadline = math.inf
+
+
+async def _exit(
+    acquiring: AcquireContext[Primitive],
+    exc: BaseException | None,
+    errors: HTTPErrors,
+    label: str,
+    *,
+    confirm: bool = True,
+) -> None:
+    """Release, confirmed by the server (so that a client that has the response finds the
+    lock free from any process); a loss (or a close) on the way out becomes
+    ``errors.unavailable``."""
+    try:
+        await acquiring.exit(
+            type(exc) if exc else None,
+            exc,
+            exc.__traceback__ if exc else None,
+            confirm=confirm,
+        )
+    except _UNAVAILABLE as error:
+        if error is exc:  # the endpoint's own error, passed through
+            raise
+        raise unavailable(errors, f"{label} was lost during the request: {error}") from error
+
+
+def unavailable(errors: HTTPErrors, detail: str) -> HTTPException:
+    """``errors.unavailable`` with its ``Retry-After``."""
+    headers = None if errors.retry_after is None else {"Retry-After": str(errors.retry_after)}
+    return HTTPException(errors.unavailable, detail, headers=headers)
+
+
+__all__ = ("dependency", "unavailable")
