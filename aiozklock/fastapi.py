@@ -43,6 +43,7 @@ from aiozklock._fastapi_routes import check_routes
 from aiozklock._recipes._core._holding import LossPolicy
 from aiozklock._recipes._core._observe import Observer
 from aiozklock._recipes._core._primitive import Primitive
+from aiozklock._wire._limits import DEFAULT_MAX_REQUEST_BYTES
 from aiozklock._wire._validation import validate_timeout
 
 #: The attribute of ``app.state`` that holds the application's client.
@@ -62,6 +63,7 @@ def lifespan(
     auth: Sequence[tuple[str, str | bytes]] = (),
     default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
     ssl: SSLContext | bool | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
 ) -> AppLifespan:
     """A FastAPI lifespan that opens one client for the application and closes it at
     shutdown: ``FastAPI(lifespan=aiozklock.fastapi.lifespan("zk1:2181/app"))``.
@@ -70,8 +72,9 @@ def lifespan(
     ``app_lifespan``, the application's own lifespan, runs inside: the client is open during
     its startup and its shutdown, and what it yields (lifespan state) is passed on. The other
     arguments are ``aiozklock.connect()``'s, with the same defaults and meaning: all of them
-    (``telemetry``, ``auth``, ``default_acl``, ``ssl``...). Startup also checks every route's
-    lock dependencies (``locked``, ``locked_all``) against the route's path parameters.
+    (``telemetry``, ``auth``, ``default_acl``, ``ssl``, ``max_request_bytes``...). Startup
+    also checks every route's lock dependencies (``locked``, ``locked_all``) against the
+    route's path parameters.
 
     Raises ``InvalidArgument`` now for bad connection arguments. Startup raises
     ``UsageError`` for a route whose lock template names a path parameter the route does not
@@ -92,6 +95,7 @@ def lifespan(
             auth=auth,
             default_acl=default_acl,
             ssl=ssl,
+            max_request_bytes=max_request_bytes,
         )
 
     open_client()  # validates now; sends nothing
