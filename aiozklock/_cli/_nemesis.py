@@ -73,6 +73,11 @@ def add_nemesis_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         "--duration", type=seconds, default=60.0, help="seconds of faults (%(default)s)"
     )
     nemesis.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    _add_target_options(nemesis)
+
+
+def _add_target_options(nemesis: argparse.ArgumentParser) -> None:
+    """Where the run goes, who contends, which faults, and where its logs stay."""
     nemesis.add_argument(
         "--hosts",
         help="ZooKeeper connection string of running servers (no server faults then); "
