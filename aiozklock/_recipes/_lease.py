@@ -43,7 +43,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 
@@ -53,7 +52,9 @@ from aiozklock._exceptions import (
     BadVersionError,
     ClientClosed,
     ConnectionLoss,
+    InvalidACLError,
     LockLost,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotLockOwner,
@@ -65,21 +66,19 @@ from aiozklock._exceptions import (
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor, Spawn
 from aiozklock._recipes._core._primitive import Primitive
-from aiozklock._recipes._core._waiting import wait_woken
+from aiozklock._recipes._core._retry import RETRY_ANY_SESSION, create_in
+from aiozklock._recipes._core._uncertain import delete_shielded
+from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock._wire._protocol import (
     Created,
-    EventType,
-    Op,
     Stat,
-    WatchedEvent,
-    container_path_ops,
     create_ttl_op,
     delete_op,
     encode_acl,
     get_data_op,
     set_data_op,
 )
-from aiozklock._wire._session import Session, SessionState, StateChange
+from aiozklock._wire._session import Session, SessionState
 from aiozklock._wire._validation import (
     join,
     validate_data,
@@ -96,8 +95,9 @@ LEASE_NODE = "lease"
 RENEW_FRACTION = 1 / 3  # renew every ttl/3 (pitfall 21: at most TTL/3)
 MARGIN_FRACTION = 0.1  # valid_until = expires_at - 10 % of the TTL
 _HOST = socket.gethostname()
-# A node whose outcome is unknown is looked up again, never resent blindly.
-_UNKNOWN = (ConnectionLoss, SessionExpired)
+# A write whose outcome is unknown is looked up again, never resent blindly: the node is not
+# bound to a session, so neither a lost connection nor a lost session settles it.
+_UNKNOWN = (ConnectionLoss, SessionExpired)  # what RETRY_ANY_SESSION repeats
 
 
 @dataclass(eq=False)
@@ -129,23 +129,6 @@ class LeaseStatistics:
     acquisitions: int
     losses: int
     last_wait: float | None  # seconds the last acquisition waited
-
-
-class _Wakeup:
-    """What a waiter waits for: the holder's node changed or deleted (a data watch), or the
-    session changed state. Created before the read that sets the watch."""
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.deleted = False
-
-    def watch(self, event: WatchedEvent) -> None:
-        if event.type is EventType.DELETED:
-            self.deleted = True
-        self.event.set()
-
-    def state(self, change: StateChange) -> None:
-        self.event.set()
 
 
 class _Keepers:
@@ -344,33 +327,26 @@ class LeaseLock(Primitive):
 
     async def _contend(self, deadline: float | None) -> LeaseHolding:
         session = self._session
-        parents: list[Op[Any]] = []
         while True:
             create = create_ttl_op(
                 self._server_node, self._data, self._ttl_ms, session.client_path, acl=self._acl
             )
             sent = time.monotonic()
             self._maybe_created = True
-            *made, created = await session.pipeline([*parents, create], wait_until=deadline)
+            try:
+                created = await create_in(session, create, self.path, self._acl, deadline=deadline)
+            except (NoAuthError, InvalidACLError):
+                self._maybe_created = False  # the lock path's container was refused
+                raise
             if isinstance(created, Created):
                 return self._granted(created.stat, sent)
             if isinstance(created, UnimplementedError):
                 self._maybe_created = False
                 raise TTLNotSupported(self.node) from None
-            if isinstance(created, NoNodeError) and not parents:
+            if not isinstance(created, NodeExistsError | ConnectionLoss | SessionExpired):
                 self._maybe_created = False
-                # The lock path is missing: create it (and its ancestors) as containers in the
-                # same write as the next create.
-                parents = container_path_ops(
-                    session.server_path(self.path), session.client_path, acl=self._acl
-                )
-                continue
-            parents = []
-            for result in (*made, created):
-                if isinstance(result, BaseException) and not isinstance(
-                    result, NodeExistsError | ConnectionLoss | SessionExpired
-                ):
-                    raise result
+                assert isinstance(created, BaseException)
+                raise created
             holding = await self._adopt_or_wait(deadline)
             if holding is not None:
                 return holding
@@ -378,30 +354,21 @@ class LeaseLock(Primitive):
     async def _adopt_or_wait(self, deadline: float | None) -> LeaseHolding | None:
         """The node exists, or our create's outcome is unknown: re-attach if it carries our
         ``holder_id``, else wait until it is deleted. None: create again."""
-        session = self._session
+        message = f"{self._label} not acquired in time (held by another)"
         while True:
-            wakeup = _Wakeup()
-            # The listener and the watch exist before the read: a deletion right after it, or
-            # a reconnect, cannot be missed.
-            remove_listener = session.add_listener(wakeup.state)
-            try:
-                try:
-                    op = get_data_op(self._server_node, wakeup.watch)
-                    data, stat = await session.call(op, wait_until=deadline)
-                except NoNodeError:
+            with Wakeup(self._session) as wakeup:
+                found = await wakeup.get_data(
+                    self._server_node, deadline=deadline, retry=RETRY_ANY_SESSION
+                )
+                if found is None:
                     return None
-                except _UNKNOWN:
-                    continue  # a read: ask again once reconnected
+                data, stat = found
                 if self._is_ours(data):
                     return await self._reattach(stat, deadline)
                 self._maybe_created = False  # someone else's node: our create failed
-                message = f"{self._label} not acquired in time (held by another)"
-                await wait_woken(wakeup.event, deadline, message)
+                await wakeup.wait(deadline, message)
                 if wakeup.deleted:
                     return None
-            finally:
-                remove_listener()
-                session.remove_watcher(self._server_node, wakeup.watch)
 
     async def _reattach(self, stat: Stat, deadline: float | None) -> LeaseHolding | None:
         """Our ``holder_id`` is on the node (a lost create reply, or a restart with the same
@@ -424,14 +391,13 @@ class LeaseLock(Primitive):
         if not self._maybe_created:
             return
         self._maybe_created = False
-        with anyio.CancelScope(shield=True):
-            if not await self._delete_ours(None, time.monotonic() + self._session.timeout / 2):
-                log.warning(
-                    "%s: could not delete our node after a failed acquire; the server deletes "
-                    "it after its TTL (%s s) and the reaper's interval",
-                    self._label,
-                    self.ttl,
-                )
+        if not await self._delete_ours(None, self._session.timeout / 2):
+            log.warning(
+                "%s: could not delete our node after a failed acquire; the server deletes "
+                "it after its TTL (%s s) and the reaper's interval",
+                self._label,
+                self.ttl,
+            )
 
     # ---------------------------------------------------------------- renewals and loss
 
@@ -494,16 +460,11 @@ class LeaseLock(Primitive):
             raise self._lose(holding, f"the node was changed or deleted ({exc})") from None
         except _UNKNOWN:
             pass
-        while True:  # the reply was lost: did our write happen?
-            try:
-                data, stat = await self._session.call(
-                    get_data_op(self._server_node), wait_until=until
-                )
-                break
-            except NoNodeError:
-                raise self._lose(holding, "the node was deleted") from None
-            except _UNKNOWN:
-                continue
+        try:  # the reply was lost: did our write happen?
+            read = get_data_op(self._server_node)
+            data, stat = await RETRY_ANY_SESSION.call(self._session, read, wait_until=until)
+        except NoNodeError:
+            raise self._lose(holding, "the node was deleted") from None
         if stat.czxid != holding.token or not self._is_ours(data):
             raise self._lose(holding, "the node is someone else's now")
         if stat.version == holding.version:
@@ -535,7 +496,7 @@ class LeaseLock(Primitive):
                 until = time.monotonic() + self._session.timeout / 2
                 if await self._delete_valid(holding, until):
                     return
-                if not await self._delete_ours(holding.token, until):
+                if not await self._delete_ours(holding.token, until - time.monotonic()):
                     log.warning(
                         "%s: could not delete our node on release yet: the janitor retries "
                         "while the session lives, else the server deletes it after its TTL "
@@ -563,26 +524,18 @@ class LeaseLock(Primitive):
                 return False
         return False
 
-    async def _delete_ours(self, czxid: int | None, until: float) -> bool:
-        """Delete the node if it is ours (our ``holder_id``, and ``czxid`` if given). True
-        once it is gone or not ours; False if that could not be done by ``until``."""
-        session = self._session
-        with anyio.move_on_after(until - time.monotonic()):
-            while True:
-                try:
-                    op = get_data_op(self._server_node)
-                    data, stat = await session.call(op, wait_until=until)
-                    if (czxid is not None and stat.czxid != czxid) or not self._is_ours(data):
-                        return True
-                    await session.call(delete_op(self._server_node, stat.version), wait_until=until)
-                    return True
-                except NoNodeError:
-                    return True
-                except (BadVersionError, *_UNKNOWN):
-                    continue  # changed under us, or the outcome is unknown: read again
-                except (AiozklockError, TimeoutError):  # ClientClosed included
-                    return False
-        return False
+    async def _delete_ours(self, czxid: int | None, bound: float) -> bool:
+        """Delete the node if it is ours (our ``holder_id``, and ``czxid`` if given), within
+        ``bound`` seconds. True once it is gone or not ours; False if not done in time."""
+        return await delete_shielded(
+            self._session,
+            self.node,
+            None,
+            bound=bound,
+            czxid=czxid,
+            owned=lambda data, stat: self._is_ours(data),
+            retry=RETRY_ANY_SESSION,
+        )
 
     def _drop(self, holding: Holding) -> None:
         """Nothing to forget: the holding carries the lease's state."""
