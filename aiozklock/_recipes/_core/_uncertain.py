@@ -29,7 +29,7 @@ from aiozklock._recipes._core._retry import (
     carrying,
     delete_node,
 )
-from aiozklock._wire._protocol import Stat, delete_op
+from aiozklock._wire._protocol import Stat, delete_op, exists_op
 from aiozklock._wire._session import Session, SessionState
 
 
@@ -187,12 +187,27 @@ def release_nowait(
         pass  # our session is gone, and the server deletes its node with it
 
 
+async def find_ours(
+    session: Session, parent: str, guid: str, generation: int
+) -> tuple[str, Stat] | None:
+    """After a lost create reply: our node under ``parent`` (its name carries ``guid``, its
+    ephemeral owner is our session) and its stat, or None if the create made nothing.
+    Raises ``SessionExpired`` if ``generation`` is gone (and the node with it)."""
+    for node in await carrying(session, parent, guid, generation):
+        op = exists_op(session.server_path(node))
+        stat = await RETRY.call(session, op, generation=generation)
+        if stat is not None and stat.ephemeral_owner == session.session_id:
+            return node, stat
+    return None
+
+
 __all__ = (
     "Claim",
     "FixedClaim",
     "NamedClaim",
     "abandon",
     "delete_shielded",
+    "find_ours",
     "guid_in",
     "owned_by",
     "release_nowait",
