@@ -41,8 +41,6 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import anyio
 
@@ -50,10 +48,8 @@ from aiozklock._acl import ACL
 from aiozklock._exceptions import (
     AiozklockError,
     BadVersionError,
-    ClientClosed,
     ConnectionLoss,
     InvalidACLError,
-    LockLost,
     NoAuthError,
     NodeExistsError,
     NoNodeError,
@@ -69,13 +65,20 @@ from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._recipes._core._retry import RETRY_ANY_SESSION, create_in
 from aiozklock._recipes._core._uncertain import delete_shielded
 from aiozklock._recipes._core._waiting import Wakeup
+from aiozklock._recipes._lease_keeper import (
+    UNKNOWN_OUTCOME,
+    Keepers,
+    LeaseHolding,
+    LeaseStatistics,
+    keep,
+    refresh,
+)
 from aiozklock._wire._protocol import (
     Created,
     Stat,
     create_ttl_op,
     delete_op,
     encode_acl,
-    get_data_op,
     set_data_op,
 )
 from aiozklock._wire._session import Session, SessionState
@@ -95,80 +98,6 @@ LEASE_NODE = "lease"
 RENEW_FRACTION = 1 / 3  # renew every ttl/3 (pitfall 21: at most TTL/3)
 MARGIN_FRACTION = 0.1  # valid_until = expires_at - 10 % of the TTL
 _HOST = socket.gethostname()
-# A write whose outcome is unknown is looked up again, never resent blindly: the node is not
-# bound to a session, so neither a lost connection nor a lost session settles it.
-_UNKNOWN = (ConnectionLoss, SessionExpired)  # what RETRY_ANY_SESSION repeats
-
-
-@dataclass(eq=False)
-class LeaseHolding(Holding):
-    """A holding plus what renewals need: the node's version after our last write, and the
-    earliest instant (``time.monotonic()``) the server may delete the node."""
-
-    version: int = 0
-    expires_at: float = -math.inf
-    renewals: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseStatistics:
-    """Local state of one lease lock object (no request is sent to build it)."""
-
-    path: str
-    node: str  # the lock node, ``{path}/lease``
-    holder_id: str
-    ttl: float
-    locked: bool  # a task of this object holds the lease, not lost
-    owner: anyio.TaskInfo | None
-    depth: int  # reentrant acquisitions by the owner
-    tasks_waiting: int  # tasks of this process waiting on this object
-    fencing_token: int | None
-    version: int | None  # the node's version after our last write
-    expires_at: float | None  # time.monotonic() instant: the server may delete it from then
-    renewals: int  # successful renewals of the current holding
-    acquisitions: int
-    losses: int
-    last_wait: float | None  # seconds the last acquisition waited
-
-
-class _Keepers:
-    """The lease's own loss monitor, in place of the session's: registering a holding starts
-    its keeper (renewals, loss deadline) in the client's background task group; unregistering
-    (release) cancels it. A keeper cancelled by the client's closing marks the holding lost:
-    nobody can renew it any more."""
-
-    def __init__(self, keep: Callable[[LeaseHolding], Awaitable[None]], spawn: Spawn) -> None:
-        self._keep = keep
-        self._spawn = spawn
-        self._scopes: dict[Holding, anyio.CancelScope] = {}
-
-    def register(self, holding: Holding) -> None:
-        assert isinstance(holding, LeaseHolding)
-        scope = self._scopes[holding] = anyio.CancelScope()
-
-        async def keeper() -> None:
-            try:
-                with scope:
-                    await self._keep(holding)
-            except Exception:  # never into the client's task group
-                log.exception("lease keeper of %s failed", holding.nodes[0])
-                holding.mark_lost("the lease keeper failed", "lease")
-            finally:
-                if self._scopes.pop(holding, None) is not None:  # not released: cancelled
-                    holding.mark_lost(
-                        "the client was closed: the lease can not be renewed", "closed"
-                    )
-
-        try:
-            self._spawn(keeper)
-        except RuntimeError:  # the client is closing
-            self._scopes.pop(holding, None)
-            holding.mark_lost("the client is closing: the lease can not be renewed", "closed")
-
-    def unregister(self, holding: Holding) -> None:
-        scope = self._scopes.pop(holding, None)
-        if scope is not None:
-            scope.cancel()
 
 
 class LeaseLock(Primitive):
@@ -225,7 +154,11 @@ class LeaseLock(Primitive):
         self.renew_automatically = validate_flag("renew", renew)
         self.node = join(self.path, LEASE_NODE)
         super().__init__(
-            session, _Keepers(self._keep, spawn), f"lease lock {self.path}", (self.path,), acl
+            session,
+            Keepers(lambda holding: keep(self, holding), spawn),
+            f"lease lock {self.path}",
+            (self.path,),
+            acl,
         )
         self._acl = encode_acl(acl)
         self._janitor = janitor
@@ -252,7 +185,7 @@ class LeaseLock(Primitive):
         this object does not hold the lease, and ``LockLost`` if it is lost (the node was
         changed or deleted by someone else, or it could not be renewed in time).
         """
-        await self._refresh(self._current("renew it"))
+        await refresh(self, self._current("renew it"))
 
     @property
     def expires_at(self) -> float:
@@ -379,7 +312,7 @@ class LeaseLock(Primitive):
         op = set_data_op(self._server_node, self._data, stat.version)
         try:
             renewed = await self._session.call(op, wait_until=deadline)
-        except (BadVersionError, NoNodeError, *_UNKNOWN):
+        except (BadVersionError, NoNodeError, *UNKNOWN_OUTCOME):
             return None
         log.info("%s: re-attached to our lease node (czxid %d)", self._label, renewed.czxid)
         return self._granted(renewed, sent)
@@ -398,92 +331,6 @@ class LeaseLock(Primitive):
                 self._label,
                 self.ttl,
             )
-
-    # ---------------------------------------------------------------- renewals and loss
-
-    async def _keep(self, holding: LeaseHolding) -> None:
-        """The keeper: renew every ttl/3 (if ``renew``), and mark the holding lost at
-        ``valid_until`` if it was not renewed by then."""
-        while not holding.lost:
-            now = time.monotonic()
-            lost_at = self._valid_until(holding)
-            if now >= lost_at:
-                self._lose(holding, "not renewed in time", delete=True)
-                return
-            due = math.inf
-            if self.renew_automatically:
-                due = holding.expires_at - self.ttl + self._renew_every
-            if now < min(due, lost_at):
-                await anyio.sleep(min(due, lost_at) - now)
-                continue
-            try:
-                await self._refresh(holding)
-            except AiozklockError as exc:
-                self._lose(holding, f"renewal failed: {exc}")
-                return
-
-    async def _refresh(self, holding: LeaseHolding) -> None:
-        """One renewal, retried through disconnections until ``valid_until``. Raises
-        ``LockLost`` (having marked the holding lost) when it cannot be renewed."""
-        async with self._writing:
-            while True:
-                if holding.lost:
-                    raise self._lose(holding, holding.lost_reason)
-                until = self._valid_until(holding)
-                sent = time.monotonic()
-                if sent >= until:
-                    raise self._lose(holding, "not renewed in time", delete=True)
-                stat = None
-                try:
-                    # A reply that comes after ``until`` is too late to count: stop waiting.
-                    with anyio.move_on_after(until - sent):
-                        stat = await self._write(holding, until)
-                except TimeoutError:
-                    pass  # not connected by ``until``: lost on the next turn
-                except ClientClosed:
-                    raise self._lose(holding, "the client was closed") from None
-                if stat is not None:
-                    break
-            if stat.czxid != holding.token:  # pitfall 24: another holder's node, same version
-                raise self._lose(holding, f"the node was re-created (czxid {stat.czxid})")
-            holding.version = stat.version
-            holding.expires_at = sent + self.ttl
-            holding.renewals += 1
-
-    async def _write(self, holding: LeaseHolding, until: float) -> Stat | None:
-        """``setData(version=ours)``; None if a lost reply turns out not to have been
-        applied (send again)."""
-        op = set_data_op(self._server_node, self._data, holding.version)
-        try:
-            return await self._session.call(op, wait_until=until)
-        except (BadVersionError, NoNodeError) as exc:
-            raise self._lose(holding, f"the node was changed or deleted ({exc})") from None
-        except _UNKNOWN:
-            pass
-        try:  # the reply was lost: did our write happen?
-            read = get_data_op(self._server_node)
-            data, stat = await RETRY_ANY_SESSION.call(self._session, read, wait_until=until)
-        except NoNodeError:
-            raise self._lose(holding, "the node was deleted") from None
-        if stat.czxid != holding.token or not self._is_ours(data):
-            raise self._lose(holding, "the node is someone else's now")
-        if stat.version == holding.version:
-            return None
-        if stat.version == holding.version + 1 and data == self._data:
-            return stat
-        raise self._lose(holding, f"the node was changed by someone else (v{stat.version})")
-
-    def _lose(self, holding: LeaseHolding, reason: str, *, delete: bool = False) -> LockLost:
-        """Mark ``holding`` lost (cancelling its bodies); returns the error to raise.
-
-        ``delete``: the node may still be ours (not renewed in time): the janitor deletes it
-        once possible, if it still has our czxid, so that it does not block others for the
-        rest of its TTL."""
-        if holding.mark_lost(reason, "lease"):
-            log.warning("%s: lease lost: %s", self._label, reason)
-            if delete and self._session.state is not SessionState.CLOSED:
-                self._janitor.delete(self.node, self._session.generation, czxid=holding.token)
-        return self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
 
     # ---------------------------------------------------------------- release
 

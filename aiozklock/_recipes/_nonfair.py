@@ -16,6 +16,7 @@ identity (``_core/_contenders.Identity``):
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 import uuid
@@ -51,6 +52,8 @@ from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock._wire._protocol import Created, CreateMode, Stat, create_op, encode_acl, get_data_op
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join, validate_identifier, validate_recipe_path
+
+log = logging.getLogger(__name__)
 
 NODE_NAME = "lock"
 # Pitfall 18 (herd): after this many lost races in a row, wait a jittered moment before the
@@ -188,6 +191,7 @@ class NonFairLock(Primitive):
             found = await wakeup.get_data(self._server_node, deadline=deadline)
             generation = session.generation
             if found is not None and owned_by(session, self._guid)(*found):
+                log.info("%s: adopted our node after a lost create reply", self._label)
                 return self._hold(found[1], generation)
             self._claim = None  # nothing there, someone else's, or ours from an old session
             if found is not None:
