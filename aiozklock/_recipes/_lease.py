@@ -41,9 +41,6 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
 
 import anyio
 
@@ -51,9 +48,9 @@ from aiozklock._acl import ACL
 from aiozklock._exceptions import (
     AiozklockError,
     BadVersionError,
-    ClientClosed,
     ConnectionLoss,
-    LockLost,
+    InvalidACLError,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotLockOwner,
@@ -65,21 +62,26 @@ from aiozklock._exceptions import (
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor, Spawn
 from aiozklock._recipes._core._primitive import Primitive
-from aiozklock._recipes._core._waiting import wait_woken
+from aiozklock._recipes._core._retry import RETRY_ANY_SESSION, create_in
+from aiozklock._recipes._core._uncertain import delete_shielded
+from aiozklock._recipes._core._waiting import Wakeup
+from aiozklock._recipes._lease_keeper import (
+    UNKNOWN_OUTCOME,
+    Keepers,
+    LeaseHolding,
+    LeaseStatistics,
+    keep,
+    refresh,
+)
 from aiozklock._wire._protocol import (
     Created,
-    EventType,
-    Op,
     Stat,
-    WatchedEvent,
-    container_path_ops,
     create_ttl_op,
     delete_op,
     encode_acl,
-    get_data_op,
     set_data_op,
 )
-from aiozklock._wire._session import Session, SessionState, StateChange
+from aiozklock._wire._session import Session, SessionState
 from aiozklock._wire._validation import (
     join,
     validate_data,
@@ -96,96 +98,6 @@ LEASE_NODE = "lease"
 RENEW_FRACTION = 1 / 3  # renew every ttl/3 (pitfall 21: at most TTL/3)
 MARGIN_FRACTION = 0.1  # valid_until = expires_at - 10 % of the TTL
 _HOST = socket.gethostname()
-# A node whose outcome is unknown is looked up again, never resent blindly.
-_UNKNOWN = (ConnectionLoss, SessionExpired)
-
-
-@dataclass(eq=False)
-class LeaseHolding(Holding):
-    """A holding plus what renewals need: the node's version after our last write, and the
-    earliest instant (``time.monotonic()``) the server may delete the node."""
-
-    version: int = 0
-    expires_at: float = -math.inf
-    renewals: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseStatistics:
-    """Local state of one lease lock object (no request is sent to build it)."""
-
-    path: str
-    node: str  # the lock node, ``{path}/lease``
-    holder_id: str
-    ttl: float
-    locked: bool  # a task of this object holds the lease, not lost
-    owner: anyio.TaskInfo | None
-    depth: int  # reentrant acquisitions by the owner
-    tasks_waiting: int  # tasks of this process waiting on this object
-    fencing_token: int | None
-    version: int | None  # the node's version after our last write
-    expires_at: float | None  # time.monotonic() instant: the server may delete it from then
-    renewals: int  # successful renewals of the current holding
-    acquisitions: int
-    losses: int
-    last_wait: float | None  # seconds the last acquisition waited
-
-
-class _Wakeup:
-    """What a waiter waits for: the holder's node changed or deleted (a data watch), or the
-    session changed state. Created before the read that sets the watch."""
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.deleted = False
-
-    def watch(self, event: WatchedEvent) -> None:
-        if event.type is EventType.DELETED:
-            self.deleted = True
-        self.event.set()
-
-    def state(self, change: StateChange) -> None:
-        self.event.set()
-
-
-class _Keepers:
-    """The lease's own loss monitor, in place of the session's: registering a holding starts
-    its keeper (renewals, loss deadline) in the client's background task group; unregistering
-    (release) cancels it. A keeper cancelled by the client's closing marks the holding lost:
-    nobody can renew it any more."""
-
-    def __init__(self, keep: Callable[[LeaseHolding], Awaitable[None]], spawn: Spawn) -> None:
-        self._keep = keep
-        self._spawn = spawn
-        self._scopes: dict[Holding, anyio.CancelScope] = {}
-
-    def register(self, holding: Holding) -> None:
-        assert isinstance(holding, LeaseHolding)
-        scope = self._scopes[holding] = anyio.CancelScope()
-
-        async def keeper() -> None:
-            try:
-                with scope:
-                    await self._keep(holding)
-            except Exception:  # never into the client's task group
-                log.exception("lease keeper of %s failed", holding.nodes[0])
-                holding.mark_lost("the lease keeper failed", "lease")
-            finally:
-                if self._scopes.pop(holding, None) is not None:  # not released: cancelled
-                    holding.mark_lost(
-                        "the client was closed: the lease can not be renewed", "closed"
-                    )
-
-        try:
-            self._spawn(keeper)
-        except RuntimeError:  # the client is closing
-            self._scopes.pop(holding, None)
-            holding.mark_lost("the client is closing: the lease can not be renewed", "closed")
-
-    def unregister(self, holding: Holding) -> None:
-        scope = self._scopes.pop(holding, None)
-        if scope is not None:
-            scope.cancel()
 
 
 class LeaseLock(Primitive):
@@ -242,7 +154,11 @@ class LeaseLock(Primitive):
         self.renew_automatically = validate_flag("renew", renew)
         self.node = join(self.path, LEASE_NODE)
         super().__init__(
-            session, _Keepers(self._keep, spawn), f"lease lock {self.path}", (self.path,), acl
+            session,
+            Keepers(lambda holding: keep(self, holding), spawn),
+            f"lease lock {self.path}",
+            (self.path,),
+            acl,
         )
         self._acl = encode_acl(acl)
         self._janitor = janitor
@@ -269,7 +185,7 @@ class LeaseLock(Primitive):
         this object does not hold the lease, and ``LockLost`` if it is lost (the node was
         changed or deleted by someone else, or it could not be renewed in time).
         """
-        await self._refresh(self._current("renew it"))
+        await refresh(self, self._current("renew it"))
 
     @property
     def expires_at(self) -> float:
@@ -344,33 +260,26 @@ class LeaseLock(Primitive):
 
     async def _contend(self, deadline: float | None) -> LeaseHolding:
         session = self._session
-        parents: list[Op[Any]] = []
         while True:
             create = create_ttl_op(
                 self._server_node, self._data, self._ttl_ms, session.client_path, acl=self._acl
             )
             sent = time.monotonic()
             self._maybe_created = True
-            *made, created = await session.pipeline([*parents, create], wait_until=deadline)
+            try:
+                created = await create_in(session, create, self.path, self._acl, deadline=deadline)
+            except (NoAuthError, InvalidACLError):
+                self._maybe_created = False  # the lock path's container was refused
+                raise
             if isinstance(created, Created):
                 return self._granted(created.stat, sent)
             if isinstance(created, UnimplementedError):
                 self._maybe_created = False
                 raise TTLNotSupported(self.node) from None
-            if isinstance(created, NoNodeError) and not parents:
+            if not isinstance(created, NodeExistsError | ConnectionLoss | SessionExpired):
                 self._maybe_created = False
-                # The lock path is missing: create it (and its ancestors) as containers in the
-                # same write as the next create.
-                parents = container_path_ops(
-                    session.server_path(self.path), session.client_path, acl=self._acl
-                )
-                continue
-            parents = []
-            for result in (*made, created):
-                if isinstance(result, BaseException) and not isinstance(
-                    result, NodeExistsError | ConnectionLoss | SessionExpired
-                ):
-                    raise result
+                assert isinstance(created, BaseException)
+                raise created
             holding = await self._adopt_or_wait(deadline)
             if holding is not None:
                 return holding
@@ -378,30 +287,21 @@ class LeaseLock(Primitive):
     async def _adopt_or_wait(self, deadline: float | None) -> LeaseHolding | None:
         """The node exists, or our create's outcome is unknown: re-attach if it carries our
         ``holder_id``, else wait until it is deleted. None: create again."""
-        session = self._session
+        message = f"{self._label} not acquired in time (held by another)"
         while True:
-            wakeup = _Wakeup()
-            # The listener and the watch exist before the read: a deletion right after it, or
-            # a reconnect, cannot be missed.
-            remove_listener = session.add_listener(wakeup.state)
-            try:
-                try:
-                    op = get_data_op(self._server_node, wakeup.watch)
-                    data, stat = await session.call(op, wait_until=deadline)
-                except NoNodeError:
+            with Wakeup(self._session) as wakeup:
+                found = await wakeup.get_data(
+                    self._server_node, deadline=deadline, retry=RETRY_ANY_SESSION
+                )
+                if found is None:
                     return None
-                except _UNKNOWN:
-                    continue  # a read: ask again once reconnected
+                data, stat = found
                 if self._is_ours(data):
                     return await self._reattach(stat, deadline)
                 self._maybe_created = False  # someone else's node: our create failed
-                message = f"{self._label} not acquired in time (held by another)"
-                await wait_woken(wakeup.event, deadline, message)
+                await wakeup.wait(deadline, message)
                 if wakeup.deleted:
                     return None
-            finally:
-                remove_listener()
-                session.remove_watcher(self._server_node, wakeup.watch)
 
     async def _reattach(self, stat: Stat, deadline: float | None) -> LeaseHolding | None:
         """Our ``holder_id`` is on the node (a lost create reply, or a restart with the same
@@ -412,7 +312,7 @@ class LeaseLock(Primitive):
         op = set_data_op(self._server_node, self._data, stat.version)
         try:
             renewed = await self._session.call(op, wait_until=deadline)
-        except (BadVersionError, NoNodeError, *_UNKNOWN):
+        except (BadVersionError, NoNodeError, *UNKNOWN_OUTCOME):
             return None
         log.info("%s: re-attached to our lease node (czxid %d)", self._label, renewed.czxid)
         return self._granted(renewed, sent)
@@ -424,105 +324,13 @@ class LeaseLock(Primitive):
         if not self._maybe_created:
             return
         self._maybe_created = False
-        with anyio.CancelScope(shield=True):
-            if not await self._delete_ours(None, time.monotonic() + self._session.timeout / 2):
-                log.warning(
-                    "%s: could not delete our node after a failed acquire; the server deletes "
-                    "it after its TTL (%s s) and the reaper's interval",
-                    self._label,
-                    self.ttl,
-                )
-
-    # ---------------------------------------------------------------- renewals and loss
-
-    async def _keep(self, holding: LeaseHolding) -> None:
-        """The keeper: renew every ttl/3 (if ``renew``), and mark the holding lost at
-        ``valid_until`` if it was not renewed by then."""
-        while not holding.lost:
-            now = time.monotonic()
-            lost_at = self._valid_until(holding)
-            if now >= lost_at:
-                self._lose(holding, "not renewed in time", delete=True)
-                return
-            due = math.inf
-            if self.renew_automatically:
-                due = holding.expires_at - self.ttl + self._renew_every
-            if now < min(due, lost_at):
-                await anyio.sleep(min(due, lost_at) - now)
-                continue
-            try:
-                await self._refresh(holding)
-            except AiozklockError as exc:
-                self._lose(holding, f"renewal failed: {exc}")
-                return
-
-    async def _refresh(self, holding: LeaseHolding) -> None:
-        """One renewal, retried through disconnections until ``valid_until``. Raises
-        ``LockLost`` (having marked the holding lost) when it cannot be renewed."""
-        async with self._writing:
-            while True:
-                if holding.lost:
-                    raise self._lose(holding, holding.lost_reason)
-                until = self._valid_until(holding)
-                sent = time.monotonic()
-                if sent >= until:
-                    raise self._lose(holding, "not renewed in time", delete=True)
-                stat = None
-                try:
-                    # A reply that comes after ``until`` is too late to count: stop waiting.
-                    with anyio.move_on_after(until - sent):
-                        stat = await self._write(holding, until)
-                except TimeoutError:
-                    pass  # not connected by ``until``: lost on the next turn
-                except ClientClosed:
-                    raise self._lose(holding, "the client was closed") from None
-                if stat is not None:
-                    break
-            if stat.czxid != holding.token:  # pitfall 24: another holder's node, same version
-                raise self._lose(holding, f"the node was re-created (czxid {stat.czxid})")
-            holding.version = stat.version
-            holding.expires_at = sent + self.ttl
-            holding.renewals += 1
-
-    async def _write(self, holding: LeaseHolding, until: float) -> Stat | None:
-        """``setData(version=ours)``; None if a lost reply turns out not to have been
-        applied (send again)."""
-        op = set_data_op(self._server_node, self._data, holding.version)
-        try:
-            return await self._session.call(op, wait_until=until)
-        except (BadVersionError, NoNodeError) as exc:
-            raise self._lose(holding, f"the node was changed or deleted ({exc})") from None
-        except _UNKNOWN:
-            pass
-        while True:  # the reply was lost: did our write happen?
-            try:
-                data, stat = await self._session.call(
-                    get_data_op(self._server_node), wait_until=until
-                )
-                break
-            except NoNodeError:
-                raise self._lose(holding, "the node was deleted") from None
-            except _UNKNOWN:
-                continue
-        if stat.czxid != holding.token or not self._is_ours(data):
-            raise self._lose(holding, "the node is someone else's now")
-        if stat.version == holding.version:
-            return None
-        if stat.version == holding.version + 1 and data == self._data:
-            return stat
-        raise self._lose(holding, f"the node was changed by someone else (v{stat.version})")
-
-    def _lose(self, holding: LeaseHolding, reason: str, *, delete: bool = False) -> LockLost:
-        """Mark ``holding`` lost (cancelling its bodies); returns the error to raise.
-
-        ``delete``: the node may still be ours (not renewed in time): the janitor deletes it
-        once possible, if it still has our czxid, so that it does not block others for the
-        rest of its TTL."""
-        if holding.mark_lost(reason, "lease"):
-            log.warning("%s: lease lost: %s", self._label, reason)
-            if delete and self._session.state is not SessionState.CLOSED:
-                self._janitor.delete(self.node, self._session.generation, czxid=holding.token)
-        return self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
+        if not await self._delete_ours(None, self._session.timeout / 2):
+            log.warning(
+                "%s: could not delete our node after a failed acquire; the server deletes "
+                "it after its TTL (%s s) and the reaper's interval",
+                self._label,
+                self.ttl,
+            )
 
     # ---------------------------------------------------------------- release
 
@@ -535,7 +343,7 @@ class LeaseLock(Primitive):
                 until = time.monotonic() + self._session.timeout / 2
                 if await self._delete_valid(holding, until):
                     return
-                if not await self._delete_ours(holding.token, until):
+                if not await self._delete_ours(holding.token, until - time.monotonic()):
                     log.warning(
                         "%s: could not delete our node on release yet: the janitor retries "
                         "while the session lives, else the server deletes it after its TTL "
@@ -563,26 +371,18 @@ class LeaseLock(Primitive):
                 return False
         return False
 
-    async def _delete_ours(self, czxid: int | None, until: float) -> bool:
-        """Delete the node if it is ours (our ``holder_id``, and ``czxid`` if given). True
-        once it is gone or not ours; False if that could not be done by ``until``."""
-        session = self._session
-        with anyio.move_on_after(until - time.monotonic()):
-            while True:
-                try:
-                    op = get_data_op(self._server_node)
-                    data, stat = await session.call(op, wait_until=until)
-                    if (czxid is not None and stat.czxid != czxid) or not self._is_ours(data):
-                        return True
-                    await session.call(delete_op(self._server_node, stat.version), wait_until=until)
-                    return True
-                except NoNodeError:
-                    return True
-                except (BadVersionError, *_UNKNOWN):
-                    continue  # changed under us, or the outcome is unknown: read again
-                except (AiozklockError, TimeoutError):  # ClientClosed included
-                    return False
-        return False
+    async def _delete_ours(self, czxid: int | None, bound: float) -> bool:
+        """Delete the node if it is ours (our ``holder_id``, and ``czxid`` if given), within
+        ``bound`` seconds. True once it is gone or not ours; False if not done in time."""
+        return await delete_shielded(
+            self._session,
+            self.node,
+            None,
+            bound=bound,
+            czxid=czxid,
+            owned=lambda data, stat: self._is_ours(data),
+            retry=RETRY_ANY_SESSION,
+        )
 
     def _drop(self, holding: Holding) -> None:
         """Nothing to forget: the holding carries the lease's state."""

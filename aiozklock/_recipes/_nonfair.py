@@ -16,24 +16,21 @@ identity (``_core/_contenders.Identity``):
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 
 from aiozklock._acl import ACL
 from aiozklock._exceptions import (
-    AiozklockError,
-    BadVersionError,
-    ClientClosed,
     ConnectionLoss,
+    InvalidACLError,
     LockTimeout,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     SessionExpired,
@@ -43,27 +40,22 @@ from aiozklock._recipes._core._contenders import Contender, Identity, contender_
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._primitive import Primitive
-from aiozklock._recipes._core._queue import refused
-from aiozklock._recipes._core._waiting import wait_woken
-from aiozklock._wire._protocol import (
-    Created,
-    CreateMode,
-    Op,
-    Stat,
-    container_path_ops,
-    create_op,
-    delete_op,
-    encode_acl,
-    exists_op,
-    get_data_op,
+from aiozklock._recipes._core._retry import create_in
+from aiozklock._recipes._core._uncertain import (
+    FixedClaim,
+    abandon,
+    delete_shielded,
+    owned_by,
+    release_nowait,
 )
-from aiozklock._wire._session import Session, SessionState
+from aiozklock._recipes._core._waiting import Wakeup
+from aiozklock._wire._protocol import Created, CreateMode, Stat, create_op, encode_acl, get_data_op
+from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join, validate_identifier, validate_recipe_path
 
 log = logging.getLogger(__name__)
 
 NODE_NAME = "lock"
-_PARENT_ATTEMPTS = 3  # the server may reap the empty container parent between our requests
 # Pitfall 18 (herd): after this many lost races in a row, wait a jittered moment before the
 # next create, so that a crowd of waiters spreads out instead of colliding on every release.
 _BACKOFF_AFTER = 2
@@ -71,7 +63,6 @@ _BACKOFF_BASE = 0.002  # seconds, doubled per further loss
 _BACKOFF_CAP = 0.05
 
 _Outcome = Literal["taken", "unknown"]
-Owned = Callable[[bytes, Stat], bool]  # is the node read (data, stat) ours?
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,16 +80,6 @@ class NonFairLockStatistics:
     losses: int
     races_lost: int  # creates that found the node taken (each costs a watch and a wake-up)
     last_wait: float | None  # seconds the last acquisition waited
-
-
-def _guid_in(data: bytes) -> str | None:
-    """The GUID our node data carries (None for data not written by this recipe)."""
-    try:
-        identity = json.loads(data.decode())
-    except ValueError:
-        return None
-    guid = identity.get("guid") if isinstance(identity, dict) else None
-    return guid if isinstance(guid, str) else None
 
 
 class NonFairLock(Primitive):
@@ -137,13 +118,12 @@ class NonFairLock(Primitive):
         super().__init__(session, registry, f"non-fair lock {self.path}", (self.path,), acl)
         self._acl = encode_acl(acl)
         self.node = join(self.path, NODE_NAME)
+        self._server_node = session.server_path(self.node)
         self._janitor = janitor
         self._identity = Identity(self.identifier)
         self._guid = ""  # this acquisition attempt's GUID, in the node's data
         self._held: Stat | None = None  # our node's stat while held (czxid, version)
-        # The session generation in which a create of ours had an unknown outcome: a node of
-        # ours may exist there until a read of the node tells.
-        self._maybe_ours: int | None = None
+        self._claim: FixedClaim | None = None  # a create of ours had an unknown outcome
         self._races_lost = 0
 
     # ---------------------------------------------------------------- acquire
@@ -151,9 +131,6 @@ class NonFairLock(Primitive):
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
         self._guid = uuid.uuid4().hex
         data = self._identity.data(task_name, guid=self._guid)
-        return await self._contend(data, deadline)
-
-    async def _contend(self, data: bytes, deadline: float | None) -> Holding:
         losses = 0
         while True:
             outcome = await self._create(data, deadline)
@@ -162,7 +139,7 @@ class NonFairLock(Primitive):
             if outcome == "taken":
                 losses += 1
                 self._races_lost += 1
-                if self._maybe_ours is None and _expired(deadline):
+                if self._claim is None and _expired(deadline):
                     raise LockTimeout(f"{self._label} is held by another contender")
             held = await self._wait_free(deadline)
             if held is not None:
@@ -173,96 +150,53 @@ class NonFairLock(Primitive):
     async def _create(self, data: bytes, deadline: float | None) -> Holding | _Outcome:
         """One create of the node (with its container parent if that is missing)."""
         session = self._session
-        server_node = session.server_path(self.node)
-        parents: list[Op[Any]] = []
-        attempts = _PARENT_ATTEMPTS
         while True:
             generation = session.generation
-            create = create_op(
-                server_node, data, CreateMode.EPHEMERAL, session.client_path, acl=self._acl
+            op = create_op(
+                self._server_node, data, CreateMode.EPHEMERAL, session.client_path, acl=self._acl
             )
-            previous, self._maybe_ours = self._maybe_ours, generation
+            owned = owned_by(session, self._guid)
+            previous, self._claim = self._claim, FixedClaim(self.node, generation, owned)
             try:
-                results = await session.pipeline(
-                    [*parents, create], generation=generation, wait_until=deadline
+                created = await create_in(
+                    session, op, self.path, self._acl, generation=generation, deadline=deadline
                 )
-            except SessionExpired:
-                self._maybe_ours = previous  # not sent: the session changed, use the new one
-                continue
-            except TimeoutError:
-                self._maybe_ours = previous  # not sent: no connection in time
+            except (SessionExpired, TimeoutError, NoAuthError, InvalidACLError) as exc:
+                self._claim = previous  # not sent, or a definite answer: nothing was made
+                if isinstance(exc, SessionExpired):
+                    continue  # the session changed before we could send: use the new one
                 raise
-            created = results[-1]
             if isinstance(created, Created):
                 return self._hold(created.stat, generation)
             if isinstance(created, ConnectionLoss):
                 return "unknown"  # resolved by reading the node back (pitfall 19)
-            self._maybe_ours = previous  # a definite answer: this create made nothing
+            self._claim = previous  # a definite answer: this create made nothing
             if isinstance(created, NodeExistsError):
                 return "taken"
-            if isinstance(created, SessionExpired):
-                continue  # any node it made died with its session
-            refusal = refused(results[:-1])
-            if refusal is not None:
-                raise refusal  # the container's create: the path's missing parent
-            if isinstance(created, NoNodeError) and attempts > 0:
-                # The container first; its ancestors too if that is not enough.
-                chain = container_path_ops(
-                    session.server_path(self.path), session.client_path, acl=self._acl
-                )
-                parents = chain if parents else chain[-1:]
-                attempts -= 1
-                continue
-            raise created
+            if not isinstance(created, SessionExpired):  # else: gone with its session
+                assert isinstance(created, BaseException)
+                raise created
 
     def _hold(self, stat: Stat, generation: int) -> Holding:
-        self._maybe_ours = None
+        self._claim = None
         self._held = stat
         return Holding((self.node,), generation, stat.czxid, guarded=True)
-
-    def _owns(self, guid: str) -> Owned:
-        """Whether a node read back carries ``guid`` and belongs to our session now."""
-        session = self._session
-
-        def owned(data: bytes, stat: Stat) -> bool:
-            return stat.ephemeral_owner == session.session_id and _guid_in(data) == guid
-
-        return owned
 
     async def _wait_free(self, deadline: float | None) -> Holding | None:
         """Read the node with a watch: ours (a lost create reply) → the holding; gone →
         None at once; someone else's (or ours from an old session) → wait for its deletion
         or a session state change, then None (create again)."""
         session = self._session
-        server_node = session.server_path(self.node)
-        woken = anyio.Event()
-
-        def wake(_: object) -> None:
-            woken.set()
-
-        # The event, the watch and the state listener exist before the read: a deletion
-        # between the read and the wait cannot be missed (pitfall 6).
-        remove_listener = session.add_listener(wake)
-        try:
-            try:
-                data, stat = await session.call(get_data_op(server_node, wake), wait_until=deadline)
-            except NoNodeError:
-                self._maybe_ours = None  # nothing there, so nothing of ours
-                return None
-            except ConnectionLoss:
-                return None  # create again after the reconnect: a fixed name cannot duplicate
+        with Wakeup(session) as wakeup:
+            found = await wakeup.get_data(self._server_node, deadline=deadline)
             generation = session.generation
-            if self._owns(self._guid)(data, stat):
+            if found is not None and owned_by(session, self._guid)(*found):
                 log.info("%s: adopted our node after a lost create reply", self._label)
-                return self._hold(stat, generation)
-            if _guid_in(data) == self._guid:
-                log.info("%s: our node from an old session: waiting for it to go", self._label)
-            self._maybe_ours = None  # someone else's, or ours from a session that is gone
-            await wait_woken(woken, deadline, f"{self._label} not acquired in time")
+                return self._hold(found[1], generation)
+            self._claim = None  # nothing there, someone else's, or ours from an old session
+            if found is not None:
+                await wakeup.wait(deadline, f"{self._label} not acquired in time")
             return None
-        finally:
-            remove_listener()
-            session.remove_watcher(server_node, wake)
 
     async def _backoff(self, losses: int, deadline: float | None) -> None:
         bound = min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** (losses - _BACKOFF_AFTER))
@@ -276,93 +210,29 @@ class NonFairLock(Primitive):
     async def _give_back(self, holding: Holding) -> None:
         stat = self._held
         assert stat is not None
-        with anyio.CancelScope(shield=True):
-            await self._delete(holding.generation, stat.czxid, stat.version)
+        # A lost reply is resolved before any retry (pitfall 20: a blind retry could delete
+        # the next holder's node).
+        await delete_shielded(
+            self._session, self.node, holding.generation, czxid=stat.czxid, version=stat.version
+        )
 
     def _give_back_nowait(self, holding: Holding) -> bool:
         stat = self._held
         assert stat is not None
-        node, janitor, generation = self.node, self._janitor, holding.generation
-
-        def done(result: object, error: AiozklockError | None) -> None:
-            if error is not None and not isinstance(
-                error, (NoNodeError, SessionExpired, ClientClosed)
-            ):
-                # Unknown outcome: the janitor deletes it only if it is still ours (czxid).
-                janitor.delete(node, generation, czxid=stat.czxid)
-
-        op = delete_op(self._session.server_path(node), stat.version)
-        try:
-            if not self._session.send((op,), generation=generation, on_done=done):
-                janitor.delete(node, generation, czxid=stat.czxid)  # once reconnected
-        except SessionExpired:
-            pass  # our session is gone, and the server deletes its node with it
+        session, janitor = self._session, self._janitor
+        release_nowait(
+            session, janitor, self.node, holding.generation, version=stat.version, czxid=stat.czxid
+        )
         return True
 
     def _drop(self, holding: Holding) -> None:
         self._held = None
 
-    async def _delete(self, generation: int, czxid: int, version: int) -> None:
-        """Delete our node (czxid) with ``version``; a lost reply is resolved before any
-        retry (pitfall 20: a blind retry could delete the next holder's node)."""
-        session = self._session
-        server_node = session.server_path(self.node)
-        try:
-            while True:
-                try:
-                    await session.call(delete_op(server_node, version), generation=generation)
-                    return
-                except NoNodeError:
-                    return  # gone already
-                except (ConnectionLoss, BadVersionError):
-                    pass  # the outcome is unknown, or someone changed the node's data
-                stat = await self._stat(server_node, generation)
-                if stat is None or stat.czxid != czxid:
-                    return  # our delete worked, or the node is another holder's now
-                version = stat.version
-        except (SessionExpired, ClientClosed):
-            return  # our session is gone, and the server deletes its node with it
-
-    async def _stat(self, server_node: str, generation: int) -> Stat | None:
-        while True:
-            try:
-                return await self._session.call(exists_op(server_node), generation=generation)
-            except ConnectionLoss:
-                continue  # a read: safe to repeat
-
     async def _abandon(self) -> None:
         """After a failed or cancelled acquire: if a create of ours had an unknown outcome,
-        make sure its node (if any) does not stay. Shielded and bounded; the janitor
-        finishes what cannot be done at once."""
-        generation, self._maybe_ours = self._maybe_ours, None
-        session = self._session
-        if generation is None or session.generation != generation:
-            return  # nothing of ours, or only in a session that is gone (with its nodes)
-        if session.state is SessionState.CLOSED:
-            return
-        owned = self._owns(self._guid)
-        with anyio.CancelScope(shield=True):
-            if session.state is SessionState.CONNECTED:
-                with anyio.move_on_after(session.timeout / 2):
-                    try:
-                        await self._delete_if(owned, generation)
-                        return
-                    except (SessionExpired, ClientClosed):
-                        return
-                    except AiozklockError:
-                        pass  # a connection loss, most likely: the janitor retries
-        self._janitor.delete_if_owned(self.node, generation, owned)
-
-    async def _delete_if(self, owned: Owned, generation: int) -> None:
-        session = self._session
-        try:
-            data, stat = await session.call(
-                get_data_op(session.server_path(self.node)), generation=generation
-            )
-        except NoNodeError:
-            return
-        if owned(data, stat):
-            await self._delete(generation, stat.czxid, stat.version)
+        make sure its node (if any) does not stay."""
+        claim, self._claim = self._claim, None
+        await abandon(self._session, self._janitor, claim)
 
     # ---------------------------------------------------------------- introspection
 
@@ -390,9 +260,8 @@ class NonFairLock(Primitive):
         is 0 (a fixed node has none). Raises ``ConnectionLoss``/``SessionExpired`` if the
         read cannot be answered.
         """
-        session = self._session
         try:
-            data, stat = await session.call(get_data_op(session.server_path(self.node)))
+            data, stat = await self._session.call(get_data_op(self._server_node))
         except NoNodeError:
             return []
         return [contender_of(NODE_NAME, data, stat, is_holder=True, sequence=0)]

@@ -67,8 +67,9 @@ from aiozklock._recipes._core._primitive import (
     _FactoryMade,
 )
 from aiozklock._recipes._core._queue import Guard
+from aiozklock._recipes._core._retry import RETRY
 from aiozklock._recipes._decision import decide
-from aiozklock._wire._protocol import Op, Stat, get_children_op, get_data_op, set_data_op
+from aiozklock._wire._protocol import Stat, get_children_op, get_data_op, set_data_op
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import (
     join,
@@ -385,7 +386,7 @@ class Semaphore(metaclass=_FactoryMade):
         outside the client's event loop."""
         session = self._session
         path = session.server_path(self.path)
-        children = await _read(session, get_children_op(path))
+        children = await RETRY.lookup(session, get_children_op(path))
         names = queue_order(children if isinstance(children, list) else [])
         ops = [get_data_op(join(path, name)) for name in names[: self.max_leases]]
         results = await session.pipeline(ops) if ops else []
@@ -406,7 +407,7 @@ class Semaphore(metaclass=_FactoryMade):
         path = session.server_path(self.path)
         for _ in range(_CLAIM_ATTEMPTS):
             if not isinstance(result, tuple):  # the path was created meanwhile, or lost reply
-                read = await _read(session, get_data_op(path), deadline)
+                read = await RETRY.lookup(session, get_data_op(path), wait_until=deadline)
                 if isinstance(read, NoNodeError):
                     return  # gone with our node: the queue enqueues (and checks) again
                 result = read
@@ -430,18 +431,6 @@ class Semaphore(metaclass=_FactoryMade):
             f"<aiozklock.Semaphore {short_repr(self.path)} max_leases={self.max_leases} "
             f"identifier={short_repr(self.identifier)}>"
         )
-
-
-async def _read(session: Session, op: Op[T], deadline: float | None = None) -> T | NoNodeError:
-    """A read's reply, repeated after a connection loss; a NoNodeError is returned. Raises
-    ``TimeoutError`` if not connected by ``deadline``."""
-    while True:
-        try:
-            return await session.call(op, wait_until=deadline)
-        except ConnectionLoss:
-            continue
-        except NoNodeError as exc:
-            return exc
 
 
 __all__ = (

@@ -18,7 +18,8 @@ than ``max_leases`` leases in total:
 The mutex is our ``Lock`` with the same ``compat`` (already compatible with the peer's). It
 is released as soon as the lease is held, or the attempt fails; it is taken again if the
 session changes (or the loss policy gives it up) while we wait under it. A lease created but
-not yet ours (cancelled, timed out, lost reply) is deleted by ``_abandon``.
+not yet ours (cancelled, timed out, lost reply) is a ``NamedClaim`` (``_core/_uncertain.py``)
+that ``_abandon`` deletes.
 """
 
 from __future__ import annotations
@@ -26,19 +27,15 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import anyio
 
 from aiozklock._acl import ACL
 from aiozklock._exceptions import (
-    AiozklockError,
-    ClientClosed,
     ConnectionLoss,
     LockLost,
     NodeExistsError,
-    NoNodeError,
     SessionExpired,
     short_repr,
 )
@@ -46,9 +43,17 @@ from aiozklock._recipes._core._contenders import Contender, Identity, contender_
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat, is_sequence
-from aiozklock._recipes._core._waiting import wait_woken
+from aiozklock._recipes._core._retry import RETRY, create_in
+from aiozklock._recipes._core._uncertain import (
+    NamedClaim,
+    abandon,
+    delete_shielded,
+    find_ours,
+    release_nowait,
+)
+from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock._recipes._lock import Lock
-from aiozklock._recipes._semaphore import LeaseBase, Semaphore, _read
+from aiozklock._recipes._semaphore import LeaseBase, Semaphore
 from aiozklock._wire._protocol import (
     Created,
     CreateMode,
@@ -56,12 +61,9 @@ from aiozklock._wire._protocol import (
     MultiCreate,
     MultiResult,
     Op,
-    Stat,
     container_path_ops,
     create_op,
-    delete_op,
     encode_acl,
-    exists_op,
     get_children_op,
     get_data_op,
     multi_op,
@@ -81,15 +83,6 @@ CURATOR_LEASE = "lease-"  # a lease's name after the protection prefix
 _CLEANUP_SECONDS = 5.0  # an abandoned lease's delete, before the janitor takes over
 
 
-def _waker(woken: anyio.Event) -> Callable[[object], None]:
-    """A watcher and state listener that sets ``woken``."""
-
-    def wake(_: object) -> None:
-        woken.set()
-
-    return wake
-
-
 def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
@@ -107,14 +100,15 @@ class _CompatLease(LeaseBase):
         self._janitor = owner._janitor
         self._acl = encode_acl(owner.acl)
         self._identity = Identity(owner.identifier)
-        # A lease node that may exist and is not held yet: (generation, node or None if the
-        # create's outcome is unknown, token, czxid). The token is in its name (kazoo: the
+        # A lease node that may exist and is not held yet (its node None while the create's
+        # outcome is unknown), and its czxid. The claim's GUID is in its name (kazoo: the
         # whole name; Curator: the protection UUID).
-        self._pending: tuple[int, str | None, str, int] | None = None
+        self._pending: NamedClaim | None = None
+        self._pending_czxid = 0
         self._held: str | None = None  # our lease node while held
 
     def _node_names(self) -> tuple[str, ...]:
-        pending = self._pending[1] if self._pending else None
+        pending = self._pending.node if self._pending else None
         return tuple(n.rsplit("/", 1)[-1] for n in (self._held, pending) if n)
 
     # ---------------------------------------------------------------- acquire
@@ -155,19 +149,16 @@ class _CompatLease(LeaseBase):
                 name = join(parent, f"_c_{token}-{CURATOR_LEASE}")
                 await self._create(name, token, data, generation)
                 continue
-            woken = anyio.Event()
-            wake = _waker(woken)
-            # Watch and state listener exist before the listing: no wake-up can be missed.
-            remove_listener = session.add_listener(wake)
-            try:
+            with Wakeup(session) as wakeup:
                 try:
-                    op = get_children_op(server_parent, wake)
-                    children = await session.call(op, generation=generation, wait_until=deadline)
-                except ConnectionLoss:
-                    continue
+                    children = await wakeup.get_children(
+                        server_parent, generation=generation, deadline=deadline
+                    )
                 except SessionExpired:
                     return None
-                except NoNodeError:
+                if self._mutex_lost(generation):
+                    return None  # given up while we were disconnected
+                if children is None:
                     children = []  # Curator: the lease's create makes it again
                     if sem.compat == "kazoo":  # deleted by someone: make it again
                         sem._assured = False
@@ -180,10 +171,7 @@ class _CompatLease(LeaseBase):
                 if isinstance(step, Holding):
                     return step
                 if step:
-                    await wait_woken(woken, deadline, f"{self._label}: no lease free in time")
-            finally:
-                remove_listener()
-                session.remove_watcher(server_parent, wake)
+                    await wakeup.wait(deadline, f"{self._label}: no lease free in time")
 
     def _may_take(self, children: list[str]) -> bool:
         """Whether the count of children allows a lease (kazoo: before creating ours;
@@ -205,7 +193,7 @@ class _CompatLease(LeaseBase):
         pending, node = self._pending, self._pending_node(generation)
         if pending is None or node is None:
             return False  # the create's outcome was unknown, and it made nothing
-        czxid = pending[3]
+        czxid = self._pending_czxid
         if node.rsplit("/", 1)[-1] not in children:
             self._pending = None  # gone (Curator: "sequential path not found"): create again
             return False
@@ -216,7 +204,7 @@ class _CompatLease(LeaseBase):
     def _pending_node(self, generation: int) -> str | None:
         """Our lease node not held yet, if it was created in ``generation``."""
         pending = self._pending
-        return pending[1] if pending is not None and pending[0] == generation else None
+        return pending.node if pending is not None and pending.generation == generation else None
 
     async def _create(self, node: str, token: str, data: bytes, generation: int) -> Holding | None:
         """Create a lease node; kazoo's is held at once, Curator's is pending until a
@@ -225,46 +213,38 @@ class _CompatLease(LeaseBase):
         session = self._session
         sequential = self._owner_sem.compat == "curator"
         mode = CreateMode.EPHEMERAL | (CreateMode.SEQUENTIAL if sequential else 0)
-        self._pending = (generation, None, token, 0)
+        parent = self._owner_sem._lease_parent
         op = self._create_lease_op(node, data, mode)
-        parents: list[Op[Any]] = []
-        while True:
+        self._pending = NamedClaim(parent, token, generation)
+        try:
+            created = await create_in(session, op, parent, self._acl, generation=generation)
+        except SessionExpired:
+            self._pending = None  # not sent (the session changed), or gone with it
+            return None
+        if isinstance(created, Created):
+            return self._made(created.path, token, created.stat.czxid, generation)
+        if isinstance(created, MultiResult):
+            if created.ok:
+                return self._made(str(created.results[1]), token, created.zxid, generation)
+            index, failure = created.failure or (1, created)
+            if index == 0:  # our mutex node is gone: the count we made is void
+                self._pending = None
+                raise _MutexGone
+            created = failure
+        if isinstance(created, (ConnectionLoss, NodeExistsError)):
             try:
-                results = await session.pipeline([*parents, op], generation=generation)
+                found = await find_ours(session, parent, token, generation)
             except SessionExpired:
-                self._pending = None  # not sent: the session changed
+                found = None  # gone with its session
+            if found is None:
+                self._pending = None
                 return None
-            created = results[-1]
-            if isinstance(created, Created):
-                return self._made(created.path, token, created.stat.czxid, generation)
-            if isinstance(created, MultiResult):
-                if created.ok:
-                    return self._made(str(created.results[1]), token, created.zxid, generation)
-                index, failure = created.failure or (1, created)
-                if index == 0:  # our mutex node is gone: the count we made is void
-                    self._pending = None
-                    raise _MutexGone
-                created = failure
-            if isinstance(created, (ConnectionLoss, NodeExistsError)):
-                found = await self._find(token, generation)
-                if found is None:
-                    self._pending = None
-                    return None
-                stat = await _read(session, exists_op(session.server_path(found)))
-                czxid = stat.czxid if isinstance(stat, Stat) else 0
-                return self._made(found, token, czxid, generation)
-            self._pending = None
-            if isinstance(created, SessionExpired):
-                return None
-            if isinstance(created, NoNodeError) and sequential and not parents:
-                parents = container_path_ops(
-                    session.server_path(self._owner_sem._lease_parent),
-                    session.client_path,
-                    acl=self._acl,
-                )
-                self._pending = (generation, None, token, 0)
-                continue
-            raise created
+            return self._made(found[0], token, found[1].czxid, generation)
+        self._pending = None
+        if isinstance(created, SessionExpired):
+            return None
+        assert isinstance(created, BaseException)
+        raise created
 
     def _create_lease_op(self, node: str, data: bytes, mode: CreateMode) -> Op[Any]:
         """The lease's create. kazoo's lease is created after the count, so it goes in one
@@ -286,17 +266,9 @@ class _CompatLease(LeaseBase):
         """A lease node of ours exists: kazoo holds it now, Curator counts it first."""
         if self._owner_sem.compat == "kazoo":
             return self._hold(node, czxid, generation)
-        self._pending = (generation, node, token, czxid)
+        self._pending = NamedClaim(self._owner_sem._lease_parent, token, generation, node)
+        self._pending_czxid = czxid
         return None
-
-    async def _find(self, token: str, generation: int) -> str | None:
-        """Our lease node after a lost create reply, by its token; None if not created."""
-        session = self._session
-        parent = self._owner_sem._lease_parent
-        children = await _read(session, get_children_op(session.server_path(parent)))
-        if isinstance(children, NoNodeError) or session.generation != generation:
-            return None
-        return next((join(parent, c) for c in children if token in c), None)
 
     def _hold(self, node: str, czxid: int, generation: int) -> Holding:
         self._pending = None
@@ -306,24 +278,11 @@ class _CompatLease(LeaseBase):
     # ---------------------------------------------------------------- release and cleanup
 
     async def _give_back(self, holding: Holding) -> None:
-        with anyio.CancelScope(shield=True):
-            await _delete(self._session, holding.nodes[0], holding.generation)
+        await delete_shielded(self._session, holding.nodes[0], holding.generation)
 
     def _give_back_nowait(self, holding: Holding) -> bool:
-        node, janitor, generation = holding.nodes[0], self._janitor, holding.generation
-
-        def done(result: object, error: AiozklockError | None) -> None:
-            if error is not None and not isinstance(
-                error, (NoNodeError, SessionExpired, ClientClosed)
-            ):
-                janitor.delete(node, generation)  # a unique name: a retry is safe
-
-        op = delete_op(self._session.server_path(node))
-        try:
-            if not self._session.send((op,), generation=generation, on_done=done):
-                janitor.delete(node, generation)
-        except SessionExpired:
-            pass  # the server deletes our ephemeral lease with the session
+        node = holding.nodes[0]  # a unique name: the janitor's retry is safe
+        release_nowait(self._session, self._janitor, node, holding.generation)
         return True
 
     def _drop(self, holding: Holding) -> None:
@@ -333,33 +292,7 @@ class _CompatLease(LeaseBase):
         """After a failed or cancelled acquire: delete a lease created (or maybe created)
         and not held. Shielded and bounded; the janitor finishes what cannot be done now."""
         pending, self._pending = self._pending, None
-        session = self._session
-        if pending is None or session.generation != pending[0]:
-            return  # nothing created, or it died with its session
-        generation, node, token, _ = pending
-        with anyio.CancelScope(shield=True) as scope:
-            scope.deadline = anyio.current_time() + _CLEANUP_SECONDS
-            if node is None:
-                node = await self._find(token, generation)
-            if node is not None:
-                await _delete(session, node, generation)
-            return
-        if node is None:
-            self._janitor.delete_guid(self._owner_sem._lease_parent, token, generation)
-        else:
-            self._janitor.delete(node, generation)
-
-
-async def _delete(session: Session, node: str, generation: int) -> None:
-    """Delete a lease node of ours (a unique name: repeating after a lost reply is safe)."""
-    while True:
-        try:
-            await session.call(delete_op(session.server_path(node)), generation=generation)
-            return
-        except ConnectionLoss:
-            continue
-        except (NoNodeError, SessionExpired, ClientClosed):
-            return  # gone already, or with our session
+        await abandon(self._session, self._janitor, pending)
 
 
 class CompatSemaphore(Semaphore):
@@ -434,10 +367,7 @@ class CompatSemaphore(Semaphore):
                 acl=acl,
             ),
         ]
-        while True:
-            results = await session.pipeline(ops, wait_until=deadline)
-            if not any(isinstance(r, ConnectionLoss) for r in results):
-                break
+        results = await RETRY.pipeline(session, ops, wait_until=deadline)
         for result in results[-2:]:
             if not isinstance(result, (Created, NodeExistsError)):
                 raise result
@@ -452,7 +382,7 @@ class CompatSemaphore(Semaphore):
         raises ``ClientClosed`` once closed, ``UsageError`` outside the client's loop."""
         session = self._session
         parent = session.server_path(self._lease_parent)
-        children = await _read(session, get_children_op(parent))
+        children = await RETRY.lookup(session, get_children_op(parent))
         names = children if isinstance(children, list) else []
         if self.compat == "curator":
             names = sorted((n for n in names if is_sequence(n[-10:])), key=lambda n: n[-10:])

@@ -7,6 +7,7 @@ that session is gone, because the server deletes an ephemeral node together with
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -14,23 +15,15 @@ from typing import Any
 from aiozklock._exceptions import (
     AiozklockError,
     ClientClosed,
-    ConnectionLoss,
     NoAuthError,
     NoNodeError,
     SessionExpired,
     ZooKeeperError,
     shorten,
 )
-from aiozklock._wire._protocol import (
-    Stat,
-    delete_op,
-    exists_op,
-    get_children_op,
-    get_data_op,
-    set_data_op,
-)
+from aiozklock._recipes._core._retry import RETRY, carrying, delete_node
+from aiozklock._wire._protocol import Stat, set_data_op
 from aiozklock._wire._session import Session
-from aiozklock._wire._validation import join
 
 log = logging.getLogger(__name__)
 
@@ -95,70 +88,23 @@ class Janitor:
             log.debug("janitor job not started, client closing: %s", what)
 
     async def _delete(self, path: str, generation: int, czxid: int | None = None) -> None:
-        session = self._session
-        server_path = session.server_path(path)
-        while True:
-            try:
-                version = -1
-                if czxid is not None:
-                    stat = await session.call(exists_op(server_path), generation=generation)
-                    if stat is None or stat.czxid != czxid:
-                        return  # gone, or another holder's node now
-                    version = stat.version
-                await session.call(delete_op(server_path, version), generation=generation)
-                log.info("janitor deleted %s", path)
-                return
-            except NoNodeError:
-                return
-            except ConnectionLoss:
-                continue  # outcome unknown: try again (NoNode then means it worked)
+        if await delete_node(self._session, path, generation, czxid=czxid):
+            log.info("janitor deleted %s", path)
 
     async def _rewrite(self, path: str, generation: int, data: bytes) -> None:
         session = self._session
-        while True:
-            try:
-                await session.call(
-                    set_data_op(session.server_path(path), data), generation=generation
-                )
-                return
-            except NoNodeError:
-                return
-            except ConnectionLoss:
-                continue
+        op = set_data_op(session.server_path(path), data)
+        with contextlib.suppress(NoNodeError):  # repeating it is harmless
+            await RETRY.call(session, op, generation=generation)
 
     async def _delete_if_owned(
         self, path: str, generation: int, owned: Callable[[bytes, Stat], bool]
     ) -> None:
-        session = self._session
-        while True:
-            try:
-                data, stat = await session.call(
-                    get_data_op(session.server_path(path)), generation=generation
-                )
-            except NoNodeError:
-                return
-            except ConnectionLoss:
-                continue  # a read: safe to repeat
-            if owned(data, stat):
-                await self._delete(path, generation, stat.czxid)
-            return
+        await delete_node(self._session, path, generation, owned=owned)
 
     async def _delete_guid(self, parent: str, guid: str, generation: int) -> None:
-        session = self._session
-        while True:
-            try:
-                children = await session.call(
-                    get_children_op(session.server_path(parent)), generation=generation
-                )
-                # GUIDs are 32 random hex digits: whatever the recipe's naming, a name
-                # carrying ours is ours.
-                for name in (child for child in children if guid in child):
-                    await self._delete(join(parent, name), generation)
-                return
-            except NoNodeError:
-                return
-            except ConnectionLoss:
-                continue
-            except ZooKeeperError:
-                log.exception("janitor could not sweep %s for %s", parent, guid)
-                return
+        try:
+            for node in await carrying(self._session, parent, guid, generation):
+                await self._delete(node, generation)
+        except ZooKeeperError:
+            log.exception("janitor could not sweep %s for %s", parent, guid)

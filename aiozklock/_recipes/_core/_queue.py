@@ -37,20 +37,24 @@ from aiozklock._exceptions import (
     AiozklockError,
     ClientClosed,
     ConnectionLoss,
-    InvalidACLError,
     InvalidArgument,
     LockTimeout,
-    NoAuthError,
     NodeExistsError,
     NoNodeError,
     SessionExpired,
-    ZooKeeperError,
     shorten,
 )
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LOCK_MARKER, node_prefix, nodes_of
 from aiozklock._recipes._core._plan import Decide, Decision, plan
+from aiozklock._recipes._core._retry import (
+    GONE_ALREADY,
+    PARENT_ATTEMPTS,
+    RETRY,
+    delete_node,
+    refused,
+)
 from aiozklock._recipes._core._waiting import wait_woken
 from aiozklock._wire._protocol import (
     Created,
@@ -76,14 +80,9 @@ from aiozklock._wire._validation import join
 
 log = logging.getLogger(__name__)
 
-# A delete that failed with these needs no retry: the node is gone, or its session is (and
-# the server deletes it with the session).
-GONE_ALREADY = (NoNodeError, SessionExpired, ClientClosed)
-
 
 Listings = dict[str, list[str]]  # member path -> its children
 _EPHEMERAL_SEQUENTIAL = CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL
-_PARENT_ATTEMPTS = 3  # the server may reap an empty container parent between our requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +284,7 @@ class Queue:
         session = self._session
         parent_ops: list[Op[Any]] = []
         whole_chain: set[str] = set()
-        attempts = _PARENT_ATTEMPTS
+        attempts = PARENT_ATTEMPTS
         while True:
             generation = session.generation
             self.nodes = {}
@@ -450,32 +449,22 @@ class Queue:
         """The children of ``member``, none if it does not exist (a container reaped once
         empty); retried after a connection loss (a read)."""
         session = self._session
-        while True:
-            try:
-                return await session.call(
-                    get_children_op(session.server_path(member)),
-                    generation=generation,
-                    wait_until=deadline,
-                )
-            except ConnectionLoss:
-                continue
-            except NoNodeError:
-                return []
+        op = get_children_op(session.server_path(member))
+        try:
+            return await RETRY.call(session, op, generation=generation, wait_until=deadline)
+        except NoNodeError:
+            return []
 
     async def _list_all(self, generation: int, deadline: float | None) -> Listings:
         """Every member's children, in one round trip (repeated after a connection loss)."""
-        session = self._session
-        while True:
-            results = await session.pipeline(
-                self._listing_ops, generation=generation, wait_until=deadline
-            )
-            if any(isinstance(r, ConnectionLoss) for r in results):
-                continue  # reads: safe to repeat
-            for result in results:
-                if isinstance(result, BaseException) and not isinstance(result, NoNodeError):
-                    raise result
-            listings = [[] if isinstance(r, NoNodeError) else r for r in results]
-            return dict(zip(self.members, listings, strict=True))
+        results = await RETRY.pipeline(
+            self._session, self._listing_ops, generation=generation, wait_until=deadline
+        )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, NoNodeError):
+                raise result
+        listings = [[] if isinstance(r, NoNodeError) else r for r in results]
+        return dict(zip(self.members, listings, strict=True))
 
     # ---------------------------------------------------------------- waiting
 
@@ -670,19 +659,14 @@ class Queue:
         if not self.nodes:
             return
         session = self._session
-        paths = [session.server_path(join(m, self.nodes[m])) for m in self.members]
+        nodes = [join(m, self.nodes[m]) for m in self.members]
         with anyio.CancelScope(shield=True):
-            if len(paths) > 1 and await self._delete_in_one(paths):
+            if len(nodes) > 1 and await self._delete_in_one(list(map(session.server_path, nodes))):
                 return
-            for path in paths:
-                while True:
-                    try:
-                        await session.call(delete_op(path), generation=self.generation)
-                        break
-                    except (NoNodeError, SessionExpired, ClientClosed):
-                        break  # gone, or its session is (and the server deletes it with it)
-                    except ConnectionLoss:
-                        continue  # outcome unknown: repeat; NoNode then means it worked
+            for node in nodes:
+                # Gone with its session: the server deletes it with the session.
+                with contextlib.suppress(SessionExpired, ClientClosed):
+                    await delete_node(session, node, self.generation)
 
     def delete_own_nowait(self) -> None:
         """Have the deletes of our nodes written before the event loop next waits, and
@@ -815,14 +799,6 @@ class Queue:
         """Released or lost: no node is ours any more."""
         self.nodes = {}
         self.token = None
-
-
-def refused(results: Sequence[object]) -> ZooKeeperError | None:
-    """The first container create an ACL refused (creating again cannot help), or None."""
-    for result in results:
-        if isinstance(result, NoAuthError | InvalidACLError):
-            return result
-    return None
 
 
 def _failure_of(created: object, skip: int) -> tuple[int, BaseException]:
