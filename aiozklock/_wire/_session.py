@@ -27,7 +27,6 @@ import collections
 import contextlib
 import enum
 import logging
-import math
 import random
 import ssl
 import time
@@ -196,9 +195,10 @@ class Session:
         self.check_loop = LoopGuard().check  # raises UsageError outside the owning loop
         self._closing = False
         self._finished = anyio.Event()
-        # A session we gave up on by our own clock while the server may still keep it: we
-        # close it explicitly once we can, so its ephemeral nodes go at once.
-        self._stale_session: tuple[int, bytes, float] | None = None
+        # A session we gave up on by our own clock while the server may still keep it (or
+        # revive it after a restart): closed explicitly once we can, so its nodes go at once.
+        self._stale_session: tuple[int, bytes] | None = None
+        self._stale_answered_at: float | None = None  # a server first answered for it
 
     # ---------------------------------------------------------------- public surface
 
@@ -514,7 +514,7 @@ class Session:
     def _session_gone(self, reason: str, *, stale: bool) -> None:
         """The session that owns our ephemerals is gone (or given up): LOST, new generation."""
         if stale and self.session_id:
-            self._stale_session = (self.session_id, self._password, time.monotonic() + self.timeout)
+            self._mark_stale(self.session_id, self._password)
         self._fail_pending(lambda: SessionExpired(reason))
         lost_id, self.session_id = self.session_id, 0
         self._password = bytes(16)
@@ -709,7 +709,7 @@ class Session:
             if xid != proto.AUTH_XID:
                 raise HandshakeRejected(f"unexpected reply (xid {xid}) to authentication")
             if err:
-                self._stale_session = (handshake.session_id, handshake.password, math.inf)
+                self._mark_stale(handshake.session_id, handshake.password)
                 who = credential.split(b":", 1)[0].decode(errors="replace")
                 user = f" for user {who!r}" if scheme == "digest" else ""
                 raise AuthenticationFailed(
@@ -758,11 +758,29 @@ class Session:
             conn.write(b"".join(frames))
             await conn.drain()
 
+    def _mark_stale(self, session_id: int, password: bytes) -> None:
+        """Close this session, no longer ours, at the next connection (``_open``)."""
+        self._stale_session = (session_id, password)
+        self._stale_answered_at = None
+
     async def _close_stale_session(self, host: str, port: int) -> None:
+        """Close ``_stale_session`` through ``host``, however long ago we gave it up: a
+        server keeps a session a timeout after it last heard from it, and one restarted with
+        its data revives the sessions it had and re-arms their expiry, however long it was
+        down. An "expired" answer leaves nothing to close. Raises what a handshake raises.
+
+        Bounded: once servers have answered for it for a whole session timeout without the
+        close going through, the session is left to the server's expiry (logged)."""
         assert self._stale_session is not None
-        session_id, password, give_up_at = self._stale_session
-        if time.monotonic() > give_up_at:
-            self._stale_session = None  # the server has expired it on its own by now
+        session_id, password = self._stale_session
+        answered_at = self._stale_answered_at
+        if answered_at is not None and time.monotonic() - answered_at > self.timeout:
+            log.warning(
+                "could not close session 0x%x that our clock gave up; its nodes stay until "
+                "the server expires it",
+                session_id,
+            )
+            self._stale_session = None
             return
         conn = await open_connection(host, port, self._tls)
         try:
@@ -774,6 +792,7 @@ class Session:
             await conn.drain()
             handshake = _parse_handshake(await conn.read_frame())
             if not handshake.expired:
+                self._stale_answered_at = answered_at or time.monotonic()
                 conn.write(proto.frame(1, proto.close_op().body))
                 await conn.drain()
                 await conn.read_frame()
@@ -937,7 +956,7 @@ class Session:
                 if not closed_on_server and self.session_id:
                     # Re-attach just to close: otherwise the session's nodes (a lost lock's
                     # node among them) stay until the server expires it.
-                    self._stale_session = (self.session_id, self._password, math.inf)
+                    self._mark_stale(self.session_id, self._password)
                     await self._close_session_elsewhere()
             self._stop_connection_loop()
             conn, self._conn = self._conn, None
