@@ -5,9 +5,9 @@ One ``Session`` is one logical ZooKeeper session at a time, kept alive across co
 * framing and xid matching, many requests in flight (pipelined in one write when asked);
   requests are written synchronously by the task that makes them (no lock, no task, no
   yield), so a round trip costs one write and one read;
-* its own liveness clock: ``last_heard`` (any frame), pings when idle, and two deadlines —
-  SUSPENDED when nothing was heard for half the negotiated timeout (or at once on EOF/RST),
-  LOST once the session can no longer be alive on the server;
+* its own liveness clock: ``last_heard`` (any frame), pings after a sixth of the negotiated
+  timeout idle, and two deadlines — SUSPENDED when nothing was heard for half the timeout
+  (or at once on EOF/RST), LOST once the session can no longer be alive on the server;
 * reconnect with the same id/password across the host list, authenticating (``auth=``) and
   re-arming *every* watch with SetWatches before anything else is sent, then telling every
   listener; credentials the server refuses close the session for good;
@@ -69,6 +69,10 @@ T = TypeVar("T")
 
 CLOSE_TIMEOUT = 1.0  # close() waits at most this long for the server to confirm
 LOST_MARGIN = 0.1  # LOST this fraction of the timeout before the server may expire us
+SILENCE = 1 / 2  # SUSPENDED after this fraction of the timeout without a frame
+# An idle connection is pinged after this fraction: the reply then has a third of the timeout
+# before silence is declared (as in Java's client), not just a sixth (a JVM pause).
+PING_IDLE = 1 / 6
 
 
 class SessionState(enum.Enum):
@@ -881,16 +885,16 @@ class Session:
             timeout = self.timeout
             next_at = now + timeout
             if self.state is SessionState.CONNECTED and self._conn is not None:
-                silence_deadline = self.last_heard + timeout / 2
+                silence_deadline = self.last_heard + timeout * SILENCE
                 if now >= silence_deadline:
                     self._drop_connection(
                         f"nothing heard for {now - self.last_heard:.3f} s"
                         " (half the session timeout)"
                     )
                 else:
-                    if now - self.last_sent >= timeout / 3:
+                    if now - self.last_sent >= timeout * PING_IDLE:
                         self._send_ping()
-                    next_at = min(silence_deadline, self.last_sent + timeout / 3)
+                    next_at = min(silence_deadline, self.last_sent + timeout * PING_IDLE)
             elif self.state is SessionState.SUSPENDED:
                 # The server expires the session `timeout` after it last heard from us, and it
                 # heard our newest answered request no earlier than we sent it. The margin
