@@ -59,6 +59,7 @@ from aiozklock._wire._connection import (
     open_connection,
     running_asyncio_loop,
 )
+from aiozklock._wire._diagnose import describe_failure, per_host
 from aiozklock._wire._loop import LoopGuard
 from aiozklock._wire._protocol import FIRES, EventType, Op, Watcher
 from aiozklock._wire._watches import WatchRegistry
@@ -530,20 +531,20 @@ class Session:
     # ---------------------------------------------------------------- connection loop
 
     async def connect_first(self) -> None:
-        """Establish the first session, within ``connect_timeout`` (raises
-        ``ZooKeeperUnavailable``)."""
+        """Establish the first session, within ``connect_timeout``. Raises
+        ``ZooKeeperUnavailable`` saying, for each host, why it could not be used (the last
+        failure of each: refused, timed out, not ZooKeeper...)."""
         deadline = time.monotonic() + self._connect_timeout
         attempt = max(self._connect_timeout / len(self._hosts), min(1.0, self._connect_timeout))
-        errors: list[str] = []
+        failures: dict[tuple[str, int], str] = {}  # the last one of each host
         tls_rejected: set[int] = set()  # indexes of the hosts that failed TLS for good
         delay = 0.05
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                hosts = ",".join(f"{h}:{p}" for h, p in self._hosts)
                 raise ZooKeeperUnavailable(
-                    f"no ZooKeeper server answered within {self._connect_timeout:g} s "
-                    f"({hosts}): {'; '.join(dict.fromkeys(errors[-3:])) or 'no answer'}"
+                    f"no ZooKeeper server answered within {self._connect_timeout:g} s: "
+                    + per_host(self._hosts, failures)
                 )
             try:
                 self._conn = await self._open(min(attempt, remaining))
@@ -551,14 +552,16 @@ class Session:
                 await self._give_up_refused(exc)
                 raise
             except TLSRejected as exc:
+                failures[self._hosts[self._host_index]] = str(exc)
                 # The same answer again is certain: once every host gave it, fail now.
                 tls_rejected.add(self._host_index)
                 if len(tls_rejected) == len(self._hosts):
-                    raise ZooKeeperUnavailable(str(exc)) from exc.__cause__
-                errors.append(str(exc))
+                    raise ZooKeeperUnavailable(
+                        "TLS failed with every server: " + per_host(self._hosts, failures)
+                    ) from exc.__cause__
                 continue
             except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
-                errors.append(repr(exc))
+                failures[self._hosts[self._host_index]] = describe_failure(exc)
                 await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
                 delay = min(delay * 2, 0.5)
                 continue
@@ -633,9 +636,14 @@ class Session:
                 return False
             except TLSRejected as exc:
                 # Kept trying: certificates may be fixed while the session lives.
-                log.warning("reconnect attempt failed: %s (caused by %r)", exc, exc.__cause__)
+                log.warning(
+                    "reconnect to %s failed: %s (caused by %r)",
+                    self._current_host(),
+                    exc,
+                    exc.__cause__,
+                )
             except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
-                log.debug("reconnect attempt failed: %r", exc)
+                log.debug("reconnect to %s failed: %s", self._current_host(), describe_failure(exc))
             # The first retry is immediate (e.g. a new session right after an expiry answer).
             await anyio.sleep(delay * (0.5 + random.random() / 2))
             delay = min(max(delay * 2, 0.02), 0.5)
@@ -646,41 +654,26 @@ class Session:
         return f"{host}:{port}"
 
     async def _open(self, bound: float) -> Connection:
-        """Connect to the next host and complete a handshake within ``bound`` seconds."""
+        """Connect to the next host and complete a handshake within ``bound`` seconds.
+        Raises ``TimeoutError`` saying how far it got, or what ``_handshake`` raises."""
         self._host_index = (self._host_index + 1) % len(self._hosts)
         host, port = self._hosts[self._host_index]
-        with anyio.fail_after(bound), self._explained(host, port):
-            if self._stale_session is not None:
-                await self._close_stale_session(host, port)
-            conn = await open_connection(host, port, self._tls)
-            try:
-                session_id, password = self.session_id, self._password
-                sent_at = time.monotonic()
-                conn.write(
-                    proto.connect_frame(
-                        self.last_zxid, self._requested_timeout_ms, session_id, password
-                    )
-                )
-                await conn.drain()
-                handshake = _parse_handshake(await conn.read_frame())
-                if handshake.expired:
-                    if session_id:
-                        self._session_gone(
-                            "session expired (server answer at reconnect)", stale=False
-                        )
-                    raise HandshakeRejected("session expired")
-                await self._authenticate(conn, handshake)
-                if session_id:
-                    # Same session: re-arm every watch before any other request.
-                    self._sent_at.clear()
-                    await self._rearm_watches(conn)
-                if session_id != self.session_id:
-                    # Our own clock gave the session up while we were reconnecting.
-                    raise HandshakeRejected("session given up during the handshake")
-            except BaseException:
+        conn: Connection | None = None
+        try:
+            with anyio.fail_after(bound), self._explained():
+                if self._stale_session is not None:
+                    await self._close_stale_session(host, port)
+                conn = await open_connection(host, port, self._tls)
+                handshake, session_id, sent_at = await self._handshake(conn)
+        except BaseException as exc:
+            if conn is not None:
                 self._sent_at.clear()
                 await conn.aclose()
-                raise
+            if isinstance(exc, TimeoutError):
+                if conn is None:
+                    raise TimeoutError(f"no connection within {bound:g} s") from None
+                raise TimeoutError(f"no answer to the handshake within {bound:g} s") from None
+            raise
         self.session_id = handshake.session_id
         self._password = handshake.password
         self.timeout = handshake.timeout_ms / 1000
@@ -699,6 +692,32 @@ class Session:
                     self.timeout,
                 )
         return conn
+
+    async def _handshake(self, conn: Connection) -> tuple[proto.Handshake, int, float]:
+        """Attach our session (or ask for a new one), authenticate, re-arm the watches.
+        Returns the answer, the session id we asked for and when we asked; raises
+        ``HandshakeRejected`` (also when the session expired, or our own clock gave it up
+        meanwhile), ``AuthenticationFailed`` or a stream error."""
+        session_id, password = self.session_id, self._password
+        sent_at = time.monotonic()
+        conn.write(
+            proto.connect_frame(self.last_zxid, self._requested_timeout_ms, session_id, password)
+        )
+        await conn.drain()
+        handshake = _parse_handshake(await conn.read_frame())
+        if handshake.expired:
+            if session_id:
+                self._session_gone("session expired (server answer at reconnect)", stale=False)
+            raise HandshakeRejected("session expired")
+        await self._authenticate(conn, handshake)
+        if session_id:
+            # Same session: re-arm every watch before any other request.
+            self._sent_at.clear()
+            await self._rearm_watches(conn)
+        if session_id != self.session_id:
+            # Our own clock gave the session up while we were reconnecting.
+            raise HandshakeRejected("session given up during the handshake")
+        return handshake, session_id, sent_at
 
     async def _authenticate(self, conn: Connection, handshake: proto.Handshake) -> None:
         """Send each credential and wait for its answer, before any other request. The
@@ -734,7 +753,7 @@ class Session:
         self._stale_session = None
 
     @contextlib.contextmanager
-    def _explained(self, host: str, port: int) -> Iterator[None]:
+    def _explained(self) -> Iterator[None]:
         """Turn an end of stream before the handshake's answer into ``HandshakeRejected``,
         and a TLS failure that retrying cannot cure into ``TLSRejected``, saying what the
         likely cause is."""
@@ -746,14 +765,14 @@ class Session:
             else:
                 hint = "does it require a client certificate (ssl.clientAuth=need)?"
             raise HandshakeRejected(
-                f"{host}:{port} closed the connection without answering (a server that lags "
-                f"behind the transactions we have seen does so; {hint})"
+                "closed the connection without answering (a server that lags behind the "
+                f"transactions we have seen does so; {hint})"
             ) from None
         except ssl.SSLError as exc:
             if not is_tls_rejection(exc):
                 raise
             reason = describe_tls_failure(exc)
-            raise TLSRejected(f"TLS with {host}:{port} failed: {reason}") from exc
+            raise TLSRejected(reason) from exc
 
     async def _rearm_watches(self, conn: Connection) -> None:
         frames = proto.set_watches_frames(self.last_zxid, *self._watches.rearm_paths())
@@ -980,7 +999,7 @@ class Session:
         while self._stale_session is not None:
             for host, port in self._hosts:
                 try:
-                    with self._explained(host, port):
+                    with self._explained():
                         await self._close_stale_session(host, port)
                     return
                 except (HandshakeRejected, TLSRejected, *STREAM_ERRORS) as exc:
