@@ -679,7 +679,7 @@ def connect(
       ``[minSessionTimeout, maxSessionTimeout]``, by default ``[2, 20] times tickTime`` (4 to
       40 s with the usual 2 s tick); a clamp is logged as a WARNING, and
       ``negotiated_timeout`` tells the granted value. Default 10 s; when idle, the client
-      pings every third of it.
+      pings every sixth of it.
     - ``connect_timeout``: seconds to establish the first session, over all hosts; default
       10 s.
     - ``loss_policy``: when a holder is told it lost its lock (its ``async with`` body is

@@ -28,6 +28,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 import aiozklock
 from aiozklock.testing import FaultProxy
 from tests.conftest import ClientFactory, wait_for_children, wait_for_queue
+from tests.test_connect_errors import http_server as http_server
 
 # Every command is a Python process: its start took 0.3 s on a quiet machine and up to 4 s on
 # the loaded 2-core one (a test runs up to 5). The bounds are hang bounds, not expectations.
@@ -277,6 +278,18 @@ async def test_unavailable_zookeeper_exits_69() -> None:
     assert done.returncode == EX_UNAVAILABLE
     assert b"ZooKeeper unavailable" in done.stderr
     assert listing.returncode == EX_UNAVAILABLE
+
+
+async def test_unavailable_zookeeper_names_each_host_and_why(http_server: str) -> None:
+    refused = f"127.0.0.1:{_closed_port()}"
+    hosts = f"{refused},{http_server}"
+    with anyio.fail_after(HANG_BOUND):
+        done = await _cli("holders", "--hosts", hosts, "--connect-timeout", "1", "/")
+    assert done.returncode == EX_UNAVAILABLE
+    stderr = done.stderr.decode()
+    assert f"{refused}: connection refused" in stderr, stderr
+    assert f"{http_server}: does not speak ZooKeeper's protocol" in stderr, stderr
+    assert "(an HTTP server?)" in stderr, stderr
 
 
 async def test_help_of_every_command() -> None:

@@ -42,8 +42,8 @@ PATH = "/locks/faults"
 TIMEOUT = 2.0  # session timeout of the clients whose sessions a test times out (fault-matrix C.1)
 # Every other client's: no test waits for its timeout, and a longer one keeps a slow ping
 # reply on a loaded machine (a starved JVM) from passing for a partition: silence is declared
-# timeout/2 after the last reply, pings go every timeout/3, so a 2 s session gives a ping
-# reply ~0.33 s.
+# timeout/2 after the last reply, pings go every timeout/6, so a 2 s session gives a ping
+# reply ~0.67 s.
 STEADY_TIMEOUT = 4.0
 ENSEMBLE_TIMEOUT = 6.0
 
@@ -488,7 +488,7 @@ async def test_partition_longer_than_session_timeout(
         with anyio.fail_after(5):
             await wait_for_queue(waiter_client, PATH, 2)
 
-        # The last request the server hears from the holder (pings are at timeout/3).
+        # The last request the server hears from the holder (pings are at timeout/6).
         touch = await touch_at_thin_phase(holder_client, proxy, timeout)
         fault_at = time.monotonic()
         proxy.blackhole(True, new=new)

@@ -15,6 +15,7 @@ import anyio
 import anyio.abc
 
 from aiozklock._wire import _protocol as proto
+from aiozklock._wire._diagnose import not_zookeeper
 
 _RECEIVE_SIZE = 65536
 STREAM_ERRORS = (
@@ -26,7 +27,8 @@ STREAM_ERRORS = (
 
 
 class HandshakeRejected(Exception):
-    """The server closed the connection during the handshake (e.g. it lags behind our zxid)."""
+    """The server closed the connection during the handshake (e.g. it lags behind our zxid),
+    or answered something that is not ZooKeeper's."""
 
 
 class TLSRejected(Exception):
@@ -98,13 +100,14 @@ class Connection:
 
     async def read_frame(self) -> bytes:
         """Read one length-prefixed frame (a handshake answer); ``EndOfStream`` at EOF,
-        ``HandshakeRejected`` on a nonsensical length."""
+        ``HandshakeRejected`` on a nonsensical length (not a ZooKeeper server: the message
+        quotes what it answered)."""
         buffer = self._unread
         while True:
             if len(buffer) >= 4:
                 (size,) = proto.LENGTH.unpack_from(buffer, 0)
                 if size < 0 or size > 1 << 20:
-                    raise HandshakeRejected(f"bad frame length {size}")
+                    raise HandshakeRejected(not_zookeeper(bytes(buffer)))
                 if len(buffer) >= 4 + size:
                     frame = bytes(buffer[4 : 4 + size])
                     del buffer[: 4 + size]

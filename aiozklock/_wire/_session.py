@@ -5,9 +5,9 @@ One ``Session`` is one logical ZooKeeper session at a time, kept alive across co
 * framing and xid matching, many requests in flight (pipelined in one write when asked);
   requests are written synchronously by the task that makes them (no lock, no task, no
   yield), so a round trip costs one write and one read;
-* its own liveness clock: ``last_heard`` (any frame), pings when idle, and two deadlines —
-  SUSPENDED when nothing was heard for half the negotiated timeout (or at once on EOF/RST),
-  LOST once the session can no longer be alive on the server;
+* its own liveness clock: ``last_heard`` (any frame), pings after a sixth of the negotiated
+  timeout idle, and two deadlines — SUSPENDED when nothing was heard for half the timeout
+  (or at once on EOF/RST), LOST once the session can no longer be alive on the server;
 * reconnect with the same id/password across the host list, authenticating (``auth=``) and
   re-arming *every* watch with SetWatches before anything else is sent, then telling every
   listener; credentials the server refuses close the session for good;
@@ -27,7 +27,6 @@ import collections
 import contextlib
 import enum
 import logging
-import math
 import random
 import ssl
 import time
@@ -60,6 +59,7 @@ from aiozklock._wire._connection import (
     open_connection,
     running_asyncio_loop,
 )
+from aiozklock._wire._diagnose import describe_failure, per_host
 from aiozklock._wire._limits import DEFAULT_MAX_REQUEST_BYTES, FRAME_OVERHEAD, oversized
 from aiozklock._wire._loop import LoopGuard
 from aiozklock._wire._protocol import FIRES, EventType, Op, Watcher
@@ -71,6 +71,10 @@ T = TypeVar("T")
 
 CLOSE_TIMEOUT = 1.0  # close() waits at most this long for the server to confirm
 LOST_MARGIN = 0.1  # LOST this fraction of the timeout before the server may expire us
+SILENCE = 1 / 2  # SUSPENDED after this fraction of the timeout without a frame
+# An idle connection is pinged after this fraction: the reply then has a third of the timeout
+# before silence is declared (as in Java's client), not just a sixth (a JVM pause).
+PING_IDLE = 1 / 6
 
 
 class SessionState(enum.Enum):
@@ -201,9 +205,10 @@ class Session:
         self.check_loop = LoopGuard().check  # raises UsageError outside the owning loop
         self._closing = False
         self._finished = anyio.Event()
-        # A session we gave up on by our own clock while the server may still keep it: we
-        # close it explicitly once we can, so its ephemeral nodes go at once.
-        self._stale_session: tuple[int, bytes, float] | None = None
+        # A session we gave up on by our own clock while the server may still keep it (or
+        # revive it after a restart): closed explicitly once we can, so its nodes go at once.
+        self._stale_session: tuple[int, bytes] | None = None
+        self._stale_answered_at: float | None = None  # a server first answered for it
 
     # ---------------------------------------------------------------- public surface
 
@@ -541,7 +546,7 @@ class Session:
     def _session_gone(self, reason: str, *, stale: bool) -> None:
         """The session that owns our ephemerals is gone (or given up): LOST, new generation."""
         if stale and self.session_id:
-            self._stale_session = (self.session_id, self._password, time.monotonic() + self.timeout)
+            self._mark_stale(self.session_id, self._password)
         self._fail_pending(lambda: SessionExpired(reason))
         lost_id, self.session_id = self.session_id, 0
         self._password = bytes(16)
@@ -553,20 +558,20 @@ class Session:
     # ---------------------------------------------------------------- connection loop
 
     async def connect_first(self) -> None:
-        """Establish the first session, within ``connect_timeout`` (raises
-        ``ZooKeeperUnavailable``)."""
+        """Establish the first session, within ``connect_timeout``. Raises
+        ``ZooKeeperUnavailable`` saying, for each host, why it could not be used (the last
+        failure of each: refused, timed out, not ZooKeeper...)."""
         deadline = time.monotonic() + self._connect_timeout
         attempt = max(self._connect_timeout / len(self._hosts), min(1.0, self._connect_timeout))
-        errors: list[str] = []
+        failures: dict[tuple[str, int], str] = {}  # the last one of each host
         tls_rejected: set[int] = set()  # indexes of the hosts that failed TLS for good
         delay = 0.05
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                hosts = ",".join(f"{h}:{p}" for h, p in self._hosts)
                 raise ZooKeeperUnavailable(
-                    f"no ZooKeeper server answered within {self._connect_timeout:g} s "
-                    f"({hosts}): {'; '.join(dict.fromkeys(errors[-3:])) or 'no answer'}"
+                    f"no ZooKeeper server answered within {self._connect_timeout:g} s: "
+                    + per_host(self._hosts, failures)
                 )
             try:
                 self._conn = await self._open(min(attempt, remaining))
@@ -574,14 +579,16 @@ class Session:
                 await self._give_up_refused(exc)
                 raise
             except TLSRejected as exc:
+                failures[self._hosts[self._host_index]] = str(exc)
                 # The same answer again is certain: once every host gave it, fail now.
                 tls_rejected.add(self._host_index)
                 if len(tls_rejected) == len(self._hosts):
-                    raise ZooKeeperUnavailable(str(exc)) from exc.__cause__
-                errors.append(str(exc))
+                    raise ZooKeeperUnavailable(
+                        "TLS failed with every server: " + per_host(self._hosts, failures)
+                    ) from exc.__cause__
                 continue
             except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
-                errors.append(repr(exc))
+                failures[self._hosts[self._host_index]] = describe_failure(exc)
                 await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
                 delay = min(delay * 2, 0.5)
                 continue
@@ -656,9 +663,14 @@ class Session:
                 return False
             except TLSRejected as exc:
                 # Kept trying: certificates may be fixed while the session lives.
-                log.warning("reconnect attempt failed: %s (caused by %r)", exc, exc.__cause__)
+                log.warning(
+                    "reconnect to %s failed: %s (caused by %r)",
+                    self._current_host(),
+                    exc,
+                    exc.__cause__,
+                )
             except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
-                log.debug("reconnect attempt failed: %r", exc)
+                log.debug("reconnect to %s failed: %s", self._current_host(), describe_failure(exc))
             # The first retry is immediate (e.g. a new session right after an expiry answer).
             await anyio.sleep(delay * (0.5 + random.random() / 2))
             delay = min(max(delay * 2, 0.02), 0.5)
@@ -669,41 +681,26 @@ class Session:
         return f"{host}:{port}"
 
     async def _open(self, bound: float) -> Connection:
-        """Connect to the next host and complete a handshake within ``bound`` seconds."""
+        """Connect to the next host and complete a handshake within ``bound`` seconds.
+        Raises ``TimeoutError`` saying how far it got, or what ``_handshake`` raises."""
         self._host_index = (self._host_index + 1) % len(self._hosts)
         host, port = self._hosts[self._host_index]
-        with anyio.fail_after(bound), self._explained(host, port):
-            if self._stale_session is not None:
-                await self._close_stale_session(host, port)
-            conn = await open_connection(host, port, self._tls)
-            try:
-                session_id, password = self.session_id, self._password
-                sent_at = time.monotonic()
-                conn.write(
-                    proto.connect_frame(
-                        self.last_zxid, self._requested_timeout_ms, session_id, password
-                    )
-                )
-                await conn.drain()
-                handshake = _parse_handshake(await conn.read_frame())
-                if handshake.expired:
-                    if session_id:
-                        self._session_gone(
-                            "session expired (server answer at reconnect)", stale=False
-                        )
-                    raise HandshakeRejected("session expired")
-                await self._authenticate(conn, handshake)
-                if session_id:
-                    # Same session: re-arm every watch before any other request.
-                    self._sent_at.clear()
-                    await self._rearm_watches(conn)
-                if session_id != self.session_id:
-                    # Our own clock gave the session up while we were reconnecting.
-                    raise HandshakeRejected("session given up during the handshake")
-            except BaseException:
+        conn: Connection | None = None
+        try:
+            with anyio.fail_after(bound), self._explained():
+                if self._stale_session is not None:
+                    await self._close_stale_session(host, port)
+                conn = await open_connection(host, port, self._tls)
+                handshake, session_id, sent_at = await self._handshake(conn)
+        except BaseException as exc:
+            if conn is not None:
                 self._sent_at.clear()
                 await conn.aclose()
-                raise
+            if isinstance(exc, TimeoutError):
+                if conn is None:
+                    raise TimeoutError(f"no connection within {bound:g} s") from None
+                raise TimeoutError(f"no answer to the handshake within {bound:g} s") from None
+            raise
         self.session_id = handshake.session_id
         self._password = handshake.password
         self.timeout = handshake.timeout_ms / 1000
@@ -723,6 +720,32 @@ class Session:
                 )
         return conn
 
+    async def _handshake(self, conn: Connection) -> tuple[proto.Handshake, int, float]:
+        """Attach our session (or ask for a new one), authenticate, re-arm the watches.
+        Returns the answer, the session id we asked for and when we asked; raises
+        ``HandshakeRejected`` (also when the session expired, or our own clock gave it up
+        meanwhile), ``AuthenticationFailed`` or a stream error."""
+        session_id, password = self.session_id, self._password
+        sent_at = time.monotonic()
+        conn.write(
+            proto.connect_frame(self.last_zxid, self._requested_timeout_ms, session_id, password)
+        )
+        await conn.drain()
+        handshake = _parse_handshake(await conn.read_frame())
+        if handshake.expired:
+            if session_id:
+                self._session_gone("session expired (server answer at reconnect)", stale=False)
+            raise HandshakeRejected("session expired")
+        await self._authenticate(conn, handshake)
+        if session_id:
+            # Same session: re-arm every watch before any other request.
+            self._sent_at.clear()
+            await self._rearm_watches(conn)
+        if session_id != self.session_id:
+            # Our own clock gave the session up while we were reconnecting.
+            raise HandshakeRejected("session given up during the handshake")
+        return handshake, session_id, sent_at
+
     async def _authenticate(self, conn: Connection, handshake: proto.Handshake) -> None:
         """Send each credential and wait for its answer, before any other request. The
         server answers AuthFailed and closes the connection if it refuses one: then the
@@ -736,7 +759,7 @@ class Session:
             if xid != proto.AUTH_XID:
                 raise HandshakeRejected(f"unexpected reply (xid {xid}) to authentication")
             if err:
-                self._stale_session = (handshake.session_id, handshake.password, math.inf)
+                self._mark_stale(handshake.session_id, handshake.password)
                 who = credential.split(b":", 1)[0].decode(errors="replace")
                 user = f" for user {who!r}" if scheme == "digest" else ""
                 raise AuthenticationFailed(
@@ -757,7 +780,7 @@ class Session:
         self._stale_session = None
 
     @contextlib.contextmanager
-    def _explained(self, host: str, port: int) -> Iterator[None]:
+    def _explained(self) -> Iterator[None]:
         """Turn an end of stream before the handshake's answer into ``HandshakeRejected``,
         and a TLS failure that retrying cannot cure into ``TLSRejected``, saying what the
         likely cause is."""
@@ -769,14 +792,14 @@ class Session:
             else:
                 hint = "does it require a client certificate (ssl.clientAuth=need)?"
             raise HandshakeRejected(
-                f"{host}:{port} closed the connection without answering (a server that lags "
-                f"behind the transactions we have seen does so; {hint})"
+                "closed the connection without answering (a server that lags behind the "
+                f"transactions we have seen does so; {hint})"
             ) from None
         except ssl.SSLError as exc:
             if not is_tls_rejection(exc):
                 raise
             reason = describe_tls_failure(exc)
-            raise TLSRejected(f"TLS with {host}:{port} failed: {reason}") from exc
+            raise TLSRejected(reason) from exc
 
     async def _rearm_watches(self, conn: Connection) -> None:
         frames = proto.set_watches_frames(
@@ -787,11 +810,29 @@ class Session:
             conn.write(b"".join(frames))
             await conn.drain()
 
+    def _mark_stale(self, session_id: int, password: bytes) -> None:
+        """Close this session, no longer ours, at the next connection (``_open``)."""
+        self._stale_session = (session_id, password)
+        self._stale_answered_at = None
+
     async def _close_stale_session(self, host: str, port: int) -> None:
+        """Close ``_stale_session`` through ``host``, however long ago we gave it up: a
+        server keeps a session a timeout after it last heard from it, and one restarted with
+        its data revives the sessions it had and re-arms their expiry, however long it was
+        down. An "expired" answer leaves nothing to close. Raises what a handshake raises.
+
+        Bounded: once servers have answered for it for a whole session timeout without the
+        close going through, the session is left to the server's expiry (logged)."""
         assert self._stale_session is not None
-        session_id, password, give_up_at = self._stale_session
-        if time.monotonic() > give_up_at:
-            self._stale_session = None  # the server has expired it on its own by now
+        session_id, password = self._stale_session
+        answered_at = self._stale_answered_at
+        if answered_at is not None and time.monotonic() - answered_at > self.timeout:
+            log.warning(
+                "could not close session 0x%x that our clock gave up; its nodes stay until "
+                "the server expires it",
+                session_id,
+            )
+            self._stale_session = None
             return
         conn = await open_connection(host, port, self._tls)
         try:
@@ -803,6 +844,7 @@ class Session:
             await conn.drain()
             handshake = _parse_handshake(await conn.read_frame())
             if not handshake.expired:
+                self._stale_answered_at = answered_at or time.monotonic()
                 conn.write(proto.frame(1, proto.close_op().body))
                 await conn.drain()
                 await conn.read_frame()
@@ -891,16 +933,16 @@ class Session:
             timeout = self.timeout
             next_at = now + timeout
             if self.state is SessionState.CONNECTED and self._conn is not None:
-                silence_deadline = self.last_heard + timeout / 2
+                silence_deadline = self.last_heard + timeout * SILENCE
                 if now >= silence_deadline:
                     self._drop_connection(
                         f"nothing heard for {now - self.last_heard:.3f} s"
                         " (half the session timeout)"
                     )
                 else:
-                    if now - self.last_sent >= timeout / 3:
+                    if now - self.last_sent >= timeout * PING_IDLE:
                         self._send_ping()
-                    next_at = min(silence_deadline, self.last_sent + timeout / 3)
+                    next_at = min(silence_deadline, self.last_sent + timeout * PING_IDLE)
             elif self.state is SessionState.SUSPENDED:
                 # The server expires the session `timeout` after it last heard from us, and it
                 # heard our newest answered request no earlier than we sent it. The margin
@@ -966,7 +1008,7 @@ class Session:
                 if not closed_on_server and self.session_id:
                     # Re-attach just to close: otherwise the session's nodes (a lost lock's
                     # node among them) stay until the server expires it.
-                    self._stale_session = (self.session_id, self._password, math.inf)
+                    self._mark_stale(self.session_id, self._password)
                     await self._close_session_elsewhere()
             self._stop_connection_loop()
             conn, self._conn = self._conn, None
@@ -986,7 +1028,7 @@ class Session:
         while self._stale_session is not None:
             for host, port in self._hosts:
                 try:
-                    with self._explained(host, port):
+                    with self._explained():
                         await self._close_stale_session(host, port)
                     return
                 except (HandshakeRejected, TLSRejected, *STREAM_ERRORS) as exc:

@@ -127,7 +127,10 @@ def join(parent: str, child: str) -> str:
 def parse_hosts(hosts: object) -> tuple[list[tuple[str, int]], str]:
     """Parse ``"h1:2181,h2:2181/chroot"`` into ``([(host, port), ...], chroot)``.
 
-    ``chroot`` is ``""`` when absent (or ``/``).
+    ``chroot`` is ``""`` when absent (or ``/``). IPv6 addresses go in brackets
+    (``[::1]:2181``). Raises ``InvalidArgument``, naming the faulty entry, for an empty
+    entry, an unclosed bracket, a port that is not a decimal number in 1..65535, or a host
+    name with a ``:`` outside brackets or with whitespace.
     """
     if not isinstance(hosts, str):
         raise InvalidArgument(
@@ -145,26 +148,48 @@ def parse_hosts(hosts: object) -> tuple[list[tuple[str, int]], str]:
     for item in text.split(","):
         item = item.strip()
         if not item:
-            raise InvalidArgument(f"empty host in {short_repr(hosts)}")
-        if item.startswith("["):  # [ipv6]:port
-            host, _, rest = item[1:].partition("]")
-            port_text = rest[1:] if rest.startswith(":") else ""
-        else:
-            host, sep, port_text = item.rpartition(":")
-            if not sep:
-                host, port_text = item, ""
-        if not host:
-            raise InvalidArgument(f"empty host name in {short_repr(hosts)}")
-        try:
-            port = int(port_text) if port_text else DEFAULT_PORT
-        except ValueError:
-            raise InvalidArgument(
-                f"bad port {short_repr(port_text)} in {short_repr(hosts)}"
-            ) from None
-        if not 0 < port < 65536:
-            raise InvalidArgument(f"port out of range in {short_repr(hosts)}")
-        result.append((host, port))
+            raise InvalidArgument(f"empty entry in {short_repr(hosts)}: expected 'host[:port],...'")
+        result.append(_parse_host(item, hosts))
     return result, chroot
+
+
+def _parse_host(item: str, hosts: str) -> tuple[str, int]:
+    """One ``host[:port]`` entry of ``hosts`` (named in the errors)."""
+    where = (
+        short_repr(item) if item == hosts.strip() else f"{short_repr(item)} of {short_repr(hosts)}"
+    )
+    if item.startswith("["):  # [ipv6]:port
+        host, bracket, rest = item[1:].partition("]")
+        if not bracket:
+            raise InvalidArgument(f"unclosed '[' in {where}: write IPv6 as [::1]:2181")
+        if rest and not rest.startswith(":"):
+            raise InvalidArgument(
+                f"{short_repr(rest)} after ']' in {where}: expected ':port' or nothing"
+            )
+        has_port, port_text = bool(rest), rest[1:]
+    else:
+        host, sep, port_text = item.rpartition(":")
+        has_port = bool(sep)
+        if not sep:
+            host = item
+        if ":" in host:
+            raise InvalidArgument(
+                f"more than one ':' in {where}: expected 'host[:port]' (IPv6 in brackets: "
+                "[::1]:2181)"
+            )
+    if not host:
+        raise InvalidArgument(f"empty host name in {where}")
+    if any(ch.isspace() or _invalid_char(ch) for ch in host):
+        raise InvalidArgument(f"whitespace or a control character in the host name of {where}")
+    if not has_port:
+        return host, DEFAULT_PORT
+    # Only plain digits: int() would also take '+2181', ' 2181' or '2_181'.
+    if not (port_text.isascii() and port_text.isdigit()):
+        raise InvalidArgument(f"bad port {short_repr(port_text)} in {where}: expected a number")
+    port = int(port_text)
+    if not 0 < port < 65536:
+        raise InvalidArgument(f"port {port} out of range (1..65535) in {where}")
+    return host, port
 
 
 # ---- TTL lease lock (append-only block) ----

@@ -109,7 +109,7 @@ def _spec(kind: str, rng: random.Random, timeout: float, offset: float) -> Fault
     it last heard from it (its expiry queue is bucketed by tick; tickTime is 200 ms here). A
     "long" fault (>= 1.2 x timeout) outlasts that whatever the tick, so the session surely
     expires; a "short" one (<= 0.5 x timeout) never expires it, even counting the client's
-    idle ping interval (timeout/3), though it may outlast the client's silence detection
+    idle ping interval (timeout/6), though it may outlast the client's silence detection
     (timeout/2) and so cost the holder its lock while the session survives.
     """
     holder_biased = "holder" if rng.random() < 0.7 else "any"

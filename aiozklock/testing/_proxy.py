@@ -440,7 +440,9 @@ class FaultProxy:
     async def _read_client(self, conn: _Connection, out: MemoryObjectSendStream[_Item]) -> None:
         buffer = bytearray()
         handshake_done = False
-        with out:
+        # BrokenResourceError: the writer of this direction is gone (it failed, the connection
+        # is being torn down) while this reader was already resuming with data.
+        with out, contextlib.suppress(anyio.BrokenResourceError):
             while (chunk := await self._receive(conn.client, out)) is not None:
                 if conn.raw:
                     out.send_nowait(_Data(chunk, time.monotonic()))
@@ -470,7 +472,7 @@ class FaultProxy:
     ) -> None:
         buffer = bytearray()
         handshake_done = False
-        with out:
+        with out, contextlib.suppress(anyio.BrokenResourceError):  # as in _read_client
             while (chunk := await self._receive(server, out)) is not None:
                 if conn.raw:
                     out.send_nowait(_Data(chunk, time.monotonic()))
