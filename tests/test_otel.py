@@ -124,7 +124,9 @@ async def test_a_timeout_is_counted_and_a_waiter_knows_its_queue_position(
         assert recorded.point("aiozklock.lock.timeouts", LOCK).value == 1
         async with anyio.create_task_group() as tg:
             tg.start_soon(wait_for_the_lock)
-            await wait_for_queue(zk, path, 2)
+            # The timed-out attempt's delete is not awaited: listed from its own session (its
+            # requests are ordered), the second node is the waiter's, not the old one.
+            await wait_for_queue(observed, path, 2)
             await holder.release()
     timeout_span, acquired_span = recorded.spans()
     assert timeout_span.attributes is not None
