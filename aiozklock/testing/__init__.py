@@ -40,11 +40,11 @@ from ._rawclient import RawZooKeeperError as RawZooKeeperError
 from ._rawclient import WatchEventType as WatchEventType
 from ._rawclient import ZooKeeperErrorCode as ZooKeeperErrorCode
 from ._server import ZooKeeperCluster as ZooKeeperCluster
-from ._server import ZooKeeperMember as ZooKeeperMember
-from ._server import ZooKeeperStartError as ZooKeeperStartError
-from ._server import ZooKeeperUnavailableForTests as ZooKeeperUnavailableForTests
-from ._server import find_zookeeper_classpath as find_zookeeper_classpath
-from ._server import four_letter_word as four_letter_word
+from ._server_install import ZooKeeperUnavailableForTests as ZooKeeperUnavailableForTests
+from ._server_install import find_zookeeper_classpath as find_zookeeper_classpath
+from ._server_install import four_letter_word as four_letter_word
+from ._server_member import ZooKeeperMember as ZooKeeperMember
+from ._server_member import ZooKeeperStartError as ZooKeeperStartError
 from ._tls import TLSFiles as TLSFiles
 
 __all__ = (

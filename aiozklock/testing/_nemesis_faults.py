@@ -22,7 +22,8 @@ from ._nemesis_plan import PROCESS_KINDS, SERVER_KINDS, FaultGroup, FaultSpec
 from ._nemesis_report import FaultRecord
 from ._proxy import Opcode
 from ._rawclient import RawConnectionClosed, RawSessionExpired, RawZooKeeperError
-from ._server import ZooKeeperCluster, ZooKeeperMember
+from ._server import ZooKeeperCluster
+from ._server_member import ZooKeeperMember
 
 __all__ = ["EXPIRE_REACTION", "heal_all", "register_expiries", "restore_cluster", "run_group"]
 
