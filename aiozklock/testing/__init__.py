@@ -28,9 +28,9 @@ from ._nemesis_report import FaultRecord as FaultRecord
 from ._nemesis_report import NemesisReport as NemesisReport
 from ._nemesis_run import run_nemesis as run_nemesis
 from ._proxy import FaultProxy as FaultProxy
-from ._proxy import ObservedHandshake as ObservedHandshake
-from ._proxy import ObservedRequest as ObservedRequest
-from ._proxy import Opcode as Opcode
+from ._proxy_records import ObservedHandshake as ObservedHandshake
+from ._proxy_records import ObservedRequest as ObservedRequest
+from ._proxy_records import Opcode as Opcode
 from ._rawclient import NodeStat as NodeStat
 from ._rawclient import RawConnectionClosed as RawConnectionClosed
 from ._rawclient import RawSessionExpired as RawSessionExpired
