@@ -21,7 +21,7 @@ from ._nemesis_clients import _Client, _kill_quietly
 from ._nemesis_plan import PROCESS_KINDS, SERVER_KINDS, FaultGroup, FaultSpec
 from ._nemesis_report import FaultRecord
 from ._proxy_records import Opcode
-from ._rawclient import RawConnectionClosed, RawSessionExpired, RawZooKeeperError
+from ._rawclient_records import RawConnectionClosed, RawSessionExpired, RawZooKeeperError
 from ._server import ZooKeeperCluster
 from ._server_member import ZooKeeperMember
 
