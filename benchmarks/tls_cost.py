@@ -480,7 +480,7 @@ def main(argv: Sequence[str]) -> int:
     settings, use_curator, output = parse_args(argv)
     # TLS through the fault proxy is not ZooKeeper framing: it passes it through, and
     # warns once per connection (every reconnect), which is expected here.
-    logging.getLogger("aiozklock.testing._proxy").setLevel(logging.ERROR)
+    logging.getLogger("aiozklock.testing._proxy_pump").setLevel(logging.ERROR)
     started = datetime.datetime.now(datetime.UTC)
     machine = run.machine_info()
     with tempfile.TemporaryDirectory(prefix="aiozklock-tls-bench-") as directory:

@@ -32,7 +32,7 @@ from aiozklock._wire._protocol import (
 )
 from aiozklock._wire._validation import MAX_PATH_BYTES, validate_path
 from aiozklock.testing import FaultProxy, RawZooKeeperConnection, expire_session, session_of
-from aiozklock.testing._rawclient import RawConnectionClosed
+from aiozklock.testing._rawclient_records import RawConnectionClosed
 from tests.conftest import ClientFactory, gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

@@ -34,7 +34,7 @@ from aiozklock.testing._nemesis import LEASE_JVM_PROPERTIES
 from aiozklock.testing._nemesis_checks import _counter_integrity
 from aiozklock.testing._nemesis_faults import restore_cluster
 from aiozklock.testing._nemesis_plan import PROCESS_KINDS, SERVER_KINDS, _category
-from aiozklock.testing._nemesis_worker import WorkerConfig
+from aiozklock.testing._nemesis_worker_config import WorkerConfig
 
 # Chosen for their schedules (plan_faults(seed, 20, 4.0)): between them, every category of
 # fault, with the leader killed, a long black-hole, a real expiry, and a holder process

@@ -242,7 +242,7 @@ async def _run(
     command: str,
 ) -> NemesisReport:
     from aiozklock.testing import run_nemesis
-    from aiozklock.testing._nemesis_worker import stall_watchdog
+    from aiozklock.testing._nemesis_worker_child import stall_watchdog
 
     # A stalled event loop (a livelock) leaves its stacks in the log directory.
     with (log_dir / "stall.txt").open("w") as stall_file:

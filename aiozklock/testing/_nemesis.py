@@ -34,8 +34,10 @@ from ._nemesis_clients import (
     _wait_stopped,
 )
 from ._nemesis_report import FaultRecord
-from ._nemesis_worker import Record, WorkerConfig, WorkerSink, recorded_client, run_worker
-from ._server import ZooKeeperCluster, ZooKeeperMember
+from ._nemesis_worker import recorded_client, run_worker
+from ._nemesis_worker_config import Record, WorkerConfig, WorkerSink
+from ._server import ZooKeeperCluster
+from ._server_member import ZooKeeperMember
 
 __all__ = ["LEASE_JVM_PROPERTIES", "MULTI_PATHS"]
 

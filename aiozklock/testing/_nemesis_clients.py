@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from ._nemesis_worker import Record
+from ._nemesis_worker_config import Record
 from ._proxy import FaultProxy
 
 if TYPE_CHECKING:

@@ -20,9 +20,10 @@ from ._nemesis import _Nemesis
 from ._nemesis_clients import _Client, _kill_quietly
 from ._nemesis_plan import PROCESS_KINDS, SERVER_KINDS, FaultGroup, FaultSpec
 from ._nemesis_report import FaultRecord
-from ._proxy import Opcode
-from ._rawclient import RawConnectionClosed, RawSessionExpired, RawZooKeeperError
-from ._server import ZooKeeperCluster, ZooKeeperMember
+from ._proxy_records import Opcode
+from ._rawclient_records import RawConnectionClosed, RawSessionExpired, RawZooKeeperError
+from ._server import ZooKeeperCluster
+from ._server_member import ZooKeeperMember
 
 __all__ = ["EXPIRE_REACTION", "heal_all", "register_expiries", "restore_cluster", "run_group"]
 

@@ -23,7 +23,7 @@ from ._nemesis_faults import heal_all, run_group
 from ._nemesis_observer import _Observer
 from ._nemesis_plan import FaultGroup
 from ._nemesis_report import NemesisReport
-from ._nemesis_worker import WorkerConfig
+from ._nemesis_worker_config import WorkerConfig
 from ._proxy import FaultProxy
 
 __all__: list[str] = []

@@ -14,128 +14,39 @@ the resource with each other, so no single fenced store orders them: each record
 judges against the server's deletion of its node.
 
 The same loop runs in the nemesis's own process (a task per client) and in child processes
-(one client each, so that a holder *process* can be stopped with SIGSTOP). A child is started
-as ``python -m aiozklock.testing._nemesis_child CONFIG_JSON``; it connects back to the
-nemesis's control port and speaks newline-delimited JSON:
-
-* child -> parent records (``time.monotonic()`` stamps, system-wide on Linux, so the parent
-  merges them with its own): ``hello``, ``session`` (state changes, with the session id and
-  password so that the nemesis can expire the session for real), ``enter``, ``section``,
-  ``attempt``, ``watchers``, ``self_stop``, ``closed``;
-* child -> parent requests ``read``/``write`` to the fenced store of a ``resource`` (a lock
-  path), which lives in the parent only: a write's acceptance is decided by that single
-  store when the request reaches it, as with any remote resource; answered by ``reply``;
-* parent -> child commands: ``stop`` (finish the current iteration, report, close),
-  ``pause_before_write`` (stop this process with SIGSTOP right after the next pre-write check
-  that passes, before the write is sent: the check-then-act window that only fencing
-  covers) and ``disarm``.
+(one client each, see :mod:`._nemesis_worker_child`). The configuration, the records and
+the sink are in :mod:`._nemesis_worker_config`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import faulthandler
-import json
 import logging
-import math
-import os
 import random
-import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass
-from typing import IO, Any, Protocol
+from dataclasses import dataclass, field
 
 import anyio
-import anyio.abc
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 import aiozklock
 from aiozklock import SessionState, StateChange
 from aiozklock._cli._choices import RECIPES
 from aiozklock._recipes._core._primitive import Primitive
-from aiozklock.testing._internals import session_of
+
+from ._nemesis_worker_config import Record, WorkerConfig, WorkerSink
 
 __all__ = [
     "RECIPES",
-    "WorkerConfig",
-    "WorkerSink",
     "recorded_client",
     "run_worker",
     "session_recorder",
-    "stall_watchdog",
 ]
 
 logger = logging.getLogger(__name__)
 
-Record = dict[str, Any]
-_MAX_LINE = 1 << 20
-#: The recipes a worker can loop on.
 #: What a worker acquires: a semaphore holds its node through the current task's lease.
 Held = Primitive | aiozklock.Semaphore
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    """What one client does; JSON-serialisable (it is a child's command line)."""
-
-    name: str
-    hosts: str  # the client's connection string: its own fault proxies
-    path: str  # the lock path
-    seed: int
-    session_timeout: float
-    loss_policy: str = "suspended"
-    acquire_timeout: tuple[float, float] = (1.0, 4.0)  # uniform range, s
-    attempt_grace: float = 6.0  # an attempt may take acquire_timeout + this
-    max_writes: int = 3  # 1..max_writes fenced writes per critical section
-    work: tuple[float, float] = (0.002, 0.03)  # s of "work" before each write
-    #: some sections hold much longer (spread over their writes): long enough for a fault to
-    #: be noticed while the holder still acts
-    long_hold: tuple[float, float] = (0.0, 0.0)
-    long_hold_probability: float = 0.0
-    think: tuple[float, float] = (0.0, 0.03)  # s between release and the next attempt
-    backend: str = "asyncio"
-    control: str = ""  # host:port of the nemesis's control listener (children only)
-    recipe: str = "lock"  # one of RECIPES
-    paths: tuple[str, ...] = ()  # multilock: the shared paths (each acquisition takes 2-3)
-    lease_ttl: float = 0.0  # lease: the TTL, s
-    max_leases: int = 0  # semaphore: its max_leases
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> WorkerConfig:
-        data = json.loads(text)
-        for key in ("acquire_timeout", "work", "think", "long_hold", "paths"):
-            data[key] = tuple(data[key])
-        return cls(**data)
-
-
-class WorkerSink(Protocol):
-    """Where a worker's records go, and its access to the fenced store."""
-
-    def emit(self, record: Record) -> None: ...
-
-    async def read(self, resource: str, token: int) -> tuple[bool, int]: ...
-
-    async def write(self, resource: str, token: int, value: int) -> bool: ...
-
-    async def before_write(self) -> None:
-        """Called after a pre-write check passed, right before the write is sent."""
-
-
-async def stall_watchdog(file: IO[str], after: float = 20.0) -> None:
-    """Dump every thread's stack to ``file`` if this event loop stops running for ``after``
-    seconds (a livelock or a blocking call): re-armed while the loop runs. Process-wide
-    (``faulthandler``): for the nemesis's own processes only; cancel it to disarm."""
-    try:
-        while True:
-            faulthandler.dump_traceback_later(after, file=file)
-            await anyio.sleep(after / 4)
-    finally:
-        faulthandler.cancel_dump_traceback_later()
 
 
 def session_recorder(
@@ -327,6 +238,49 @@ def _attempt(sink: WorkerSink, start: float, bound: float, outcome: str) -> None
     )
 
 
+@dataclass
+class _Section:
+    """What a critical section reports when it ends (its ``section`` record)."""
+
+    token: int
+    shared: bool  # a read lock: it shares its grant, and writes nothing
+    semaphore: bool  # it shares its resource: it records its acts, and writes nothing
+    node: str | None
+    session_id: int
+    expires_at: float | None
+    requested: float
+    resources: tuple[str, ...]
+    enter: float = 0.0
+    outcome: str = "error"
+    acts: list[float] = field(default_factory=list)
+
+    def record(self) -> Record:
+        return {
+            "type": "section",
+            "token": self.token,
+            "node": self.node,
+            "session_id": self.session_id,
+            "requested": self.requested,
+            "enter": self.enter,
+            "exit": time.monotonic(),
+            "outcome": self.outcome,
+            "resources": list(self.resources),
+            "expires_at": self.expires_at,
+            "shared": self.shared,
+            "acts": self.acts,
+        }
+
+
+def _pauses(config: WorkerConfig, rng: random.Random) -> list[float]:
+    """The "work" before each write: 1..max_writes of them, sometimes spread over a long hold."""
+    writes = rng.randint(1, config.max_writes)
+    long_hold = rng.random() < config.long_hold_probability
+    return [
+        rng.uniform(*config.long_hold) / writes if long_hold else rng.uniform(*config.work)
+        for _ in range(writes)
+    ]
+
+
 async def _critical_section(
     zk: aiozklock.ZooKeeperClient,
     primitive: Held,
@@ -336,192 +290,60 @@ async def _critical_section(
     rng: random.Random,
     requested: float,
 ) -> None:
-    token = primitive.fencing_token
-    shared = isinstance(primitive, aiozklock.ReadLock)
-    semaphore = isinstance(primitive, aiozklock.Semaphore)
-    node = _node_key(primitive)
-    session_id = zk.session_id
-    expires_at = _expires_at(primitive)
-    writes = rng.randint(1, config.max_writes)
-    long_hold = rng.random() < config.long_hold_probability
-    pauses = [
-        rng.uniform(*config.long_hold) / writes if long_hold else rng.uniform(*config.work)
-        for _ in range(writes)
-    ]
-    enter = time.monotonic()
+    section = _Section(
+        token=primitive.fencing_token,
+        shared=isinstance(primitive, aiozklock.ReadLock),
+        semaphore=isinstance(primitive, aiozklock.Semaphore),
+        node=_node_key(primitive),
+        session_id=zk.session_id,
+        expires_at=_expires_at(primitive),
+        requested=requested,
+        resources=resources,
+    )
+    pauses = _pauses(config, rng)
+    section.enter = time.monotonic()
     # ``hold``: how long it means to act, so that the nemesis can aim at long holds.
-    sink.emit({"type": "enter", "token": token, "node": node, "t": enter, "hold": sum(pauses)})
-    outcome = "error"
-    acts: list[float] = []
+    sink.emit(
+        {
+            "type": "enter",
+            "token": section.token,
+            "node": section.node,
+            "t": section.enter,
+            "hold": sum(pauses),
+        }
+    )
     try:
-        counters: dict[str, int] = {}
-        # A reader shares its grant, a semaphore holder its resource: no fenced access.
-        stores = () if shared or semaphore else resources
-        for resource in stores:  # registers our token: older holders are fenced
-            ok, counters[resource] = await sink.read(resource, token)
-            if not ok:
-                outcome = "rejected"
-                return
-        for pause in pauses:
-            await anyio.sleep(pause)
-            # The pre-write check: the loss policy's verdict and ``valid_until`` (a process
-            # resumed from a pause may run this before its heartbeat noticed anything).
-            if not primitive.is_held:
-                outcome = "invalid"
-                return
-            expires_at = _expires_at(primitive)
-            if shared:
-                continue
-            await sink.before_write()
-            if semaphore:
-                acts.append(time.monotonic())
-            for resource in stores:
-                if not await sink.write(resource, token, counters[resource] + 1):
-                    outcome = "rejected"
-                    return
-                counters[resource] += 1
-        outcome = "completed"
+        section.outcome = await _act(primitive, section, pauses, sink)
     except anyio.get_cancelled_exc_class():
-        outcome = "cancelled" if _still_held(primitive) else "lost"
+        section.outcome = "cancelled" if _still_held(primitive) else "lost"
         raise
     finally:
-        sink.emit(
-            {
-                "type": "section",
-                "token": token,
-                "node": node,
-                "session_id": session_id,
-                "requested": requested,
-                "enter": enter,
-                "exit": time.monotonic(),
-                "outcome": outcome,
-                "resources": list(resources),
-                "expires_at": expires_at,
-                "shared": shared,
-                "acts": acts,
-            }
-        )
+        sink.emit(section.record())
 
 
-# ---------------------------------------------------------------------------- child process
-
-
-class _ChildSink:
-    """The child's side of the control connection."""
-
-    def __init__(self, stream: anyio.abc.ByteStream, name: str) -> None:
-        self._stream = stream
-        self._name = name
-        send, receive = anyio.create_memory_object_stream[tuple[bytes, anyio.Event | None]](
-            math.inf
-        )
-        self._outbox = send
-        self._outbox_receive = receive
-        self._next_id = 0
-        self._replies: dict[int, tuple[anyio.Event, list[Record]]] = {}
-        self.pause_armed: float | None = None  # seconds, set by pause_before_write
-        self.stop = anyio.Event()
-
-    def emit(self, record: Record) -> None:
-        self._outbox.send_nowait((json.dumps(record).encode() + b"\n", None))
-
-    async def emit_flushed(self, record: Record) -> None:
-        written = anyio.Event()
-        self._outbox.send_nowait((json.dumps(record).encode() + b"\n", written))
-        await written.wait()
-
-    async def _request(self, record: Record) -> Record:
-        self._next_id += 1
-        request_id = self._next_id
-        event = anyio.Event()
-        slot: list[Record] = []
-        self._replies[request_id] = (event, slot)
-        try:
-            self.emit({**record, "id": request_id})
-            await event.wait()
-        finally:
-            self._replies.pop(request_id, None)
-        return slot[0]
-
-    async def read(self, resource: str, token: int) -> tuple[bool, int]:
-        reply = await self._request({"type": "read", "resource": resource, "token": token})
-        value = reply.get("value")
-        return bool(reply["ok"]), value if isinstance(value, int) else 0
-
-    async def write(self, resource: str, token: int, value: int) -> bool:
-        reply = await self._request(
-            {"type": "write", "resource": resource, "token": token, "value": value}
-        )
-        return bool(reply["ok"])
-
-    async def before_write(self) -> None:
-        duration = self.pause_armed
-        if duration is None:
-            return
-        self.pause_armed = None
-        # The parent resumes us after `duration`; the write below then goes out unchecked.
-        await self.emit_flushed({"type": "self_stop", "t": time.monotonic(), "duration": duration})
-        os.kill(os.getpid(), signal.SIGSTOP)
-
-    async def writer(self) -> None:
-        async with self._outbox_receive:
-            async for data, written in self._outbox_receive:
-                await self._stream.send(data)
-                if written is not None:
-                    written.set()
-
-    async def reader(self) -> None:
-        lines = BufferedByteReceiveStream(self._stream)
-        try:
-            while True:
-                message: Record = json.loads(await lines.receive_until(b"\n", _MAX_LINE))
-                kind = message.get("type")
-                if kind == "reply":
-                    entry = self._replies.get(int(message["id"]))
-                    if entry is not None:
-                        entry[1].append(message)
-                        entry[0].set()
-                elif kind == "stop":
-                    self.stop.set()
-                elif kind == "pause_before_write":
-                    self.pause_armed = float(message["duration"])
-                elif kind == "disarm":
-                    self.pause_armed = None
-        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
-            logger.warning("%s: the nemesis went away", self._name)
-            raise SystemExit(3) from None
-
-
-async def _child_main(config: WorkerConfig) -> None:
-    host, _, port = config.control.rpartition(":")
-    stream = await anyio.connect_tcp(host, int(port))
-    sink = _ChildSink(stream, config.name)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(sink.writer)
-        tg.start_soon(sink.reader)
-        tg.start_soon(stall_watchdog, sys.stderr)
-        sink.emit({"type": "hello", "name": config.name, "pid": os.getpid(), "t": time.monotonic()})
-        async with recorded_client(config, sink) as zk:
-            baseline = session_of(zk).watcher_count()
-            await run_worker(zk, config, sink, sink.stop)
-            sink.emit(
-                {"type": "watchers", "count": session_of(zk).watcher_count(), "baseline": baseline}
-            )
-        await sink.emit_flushed({"type": "closed", "t": time.monotonic()})
-        tg.cancel_scope.cancel()
-    await stream.aclose()
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    config = WorkerConfig.from_json(args[0])
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s {config.name} %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
-    anyio.run(_child_main, config, backend=config.backend)
-
-
-if __name__ == "__main__":
-    main()
+async def _act(primitive: Held, section: _Section, pauses: list[float], sink: WorkerSink) -> str:
+    """The section's fenced reads, then its pauses and writes; returns its outcome."""
+    counters: dict[str, int] = {}
+    # A reader shares its grant, a semaphore holder its resource: no fenced access.
+    stores = () if section.shared or section.semaphore else section.resources
+    for resource in stores:  # registers our token: older holders are fenced
+        ok, counters[resource] = await sink.read(resource, section.token)
+        if not ok:
+            return "rejected"
+    for pause in pauses:
+        await anyio.sleep(pause)
+        # The pre-write check: the loss policy's verdict and ``valid_until`` (a process
+        # resumed from a pause may run this before its heartbeat noticed anything).
+        if not primitive.is_held:
+            return "invalid"
+        section.expires_at = _expires_at(primitive)
+        if section.shared:
+            continue
+        await sink.before_write()
+        if section.semaphore:
+            section.acts.append(time.monotonic())
+        for resource in stores:
+            if not await sink.write(resource, section.token, counters[resource] + 1):
+                return "rejected"
+            counters[resource] += 1
+    return "completed"

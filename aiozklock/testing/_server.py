@@ -1,24 +1,19 @@
-"""Real ZooKeeper server processes for tests: one standalone server or a small ensemble.
+"""Real ZooKeeper servers for tests: one standalone server or a small ensemble.
 
-Servers are started from a local ZooKeeper install (``ZOOKEEPER_HOME`` or Debian's jars in
-``/usr/share/java``) with ``QuorumPeerMain``, on free ports of 127.0.0.1 and in private temp
-directories, so they never collide with other servers on the machine. Only PIDs started
-here are ever signalled, and an ``atexit`` hook kills whatever is still running when the
-test process exits.
+Servers are started from a local ZooKeeper install (see :mod:`._server_install`) with
+``QuorumPeerMain``, on free ports of 127.0.0.1 and in private temp directories, so they never
+collide with other servers on the machine; each is a :class:`ZooKeeperMember` (see
+:mod:`._server_member`).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
-import os
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -28,130 +23,26 @@ import anyio.to_thread
 
 from aiozklock._acl import digest_id
 
+from ._server_install import (
+    _INSTALL_HINT,
+    SUPER_DIGEST_PROPERTY,
+    ZooKeeperUnavailableForTests,
+    _find_java,
+    find_zookeeper_classpath,
+)
+from ._server_member import (
+    _POLL_INTERVAL,
+    _QUORUM_MODES,
+    _SERVING_MODES,
+    ZooKeeperMember,
+    ZooKeeperStartError,
+    _tail,
+)
 from ._tls import ClientAuth, TLSFiles
 
-__all__ = [
-    "ZooKeeperCluster",
-    "ZooKeeperMember",
-    "ZooKeeperStartError",
-    "ZooKeeperUnavailableForTests",
-    "find_zookeeper_classpath",
-    "four_letter_word",
-]
+__all__ = ["ZooKeeperCluster"]
 
 logger = logging.getLogger(__name__)
-
-#: Debian's jars (fault-matrix D): netty-all is a stub there, so the NIO factory is used,
-#: except by TLS servers, which need Netty: its split jars come with the zookeeper package.
-_DEBIAN_JARS = (
-    "zookeeper",
-    "zookeeper-jute",
-    "slf4j-api",
-    "slf4j-simple",
-    "netty-all",
-    "metrics-core",
-    "snappy-java",
-    "netty-buffer",
-    "netty-codec",
-    "netty-common",
-    "netty-handler",
-    "netty-resolver",
-    "netty-transport",
-    "netty-transport-native-epoll",
-    "netty-transport-native-unix-common",
-)
-_DEBIAN_JAVA_DIR = Path("/usr/share/java")
-_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
-_JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC")
-
-_INSTALL_HINT = (
-    "No local ZooKeeper installation was found, and AIOZKLOCK_ZK_HOSTS is not set. "
-    "Install one with `apt-get install zookeeper` (Debian/Ubuntu; needs a Java runtime), "
-    "or point ZOOKEEPER_HOME at an unpacked Apache ZooKeeper release, or set "
-    "AIOZKLOCK_ZK_HOSTS=host:port[,host:port...] to use running servers."
-)
-
-_POLL_INTERVAL = 0.05
-_STOP_GRACE = 10.0
-_SERVING_MODES = frozenset({"standalone", "leader", "follower", "observer"})
-_QUORUM_MODES = frozenset({"leader", "follower", "observer"})
-
-
-SUPER_DIGEST_PROPERTY = "zookeeper.DigestAuthenticationProvider.superDigest"
-
-
-class ZooKeeperUnavailableForTests(RuntimeError):
-    """No usable local ZooKeeper (jars or java) was found; the message says how to get one."""
-
-
-class ZooKeeperStartError(RuntimeError):
-    """A server did not come up (or did not serve) in time; the message has its log tail."""
-
-
-def find_zookeeper_classpath() -> str | None:
-    """The classpath of a local ZooKeeper install, or ``None`` if there is none.
-
-    ``$ZOOKEEPER_HOME`` wins (jars in ``$ZOOKEEPER_HOME/lib/*.jar`` and
-    ``$ZOOKEEPER_HOME/*.jar``, as in an Apache release); otherwise Debian's jars in
-    ``/usr/share/java``.
-    """
-    home = os.environ.get("ZOOKEEPER_HOME")
-    if home:
-        root = Path(home)
-        jars = sorted(root.glob("*.jar")) + sorted((root / "lib").glob("*.jar"))
-        if any(jar.name.startswith("zookeeper") for jar in jars):
-            return os.pathsep.join(str(jar) for jar in jars)
-        logger.warning("ZOOKEEPER_HOME=%s holds no zookeeper jar; trying Debian's", home)
-    debian = [_DEBIAN_JAVA_DIR / f"{name}.jar" for name in _DEBIAN_JARS]
-    if all(jar.is_file() for jar in debian[:4]):  # the rest only matter for optional features
-        return os.pathsep.join(str(jar) for jar in debian if jar.is_file())
-    return None
-
-
-def _find_java() -> str | None:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = Path(java_home) / "bin" / "java"
-        if candidate.is_file():
-            return str(candidate)
-    return shutil.which("java")
-
-
-def _split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.strip().rpartition(":")
-    return host or "127.0.0.1", int(port)
-
-
-def four_letter_word(address: str, word: str, timeout: float = 1.0) -> str:
-    """Send a four-letter command (``srvr``, ``ruok``, ``mntr``...) and return the answer.
-
-    Blocking. Raises ``OSError`` (``TimeoutError`` included) if the server does not answer
-    completely within ``timeout`` seconds, e.g. because it is paused with SIGSTOP.
-    """
-    if len(word) != 4:
-        raise ValueError(f"four-letter words have four letters, got {word!r}")
-    host, port = _split_address(address)
-    deadline = time.monotonic() + timeout
-    chunks: list[bytes] = []
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(word.encode("ascii"))
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"{word} to {address}: no complete answer in {timeout}s")
-            sock.settimeout(remaining)
-            chunk = sock.recv(65536)
-            if not chunk:  # the server closes after answering
-                break
-            chunks.append(chunk)
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
-def _parse_mode(srvr_answer: str) -> str | None:
-    for line in srvr_answer.splitlines():
-        if line.startswith("Mode:"):
-            return line.partition(":")[2].strip() or None
-    return None  # e.g. "This ZooKeeper instance is not currently serving requests"
 
 
 def _free_ports(count: int) -> list[int]:
@@ -166,291 +57,6 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text("utf-8", "replace")
-    except OSError as exc:
-        return f"(no log at {path}: {exc})"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _thread_states(pid: int) -> list[str] | None:
-    """The scheduler state letter of every thread (Linux ``/proc``), None if unknown."""
-    states = []
-    try:
-        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-            with contextlib.suppress(OSError):  # a thread may exit meanwhile
-                states.append(stat.read_text().rpartition(")")[2].split()[0])
-    except OSError:
-        return None
-    return states or None
-
-
-def _wait_thread_states(pid: int, *, stopped: bool, timeout: float = 5.0) -> None:
-    # Signals are delivered asynchronously: poll /proc until all threads are (not) in
-    # state "T". Without /proc (not Linux) there is nothing to poll; return at once.
-    deadline = time.monotonic() + timeout
-    while True:
-        states = _thread_states(pid)
-        if states is None or all((state == "T") == stopped for state in states):
-            return
-        if time.monotonic() >= deadline:
-            logger.warning(
-                "pid %d: threads not %s after %ss: %s",
-                pid,
-                "stopped" if stopped else "running",
-                timeout,
-                states,
-            )
-            return
-        time.sleep(0.001)
-
-
-# --- process registry: kill whatever we started when the interpreter exits ------------
-
-_live: dict[int, subprocess.Popen[bytes]] = {}
-_live_lock = threading.Lock()
-
-
-def _register(proc: subprocess.Popen[bytes]) -> None:
-    with _live_lock:
-        _live[proc.pid] = proc
-
-
-def _unregister(proc: subprocess.Popen[bytes]) -> None:
-    with _live_lock:
-        _live.pop(proc.pid, None)
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    with _live_lock:
-        procs = list(_live.values())
-        _live.clear()
-    for proc in procs:
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-    for proc in procs:
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-
-
-class ZooKeeperMember:
-    """One ZooKeeper server process: standalone, or one member of an ensemble.
-
-    Created by :class:`ZooKeeperCluster`; its config and ``dataDir`` survive restarts, so a
-    restarted member recovers its data (and, in an ensemble, rejoins).
-    """
-
-    def __init__(
-        self,
-        id: int,
-        client_port: int,
-        member_dir: Path,
-        config: Mapping[str, str],
-        *,
-        in_ensemble: bool,
-        classpath: str,
-        java: str,
-        jvm_properties: Mapping[str, str] | None = None,
-        secure_client_port: int | None = None,
-    ) -> None:
-        self.id = id
-        self.client_port = client_port
-        self.address = f"127.0.0.1:{client_port}"
-        #: The TLS port (``secureClientPort``) and its address; None without TLS.
-        self.secure_client_port = secure_client_port
-        self.secure_address = (
-            f"127.0.0.1:{secure_client_port}" if secure_client_port is not None else None
-        )
-        self.member_dir = member_dir
-        self.data_dir = member_dir / "data"
-        self.log_path = member_dir / "zookeeper.log"
-        self.config_path = member_dir / "zoo.cfg"
-        self.in_ensemble = in_ensemble
-        self._classpath = classpath
-        self._java = java
-        self._jvm_properties = tuple(f"-D{k}={v}" for k, v in (jvm_properties or {}).items())
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._paused = False
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        if in_ensemble:
-            (self.data_dir / "myid").write_text(f"{id}\n")
-        self.config_path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
-
-    def __repr__(self) -> str:
-        return f"<ZooKeeperMember id={self.id} address={self.address} pid={self.pid}>"
-
-    @property
-    def pid(self) -> int | None:
-        """The PID of the running process, ``None`` when stopped or killed."""
-        if self._proc is None or self._proc.poll() is not None:
-            return None
-        return self._proc.pid
-
-    @property
-    def running(self) -> bool:
-        """The process exists (it may be paused)."""
-        return self.pid is not None
-
-    @property
-    def paused(self) -> bool:
-        return self.running and self._paused
-
-    def start(self, *, wait: bool = True, timeout: float = 30.0) -> None:
-        """(Re)start with the same config and ``dataDir``.
-
-        With ``wait`` (the default) returns once ``srvr`` answers, and in an ensemble once
-        the member reports leader/follower, i.e. it rejoined a quorum. Pass ``wait=False``
-        when no quorum can form yet (e.g. restarting the first of two killed members).
-        """
-        if self.running:
-            raise RuntimeError(f"{self!r} is already running")
-        self._reap()
-        with self.log_path.open("ab") as log_file:
-            log_file.write(f"\n==== aiozklock: starting at {time.time():.3f} ====\n".encode())
-            log_file.flush()
-            # The child keeps its own copy of the descriptor; ours can close right away.
-            proc = subprocess.Popen(
-                [
-                    self._java,
-                    *_JVM_OPTIONS,
-                    *self._jvm_properties,
-                    "-cp",
-                    self._classpath,
-                    _MAIN_CLASS,
-                    str(self.config_path),
-                ],
-                cwd=self.member_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-            )
-        self._proc = proc
-        self._paused = False
-        _register(proc)
-        logger.info("started ZooKeeper %d on %s (pid %d)", self.id, self.address, proc.pid)
-        if wait:
-            self.wait_serving(timeout)
-
-    def wait_serving(self, timeout: float = 30.0) -> None:
-        """Block until this member serves clients (see :meth:`start`), bounded."""
-        wanted = _QUORUM_MODES if self.in_ensemble else _SERVING_MODES
-        deadline = time.monotonic() + timeout
-        while True:
-            if not self.running:
-                raise ZooKeeperStartError(
-                    f"ZooKeeper {self.id} ({self.address}) is not running "
-                    f"(exit code {self._proc.returncode if self._proc else None}); "
-                    f"log tail of {self.log_path}:\n{_tail(self.log_path)}"
-                )
-            if self.mode() in wanted:
-                return
-            if time.monotonic() >= deadline:
-                raise ZooKeeperStartError(
-                    f"ZooKeeper {self.id} ({self.address}) not serving after {timeout}s; "
-                    f"log tail of {self.log_path}:\n{_tail(self.log_path)}"
-                )
-            time.sleep(_POLL_INTERVAL)  # polling readiness: there is nothing to await
-
-    def mode(self, timeout: float = 1.0) -> str | None:
-        """``standalone``/``leader``/``follower`` from ``srvr``; ``None`` if not serving.
-
-        ``None`` covers: not running, paused, not answering within ``timeout``, and a
-        member that has no quorum ("not currently serving requests").
-        """
-        if not self.running or self._paused:
-            return None
-        try:
-            return _parse_mode(four_letter_word(self.address, "srvr", timeout))
-        except OSError:
-            return None
-
-    def stop(self) -> None:
-        """Graceful stop: SIGCONT (a paused JVM cannot handle SIGTERM), SIGTERM, then
-        SIGKILL if it has not exited within a bounded grace period."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGCONT)
-                proc.terminate()
-            try:
-                proc.wait(timeout=_STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                logger.warning("ZooKeeper %d ignored SIGTERM; killing pid %d", self.id, proc.pid)
-                self.kill()
-                return
-        logger.info("stopped ZooKeeper %d (pid %d)", self.id, proc.pid)
-        self._reap()
-
-    def kill(self) -> None:
-        """SIGKILL and wait: a crash, with no chance to close sessions or sockets cleanly."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait()
-            logger.info("killed ZooKeeper %d (pid %d)", self.id, proc.pid)
-        self._reap()
-
-    def pause(self) -> None:
-        """SIGSTOP: the server freezes; its sockets stay open but nothing is answered.
-
-        Returns once every thread of the JVM is stopped: ``kill()`` returns before the
-        stop takes effect, and a loaded machine was seen answering ``srvr`` after it.
-        """
-        proc = self._require_running()
-        proc.send_signal(signal.SIGSTOP)
-        self._paused = True
-        _wait_thread_states(proc.pid, stopped=True)
-        logger.info("paused ZooKeeper %d (pid %d)", self.id, proc.pid)
-
-    def resume(self) -> None:
-        """SIGCONT after :meth:`pause`; returns once no thread is stopped any more."""
-        proc = self._require_running()
-        proc.send_signal(signal.SIGCONT)
-        self._paused = False
-        _wait_thread_states(proc.pid, stopped=False)
-        logger.info("resumed ZooKeeper %d (pid %d)", self.id, proc.pid)
-
-    def restart(self, *, wait: bool = True, timeout: float = 30.0) -> None:
-        """SIGKILL, then :meth:`start` with the same ``dataDir``."""
-        self.kill()
-        self.start(wait=wait, timeout=timeout)
-
-    # The timeouts below bound a blocking wait in a worker thread, which cancellation
-    # cannot interrupt; hence a parameter rather than the caller's cancel scope.
-
-    async def astart(self, *, wait: bool = True, timeout: float = 30.0) -> None:  # noqa: ASYNC109
-        """:meth:`start` in a worker thread, so the event loop (and clients) keep running."""
-        await anyio.to_thread.run_sync(lambda: self.start(wait=wait, timeout=timeout))
-
-    async def arestart(self, *, wait: bool = True, timeout: float = 30.0) -> None:  # noqa: ASYNC109
-        """:meth:`restart` in a worker thread."""
-        await anyio.to_thread.run_sync(lambda: self.restart(wait=wait, timeout=timeout))
-
-    async def await_serving(self, timeout: float = 30.0) -> None:  # noqa: ASYNC109
-        """:meth:`wait_serving` in a worker thread."""
-        await anyio.to_thread.run_sync(self.wait_serving, timeout)
-
-    def _require_running(self) -> subprocess.Popen[bytes]:
-        if self._proc is None or self._proc.poll() is not None:
-            raise RuntimeError(f"{self!r} is not running")
-        return self._proc
-
-    def _reap(self) -> None:
-        if self._proc is not None and self._proc.poll() is not None:
-            _unregister(self._proc)
-            self._proc = None
-        self._paused = False
 
 
 class ZooKeeperCluster:

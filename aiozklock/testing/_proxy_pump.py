@@ -1,0 +1,293 @@
+"""The FaultProxy's connection pump: per accepted connection, a reader and a writer per direction.
+
+Frames are read as soon as they arrive (so observation is immediate) and forwarded by a
+separate writer per direction, which is where partitions hold them and delays park them;
+order is always preserved. The fault state and the records are the proxy's
+(:class:`~._proxy.FaultProxy`), which the pump reads and feeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.abc import SocketAttribute, SocketStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ._proxy_records import ObservedRequest
+
+if TYPE_CHECKING:
+    from ._proxy import FaultProxy
+
+logger = logging.getLogger(__name__)
+
+_LENGTH = struct.Struct("!i")
+_REQUEST_HEADER = struct.Struct("!ii")  # xid, opcode
+_REPLY_XID = struct.Struct("!i")  # a reply starts with xid, zxid, err
+#: Larger "lengths" mean the stream is not ZooKeeper framing; it is then passed through.
+_MAX_FRAME = 64 * 1024 * 1024
+
+
+# --- items travelling from a reader to the writer of the same direction -------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Data:
+    payload: bytes  # a whole frame including its length prefix, or raw bytes
+    t: float
+
+
+class _Eof:
+    """The source side closed cleanly (FIN)."""
+
+
+class _Reset:
+    """The source side was reset, or the proxy decided to reset the connection."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+_Item = _Data | _Eof | _Reset
+
+
+@dataclass(eq=False)
+class _Connection:
+    index: int
+    client: SocketStream
+    server: SocketStream | None = None
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    closed: anyio.Event = field(default_factory=anyio.Event)
+    rst: bool = False  # close with SO_LINGER 0 (RST) instead of FIN
+    raw: bool = False  # not ZooKeeper framing (a four-letter word): pass bytes through
+    drop_xids: dict[int, bool] = field(default_factory=dict)  # xid -> reset after it
+
+    def abort(self, *, rst: bool) -> None:
+        self.rst = self.rst or rst
+        self.scope.cancel()
+
+
+def _set_rst_on_close(stream: SocketStream) -> None:
+    # SO_LINGER with a zero timeout makes close() send RST and discard unsent data.
+    with contextlib.suppress(OSError):
+        sock = stream.extra(SocketAttribute.raw_socket)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+class _Pump:
+    """The connections of one :class:`~._proxy.FaultProxy`, accepted by :meth:`handle`."""
+
+    def __init__(self, proxy: FaultProxy) -> None:
+        self._proxy = proxy
+        self.conns: dict[int, _Connection] = {}
+        self._next_index = 0  # unique over the proxy's life, unlike connections_accepted
+
+    async def handle(self, client: SocketStream) -> None:
+        index = self._next_index
+        self._next_index += 1
+        self._proxy.connections_accepted += 1
+        if self._proxy._blackholed and self._proxy._new_mode == "refuse":
+            logger.info("FaultProxy %s: refusing connection #%d", self._proxy.address, index)
+            _set_rst_on_close(client)
+            await client.aclose()
+            return
+        conn = _Connection(index, client)
+        self.conns[index] = conn
+        try:
+            with conn.scope:
+                await self._pipe(conn)
+        finally:
+            self.conns.pop(index, None)
+            with anyio.CancelScope(shield=True):
+                for stream in (conn.client, conn.server):
+                    if stream is not None:
+                        if conn.rst:
+                            _set_rst_on_close(stream)
+                        with contextlib.suppress(OSError, anyio.BrokenResourceError):
+                            await stream.aclose()
+            conn.closed.set()
+            logger.debug(
+                "FaultProxy %s: connection #%d closed (rst=%s)",
+                self._proxy.address,
+                index,
+                conn.rst,
+            )
+
+    async def _pipe(self, conn: _Connection) -> None:
+        c2s_send, c2s_recv = anyio.create_memory_object_stream[_Item](math.inf)
+        s2c_send, s2c_recv = anyio.create_memory_object_stream[_Item](math.inf)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._read_client, conn, c2s_send)
+            # A hung new connection is not even connected upstream until the partition lifts.
+            await self._wait_lifted()
+            try:
+                conn.server = await anyio.connect_tcp(
+                    self._proxy._upstream_host, self._proxy._upstream_port
+                )
+            except OSError as exc:
+                logger.info("FaultProxy %s: upstream connect failed: %s", self._proxy.address, exc)
+                conn.abort(rst=True)
+                return
+            tg.start_soon(self._write, conn, c2s_recv, conn.server, True)
+            tg.start_soon(self._read_server, conn, conn.server, s2c_send)
+            tg.start_soon(self._write, conn, s2c_recv, conn.client, False)
+
+    async def _wait_lifted(self) -> None:
+        while self._proxy._blackholed and self._proxy._lifted is not None:
+            await self._proxy._lifted.wait()
+
+    async def _receive(
+        self, stream: SocketStream, out: MemoryObjectSendStream[_Item]
+    ) -> bytes | None:
+        """One chunk, or ``None`` after queueing the end of the stream."""
+        try:
+            return await stream.receive()
+        except anyio.EndOfStream:
+            out.send_nowait(_Eof())
+        except (anyio.BrokenResourceError, OSError) as exc:
+            out.send_nowait(_Reset(f"reset by peer: {exc!r}"))
+        except anyio.ClosedResourceError:
+            pass  # we closed it ourselves
+        return None
+
+    async def _read_client(self, conn: _Connection, out: MemoryObjectSendStream[_Item]) -> None:
+        buffer = bytearray()
+        handshake_done = False
+        # BrokenResourceError: the writer of this direction is gone (it failed, the connection
+        # is being torn down) while this reader was already resuming with data.
+        with out, contextlib.suppress(anyio.BrokenResourceError):
+            while (chunk := await self._receive(conn.client, out)) is not None:
+                if conn.raw:
+                    out.send_nowait(_Data(chunk, time.monotonic()))
+                    continue
+                buffer += chunk
+                if not handshake_done and len(buffer) >= 4 and buffer[:4].isalpha():
+                    # A four-letter word such as aiozk's "srvr" probe: not framed.
+                    conn.raw = True
+                    self._proxy.four_letter_words.append(buffer[:4].decode("ascii", "replace"))
+                    out.send_nowait(_Data(bytes(buffer), time.monotonic()))
+                    buffer.clear()
+                    continue
+                for frame in self._split_frames(conn, buffer):
+                    now = time.monotonic()
+                    if conn.raw:
+                        pass
+                    elif not handshake_done:
+                        handshake_done = True
+                        self._proxy._observe_connect_request(conn, frame, now)
+                    elif len(frame) >= 4 + _REQUEST_HEADER.size:
+                        xid, opcode = _REQUEST_HEADER.unpack_from(frame, 4)
+                        self._proxy._observe_request(
+                            conn, ObservedRequest(conn.index, xid, opcode, now)
+                        )
+                    out.send_nowait(_Data(frame, now))
+
+    async def _read_server(
+        self, conn: _Connection, server: SocketStream, out: MemoryObjectSendStream[_Item]
+    ) -> None:
+        buffer = bytearray()
+        handshake_done = False
+        with out, contextlib.suppress(anyio.BrokenResourceError):  # as in _read_client
+            while (chunk := await self._receive(server, out)) is not None:
+                if conn.raw:
+                    out.send_nowait(_Data(chunk, time.monotonic()))
+                    continue
+                buffer += chunk
+                for frame in self._split_frames(conn, buffer):
+                    now = time.monotonic()
+                    if conn.raw:
+                        pass
+                    elif not handshake_done:
+                        handshake_done = True
+                        self._proxy._observe_connect_response(conn, frame, now)
+                    elif len(frame) >= 4 + _REPLY_XID.size:
+                        (xid,) = _REPLY_XID.unpack_from(frame, 4)
+                        reset = conn.drop_xids.pop(xid, None)
+                        if reset is not None:
+                            self._proxy.swallowed_replies += 1
+                            if not reset:
+                                continue
+                            out.send_nowait(_Reset(f"swallowed the reply to xid {xid}"))
+                            return
+                    out.send_nowait(_Data(frame, now))
+
+    def _split_frames(self, conn: _Connection, buffer: bytearray) -> list[bytes]:
+        """Remove and return every complete frame at the start of ``buffer``."""
+        frames: list[bytes] = []
+        while len(buffer) >= 4 and not conn.raw:
+            (length,) = _LENGTH.unpack_from(buffer)
+            if length < 0 or length > _MAX_FRAME:
+                logger.warning(
+                    "FaultProxy %s: connection #%d is not ZooKeeper framing "
+                    "(length %d); passing it through",
+                    self._proxy.address,
+                    conn.index,
+                    length,
+                )
+                conn.raw = True
+                break
+            if len(buffer) < 4 + length:
+                break
+            frames.append(bytes(buffer[: 4 + length]))
+            del buffer[: 4 + length]
+        if conn.raw and buffer:
+            frames.append(bytes(buffer))
+            buffer.clear()
+        return frames
+
+    async def _write(
+        self,
+        conn: _Connection,
+        items: MemoryObjectReceiveStream[_Item],
+        dest: SocketStream,
+        to_server: bool,
+    ) -> None:
+        with items:
+            async for item in items:
+                await self._wait_lifted()  # a partition holds everything, markers included
+                if isinstance(item, _Reset):
+                    logger.info(
+                        "FaultProxy %s: resetting connection #%d: %s",
+                        self._proxy.address,
+                        conn.index,
+                        item.reason,
+                    )
+                    conn.abort(rst=True)
+                    return
+                if isinstance(item, _Eof):
+                    if to_server:
+                        # Half-close: the server answers EOF by closing, which ends the rest.
+                        with contextlib.suppress(OSError, anyio.BrokenResourceError):
+                            await dest.send_eof()
+                    else:
+                        conn.abort(rst=False)
+                    return
+                if to_server:
+                    await self._wait_delay(item.t)
+                    await self._wait_lifted()  # a partition may have started meanwhile
+                try:
+                    await dest.send(item.payload)
+                except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                    logger.info(
+                        "FaultProxy %s: send failed on #%d: %r",
+                        self._proxy.address,
+                        conn.index,
+                        exc,
+                    )
+                    conn.abort(rst=True)
+                    return
+
+    async def _wait_delay(self, received: float) -> None:
+        while True:
+            remaining = received + self._proxy._delay - time.monotonic()
+            if remaining <= 0 or self._proxy._delay_changed is None:
+                return
+            with anyio.move_on_after(remaining):
+                await self._proxy._delay_changed.wait()
