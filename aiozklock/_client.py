@@ -1,39 +1,29 @@
-"""The client: ``connect()``, its lifecycle, and one factory per recipe."""
+"""The client: ``connect()`` and its lifecycle; its recipe factories are in ``_factories``,
+its znode methods in ``_znodes``."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from ssl import SSLContext
 from types import TracebackType
-from typing import Any, Literal, Protocol, Self, TypeVar, overload
+from typing import TypeVar
 
 import anyio
 import anyio.abc
 
-from aiozklock._acl import ACL, OPEN_ACL_UNSAFE, validate_acl, validate_auth
+from aiozklock._acl import ACL, OPEN_ACL_UNSAFE, validate_auth
 from aiozklock._exceptions import (
     ClientClosed,
-    ConnectionLoss,
     InvalidArgument,
-    NodeExistsError,
-    NoNodeError,
-    UsageError,
 )
+from aiozklock._factories import RecipeFactories
 from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPolicy
 from aiozklock._recipes._core._janitor import Janitor, Spawn
-from aiozklock._recipes._core._names import Compat, validate_compat
 from aiozklock._recipes._core._observe import Observer
-from aiozklock._recipes._core._registry import Recipes, Registered
-from aiozklock._recipes._election import Election
-from aiozklock._recipes._lease import LeaseLock
-from aiozklock._recipes._lock import Lock
-from aiozklock._recipes._multilock import MultiLock
-from aiozklock._recipes._nonfair import NonFairLock
-from aiozklock._recipes._rwlock import ReadLock, ReadWriteLock, WriteLock
+from aiozklock._recipes._core._registry import Recipes
 from aiozklock._recipes._semaphore import Semaphore
 from aiozklock._recipes._semaphore_compat import CompatSemaphore
 from aiozklock._wire._limits import (
@@ -42,47 +32,24 @@ from aiozklock._wire._limits import (
     validate_max_request_bytes,
 )
 from aiozklock._wire._loop import Detached
-from aiozklock._wire._protocol import (
-    CreateMode,
-    Stat,
-    container_path_ops,
-    create_op,
-    delete_op,
-    encode_acl,
-    exists_op,
-    get_acl_op,
-    get_children_op,
-    get_data_op,
-)
 from aiozklock._wire._session import Session, SessionState, StateListener
 from aiozklock._wire._validation import (
     parse_hosts,
     positive_seconds,
     tls_context,
-    validate_data,
-    validate_flag,
-    validate_path,
 )
+from aiozklock._znodes import Znodes
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class _Recipe(Registered, Protocol):
-    """A recipe class the client's factories make (through ``_FactoryMade._construct``)."""
-
-    @classmethod
-    def _construct(cls, *args: Any, **kwargs: Any) -> Self: ...
-
-
-R = TypeVar("R", bound=_Recipe)
-
 ORPHAN_SWEEP = 1.0  # seconds between checks for holders whose task ended without releasing
 BACKGROUND_STOP = 1.0  # close() waits at most this long for the cancelled background task
 
 
-class ZooKeeperClient:
+class ZooKeeperClient(RecipeFactories, Znodes):
     """A connection to a ZooKeeper ensemble. Use ``async with aiozklock.connect(...) as zk:``.
 
     The constructor takes ``connect()``'s arguments and validates them the same way (it
@@ -260,397 +227,6 @@ class ZooKeeperClient:
         (exceptions it raises are logged). Raises ``ClientClosed`` if the client is not
         connected."""
         return self._live_session().add_listener(listener)
-
-    # ---------------------------------------------------------------- recipes
-    # Every factory takes ``acl``: what the recipe's nodes, and the containers it creates for
-    # them (the path, and its missing ancestors), are created with; ``default_acl`` if None.
-
-    def _made(
-        self, cls: type[R], key: Hashable, acl: Sequence[ACL] | None, *args: Any, **kwargs: Any
-    ) -> R:
-        """This client's object of recipe ``cls`` for ``key`` (its factory's arguments),
-        constructed from ``args``, ``kwargs`` and what every recipe gets from the client
-        (the live session, the loss policy, the janitor, the ACL: ``acl`` validated, or
-        ``default_acl``) if there is none."""
-        session = self._live_session()
-        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
-        assert policy is not None
-        assert janitor is not None
-
-        def make() -> R:
-            return cls._construct(
-                session, *args, registry=policy, janitor=janitor, acl=entries, **kwargs
-            )
-
-        return self._recipes.get(cls, key, make, entries)
-
-    def _acl(self, acl: Sequence[ACL] | None) -> tuple[ACL, ...]:
-        return self.default_acl if acl is None else self._usable_acl(acl, "acl")
-
-    def _usable_acl(self, acl: object, what: str) -> tuple[ACL, ...]:
-        """``acl`` validated; an ``"auth"`` entry (the creator's identities) also needs an
-        identity: credentials, or a TLS client certificate (the server would refuse every
-        create with InvalidACL)."""
-        entries = validate_acl(acl, what=what)
-        if not self._auth and self._tls is None and any(e.scheme == "auth" for e in entries):
-            raise InvalidArgument(
-                f"{what} grants the creator ('auth' scheme), but this client has no identity: "
-                "pass auth=[('digest', 'user:password')] (or ssl= with a client certificate)"
-            )
-        return entries
-
-    @overload
-    def lock(
-        self,
-        path: str,
-        *,
-        identifier: str | None = None,
-        fair: Literal[True] = True,
-        acl: Sequence[ACL] | None = None,
-        compat: Compat = "curator",
-    ) -> Lock: ...
-
-    @overload
-    def lock(
-        self,
-        path: str,
-        *,
-        identifier: str | None = None,
-        fair: Literal[False],
-        acl: Sequence[ACL] | None = None,
-        compat: Compat = "curator",
-    ) -> NonFairLock: ...
-
-    @overload
-    def lock(
-        self,
-        path: str,
-        *,
-        identifier: str | None = None,
-        fair: bool,
-        acl: Sequence[ACL] | None = None,
-        compat: Compat = "curator",
-    ) -> Lock | NonFairLock: ...
-
-    def lock(
-        self,
-        path: str,
-        *,
-        identifier: str | None = None,
-        fair: bool = True,
-        acl: Sequence[ACL] | None = None,
-        compat: Compat = "curator",
-    ) -> Lock | NonFairLock:
-        """A reentrant, loss-aware lock on ``path`` (validated now, before any traffic).
-
-        ``fair=True`` (the default): a ``Lock``, FIFO across processes. ``fair=False``: a
-        ``NonFairLock`` on one fixed node, cheaper when uncontended, a herd when contended.
-        The same arguments give the same object: one per path and identifier in this
-        client, so that reentrancy holds per task across call sites, and this process's
-        tasks queue on it locally with one node on the server at a time (each local holder
-        takes a new place at the back of the server's queue: no process starves another).
-        A different ``identifier`` is a different contender, as another process would be.
-        ``acl``: what its nodes and containers are created with (``default_acl`` if None);
-        not part of the identity. ``compat``: whose node names to write, for peers on the
-        same path: ``"curator"`` (the default; Curator's ``InterProcessMutex`` orders them)
-        or ``"kazoo"`` (kazoo's ``Lock``); either way every library's nodes are read. The
-        non-fair lock has no counterpart in either.
-
-        Raises ``InvalidArgument`` for a bad path, identifier, acl, compat (or a kazoo one
-        with ``fair=False``) or a non-bool ``fair``,
-        ``UsageError`` if this client's object for the path has another ``acl``, or when
-        called outside the event loop the client was opened in, ``ClientClosed`` if the
-        client is not connected.
-        """
-        compat = validate_compat(compat)
-        if validate_flag("fair", fair):
-            key = (path, identifier, compat)
-            return self._made(Lock, key, acl, path, identifier=identifier, compat=compat)
-        if compat != "curator":
-            raise InvalidArgument("the non-fair lock has no kazoo counterpart: compat='curator'")
-        return self._made(NonFairLock, (path, identifier), acl, path, identifier=identifier)
-
-    def multi_lock(
-        self,
-        paths: Iterable[str],
-        *,
-        identifier: str | None = None,
-        acl: Sequence[ACL] | None = None,
-        compat: Compat = "curator",
-    ) -> MultiLock:
-        """All-or-nothing lock of several paths, deadlock-free; returns a ``MultiLock``.
-        ``compat``: as for ``lock()``, on each path.
-
-        Validated now: bad or empty paths, identifier, acl or compat raise ``InvalidArgument``
-        (duplicates are dropped); ``UsageError`` if this client's object for the paths has
-        another ``acl``; ``ClientClosed`` if the client is not connected.
-        """
-        members = paths if isinstance(paths, str) else tuple(paths)
-        compat = validate_compat(compat)
-        key = (members, identifier, compat)
-        return self._made(MultiLock, key, acl, members, identifier=identifier, compat=compat)
-
-    def election(
-        self,
-        path: str,
-        *,
-        identifier: str | None = None,
-        acl: Sequence[ACL] | None = None,
-        compat: Compat = "curator",
-    ) -> Election:
-        """A leader election on ``path``; returns an ``Election``: ``async with
-        zk.election(path):`` runs its body as leader. ``compat``: whose node names to
-        write: ``"curator"`` (Curator's ``LeaderLatch`` orders them) or ``"kazoo"``
-        (kazoo's ``Election``). Validated now: a bad path, identifier, acl or compat raises
-        ``InvalidArgument``; ``UsageError`` if this client's object for the path has
-        another ``acl``; ``ClientClosed`` if the client is not connected."""
-        compat = validate_compat(compat)
-        key = (path, identifier, compat)
-        return self._made(Election, key, acl, path, identifier=identifier, compat=compat)
-
-    def rw_lock(
-        self,
-        path: str,
-        *,
-        identifier: str | None = None,
-        acl: Sequence[ACL] | None = None,
-        compat: Compat = "curator",
-    ) -> ReadWriteLock:
-        """A read/write lock on ``path``; returns a ``ReadWriteLock`` (its ``read_lock`` and
-        ``write_lock`` are this client's objects for the path and identifier, as for
-        ``lock()``; this client's tasks hold the read lock together, on one node: see
-        ``ReadLock``). ``compat``: whose node names to write: ``"curator"`` (Curator's
-        ``InterProcessReadWriteLock``'s) or ``"kazoo"`` (kazoo's ``ReadLock`` and
-        ``WriteLock`` read them as their own). Validated now: a bad path, identifier, acl or
-        compat raises ``InvalidArgument``; ``UsageError`` if this client's object for the
-        path has another ``acl``; ``ClientClosed`` if the client is not connected."""
-        compat = validate_compat(compat)
-        key = (path, identifier, compat)
-        write = self._made(WriteLock, key, acl, path, identifier=identifier, compat=compat)
-        janitor = self._janitor
-        assert janitor is not None
-        read = self._recipes.get(
-            ReadLock, key, lambda: ReadLock._construct(write, janitor), write.acl
-        )
-        return ReadWriteLock._construct(read, write)
-
-    def lease_lock(
-        self,
-        path: str,
-        ttl: float,
-        *,
-        holder_id: str | None = None,
-        identifier: str | None = None,
-        renew: bool = True,
-        acl: Sequence[ACL] | None = None,
-    ) -> LeaseLock:
-        """A lock held as a TTL lease on ``{path}/lease``, not bound to this session: it
-        survives disconnections and restarts (re-attach with the same ``holder_id``) and
-        expires ``ttl`` seconds after its last renewal (see ``LeaseLock``). Renewed every
-        ttl/3 in the background while held if ``renew``. Arguments are validated now
-        (``InvalidArgument``; ``UsageError`` if this client's object for them has another
-        ``acl``; ``ClientClosed`` if the client is not connected); servers without TTL nodes
-        raise ``TTLNotSupported`` on acquire. Returns a ``LeaseLock``.
-        """
-        session = self._live_session()
-        assert self._janitor is not None
-        assert self._spawn is not None
-        janitor, spawn, entries = self._janitor, self._spawn, self._acl(acl)
-        return self._recipes.get(
-            LeaseLock,
-            (path, ttl, holder_id, identifier, renew),
-            lambda: LeaseLock._construct(
-                session,
-                path,
-                ttl,
-                holder_id=holder_id,
-                identifier=identifier,
-                renew=renew,
-                janitor=janitor,
-                spawn=spawn,
-                acl=entries,
-            ),
-            entries,
-        )
-
-    def semaphore(
-        self,
-        path: str,
-        max_leases: int,
-        *,
-        identifier: str | None = None,
-        acl: Sequence[ACL] | None = None,
-        compat: Compat | None = None,
-    ) -> Semaphore:
-        """A counting semaphore on ``path``: at most ``max_leases`` holders at once, across
-        every process; returns a ``Semaphore`` (``async with zk.semaphore(p, 5):`` holds a
-        lease). Every client of the path must use the same ``max_leases``: it is stored in
-        the path's data, and acquiring with another raises ``MaxLeasesMismatch``. One object
-        per path, ``max_leases``, identifier and compat in this client (each task holds its
-        own lease).
-
-        ``compat``: None (the default) is our FIFO queue of leases, which no other library
-        reads. ``"kazoo"`` takes leases with kazoo's ``Semaphore`` algorithm and layout
-        (lock ``<path>-__lock__``, leases ``<path>/<32hex>``, the limit in ``<path>``'s
-        data) and ``"curator"`` with Curator's ``InterProcessSemaphoreV2`` (mutex
-        ``<path>/locks``, leases ``<path>/leases``; Curator stores no limit, so nothing
-        checks that the peers agree on it): such peers on the same path then never hold
-        more than ``max_leases`` in total with ours. Not FIFO: the lease goes to whoever
-        holds the peer's mutex.
-
-        Validated now: a bad path, ``max_leases`` (an int, at least 1), identifier, acl or
-        compat raises ``InvalidArgument``; ``UsageError`` if this client's object for them
-        has another ``acl``, or if this client already has a semaphore on ``path`` with
-        another ``max_leases`` or layout (they would not count each other's leases);
-        ``ClientClosed`` if the client is not connected."""
-        checked = None if compat is None else validate_compat(compat)
-        sem: Semaphore | CompatSemaphore
-        key: tuple[object, ...]
-        if checked is None:
-            key = (path, max_leases, identifier)
-            sem = self._made(Semaphore, key, acl, path, max_leases, identifier=identifier)
-        else:
-            key = (path, max_leases, identifier, checked)
-            sem = self._made(
-                CompatSemaphore, key, acl, path, max_leases, identifier=identifier, compat=checked
-            )
-        other = self._semaphores.setdefault(sem.path, sem)
-        if (getattr(other, "compat", None), other.max_leases) != (checked, sem.max_leases):
-            raise UsageError(
-                f"this client has a semaphore on {path} with max_leases={other.max_leases}"
-                f" and compat={getattr(other, 'compat', None)!r}: another one with "
-                f"max_leases={sem.max_leases} and compat={checked!r} would not count its "
-                "leases (one layout and one limit per path)"
-            )
-        return sem
-
-    # ---------------------------------------------------------------- znodes (small API)
-    # Paths are relative to the chroot. Every method validates its arguments before any
-    # traffic (``InvalidArgument``) and raises ``ClientClosed`` if the client is not
-    # connected. Reads are repeated after a ``ConnectionLoss``; writes are not (their outcome
-    # is unknown: the ``ConnectionLoss`` is raised). A ``NoNodeError`` caused by a chroot
-    # that does not exist says so.
-
-    async def exists(self, path: str) -> Stat | None:
-        """The node's ``Stat``, or None if it does not exist. Raises ``InvalidArgument`` for
-        a bad path, ``ClientClosed`` if the client is not connected, ``UsageError`` outside
-        its event loop (connection losses are retried)."""
-        session = self._live_session()
-        op = exists_op(session.server_path(validate_path(path)))
-        return await self._read(lambda: session.call(op))
-
-    async def get_children(self, path: str, *, missing_ok: bool = False) -> list[str]:
-        """The names of the node's children (not full paths), in no particular order.
-
-        Raises ``NoNodeError`` if the node does not exist, unless ``missing_ok``: then
-        returns ``[]``. Recipes' parent nodes are containers, which the server deletes some
-        time after their last child goes: listing one may find it gone.
-        """
-        session = self._live_session()
-        op = get_children_op(session.server_path(validate_path(path)))
-        if validate_flag("missing_ok", missing_ok):
-            with contextlib.suppress(NoNodeError):
-                return await self._read(lambda: session.call(op))
-            return []
-        async with self._naming_chroot(session):
-            return await self._read(lambda: session.call(op))
-
-    async def get_data(self, path: str) -> tuple[bytes, Stat]:
-        """The node's data and ``Stat``; raises ``NoNodeError`` if it does not exist."""
-        session = self._live_session()
-        op = get_data_op(session.server_path(validate_path(path)))
-        async with self._naming_chroot(session):
-            return await self._read(lambda: session.call(op))
-
-    async def create(
-        self,
-        path: str,
-        data: bytes = b"",
-        *,
-        ephemeral: bool = False,
-        sequential: bool = False,
-        acl: Sequence[ACL] | None = None,
-    ) -> str:
-        """Create a node with ``acl`` (``default_acl`` if None); returns its path (with the
-        sequence suffix if ``sequential``).
-
-        An ephemeral node goes with the session. Raises ``NodeExistsError`` if it exists,
-        ``NoNodeError`` if its parent does not (see ``ensure_path``), ``NoAuthError`` if
-        the parent's ACL does not let this session create, ``InvalidACLError`` if the server
-        refuses ``acl``, ``InvalidArgument`` (nothing sent) for a bad path or acl, or if the
-        request (path, data and acl) is longer than ``max_request_bytes``.
-        """
-        session = self._live_session()
-        mode = CreateMode.PERSISTENT
-        if ephemeral:
-            mode |= CreateMode.EPHEMERAL
-        if sequential:
-            mode |= CreateMode.SEQUENTIAL
-        op = create_op(
-            session.server_path(validate_path(path)),
-            validate_data(data),
-            mode,
-            session.client_path,
-            acl=encode_acl(self._acl(acl)),
-        )
-        async with self._naming_chroot(session):
-            return (await session.call(op)).path
-
-    async def delete(self, path: str) -> None:
-        """Delete a node (any version). Raises ``NoNodeError`` if it does not exist and
-        ``NotEmptyError`` (a ``ZooKeeperError``) if it has children, ``NoAuthError`` if the
-        parent's ACL does not let this session delete."""
-        session = self._live_session()
-        async with self._naming_chroot(session):
-            await session.call(delete_op(session.server_path(validate_path(path))))
-
-    async def ensure_path(self, path: str, *, acl: Sequence[ACL] | None = None) -> None:
-        """Create ``path`` and its ancestors (chroot included) as containers with ``acl``
-        (``default_acl`` if None), in one round trip; existing ones are left alone. Returns
-        nothing. Raises ``InvalidArgument`` for a bad path or acl, ``ClientClosed`` if the
-        client is not connected, ``UsageError`` outside its event loop, ``NoAuthError`` if
-        an ACL refuses a create, ``ConnectionLoss`` or ``SessionExpired`` if the connection
-        or the session is lost meanwhile (calling it again is safe)."""
-        session = self._live_session()
-        ops = container_path_ops(
-            session.server_path(validate_path(path)),
-            session.client_path,
-            acl=encode_acl(self._acl(acl)),
-        )
-        for result in await session.pipeline(ops):
-            if isinstance(result, BaseException) and not isinstance(result, NodeExistsError):
-                raise result
-
-    async def get_acl(self, path: str) -> tuple[list[ACL], Stat]:
-        """The node's ACL and ``Stat``. Raises ``NoNodeError`` if it does not exist,
-        ``NoAuthError`` unless its ACL grants this session ``READ`` or ``ADMIN`` (without
-        ``ADMIN``, digest ids come back with ``x`` for the hash)."""
-        session = self._live_session()
-        op = get_acl_op(session.server_path(validate_path(path)))
-        async with self._naming_chroot(session):
-            return await self._read(lambda: session.call(op))
-
-    @staticmethod
-    async def _read(call: Callable[[], Awaitable[T]]) -> T:
-        while True:
-            try:
-                return await call()
-            except ConnectionLoss:
-                continue  # reads are idempotent: repeat after the reconnect
-
-    @contextlib.asynccontextmanager
-    async def _naming_chroot(self, session: Session) -> AsyncIterator[None]:
-        # A missing chroot makes every path missing: say so, rather than blame the path.
-        try:
-            yield
-        except NoNodeError as exc:
-            chroot = session.chroot
-            if chroot and await self._read(lambda: session.call(exists_op(chroot))) is None:
-                exc.args = (
-                    f"{exc.args[0]} (in chroot {chroot}, which does not exist: create it with "
-                    "ensure_path('/'); recipes create it as a container on first use)",
-                )
-            raise
 
 
 def connect(

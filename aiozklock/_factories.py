@@ -1,0 +1,315 @@
+"""The client's recipe factories: ``lock``, ``multi_lock``, ``election``, ``rw_lock``,
+``lease_lock``, ``semaphore`` (a part of ``ZooKeeperClient``)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Hashable, Iterable, Sequence
+from ssl import SSLContext
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, TypeVar, overload
+
+from aiozklock._acl import ACL, Credentials, validate_acl
+from aiozklock._exceptions import InvalidArgument, UsageError
+from aiozklock._recipes._core._holding import LossMonitor
+from aiozklock._recipes._core._janitor import Janitor, Spawn
+from aiozklock._recipes._core._names import Compat, validate_compat
+from aiozklock._recipes._core._registry import Recipes, Registered
+from aiozklock._recipes._election import Election
+from aiozklock._recipes._lease import LeaseLock
+from aiozklock._recipes._lock import Lock
+from aiozklock._recipes._multilock import MultiLock
+from aiozklock._recipes._nonfair import NonFairLock
+from aiozklock._recipes._rwlock import ReadLock, ReadWriteLock, WriteLock
+from aiozklock._recipes._semaphore import Semaphore
+from aiozklock._recipes._semaphore_compat import CompatSemaphore
+from aiozklock._wire._session import Session
+from aiozklock._wire._validation import validate_flag
+
+
+class _Recipe(Registered, Protocol):
+    """A recipe class the client's factories make (through ``_FactoryMade._construct``)."""
+
+    @classmethod
+    def _construct(cls, *args: Any, **kwargs: Any) -> Self: ...
+
+
+R = TypeVar("R", bound=_Recipe)
+
+
+class RecipeFactories:
+    """The recipe factories of ``ZooKeeperClient``, which supplies what they read here."""
+
+    default_acl: tuple[ACL, ...]
+    _auth: Credentials
+    _tls: SSLContext | None
+    _janitor: Janitor | None
+    _spawn: Spawn | None
+    _policy: LossMonitor | None
+    _recipes: Recipes
+    _semaphores: weakref.WeakValueDictionary[str, Semaphore | CompatSemaphore]
+
+    if TYPE_CHECKING:  # ZooKeeperClient's
+
+        def _live_session(self) -> Session: ...
+
+    # Every factory takes ``acl``: what the recipe's nodes, and the containers it creates for
+    # them (the path, and its missing ancestors), are created with; ``default_acl`` if None.
+
+    def _made(
+        self, cls: type[R], key: Hashable, acl: Sequence[ACL] | None, *args: Any, **kwargs: Any
+    ) -> R:
+        """This client's object of recipe ``cls`` for ``key`` (its factory's arguments),
+        constructed from ``args``, ``kwargs`` and what every recipe gets from the client
+        (the live session, the loss policy, the janitor, the ACL: ``acl`` validated, or
+        ``default_acl``) if there is none."""
+        session = self._live_session()
+        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
+        assert policy is not None
+        assert janitor is not None
+
+        def make() -> R:
+            return cls._construct(
+                session, *args, registry=policy, janitor=janitor, acl=entries, **kwargs
+            )
+
+        return self._recipes.get(cls, key, make, entries)
+
+    def _acl(self, acl: Sequence[ACL] | None) -> tuple[ACL, ...]:
+        return self.default_acl if acl is None else self._usable_acl(acl, "acl")
+
+    def _usable_acl(self, acl: object, what: str) -> tuple[ACL, ...]:
+        """``acl`` validated; an ``"auth"`` entry (the creator's identities) also needs an
+        identity: credentials, or a TLS client certificate (the server would refuse every
+        create with InvalidACL)."""
+        entries = validate_acl(acl, what=what)
+        if not self._auth and self._tls is None and any(e.scheme == "auth" for e in entries):
+            raise InvalidArgument(
+                f"{what} grants the creator ('auth' scheme), but this client has no identity: "
+                "pass auth=[('digest', 'user:password')] (or ssl= with a client certificate)"
+            )
+        return entries
+
+    @overload
+    def lock(
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        fair: Literal[True] = True,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+    ) -> Lock: ...
+
+    @overload
+    def lock(
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        fair: Literal[False],
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+    ) -> NonFairLock: ...
+
+    @overload
+    def lock(
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        fair: bool,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+    ) -> Lock | NonFairLock: ...
+
+    def lock(
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        fair: bool = True,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+    ) -> Lock | NonFairLock:
+        """A reentrant, loss-aware lock on ``path`` (validated now, before any traffic).
+
+        ``fair=True`` (the default): a ``Lock``, FIFO across processes. ``fair=False``: a
+        ``NonFairLock`` on one fixed node, cheaper when uncontended, a herd when contended.
+        The same arguments give the same object: one per path and identifier in this
+        client, so that reentrancy holds per task across call sites, and this process's
+        tasks queue on it locally with one node on the server at a time (each local holder
+        takes a new place at the back of the server's queue: no process starves another).
+        A different ``identifier`` is a different contender, as another process would be.
+        ``acl``: what its nodes and containers are created with (``default_acl`` if None);
+        not part of the identity. ``compat``: whose node names to write, for peers on the
+        same path: ``"curator"`` (the default; Curator's ``InterProcessMutex`` orders them)
+        or ``"kazoo"`` (kazoo's ``Lock``); either way every library's nodes are read. The
+        non-fair lock has no counterpart in either.
+
+        Raises ``InvalidArgument`` for a bad path, identifier, acl, compat (or a kazoo one
+        with ``fair=False``) or a non-bool ``fair``,
+        ``UsageError`` if this client's object for the path has another ``acl``, or when
+        called outside the event loop the client was opened in, ``ClientClosed`` if the
+        client is not connected.
+        """
+        compat = validate_compat(compat)
+        if validate_flag("fair", fair):
+            key = (path, identifier, compat)
+            return self._made(Lock, key, acl, path, identifier=identifier, compat=compat)
+        if compat != "curator":
+            raise InvalidArgument("the non-fair lock has no kazoo counterpart: compat='curator'")
+        return self._made(NonFairLock, (path, identifier), acl, path, identifier=identifier)
+
+    def multi_lock(
+        self,
+        paths: Iterable[str],
+        *,
+        identifier: str | None = None,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+    ) -> MultiLock:
+        """All-or-nothing lock of several paths, deadlock-free; returns a ``MultiLock``.
+        ``compat``: as for ``lock()``, on each path.
+
+        Validated now: bad or empty paths, identifier, acl or compat raise ``InvalidArgument``
+        (duplicates are dropped); ``UsageError`` if this client's object for the paths has
+        another ``acl``; ``ClientClosed`` if the client is not connected.
+        """
+        members = paths if isinstance(paths, str) else tuple(paths)
+        compat = validate_compat(compat)
+        key = (members, identifier, compat)
+        return self._made(MultiLock, key, acl, members, identifier=identifier, compat=compat)
+
+    def election(
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+    ) -> Election:
+        """A leader election on ``path``; returns an ``Election``: ``async with
+        zk.election(path):`` runs its body as leader. ``compat``: whose node names to
+        write: ``"curator"`` (Curator's ``LeaderLatch`` orders them) or ``"kazoo"``
+        (kazoo's ``Election``). Validated now: a bad path, identifier, acl or compat raises
+        ``InvalidArgument``; ``UsageError`` if this client's object for the path has
+        another ``acl``; ``ClientClosed`` if the client is not connected."""
+        compat = validate_compat(compat)
+        key = (path, identifier, compat)
+        return self._made(Election, key, acl, path, identifier=identifier, compat=compat)
+
+    def rw_lock(
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+    ) -> ReadWriteLock:
+        """A read/write lock on ``path``; returns a ``ReadWriteLock`` (its ``read_lock`` and
+        ``write_lock`` are this client's objects for the path and identifier, as for
+        ``lock()``; this client's tasks hold the read lock together, on one node: see
+        ``ReadLock``). ``compat``: whose node names to write: ``"curator"`` (Curator's
+        ``InterProcessReadWriteLock``'s) or ``"kazoo"`` (kazoo's ``ReadLock`` and
+        ``WriteLock`` read them as their own). Validated now: a bad path, identifier, acl or
+        compat raises ``InvalidArgument``; ``UsageError`` if this client's object for the
+        path has another ``acl``; ``ClientClosed`` if the client is not connected."""
+        compat = validate_compat(compat)
+        key = (path, identifier, compat)
+        write = self._made(WriteLock, key, acl, path, identifier=identifier, compat=compat)
+        janitor = self._janitor
+        assert janitor is not None
+        read = self._recipes.get(
+            ReadLock, key, lambda: ReadLock._construct(write, janitor), write.acl
+        )
+        return ReadWriteLock._construct(read, write)
+
+    def lease_lock(
+        self,
+        path: str,
+        ttl: float,
+        *,
+        holder_id: str | None = None,
+        identifier: str | None = None,
+        renew: bool = True,
+        acl: Sequence[ACL] | None = None,
+    ) -> LeaseLock:
+        """A lock held as a TTL lease on ``{path}/lease``, not bound to this session: it
+        survives disconnections and restarts (re-attach with the same ``holder_id``) and
+        expires ``ttl`` seconds after its last renewal (see ``LeaseLock``). Renewed every
+        ttl/3 in the background while held if ``renew``. Arguments are validated now
+        (``InvalidArgument``; ``UsageError`` if this client's object for them has another
+        ``acl``; ``ClientClosed`` if the client is not connected); servers without TTL nodes
+        raise ``TTLNotSupported`` on acquire. Returns a ``LeaseLock``.
+        """
+        session = self._live_session()
+        assert self._janitor is not None
+        assert self._spawn is not None
+        janitor, spawn, entries = self._janitor, self._spawn, self._acl(acl)
+        return self._recipes.get(
+            LeaseLock,
+            (path, ttl, holder_id, identifier, renew),
+            lambda: LeaseLock._construct(
+                session,
+                path,
+                ttl,
+                holder_id=holder_id,
+                identifier=identifier,
+                renew=renew,
+                janitor=janitor,
+                spawn=spawn,
+                acl=entries,
+            ),
+            entries,
+        )
+
+    def semaphore(
+        self,
+        path: str,
+        max_leases: int,
+        *,
+        identifier: str | None = None,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat | None = None,
+    ) -> Semaphore:
+        """A counting semaphore on ``path``: at most ``max_leases`` holders at once, across
+        every process; returns a ``Semaphore`` (``async with zk.semaphore(p, 5):`` holds a
+        lease). Every client of the path must use the same ``max_leases``: it is stored in
+        the path's data, and acquiring with another raises ``MaxLeasesMismatch``. One object
+        per path, ``max_leases``, identifier and compat in this client (each task holds its
+        own lease).
+
+        ``compat``: None (the default) is our FIFO queue of leases, which no other library
+        reads. ``"kazoo"`` takes leases with kazoo's ``Semaphore`` algorithm and layout
+        (lock ``<path>-__lock__``, leases ``<path>/<32hex>``, the limit in ``<path>``'s
+        data) and ``"curator"`` with Curator's ``InterProcessSemaphoreV2`` (mutex
+        ``<path>/locks``, leases ``<path>/leases``; Curator stores no limit, so nothing
+        checks that the peers agree on it): such peers on the same path then never hold
+        more than ``max_leases`` in total with ours. Not FIFO: the lease goes to whoever
+        holds the peer's mutex.
+
+        Validated now: a bad path, ``max_leases`` (an int, at least 1), identifier, acl or
+        compat raises ``InvalidArgument``; ``UsageError`` if this client's object for them
+        has another ``acl``, or if this client already has a semaphore on ``path`` with
+        another ``max_leases`` or layout (they would not count each other's leases);
+        ``ClientClosed`` if the client is not connected."""
+        checked = None if compat is None else validate_compat(compat)
+        sem: Semaphore | CompatSemaphore
+        key: tuple[object, ...]
+        if checked is None:
+            key = (path, max_leases, identifier)
+            sem = self._made(Semaphore, key, acl, path, max_leases, identifier=identifier)
+        else:
+            key = (path, max_leases, identifier, checked)
+            sem = self._made(
+                CompatSemaphore, key, acl, path, max_leases, identifier=identifier, compat=checked
+            )
+        other = self._semaphores.setdefault(sem.path, sem)
+        if (getattr(other, "compat", None), other.max_leases) != (checked, sem.max_leases):
+            raise UsageError(
+                f"this client has a semaphore on {path} with max_leases={other.max_leases}"
+                f" and compat={getattr(other, 'compat', None)!r}: another one with "
+                f"max_leases={sem.max_leases} and compat={checked!r} would not count its "
+                "leases (one layout and one limit per path)"
+            )
+        return sem
