@@ -340,6 +340,8 @@ async def test_cancelling_the_first_reader_while_it_waits_strands_no_one(
             async with anyio.create_task_group() as first:
                 first.start_soon(readers.run, 0)
                 children = await wait_for_queue(zk, PATH, 2)
+                # The create's reply came before the listing's; its task may not have run yet.
+                await anyio.wait_all_tasks_blocked()
                 first_node = lock.statistics().node
                 assert first_node in children
                 tg.start_soon(readers.run, 1)
