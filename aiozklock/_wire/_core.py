@@ -28,7 +28,8 @@ from aiozklock._wire._records import FIRES, EventType, Op
 from aiozklock._wire._requests import Pending, ReplyCallback, RequestTable, Waker
 from aiozklock._wire._watches import WatchRegistry
 
-log = logging.getLogger(__name__)
+# The session logs on one logger, whichever of its modules speaks (docs/observability.md).
+log = logging.getLogger("aiozklock._wire._session")
 
 _EXPIRED = -112  # a reply's error code: the server says our session expired
 

@@ -26,7 +26,8 @@ from aiozklock._wire._connection import (
 from aiozklock._wire._core import SessionCore
 from aiozklock._wire._ops import close_op
 
-log = logging.getLogger(__name__)
+# The session logs on one logger, whichever of its modules speaks (docs/observability.md).
+log = logging.getLogger("aiozklock._wire._session")
 
 
 class ExpiredAnswer(HandshakeRejected):

@@ -34,7 +34,8 @@ from aiozklock._wire._core import SessionCore, SessionState, StateChange, StateL
 from aiozklock._wire._diagnose import describe_failure
 from aiozklock._wire._handshake import ExpiredAnswer, close_stale_session, explained, handshake
 
-log = logging.getLogger(__name__)
+# The session logs on one logger, whichever of its modules speaks (docs/observability.md).
+log = logging.getLogger("aiozklock._wire._session")
 
 CLOSE_TIMEOUT = 1.0  # close() waits at most this long for the server to confirm
 

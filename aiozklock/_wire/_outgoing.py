@@ -33,7 +33,8 @@ from aiozklock._wire._ops import delete_op
 from aiozklock._wire._records import Op
 from aiozklock._wire._requests import ReplyCallback
 
-log = logging.getLogger(__name__)
+# The session logs on one logger, whichever of its modules speaks (docs/observability.md).
+log = logging.getLogger("aiozklock._wire._session")
 
 StripPath = Callable[[str], str]  # server path -> client path (for a multi's results)
 

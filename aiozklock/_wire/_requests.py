@@ -20,7 +20,8 @@ from aiozklock._wire._framing import frame
 from aiozklock._wire._records import Op
 from aiozklock._wire._watches import WatchRegistry
 
-log = logging.getLogger(__name__)
+# The session logs on one logger, whichever of its modules speaks (docs/observability.md).
+log = logging.getLogger("aiozklock._wire._session")
 
 ReplyCallback = Callable[[Any, "AiozklockError | None"], None]
 
