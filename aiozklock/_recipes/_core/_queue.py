@@ -56,6 +56,7 @@ from aiozklock._recipes._core._retry import (
     refused,
 )
 from aiozklock._recipes._core._waiting import wait_woken
+from aiozklock._wire._outgoing import Release
 from aiozklock._wire._protocol import (
     Created,
     CreateMode,
@@ -147,8 +148,8 @@ class Queue:
         self.generation = -1
         self.token: int | None = None
         self._unresolved = False  # a create was sent and its outcome is unknown
-        # Our last release's deletes while not yet written: take_back() and their nodes.
-        self._give_back: tuple[Callable[[], bool], int, list[tuple[str, str]]] | None = None
+        # Our last release's deletes, which the next create may fold in, and their nodes.
+        self._give_back: tuple[Release, list[tuple[str, str]]] | None = None
         self._deadline: float | None = None  # the current acquire's (abandon() reads it)
         self.ahead = 0  # contenders queued before us when we last joined (for telemetry)
 
@@ -239,28 +240,26 @@ class Queue:
             server_path(join(m, node_prefix(guid, self._marker))) for m in self.members
         ]
 
-    def _create_op(self, data: bytes, folded: list[tuple[str, str]]) -> Op[Any]:
-        """Our creates; after the ``folded`` deletes, in one transaction, if any."""
-        session, acl = self._session, self._acl
-        prefixes, strip = self._prefixes, session.client_path
-        if len(prefixes) == 1 and not folded:
+    def _create_op(self, data: bytes) -> Op[Any]:
+        """Our creates: one create, or one transaction of them (a multi-lock)."""
+        acl, prefixes, strip = self._acl, self._prefixes, self._session.client_path
+        if len(prefixes) == 1:
             return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, strip, acl=acl)
-        deletes = [MultiDelete(session.server_path(join(m, name))) for m, name in folded]
-        creates = [MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in prefixes]
-        return multi_op([*deletes, *creates], strip)
+        return multi_op([MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in prefixes], strip)
 
     def _fold(self, generation: int, data: bytes) -> tuple[list[tuple[str, str]], Op[Any]]:
-        """Our create, and the last release's deletes that it took back (if not written
-        yet, and if both fit one request): they go in one transaction (one commit on the
-        server, one wake-up here). Deletes left alone are written first, on their own."""
+        """Our create, with the last release's deletes folded into it if the session still
+        can (``Session.fold``: one transaction, one commit on the server, one wake-up here).
+        Deletes left alone are written first, on their own."""
         give_back, self._give_back = self._give_back, None
         if give_back is not None:
-            take_back, released_in, nodes = give_back
-            if released_in == generation:
-                folded = self._create_op(data, nodes)
-                if self._session.fits(folded) and take_back():
-                    return nodes, folded
-        return [], self._create_op(data, [])
+            release, nodes = give_back
+            acl = self._acl
+            creates = [MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in self._prefixes]
+            folded = self._session.fold(release, creates, generation)
+            if folded is not None:
+                return nodes, folded
+        return [], self._create_op(data)
 
     def _adopt_created(self, created: object, generation: int, skip: int) -> bool:
         """Record our nodes from a create's reply (after ``skip`` folded deletes); False if
@@ -680,10 +679,6 @@ class Queue:
         names = [(m, self.nodes[m]) for m in self.members]
         nodes = [join(m, name) for m, name in names]
         paths = [session.server_path(node) for node in nodes]
-        if len(paths) == 1:
-            op: Op[Any] = delete_op(paths[0])
-        else:
-            op = multi_op([MultiDelete(path) for path in paths], session.client_path)
 
         def done(result: Any, error: AiozklockError | None) -> None:
             failed_multi = isinstance(result, MultiResult) and not result.ok
@@ -693,12 +688,12 @@ class Queue:
                 janitor.delete(node, generation)
 
         try:
-            take_back = session.send_soon((op,), generation=generation, on_done=done)
-            if take_back is None:
+            release = session.release_soon(paths, generation=generation, on_done=done)
+            if release is None:
                 for node in nodes:
                     janitor.delete(node, generation)  # once reconnected, in this session
             else:
-                self._give_back = (take_back, generation, names)
+                self._give_back = (release, names)
         except SessionExpired:
             pass  # their session is gone, and the server deletes them with it
 

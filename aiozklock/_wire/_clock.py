@@ -1,0 +1,91 @@
+"""The session's liveness clock, without I/O: instants in, decisions out.
+
+Three rules, all relative to the negotiated session timeout ``T``:
+
+* **ping**: a connection on which we wrote nothing for ``T/6`` gets a ping, so that its reply
+  has a third of ``T`` before silence is declared (as Java's client does), not a sixth;
+* **silence**: nothing heard (any frame) for ``T/2`` while connected means the connection is
+  dead or the server frozen: SUSPENDED (the shell drops the connection);
+* **loss**: while SUSPENDED, the session is given up (LOST) at ``valid_until``: the server
+  expires a session ``T`` after it last heard from it, and it heard our newest *answered*
+  request no earlier than we sent it; ``LOST_MARGIN`` absorbs our own scheduling delays.
+
+``tick(now, ...)`` applies them and says what to do and when to tick next; the shell sleeps
+until then (or until the state changes) and performs the decision.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+
+LOST_MARGIN = 0.1  # LOST this fraction of the timeout before the server may expire us
+SILENCE = 1 / 2  # SUSPENDED after this fraction of the timeout without a frame
+# An idle connection is pinged after this fraction: the reply then has a third of the timeout
+# before silence is declared (as in Java's client), not just a sixth (a JVM pause).
+PING_IDLE = 1 / 6
+
+
+class Tick(enum.Enum):
+    """What the clock decided at a tick."""
+
+    WAIT = "wait"  # nothing to do before the next deadline
+    PING = "ping"  # write a ping now (already counted as sent)
+    SILENT = "silent"  # nothing heard for SILENCE x timeout: drop the connection
+    LOST = "lost"  # suspended past valid_until: the session is gone by our clock
+
+
+class LivenessClock:
+    """When we last heard from the server and last wrote to it, and the send time of every
+    request still waiting for its reply (replies come in order: the oldest is the next)."""
+
+    __slots__ = ("last_acked_send", "last_heard", "last_sent", "sent_at", "timeout")
+
+    def __init__(self, timeout: float, now: float) -> None:
+        self.timeout = timeout  # the negotiated one, in seconds
+        self.last_heard = now  # any frame from the server
+        self.last_sent = now  # any request written
+        self.last_acked_send = now  # send time of the newest request answered
+        self.sent_at: collections.deque[float] = collections.deque()  # per reply, FIFO
+
+    @property
+    def valid_until(self) -> float:
+        """The instant before which the server cannot have expired the session: it heard
+        our newest answered request no earlier than we sent it (less our safety margin)."""
+        return self.last_acked_send + self.timeout * (1 - LOST_MARGIN)
+
+    def answered(self) -> None:
+        """A reply (not a watch event) arrived: it answers the oldest request in flight."""
+        if self.sent_at:
+            sent_at = self.sent_at.popleft()
+            if sent_at > self.last_acked_send:
+                self.last_acked_send = sent_at
+
+    def attached(self, timeout: float, sent_at: float, now: float) -> None:
+        """A handshake answered at ``now`` for a ConnectRequest sent at ``sent_at``: the
+        server refreshed the session when it read the request, no earlier than we sent it,
+        which is the safe base for our own expiry deadline."""
+        self.timeout = timeout
+        self.last_heard = now
+        self.last_sent = self.last_acked_send = sent_at
+
+    def tick(self, now: float, connected: bool, suspended: bool) -> tuple[Tick, float]:
+        """The decision at ``now`` and the instant of the next tick. ``connected``: a
+        connection serves the session; ``suspended``: none does, the session may live."""
+        timeout = self.timeout
+        if connected:
+            silence_deadline = self.last_heard + timeout * SILENCE
+            if now >= silence_deadline:
+                return Tick.SILENT, now + timeout
+            decision = Tick.WAIT
+            if now - self.last_sent >= timeout * PING_IDLE:
+                self.sent_at.append(now)
+                self.last_sent = now
+                decision = Tick.PING
+            return decision, min(silence_deadline, self.last_sent + timeout * PING_IDLE)
+        if suspended:
+            lost_at = self.valid_until
+            if now >= lost_at:
+                return Tick.LOST, now + timeout
+            return Tick.WAIT, lost_at
+        return Tick.WAIT, now + timeout

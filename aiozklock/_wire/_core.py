@@ -1,0 +1,393 @@
+"""The ZooKeeper session without I/O (as h11 is HTTP without sockets): bytes and instants in;
+frames to write, the next deadline and decisions out. No socket, no await, no event loop.
+
+``SessionCore`` holds what the protocol needs to remember: the session's identity (id,
+password, generation, negotiated timeout, last zxid), the liveness clock (``_clock``), the
+requests in flight (``_requests``), the requests queued to be written soon and the release
+fold (``_outgoing``), the watchers (``_watches``), and a session our clock gave up that must
+still be closed on the server. ``Session`` (``_session``) is the socket shell around it: it
+writes what this returns, feeds in what it reads, sleeps until ``tick``'s next deadline, and
+tells listeners about state changes.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiozklock._exceptions import AiozklockError, ConnectionLoss, SessionExpired, error_for_code
+from aiozklock._wire import _framing as framing
+from aiozklock._wire._clock import LivenessClock, Tick
+from aiozklock._wire._limits import FRAME_OVERHEAD, oversized
+from aiozklock._wire._multi import MultiCreate, MultiResult
+from aiozklock._wire._outgoing import FlushScheduler, OutgoingQueue, Release, Soon, release_op
+from aiozklock._wire._records import FIRES, EventType, Op
+from aiozklock._wire._requests import Pending, ReplyCallback, RequestTable, Waker
+from aiozklock._wire._watches import WatchRegistry
+
+# The session logs on one logger, whichever of its modules speaks (docs/observability.md).
+log = logging.getLogger("aiozklock._wire._session")
+
+_EXPIRED = -112  # a reply's error code: the server says our session expired
+
+
+class SessionState(enum.Enum):
+    """A client's session state (``zk.state``, ``StateChange.state``)."""
+
+    CONNECTING = "CONNECTING"  # before the first session was established
+    CONNECTED = "CONNECTED"
+    SUSPENDED = "SUSPENDED"  # connection lost or silent; the session may still be alive
+    LOST = "LOST"  # the session is gone; a new one is being established
+    CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """One session state change, as listeners (``zk.add_listener``) see it."""
+
+    state: SessionState
+    previous: SessionState
+    session_id: int  # the session this change is about: on LOST, the one that was lost
+    generation: int  # changes whenever the session that owns our ephemeral nodes is gone
+    at: float  # time.monotonic()
+    reason: str
+
+
+StateListener = Callable[[StateChange], None]
+
+
+class SessionCore:
+    """One logical ZooKeeper session across connections, as a state machine (not public
+    API). ``now`` arguments are ``time.monotonic()`` instants; ``new_waker`` makes what a
+    caller waits on for its reply; ``scheduler`` is told when queued requests need a flush."""
+
+    def __init__(
+        self,
+        *,
+        chroot: str,
+        session_timeout: float,
+        max_request_bytes: int,
+        now: float,
+        new_waker: Callable[[], Waker],
+        scheduler: FlushScheduler,
+    ) -> None:
+        self.chroot = chroot
+        # The servers' jute.maxbuffer: a longer frame is refused here, before it is sent.
+        self.max_request_bytes = max_request_bytes
+        self._max_body = max_request_bytes - FRAME_OVERHEAD
+        self.requested_timeout_ms = int(session_timeout * 1000)
+        self.session_id = 0
+        self._password = bytes(16)
+        self.generation = 0  # changes whenever the session that owns our ephemerals is gone
+        self.state = SessionState.CONNECTING
+        self.last_zxid = 0
+        self._clock = LivenessClock(session_timeout, now)
+        self._watches = WatchRegistry(self.client_path)
+        self._requests = RequestTable(self._watches, self._clock.sent_at, new_waker)
+        self._outgoing = OutgoingQueue(scheduler)
+        self._read_buffer = bytearray()  # the current connection's incomplete frame
+        # A session we gave up on by our own clock while the server may still keep it (or
+        # revive it after a restart): closed explicitly once we can, so its nodes go at once.
+        self._stale_session: tuple[int, bytes] | None = None
+        self._stale_answered_at: float | None = None  # a server first answered for it
+
+    # ---------------------------------------------------------------- identity and clock
+
+    @property
+    def password(self) -> bytes:
+        """The session password (with ``session_id``, what re-attaches to the session)."""
+        return self._password
+
+    @property
+    def timeout(self) -> float:
+        """The negotiated session timeout in seconds (the server may clamp what we asked)."""
+        return self._clock.timeout
+
+    @property
+    def last_heard(self) -> float:
+        """When the last frame (any) arrived from the server."""
+        return self._clock.last_heard
+
+    @property
+    def valid_until(self) -> float:
+        """The ``time.monotonic()`` instant before which the server cannot have expired this
+        session: it heard our newest answered request no earlier than we sent it, and expires
+        a session ``timeout`` after it last heard from it (less our safety margin)."""
+        return self._clock.valid_until
+
+    def tick(self, now: float, connected: bool) -> tuple[Tick, float]:
+        """The liveness clock's decision at ``now`` (``_clock``) and the next deadline;
+        ``connected``: a connection serves the session now."""
+        return self._clock.tick(now, connected, self.state is SessionState.SUSPENDED)
+
+    # ---------------------------------------------------------------- paths and limits
+
+    def server_path(self, path: str) -> str:
+        if not self.chroot:
+            return path
+        return self.chroot if path == "/" else self.chroot + path
+
+    def client_path(self, server_path: str) -> str:
+        if self.chroot and server_path.startswith(self.chroot):
+            return server_path[len(self.chroot) :] or "/"
+        return server_path
+
+    def fits(self, op: Op[Any]) -> bool:
+        """Whether ``op`` may be sent: its frame is at most ``max_request_bytes``."""
+        return len(op.body) <= self._max_body
+
+    def _refuse_oversized(self, ops: Sequence[Op[Any]]) -> None:
+        """Raise ``InvalidArgument`` if any of ``ops`` is too large to send. Checked before
+        anything of ``ops`` is numbered, registered or written: a refused request leaves no
+        trace, and the server never sees the frame it would drop the connection for."""
+        limit = self._max_body
+        for op in ops:
+            if len(op.body) > limit:
+                raise oversized(op, self.max_request_bytes, self.client_path(op.path))
+
+    def watcher_count(self) -> int:
+        return self._watches.count()
+
+    # ---------------------------------------------------------------- outgoing
+
+    def frame_now(
+        self,
+        ops: Sequence[Op[Any]],
+        generation: int | None,
+        on_done: ReplyCallback | None,
+        now: float,
+    ) -> tuple[list[Pending], bytes]:
+        """Number ``ops`` and return them with the bytes to write now: what was queued to be
+        written soon, then ``ops``. Raises ``SessionExpired`` (nothing numbered) if
+        ``generation`` is gone."""
+        if generation is not None and generation != self.generation:
+            raise SessionExpired(f"session generation {generation} is gone")
+        frames: list[bytes] = []
+        if self._outgoing:
+            self._frame_queued(frames, now)
+        pendings = self._requests.number(ops, on_done, frames, now)
+        self._clock.last_sent = now
+        return pendings, b"".join(frames) if len(frames) > 1 else frames[0] if frames else b""
+
+    def frame_queued(self, now: float) -> bytes:
+        """The bytes of what was queued to be written soon (numbered now), or b""."""
+        if not self._outgoing:
+            return b""
+        frames: list[bytes] = []
+        self._frame_queued(frames, now)
+        self._clock.last_sent = now
+        return b"".join(frames)
+
+    def _frame_queued(self, frames: list[bytes], now: float) -> None:
+        # All of the current generation: a new one comes only after fail_all emptied it.
+        number = self._requests.number
+        for soon in self._outgoing.take_all():
+            number(soon.ops, soon.on_done, frames, now)
+
+    def queue_soon(
+        self, ops: Sequence[Op[Any]], generation: int, on_done: ReplyCallback
+    ) -> Callable[[], bool]:
+        """Queue ``ops`` to be written soon (``_outgoing``); returns ``take_back()``. Raises
+        ``SessionExpired`` if ``generation`` is gone, ``InvalidArgument`` if too large."""
+        self._refuse_oversized(ops)
+        if generation != self.generation:
+            raise SessionExpired(f"session generation {generation} is gone")
+        soon = Soon(ops, generation, on_done)
+        outgoing = self._outgoing
+        outgoing.queue(soon)
+        return lambda: outgoing.take_back(soon)
+
+    def queue_release(
+        self, paths: Sequence[str], generation: int, on_done: ReplyCallback
+    ) -> Release:
+        """Queue the deletes of the nodes at the server paths ``paths``, to be written soon
+        or folded into the next create (``fold``). Raises ``SessionExpired`` if
+        ``generation`` is gone, ``InvalidArgument`` if too large."""
+        if generation != self.generation:
+            raise SessionExpired(f"session generation {generation} is gone")
+        op = release_op(paths, self.client_path)
+        self._refuse_oversized((op,))
+        return self._outgoing.release(op, paths, generation, on_done)
+
+    def fold(
+        self, release: Release, creates: Sequence[MultiCreate], generation: int
+    ) -> Op[MultiResult] | None:
+        """``release``'s deletes then ``creates`` in one multi, the deletes taken back
+        (``_outgoing``: the release fold); None if they cannot be folded (written already,
+        another generation, too large): they are then written on their own, first."""
+        return self._outgoing.fold(release, creates, generation, self.client_path, self._max_body)
+
+    def forget(self, pendings: Sequence[Pending]) -> None:
+        """Their callers are gone: late replies are skipped, their watchers dropped."""
+        self._requests.forget(pendings)
+
+    def fail_all(self, error_factory: Callable[[], AiozklockError]) -> None:
+        """The connection (or the session) is gone: everything queued or in flight fails."""
+        self._outgoing.fail_all(error_factory)
+        self._clock.sent_at.clear()
+        self._requests.fail_all(error_factory)
+
+    # ---------------------------------------------------------------- incoming
+
+    def connection_started(self) -> None:
+        """A new connection serves the session: no partial frame from the last one."""
+        self._read_buffer = bytearray()
+
+    def receive(self, data: bytes, now: float) -> str | None:
+        """Bytes read from the connection at ``now``: settle the replies and fire the
+        watches they complete. Returns why the connection must be dropped (the server says
+        the session expired), else None; raises on a frame it cannot read."""
+        self._clock.last_heard = now
+        buffer = self._read_buffer
+        buffer += data
+        length = framing.LENGTH
+        start = 0
+        available = len(buffer)
+        drop = None
+        while available - start >= 4:
+            (size,) = length.unpack_from(buffer, start)
+            end = start + 4 + size
+            if end > available:
+                break
+            if self._on_frame(bytes(buffer[start + 4 : end])):
+                drop = "server reports session expired"
+            start = end
+        if start:
+            del buffer[:start]
+        return drop
+
+    def _on_frame(self, data: bytes) -> bool:
+        """One frame; True if it says that the session expired."""
+        xid, zxid, err = framing.REPLY_HEADER.unpack_from(data, 0)
+        if zxid > self.last_zxid:
+            self.last_zxid = zxid
+        if xid == framing.WATCH_XID:
+            event = framing.parse_watch_event(data, framing.REPLY_HEADER_SIZE)
+            if event.type in FIRES:
+                self._watches.fire(EventType(event.type), event.path)
+            return False
+        self._clock.answered()  # replies come in request order: the oldest send is this one
+        if xid in framing.SPECIAL_XIDS:
+            if err:
+                log.warning("reply with xid %d carried error %d", xid, err)
+            return False
+        pending = self._requests.take(xid)
+        if pending is None:
+            return False  # the caller was cancelled; the reply is not wanted
+        op = pending.op
+        if err == 0:
+            try:
+                pending.result = op.parse(data, framing.REPLY_HEADER_SIZE)
+            except Exception as exc:
+                pending.error = ConnectionLoss(f"unreadable reply: {exc!r}")
+                pending.finish()
+                raise
+        elif err == framing.NO_NODE and op.absent_ok:
+            pending.result = None
+        else:
+            pending.error = error_for_code(err, self.client_path(op.path) if op.path else None)
+        self._watches.settle(op, pending.error is not None, pending.result)
+        pending.finish()
+        expired: bool = err == _EXPIRED
+        return expired
+
+    # ---------------------------------------------------------------- attaching
+
+    def connect_request(self) -> tuple[bytes, int]:
+        """The ConnectRequest presenting our session (after a loss, id 0: a new one) and
+        the session id it presents."""
+        session_id = self.session_id
+        request = framing.connect_frame(
+            self.last_zxid, self.requested_timeout_ms, session_id, self._password
+        )
+        return request, session_id
+
+    def rearm_request(self, now: float) -> bytes:
+        """Our session was re-attached: the SetWatches frames that re-arm every watch, in
+        chunks that fit ``max_request_bytes``, to write before any other request; b"" if
+        there is no watch."""
+        self._clock.sent_at.clear()
+        frames = framing.set_watches_frames(
+            self.last_zxid, *self._watches.rearm_paths(), self.max_request_bytes
+        )
+        self._clock.sent_at.extend(now for _ in frames)
+        return b"".join(frames)
+
+    def attached(self, handshake: framing.Handshake, sent_at: float, now: float) -> bool:
+        """The server attached ``handshake``'s session (answered at ``now`` to a request
+        sent at ``sent_at``); True if it is a new one."""
+        new = not self.session_id  # we asked for a new session
+        self.session_id = handshake.session_id
+        self._password = handshake.password
+        self._clock.attached(handshake.timeout_ms / 1000, sent_at, now)
+        if new:
+            log.info("new session 0x%x, timeout %.3f s", self.session_id, self.timeout)
+            if handshake.timeout_ms != self.requested_timeout_ms:
+                # Loss detection and re-grants run on the server's value, not the one asked.
+                log.warning(
+                    "session 0x%x: session_timeout %g s was clamped by the server to %g s",
+                    self.session_id,
+                    self.requested_timeout_ms / 1000,
+                    self.timeout,
+                )
+        return new
+
+    def reconnect_bound(self, hosts: int, connect_timeout: float) -> float:
+        """How long one reconnect attempt may take: short, so that a server that accepts
+        but does not answer (frozen, or just restarted) cannot eat the session's life."""
+        return min(max(self.timeout / (2 * (hosts + 1)), 0.25), connect_timeout)
+
+    def forget_session(self, reason: str, *, stale: bool) -> int:
+        """The session that owns our ephemerals is gone, or given up by our clock
+        (``stale``: it must still be closed on the server): everything waiting fails with
+        ``SessionExpired``, the next connection asks for a new session, the generation
+        changes. Returns the id of the session lost."""
+        if stale and self.session_id:
+            self.mark_stale(self.session_id, self._password)
+        self.fail_all(lambda: SessionExpired(reason))
+        lost_id, self.session_id = self.session_id, 0
+        self._password = bytes(16)
+        self.generation += 1
+        return lost_id
+
+    # ---------------------------------------------------------------- a session to close
+
+    def mark_stale(self, session_id: int, password: bytes) -> None:
+        """Close this session, no longer ours, before the next connection."""
+        self._stale_session = (session_id, password)
+        self._stale_answered_at = None
+
+    def stale_to_close(self, now: float) -> tuple[int, bytes] | None:
+        """The session to close before connecting, if any: however long ago we gave it up
+        (a server keeps a session a timeout after it last heard from it, and one restarted
+        with its data revives the sessions it had, however long it was down). Given up
+        (None, logged) once servers answered for it for a whole timeout without the close
+        going through: then it is left to the server's expiry."""
+        stale, answered_at = self._stale_session, self._stale_answered_at
+        if stale is not None and answered_at is not None and now - answered_at > self.timeout:
+            log.warning(
+                "could not close session 0x%x that our clock gave up; its nodes stay until "
+                "the server expires it",
+                stale[0],
+            )
+            self._stale_session = None
+            return None
+        return stale
+
+    def stale_answered(self, now: float) -> None:
+        """A server answered for the stale session (it is alive there): from the first such
+        answer, its close has a session timeout to go through."""
+        if self._stale_answered_at is None:
+            self._stale_answered_at = now
+
+    def stale_closed(self) -> None:
+        """The stale session is closed (or the server said it expired): nothing to close."""
+        self._stale_session = None
+
+    @property
+    def stale_id(self) -> int | None:
+        """The id of the session to close before connecting, if any."""
+        return None if self._stale_session is None else self._stale_session[0]

@@ -1,0 +1,405 @@
+"""The sans-I/O session core (``_wire._core``), with a fake clock and no socket: the liveness
+clock, reply matching, the reconnect decisions, SetWatches re-arming, and the release fold.
+
+Every instant is a number we choose; every "server reply" is bytes we build.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiozk import protocol as jute
+
+from aiozklock._exceptions import (
+    AiozklockError,
+    ConnectionLoss,
+    NoNodeError,
+    SessionExpired,
+)
+from aiozklock._wire import _framing as framing
+from aiozklock._wire._clock import Tick
+from aiozklock._wire._core import SessionCore, SessionState
+from aiozklock._wire._multi import MultiCreate, MultiDelete, multi_op
+from aiozklock._wire._ops import delete_op, exists_op
+from aiozklock._wire._protocol import CreateMode, WatchedEvent
+
+EPHEMERAL_SEQUENTIAL = CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL
+T = 6.0  # session timeout: pings after 1 s idle, silence after 3 s, LOST 5.4 s after a send
+
+
+class Waker:
+    def __init__(self) -> None:
+        self.woken = False
+
+    def set(self) -> None:
+        self.woken = True
+
+    async def wait(self) -> None:  # the shell's side; never awaited here
+        raise AssertionError
+
+
+class Scheduler:
+    """Records when the core asks for a flush of what it queued for soon."""
+
+    def __init__(self) -> None:
+        self.scheduled = 0
+        self.cancelled = 0
+
+    def schedule(self) -> None:
+        self.scheduled += 1
+
+    def cancel(self) -> None:
+        self.cancelled += 1
+
+
+Replies = list[tuple[Any, AiozklockError | None]]
+
+
+def core(*, max_request_bytes: int = 0xFFFFF, session_id: int = 0x42) -> SessionCore:
+    """A core attached at t=0 to session ``session_id`` (0: none yet), CONNECTED."""
+    session = SessionCore(
+        chroot="",
+        session_timeout=T,
+        max_request_bytes=max_request_bytes,
+        now=0.0,
+        new_waker=Waker,
+        scheduler=Scheduler(),
+    )
+    if session_id:
+        handshake = framing.Handshake(int(T * 1000), session_id, b"p" * 16)
+        assert session.attached(handshake, sent_at=0.0, now=0.0)
+        session.state = SessionState.CONNECTED
+    return session
+
+
+def scheduler_of(session: SessionCore) -> Scheduler:
+    scheduler = session._outgoing._scheduler
+    assert isinstance(scheduler, Scheduler)
+    return scheduler
+
+
+def reply(xid: int, err: int = 0, zxid: int = 7, body: bytes = b"") -> bytes:
+    """A server frame: length, reply header (xid, zxid, err), body."""
+    frame = framing.REPLY_HEADER.pack(xid, zxid, err) + body
+    return framing.LENGTH.pack(len(frame)) + frame
+
+
+def xids_of(data: bytes) -> list[int]:
+    """The xids of the request frames in ``data``, in order."""
+    xids, offset = [], 0
+    while offset < len(data):
+        size, xid = framing.XID_PREFIX.unpack_from(data, offset)
+        xids.append(xid)
+        offset += 4 + size
+    return xids
+
+
+def frames_of(data: bytes) -> list[bytes]:
+    frames, offset = [], 0
+    while offset < len(data):
+        (size,) = framing.LENGTH.unpack_from(data, offset)
+        frames.append(data[offset : offset + 4 + size])
+        offset += 4 + size
+    return frames
+
+
+def recorder(replies: Replies) -> Any:
+    return lambda result, error: replies.append((result, error))
+
+
+# ---------------------------------------------------------------- the liveness clock
+
+
+def test_an_idle_connection_is_pinged_after_a_sixth_of_the_timeout() -> None:
+    session = core()
+    assert session.tick(0.5, connected=True) == (Tick.WAIT, pytest.approx(T / 6))
+    decision, next_at = session.tick(T / 6, connected=True)
+    assert decision is Tick.PING
+    assert next_at == pytest.approx(2 * T / 6)  # the next ping, before silence at T/2
+    assert session.tick(T / 6 + 0.1, connected=True)[0] is Tick.WAIT  # just pinged
+
+
+def test_a_request_written_counts_as_activity_and_delays_the_ping() -> None:
+    session = core()
+    session.frame_now([delete_op("/a")], None, recorder([]), now=0.9)
+    assert session.tick(T / 6, connected=True) == (Tick.WAIT, pytest.approx(0.9 + T / 6))
+
+
+def test_silence_for_half_the_timeout_drops_the_connection() -> None:
+    session = core()
+    session.receive(reply(framing.PING_XID), now=0.2)
+    assert session.tick(0.2 + T / 2 - 0.01, connected=True)[0] is not Tick.SILENT
+    assert session.tick(0.2 + T / 2, connected=True)[0] is Tick.SILENT
+
+
+def test_a_late_but_in_time_ping_reply_is_not_silence() -> None:
+    session = core()
+    assert session.tick(T / 6, connected=True)[0] is Tick.PING
+    # The reply comes a moment before silence would be declared: it counts.
+    session.receive(reply(framing.PING_XID), now=T / 2 - 0.01)
+    decision, next_at = session.tick(T / 2, connected=True)
+    assert decision is not Tick.SILENT
+    assert next_at <= T / 2 - 0.01 + T / 2
+    assert session.tick(T - 0.02, connected=True)[0] is not Tick.SILENT
+    assert session.tick(T - 0.01, connected=True)[0] is Tick.SILENT
+
+
+def test_suspended_becomes_lost_at_the_session_deadline_of_the_newest_answered_send() -> None:
+    session = core()
+    session.frame_now([delete_op("/a")], None, recorder([]), now=2.0)
+    session.receive(reply(1), now=2.5)  # answered: the server heard us no earlier than 2.0
+    session.frame_now([delete_op("/b")], None, recorder([]), now=3.0)  # never answered
+    session.state = SessionState.SUSPENDED
+    lost_at = 2.0 + T * 0.9  # less LOST_MARGIN
+    assert session.valid_until == pytest.approx(lost_at)
+    assert session.tick(lost_at - 0.01, connected=False) == (Tick.WAIT, pytest.approx(lost_at))
+    assert session.tick(lost_at, connected=False)[0] is Tick.LOST
+
+
+def test_connecting_or_closed_has_no_deadline_but_the_next_tick() -> None:
+    session = core(session_id=0)
+    assert session.tick(100.0, connected=False) == (Tick.WAIT, 100.0 + T)
+
+
+# ---------------------------------------------------------------- replies
+
+
+def test_replies_are_matched_by_xid_and_settled_in_order() -> None:
+    session = core()
+    replies: Replies = []
+    pendings, data = session.frame_now(
+        [delete_op("/a"), exists_op("/b")], None, recorder(replies), now=1.0
+    )
+    assert xids_of(data) == [p.xid for p in pendings] == [1, 2]
+    session.receive(reply(1, err=-101, zxid=9), now=1.1)
+    assert session.last_zxid == 9
+    assert replies[0][0] is None
+    assert isinstance(replies[0][1], NoNodeError)
+    session.receive(reply(2, err=-101), now=1.2)  # exists: NoNode is an answer
+    assert replies[1] == (None, None)
+
+
+def test_the_last_request_of_an_awaited_batch_wakes_its_caller() -> None:
+    session = core()
+    pendings, _ = session.frame_now([delete_op("/a"), delete_op("/b")], None, None, now=1.0)
+    assert pendings[0].event is None  # replies come in order: only the last is awaited
+    waker = pendings[1].event
+    assert isinstance(waker, Waker)
+    session.receive(reply(1) + reply(2)[:5], now=1.1)  # the second frame is incomplete
+    assert not waker.woken
+    session.receive(reply(2)[5:], now=1.2)
+    assert waker.woken
+    assert pendings[1].error is None
+
+
+def test_a_request_left_unanswered_while_a_later_one_is_answered_fails_with_connection_loss() -> (
+    None
+):
+    session = core()
+    replies: Replies = []
+    session.frame_now([delete_op("/a"), delete_op("/b")], None, recorder(replies), now=1.0)
+    session.frame_now([delete_op("/c")], None, recorder(replies), now=1.0)
+    session.receive(reply(3), now=1.1)  # the server skipped 1 and 2
+    assert [type(error) for _, error in replies] == [ConnectionLoss, ConnectionLoss, type(None)]
+    assert "later request" in str(replies[0][1])
+    session.receive(reply(1), now=1.2)  # a reply for a request already failed: ignored
+    assert len(replies) == 3
+
+
+def test_a_forgotten_request_is_neither_answered_nor_failed_as_skipped() -> None:
+    session = core()
+    replies: Replies = []
+    pendings, _ = session.frame_now([delete_op("/a")], None, None, now=1.0)
+    session.forget(pendings)  # its caller was cancelled
+    session.frame_now([delete_op("/b")], None, recorder(replies), now=1.0)
+    session.receive(reply(2), now=1.1)
+    assert pendings[0].error is None
+    assert replies == [(None, None)]
+
+
+def test_the_server_saying_the_session_expired_drops_the_connection() -> None:
+    session = core()
+    replies: Replies = []
+    session.frame_now([delete_op("/a")], None, recorder(replies), now=1.0)
+    assert session.receive(reply(1, err=-112), now=1.1) == "server reports session expired"
+    assert isinstance(replies[0][1], SessionExpired)
+
+
+def test_a_lost_connection_fails_everything_in_flight_and_queued() -> None:
+    session = core()
+    replies: Replies = []
+    session.frame_now([delete_op("/a")], None, recorder(replies), now=1.0)
+    session.queue_soon([delete_op("/b")], session.generation, recorder(replies))
+    session.fail_all(lambda: ConnectionLoss("connection lost"))
+    assert [type(error) for _, error in replies] == [ConnectionLoss, ConnectionLoss]
+    assert session.frame_queued(2.0) == b""
+    session.receive(reply(1), now=2.0)  # a late reply (the old connection's): ignored
+    assert len(replies) == 2
+
+
+# ---------------------------------------------------------------- reconnect decisions
+
+
+def test_a_reconnect_presents_our_session_until_it_is_lost() -> None:
+    session = core(session_id=0x42)
+    request, presented = session.connect_request()
+    assert presented == 0x42
+    assert jute.ConnectRequest.parse(request, 4)[0].password == b"p" * 16
+    generation = session.generation
+    replies: Replies = []
+    session.frame_now([delete_op("/a")], None, recorder(replies), now=1.0)
+    assert session.forget_session("expired", stale=False) == 0x42
+    assert isinstance(replies[0][1], SessionExpired)
+    assert session.generation == generation + 1
+    request, presented = session.connect_request()
+    assert presented == 0  # a new session
+    assert jute.ConnectRequest.parse(request, 4)[0].password == bytes(16)
+    assert session.stale_id is None  # the server said it expired: nothing to close
+    with pytest.raises(SessionExpired):
+        session.frame_now([delete_op("/a")], generation, None, now=2.0)
+
+
+def test_a_session_we_gave_up_is_closed_at_the_next_connection_however_long_ago() -> None:
+    session = core(session_id=0x42)
+    session.forget_session("our clock", stale=True)
+    assert session.stale_id == 0x42
+    assert session.stale_to_close(now=10_000.0) == (0x42, b"p" * 16)
+    session.stale_closed()
+    assert session.stale_to_close(now=10_001.0) is None
+
+
+def test_closing_a_stale_session_is_given_up_after_servers_answered_for_a_whole_timeout() -> None:
+    session = core(session_id=0x42)
+    session.forget_session("our clock", stale=True)
+    session.stale_answered(100.0)  # alive on a server, but the close did not go through
+    session.stale_answered(102.0)  # later answers do not move the start
+    assert session.stale_to_close(now=100.0 + T - 0.01) == (0x42, b"p" * 16)
+    assert session.stale_to_close(now=100.0 + T + 0.01) is None
+    assert session.stale_id is None
+
+
+def test_a_session_refused_at_authentication_is_closed_next_time() -> None:
+    session = core(session_id=0)
+    session.mark_stale(0x77, b"q" * 16)  # what the handshake does when auth is refused
+    assert session.stale_to_close(now=1.0) == (0x77, b"q" * 16)
+
+
+def test_the_server_clamping_the_timeout_moves_the_clock() -> None:
+    session = core(session_id=0)
+    assert session.attached(framing.Handshake(4000, 0x99, b"x" * 16), sent_at=5.0, now=5.2)
+    assert session.timeout == 4.0
+    assert session.valid_until == pytest.approx(5.0 + 4.0 * 0.9)
+    assert session.tick(5.0 + 4.0 / 6, connected=True)[0] is Tick.PING
+
+
+def test_set_watches_rearm_every_watch_in_chunks_under_max_request_bytes() -> None:
+    limit = 128 * 1024
+    session = core(max_request_bytes=limit)
+    paths = [f"/w/{i:04d}-" + "x" * 1000 for i in range(300)]  # ~300 KB of paths
+
+    def watcher(event: WatchedEvent) -> None:
+        pass
+
+    session.frame_now([exists_op(p, watcher) for p in paths], None, recorder([]), now=1.0)
+    data = session.rearm_request(now=2.0)
+    frames = frames_of(data)
+    assert len(frames) >= 3
+    rearmed: list[str] = []
+    for frame in frames:
+        assert len(frame) - 4 <= limit
+        (xid,) = framing.LENGTH.unpack_from(frame, 4)
+        assert xid == framing.SET_WATCHES_XID
+        request = jute.SetWatchesRequest.parse(frame, 12)[0]  # after length, xid, opcode
+        assert request.relative_zxid == session.last_zxid
+        rearmed += request.exist_watches
+    assert sorted(rearmed) == sorted(paths)
+
+
+def test_no_watch_nothing_to_rearm() -> None:
+    assert core().rearm_request(now=1.0) == b""
+
+
+# ---------------------------------------------------------------- the release fold
+
+CREATE = MultiCreate("/l/n-", b"", EPHEMERAL_SEQUENTIAL)
+
+
+def test_a_release_is_folded_into_the_next_create() -> None:
+    session = core()
+    replies: Replies = []
+    release = session.queue_release(["/l/n-1"], session.generation, recorder(replies))
+    assert scheduler_of(session).scheduled == 1
+    folded = session.fold(release, [CREATE], session.generation)
+    assert folded is not None
+    assert folded.body == multi_op([MultiDelete("/l/n-1"), CREATE], str).body
+    assert scheduler_of(session).cancelled == 1  # nothing left to flush
+    assert session.frame_queued(1.0) == b""
+    assert session.fold(release, [CREATE], session.generation) is None  # only once
+    assert replies == []  # the multi's reply is the create's caller's
+
+
+def test_a_release_of_several_nodes_is_one_multi_and_folds_all_of_them() -> None:
+    session = core()
+    release = session.queue_release(["/a/n-1", "/b/n-1"], session.generation, recorder([]))
+    assert release.ops[0].body == multi_op([MultiDelete("/a/n-1"), MultiDelete("/b/n-1")], str).body
+    folded = session.fold(release, [CREATE], session.generation)
+    assert folded is not None
+    deletes = [MultiDelete("/a/n-1"), MultiDelete("/b/n-1")]
+    assert folded.body == multi_op([*deletes, CREATE], str).body
+
+
+def test_a_release_is_flushed_alone_when_no_create_follows() -> None:
+    session = core()
+    replies: Replies = []
+    release = session.queue_release(["/l/n-1"], session.generation, recorder(replies))
+    data = session.frame_queued(1.0)
+    assert frames_of(data) == [framing.frame(1, delete_op("/l/n-1").body)]
+    assert session.fold(release, [CREATE], session.generation) is None  # written already
+    session.receive(reply(1), now=1.1)
+    assert replies == [(None, None)]
+
+
+def test_a_request_made_before_the_flush_goes_after_the_release_in_one_write() -> None:
+    session = core()
+    session.queue_release(["/l/n-1"], session.generation, recorder([]))
+    pendings, data = session.frame_now([exists_op("/l")], None, None, now=1.0)
+    assert xids_of(data) == [1, 2]
+    assert pendings[0].xid == 2
+    assert session.frame_queued(1.0) == b""
+
+
+def test_a_release_is_never_folded_across_a_reconnect() -> None:
+    session = core()
+    replies: Replies = []
+    release = session.queue_release(["/l/n-1"], session.generation, recorder(replies))
+    session.fail_all(lambda: ConnectionLoss("connection lost"))  # the connection dropped
+    assert isinstance(replies[0][1], ConnectionLoss)  # its caller hands it to the janitor
+    assert session.fold(release, [CREATE], session.generation) is None
+
+
+def test_a_release_is_never_folded_into_another_generation() -> None:
+    session = core()
+    release = session.queue_release(["/l/n-1"], session.generation, recorder([]))
+    assert session.fold(release, [CREATE], session.generation + 1) is None
+    assert session.fold(release, [CREATE], session.generation) is not None
+
+
+def test_a_fold_too_large_for_one_request_leaves_the_release_queued() -> None:
+    limit = 128 * 1024
+    session = core(max_request_bytes=limit)
+    release = session.queue_release(["/l/n-1"], session.generation, recorder([]))
+    big = MultiCreate("/l/n-", b"x" * limit, EPHEMERAL_SEQUENTIAL)
+    assert session.fold(release, [big], session.generation) is None
+    assert frames_of(session.frame_queued(1.0)) == [framing.frame(1, delete_op("/l/n-1").body)]
+
+
+def test_a_taken_back_request_is_never_written_nor_told() -> None:
+    session = core()
+    replies: Replies = []
+    take_back = session.queue_soon([delete_op("/a")], session.generation, recorder(replies))
+    assert take_back()
+    assert not take_back()
+    assert session.frame_queued(1.0) == b""
+    session.fail_all(lambda: ConnectionLoss("connection lost"))
+    assert replies == []
