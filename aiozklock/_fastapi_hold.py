@@ -20,7 +20,8 @@ from fastapi import Depends, HTTPException, Request
 from aiozklock._client import ZooKeeperClient
 from aiozklock._exceptions import ClientClosed, LockLost, LockTimeout, ZooKeeperUnavailable
 from aiozklock._fastapi_routes import TEMPLATES, fields, fill
-from aiozklock._recipes._core._primitive import AcquireContext, Primitive
+from aiozklock._recipes._core._handle import AcquireContext
+from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._wire._session import SessionState, StateChange
 
 if TYPE_CHECKING:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
 import pytest
 
 import aiozklock
+from aiozklock._recipes._core._queue import Queue
+from aiozklock._recipes._core._queue_wait import Waiting
+from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock._wire._protocol import get_children_op
 from aiozklock.testing import FaultProxy, session_of
 
@@ -113,3 +118,69 @@ async def node_gone(zk: aiozklock.ZooKeeperClient, node: str, within: float = 5.
     parent, _, name = node.rpartition("/")
     with anyio.fail_after(within), contextlib.suppress(aiozklock.NoNodeError):
         await wait_for_children(zk, parent or "/", lambda children: name not in children)
+
+
+# ---------------------------------------------------------------- a waiter that waits
+
+
+class _WaitSpy:
+    """Spies on the queue engine's waits for one test (the library has no test hook):
+    ``Waiting._wait`` notes which queue waits (in a context variable of its task), and
+    ``Wakeup.wait``, the one wait for a wake-up, calls that queue's callback right before
+    it waits, the watches armed and the decision to wait made."""
+
+    def __init__(self) -> None:
+        self.callbacks: weakref.WeakKeyDictionary[Queue, Callable[[], object]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.waiting: ContextVar[Queue | None] = ContextVar("waiting_queue", default=None)
+        self.originals: tuple[Any, Any] | None = None
+
+    def install(self) -> None:
+        if self.originals is not None:
+            return
+        queue_wait, wakeup_wait = Waiting._wait, Wakeup.wait
+        callbacks, waiting = self.callbacks, self.waiting
+
+        async def spied_queue_wait(queue: Queue, *args: Any) -> None:
+            token = waiting.set(queue)
+            try:
+                await queue_wait(queue, *args)
+            finally:
+                waiting.reset(token)
+
+        async def spied_wakeup_wait(wakeup: Wakeup, deadline: float | None, message: str) -> None:
+            queue = waiting.get()
+            callback = None if queue is None else callbacks.get(queue)
+            if callback is not None:
+                callback()
+            await wakeup_wait(wakeup, deadline, message)
+
+        self.originals = (queue_wait, wakeup_wait)
+        Waiting._wait = spied_queue_wait  # type: ignore[method-assign,assignment]
+        Wakeup.wait = spied_wakeup_wait  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        if self.originals is not None:
+            Waiting._wait, Wakeup.wait = self.originals  # type: ignore[method-assign]
+            self.originals = None
+        self.callbacks.clear()
+
+
+_WAIT_SPY = _WaitSpy()
+
+
+def on_wait(queue: Queue, callback: Callable[[], object]) -> None:
+    """Call ``callback()`` each time ``queue`` (a queue recipe's ``_queue``) is about to
+    wait for a wake-up: after the reads that armed its watches, right before the wait (a
+    callback that deletes the predecessor there races the wait itself). Replaces an earlier
+    callback of ``queue``; for the current test only."""
+    _WAIT_SPY.install()
+    _WAIT_SPY.callbacks[queue] = callback
+
+
+@pytest.fixture(autouse=True)
+def _wait_spy_removed() -> Iterator[None]:
+    """``on_wait``'s spies last one test."""
+    yield
+    _WAIT_SPY.uninstall()

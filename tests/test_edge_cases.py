@@ -13,7 +13,7 @@ import pytest
 import aiozklock
 from aiozklock._recipes._core._names import nodes_of
 from aiozklock.testing import FaultProxy, session_of
-from tests.conftest import gone
+from tests.conftest import gone, on_wait
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -47,7 +47,7 @@ async def test_cancelled_waiter_whose_cleanup_meets_close_is_still_just_cancelle
     waiter = client.lock(PATH)
     await zk.lock(PATH).acquire()
     queued = anyio.Event()
-    waiter._queue._before_wait_hook = queued.set  # type: ignore[method-assign]
+    on_wait(waiter._queue, queued.set)
     waiter_scope = anyio.CancelScope()
 
     async def wait() -> None:
@@ -181,7 +181,7 @@ async def test_node_left_to_the_janitor_retires_the_guid(
     holder = zk.lock(PATH)
     await holder.acquire()
     queued = anyio.Event()
-    waiter._queue._before_wait_hook = queued.set  # type: ignore[method-assign]
+    on_wait(waiter._queue, queued.set)
     old_guid = waiter._queue.guid
 
     async with anyio.create_task_group() as tg:

@@ -38,7 +38,7 @@ from aiozklock.testing import (
     ZooKeeperMember,
     session_of,
 )
-from tests.conftest import ClientFactory, gone, wait_for_queue
+from tests.conftest import ClientFactory, gone, on_wait, wait_for_queue
 from tests.test_faults import (
     PATH,
     STEADY_TIMEOUT,
@@ -135,7 +135,7 @@ async def test_lost_create_reply_then_timeout_or_cancel_leaves_no_node(
     baseline_watchers = session_of(client).watcher_count()
     states = StateLog(client)
     waiting = anyio.Event()
-    lock._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    on_wait(lock._queue, waiting.set)
     parent = f"{chroot}{PATH}"
 
     def refuse_reconnects(change: StateChange) -> None:
@@ -600,7 +600,7 @@ async def test_predecessor_gone_between_check_and_wait(
     chroot: str,
 ) -> None:
     """F15 (deterministic): the predecessor goes away between the waiter's existence check
-    (node there, watch set) and its wait, via the queue's ``_before_wait_hook``: either its
+    (node there, watch set) and its wait, via ``on_wait`` (tests/conftest.py): either its
     holder is told to release at that instant, or the hook blocks the waiter's event loop until the
     server has deleted it (the NodeDeleted is then already queued for the waiter). No
     wake-up is lost: the waiter acquires within 1 s, and no watch is left behind."""
@@ -642,7 +642,7 @@ async def test_predecessor_gone_between_check_and_wait(
             hook_calls.append(time.monotonic())
             gone_at.append(delete_from_another_thread(first_host(zk_hosts), predecessor))
 
-    lock._queue._before_wait_hook = hook  # type: ignore[method-assign]
+    on_wait(lock._queue, hook)
     async with anyio.create_task_group() as tg:
         if how == "released-by-holder":
             tg.start_soon(hold)

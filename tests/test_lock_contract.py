@@ -13,7 +13,7 @@ import pytest
 
 import aiozklock
 from aiozklock.testing import FaultProxy, FencedStore, History, Opcode, session_of
-from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
+from tests.conftest import ClientFactory, gone, on_wait, wait_for_children, wait_for_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -260,7 +260,7 @@ async def test_waiter_cancelled_leaves_no_node_and_object_stays_usable(
     other = await open_client()
     waiter_lock = other.lock(PATH)
     waiting = anyio.Event()
-    waiter_lock._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    on_wait(waiter_lock._queue, waiting.set)
     async with zk.lock(PATH):
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiter_lock.acquire)

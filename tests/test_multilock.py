@@ -12,7 +12,7 @@ import pytest
 
 import aiozklock
 from aiozklock.testing import FaultProxy, History, Opcode, expire_session, session_of
-from tests.conftest import ClientFactory, gone, wait_for_queue
+from tests.conftest import ClientFactory, gone, on_wait, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
 
@@ -140,7 +140,7 @@ async def test_cancelled_waiter_leaves_nothing_and_stays_usable(
     other = await open_client()
     waiter = other.multi_lock([C, A])
     waiting = anyio.Event()
-    waiter._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    on_wait(waiter._queue, waiting.set)
     async with zk.multi_lock([A, B]):
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiter.acquire)
@@ -311,7 +311,7 @@ async def test_a_member_lost_while_waiting_requeues_all_members_together(
     await holder.acquire()
     waiting = anyio.Event()
     # Its nodes are known to it (not just created on the server) once it waits.
-    waiter._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    on_wait(waiter._queue, waiting.set)
     held, done = anyio.Event(), anyio.Event()
 
     async def wait_then_hold() -> None:  # a live holder (one that ended would be reaped)

@@ -17,7 +17,7 @@ from kazoo.client import KazooClient  # type: ignore[import-untyped]
 
 import aiozklock
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
-from tests.conftest import ClientFactory, gone, wait_for_queue
+from tests.conftest import ClientFactory, gone, on_wait, wait_for_queue
 from tests.interop.peers import HANG, Changes, Lines, compiled_java, java_cache, running
 
 pytestmark = [pytest.mark.anyio]
@@ -374,7 +374,7 @@ async def test_cancelled_waiter_leaves_no_node(
     other = await open_client()
     waiter = side(other.rw_lock(PATH), mode)
     waiting = anyio.Event()
-    waiter._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    on_wait(waiter._queue, waiting.set)
     with anyio.fail_after(10):
         async with zk.rw_lock(PATH).write_lock:
             async with anyio.create_task_group() as tg:

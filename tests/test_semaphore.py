@@ -23,6 +23,7 @@ from aiozklock._recipes._core._queue import Queue
 from aiozklock._recipes._semaphore import LeaseBase, decide_leases, stored_limit
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
 from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
+from tests.conftest import on_wait as on_queue_wait
 
 PATH = "/semaphores/s"
 
@@ -176,14 +177,14 @@ HOLD = 3600.0
 
 def on_wait(sem: aiozklock.Semaphore, hook: Callable[[Queue], None]) -> None:
     """Call ``hook(queue)`` whenever a lease of ``sem`` is about to wait, its watch armed
-    and its decision made (the queue engine's test seam), for leases made from now on."""
+    and its decision made (``tests.conftest.on_wait``), for leases made from now on."""
     make = sem._new_lease
 
     def new_lease() -> LeaseBase:
         lease = make()
         assert isinstance(lease, QueuedPrimitive)
         queue = lease._queue
-        queue._before_wait_hook = lambda: hook(queue)  # type: ignore[method-assign]
+        on_queue_wait(queue, lambda: hook(queue))
         return lease
 
     sem._new_lease = new_lease  # type: ignore[method-assign]

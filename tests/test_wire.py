@@ -17,7 +17,7 @@ import aiozklock
 from aiozklock._recipes._core._names import nodes_of
 from aiozklock._wire._protocol import CreateMode, create_op, get_children_op
 from aiozklock.testing import FaultProxy, session_of
-from tests.conftest import gone, wait_for_children, wait_for_queue
+from tests.conftest import gone, on_wait, wait_for_children, wait_for_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(40)]
 
@@ -253,7 +253,7 @@ async def test_lost_create_reply_contended_keeps_one_node_in_the_queue(
     proxy.arm_drop_after([CREATE2], 1)
     acquired = anyio.Event()
     waiting = anyio.Event()  # set once the waiter watches its predecessor (after adoption)
-    lock._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    on_wait(lock._queue, waiting.set)
 
     async def waiter() -> None:
         async with lock:
@@ -406,7 +406,7 @@ async def test_cancelled_acquire_leaves_nothing_behind(
         baseline_watchers = session_of(client).watcher_count()
         proxy.set_delay(0.3)  # every request stays in flight 0.3 s
         waiting = anyio.Event()
-        lock._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
+        on_wait(lock._queue, waiting.set)
 
         async def trigger() -> None:
             if point == "create-in-flight":
@@ -444,7 +444,7 @@ async def test_next_in_line_is_granted_by_the_notification_alone(
     holder = zk.lock(PATH)
     await holder.acquire()
     waiting = anyio.Event()
-    lock._queue._before_wait_hook = waiting.set  # type: ignore[method-assign]
+    on_wait(lock._queue, waiting.set)
     sent_for_the_grant: list[int] = []
 
     async def wait_then_release() -> None:

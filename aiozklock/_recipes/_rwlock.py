@@ -27,11 +27,12 @@ import anyio
 from aiozklock._acl import ACL
 from aiozklock._exceptions import LockLost, SessionExpired, UsageError, short_repr
 from aiozklock._recipes._core._contenders import Contender, contender_of
+from aiozklock._recipes._core._handle import _FactoryMade
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat
 from aiozklock._recipes._core._plan import Decide
-from aiozklock._recipes._core._primitive import Primitive, _FactoryMade
+from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._recipes._core._shared import SharedHolding
 from aiozklock._recipes._lock import LockStatistics, PathLock
 from aiozklock._recipes._rwdecision import (

@@ -32,13 +32,11 @@ lease (which, at ``max_leases`` holders, would wait for itself forever).
 
 from __future__ import annotations
 
-import inspect
-import sys
 from abc import abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Self, TypeVar
+from typing import ClassVar, TypeVar
 
 import anyio
 
@@ -54,18 +52,13 @@ from aiozklock._exceptions import (
     shorten,
 )
 from aiozklock._recipes._core._contenders import Contender, contender_of
+from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._core._holding import HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import guid_of, queue_order
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._recipes._core._plan import Decide, Decision
-from aiozklock._recipes._core._primitive import (
-    AcquireContext,
-    Primitive,
-    QueuedPrimitive,
-    Tracker,
-    _FactoryMade,
-)
+from aiozklock._recipes._core._primitive import Primitive, QueuedPrimitive, Tracker
 from aiozklock._recipes._core._queue import Guard
 from aiozklock._recipes._core._retry import RETRY
 from aiozklock._recipes._decision import decide
@@ -73,10 +66,8 @@ from aiozklock._wire._protocol import Stat, get_children_op, get_data_op, set_da
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import (
     join,
-    validate_flag,
     validate_identifier,
     validate_recipe_path,
-    validate_timeout,
 )
 
 T = TypeVar("T")
@@ -168,7 +159,7 @@ class _Lease(QueuedPrimitive, LeaseBase):
         return tuple(self._queue.nodes.values())
 
 
-class Semaphore(metaclass=_FactoryMade):
+class Semaphore(Handle):
     """At most ``max_leases`` holders at once. Create it with ``zk.semaphore(path, n)``.
 
     ``async with sem:`` or ``await sem.acquire(timeout=)`` takes a lease for the current
@@ -177,17 +168,11 @@ class Semaphore(metaclass=_FactoryMade):
     the lease can no longer be trusted, and ``LockLost`` is raised when it exits), and
     ``is_held``, ``fencing_token``, ``valid_until`` are the current task's lease's. Tasks of
     one process hold leases of one object concurrently, one node each. Bad arguments raise
-    ``InvalidArgument`` here, before any request.
+    ``InvalidArgument`` here, before any request; an acquire raises ``MaxLeasesMismatch``
+    if the path stores another ``max_leases``.
     """
 
     _kind: ClassVar[str] = "semaphore"
-    __signature__ = inspect.Signature()  # help() shows no private constructor
-
-    @classmethod
-    def _construct(cls, *args: Any, **kwargs: Any) -> Self:
-        """Construct (for the client's factory only; see ``_FactoryMade``)."""
-        made: Self = type.__call__(cls, *args, **kwargs)
-        return made
 
     def __init__(
         self,
@@ -256,19 +241,30 @@ class Semaphore(metaclass=_FactoryMade):
             guard=self._guard,
         )
 
+    def _lease_of_task(self, task_id: int) -> LeaseBase:
+        """The lease the task holds; ``NotLockOwner`` if none."""
+        lease = self._lease_of(task_id)
+        if lease is None:
+            raise NotLockOwner(f"the current task holds no lease of the {self._label}")
+        return lease
+
     def _held_lease(self, what: str) -> LeaseBase:
         lease = self._lease_of(anyio.get_current_task().id)
         if lease is None or lease._holding is None:
             raise NotLockOwner(f"the current task holds no lease of the {self._label}{what}")
         return lease
 
-    # ---------------------------------------------------------------- what AcquireContext drives
+    # ---------------------------------------------------------------- the handle's hooks
+    # Each task's call goes to that task's lease.
 
     async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
         self._session.check_loop()
         if task is None:
             task = anyio.get_current_task()
         await self._lease_for(task.id)._acquire(limit, task)
+
+    async def _release(self, task_id: int, confirm: bool = False) -> None:
+        await self._lease_of_task(task_id)._release(task_id, confirm)
 
     def _enter_body(self) -> anyio.CancelScope:
         return self._held_lease("")._enter_body()
@@ -282,83 +278,20 @@ class Semaphore(metaclass=_FactoryMade):
         task_id: int,
         confirm: bool = False,
     ) -> None:
+        await self._lease_of_task(task_id)._exit_body(scope, exc_type, exc, tb, task_id, confirm)
+
+    def _push_body(self, task_id: int) -> None:
+        self._held_lease("")._push_body(task_id)
+
+    def _pop_body(self, task_id: int) -> anyio.CancelScope:
+        return self._lease_of_task(task_id)._pop_body(task_id)
+
+    def _holds(self, task_id: int) -> bool:
         lease = self._lease_of(task_id)
-        if lease is None:
-            raise NotLockOwner(f"the current task holds no lease of the {self._label}")
-        await lease._exit_body(scope, exc_type, exc, tb, task_id, confirm)
+        return lease is not None and lease._holds(task_id)
 
-    # ---------------------------------------------------------------- public API
-
-    def acquire(self, timeout: float | None = None) -> AcquireContext[Self]:
-        """Take a lease: ``await sem.acquire()`` or ``async with sem.acquire(timeout=1):``.
-
-        ``timeout`` bounds the waiting; a free lease is acquired even with ``timeout=0``.
-        Raises ``LockTimeout`` if not acquired in time (nothing of ours is left queued),
-        ``MaxLeasesMismatch`` if the path stores another ``max_leases``, ``InvalidArgument``
-        for a bad ``timeout``, ``UsageError`` outside the client's event loop, or if the task
-        holds another object on the same path and ``timeout`` is None. Acquiring again in a
-        task that holds a lease nests (no second lease). Never awaited nor entered, it warns.
-        """
-        frame = sys._getframe(1)
-        origin = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        return AcquireContext(self, validate_timeout(timeout), origin)
-
-    async def try_acquire(self) -> bool:
-        """One attempt, no waiting: True if the current task now holds a lease. Raises what
-        ``acquire()`` raises, except ``LockTimeout``."""
-        self._session.check_loop()
-        return await self._lease_for(anyio.get_current_task().id).try_acquire()
-
-    async def release(self, *, confirm: bool = False) -> None:
-        """Release the current task's lease (one level, if nested); as ``Lock.release``:
-        returns once the delete is written, or, with ``confirm=True``, applied. Raises
-        ``NotLockOwner`` if the task holds no lease, ``LockLost`` if it was lost,
-        ``InvalidArgument`` for a non-bool ``confirm``, ``UsageError`` outside the client's
-        event loop."""
-        self._session.check_loop()
-        validate_flag("confirm", confirm)
-        lease = self._lease_of(anyio.get_current_task().id)
-        if lease is None:
-            raise NotLockOwner(f"the current task holds no lease of the {self._label}")
-        await lease.release(confirm=confirm)
-
-    async def __aenter__(self) -> Self:
-        task = anyio.get_current_task()
-        await self._lease_for(task.id).__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._session.check_loop()
-        lease = self._lease_of(anyio.get_current_task().id)
-        assert lease is not None  # entered by this task, released only by this exit
-        await lease.__aexit__(exc_type, exc, tb)
-
-    @property
-    def is_held(self) -> bool:
-        """True if the current task holds a lease, not lost, within ``valid_until``. Never
-        raises."""
-        try:
-            lease = self._lease_of(anyio.get_current_task().id)
-        except RuntimeError:  # not called from a task
-            return False
-        return lease is not None and lease.is_held
-
-    @property
-    def fencing_token(self) -> int:
-        """The czxid of the current task's lease node (it grows with every grant). Raises
-        ``NotLockOwner`` if the task holds no lease."""
-        return self._held_lease(", so it has no fencing token").fencing_token
-
-    @property
-    def valid_until(self) -> float:
-        """Until when (``time.monotonic()``) the current task's lease is certainly still
-        ours (see ``Lock.valid_until``). Raises ``NotLockOwner`` if it holds none."""
-        return self._held_lease(", so it has no validity").valid_until
+    def _held_engine(self, why: str) -> Primitive:
+        return self._held_lease(why)
 
     def statistics(self) -> SemaphoreStatistics:
         """Local state of this object; sends nothing and raises nothing."""

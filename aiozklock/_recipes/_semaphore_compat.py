@@ -115,16 +115,15 @@ class _CompatLease(LeaseBase):
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
         data = self._identity.data(task_name)
-        task = anyio.get_current_task()
         if self._owner_sem.compat == "kazoo":
             await self._owner_sem._ensure_path(deadline)
         while True:
-            await self._mutex._acquire(_left(deadline), task)
+            await self._mutex.acquire(timeout=_left(deadline))
             try:
                 held = await self._lease_under_mutex(data, deadline)
             finally:
                 with anyio.CancelScope(shield=True), contextlib.suppress(LockLost):
-                    await self._mutex._release(task.id)
+                    await self._mutex.release()
             if held is not None:
                 return held  # else the mutex was lost while we waited: take it again
 

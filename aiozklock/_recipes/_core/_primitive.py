@@ -1,24 +1,22 @@
-"""The shape every lock-like recipe shares: ``async with``, ``acquire(timeout=)`` (awaitable
-and async context manager), ``try_acquire()``, ``release()``, reentrancy per task, local FIFO
-queueing of this process's tasks on one object, and bodies cancelled when the holding is lost.
+"""The engine every lock-like recipe shares: reentrancy per task, local FIFO queueing of this
+process's tasks on one object, the holding's owner task (a task that ends without releasing
+is released for it), and bodies cancelled when the holding is lost. The public shape
+(``async with``, ``acquire()``, ``release()``, ...) is ``Handle``'s (``_handle.py``).
 
-A recipe subclasses ``Primitive`` and supplies how to take and give back the resource
-(``_take``, ``_give_back``, ``_drop``); everything here is recipe-independent.
+A recipe subclasses ``Primitive`` and supplies how to take and give back the resource (the
+hooks its docstring lists); everything here is recipe-independent.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import math
-import sys
 import time
-import warnings
-from abc import ABCMeta, abstractmethod
-from collections.abc import Coroutine, Generator, Sequence
+from abc import abstractmethod
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Generic, NoReturn, Protocol, Self, TypeVar
+from typing import ClassVar, Protocol
 
 import anyio
 import anyio.lowlevel
@@ -26,6 +24,7 @@ import anyio.lowlevel
 from aiozklock._acl import ACL
 from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner, shorten
 from aiozklock._recipes._core._contenders import Identity
+from aiozklock._recipes._core._handle import Handle, _task_ended
 from aiozklock._recipes._core._holding import Holding, HoldingRegistry
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LOCK_MARKER
@@ -33,33 +32,8 @@ from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._queue import Guard, Queue
 from aiozklock._wire._session import Session
-from aiozklock._wire._validation import validate_flag, validate_timeout
 
 log = logging.getLogger(__name__)
-
-P = TypeVar("P", bound="Acquirable")
-
-
-class Acquirable(Protocol):
-    """What ``AcquireContext`` drives: a ``Primitive``, or an object that hands each task
-    a primitive of its own (the semaphore)."""
-
-    _session: Session
-    _label: str
-
-    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None: ...
-
-    def _enter_body(self) -> anyio.CancelScope: ...
-
-    async def _exit_body(
-        self,
-        scope: anyio.CancelScope,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-        task_id: int,
-        confirm: bool = False,
-    ) -> None: ...
 
 
 class Tracker(Protocol):
@@ -72,115 +46,30 @@ class Tracker(Protocol):
     def released(self, primitive: Primitive, task_id: int) -> None: ...
 
 
-def _task_ended(coro: object) -> bool:
-    """True if the coroutine a task runs has finished (its frame is gone)."""
-    if isinstance(coro, AcquireContext):  # a task made of ``lock.acquire()`` itself
-        coro = coro._coro
-    return getattr(coro, "cr_frame", False) is None
+class Primitive(Handle):
+    """The engine of a lock-like recipe, and its handle (see the module docstring).
 
+    ``label`` names the object in error messages, e.g. ``"lock /locks/a"``. A recipe
+    implements:
 
-class AcquireContext(Coroutine[Any, Any, None], Generic[P]):
-    """What ``acquire()`` returns: an async context manager, and a coroutine (so that
-    ``await``, ``asyncio.create_task(lock.acquire())`` and ``tg.start_soon(lock.acquire)``
-    all work). The underlying coroutine is created only if it is awaited or driven; one that
-    is never awaited or entered warns, as an un-awaited coroutine does."""
+    * ``_take(deadline, task_name)``: acquire the resource, or raise;
+    * ``_abandon()``: after ``_take`` failed or was cancelled, leave nothing of ours behind;
+    * ``_give_back(holding)``: release a holding that was not lost, and return once done;
+    * ``_drop(holding)``: forget the local state of a holding (released, or lost);
 
-    __slots__ = ("_coro", "_origin", "_primitive", "_scope", "_timeout")
+    and, if the defaults do not fit:
 
-    def __init__(self, primitive: P, timeout: float | None, origin: str | None) -> None:
-        self._primitive = primitive
-        self._timeout = timeout
-        self._origin = origin  # where acquire() was called; None once used
-        self._scope: anyio.CancelScope | None = None
-        self._coro: Coroutine[Any, Any, None] | None = None
+    * ``_give_back_nowait(holding)``: release without waiting for the reply (default:
+      cannot, so ``_give_back`` runs);
+    * ``_may_hold_with(other)``: whether a task holding ``other`` on a shared path may
+      acquire this too (default: no; a read lock, with its own write lock);
+    * ``_valid_until(holding)``: until when the holding is certainly ours (default: the
+      session's clock; a lease: its own expiry);
+    * ``_ahead()``: how many contenders were queued before us (telemetry; default: None);
 
-    def __del__(self) -> None:
-        if self._origin is not None:
-            warnings.warn(
-                f"{self._primitive._label}: acquire() called at {self._origin} was never "
-                "awaited or entered, so it was not acquired: "
-                "use 'await x.acquire()' or 'async with x.acquire():'",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-
-    def _coroutine(self) -> Coroutine[Any, Any, None]:
-        if self._coro is None:
-            self._origin = None
-            self._coro = self._primitive._acquire(self._timeout)
-        return self._coro
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return self._coroutine().__await__()
-
-    def send(self, value: Any) -> Any:
-        return self._coroutine().send(value)
-
-    def throw(self, *args: Any) -> Any:
-        return self._coroutine().throw(*args)
-
-    def close(self) -> None:
-        self._origin = None  # closed on purpose, as for a coroutine: no warning
-        if self._coro is not None:
-            self._coro.close()
-
-    async def __aenter__(self) -> P:
-        self._origin = None
-        primitive: Any = self._primitive
-        await primitive._acquire(self._timeout)
-        self._scope = primitive._enter_body()
-        result: P = primitive
-        return result
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.exit(exc_type, exc, tb)
-
-    async def exit(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-        *,
-        confirm: bool = False,
-    ) -> None:
-        """``__aexit__``; with ``confirm``, it returns once the server has applied the
-        release (for integrations that promise it, e.g. before an HTTP response)."""
-        self._primitive._session.check_loop()
-        assert self._scope is not None
-        scope, self._scope = self._scope, None
-        task_id = anyio.get_current_task().id
-        await self._primitive._exit_body(scope, exc_type, exc, tb, task_id, confirm)
-
-
-class _FactoryMade(ABCMeta):
-    """Recipe objects come from the client's factories, which share one object per
-    arguments (``_core/_registry.py``); calling a recipe class raises ``TypeError``."""
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError(
-            f"aiozklock.{cls.__name__} objects come from the client: use zk.lock(), "
-            "zk.multi_lock(), zk.election(), zk.lease_lock(), zk.rw_lock() or zk.semaphore()"
-        )
-
-
-class Primitive(metaclass=_FactoryMade):
-    """Shared implementation of the lock-like recipes (see the module docstring).
-
-    ``label`` names the object in error messages, e.g. ``"lock /locks/a"``.
+    and sets ``_kind`` (its name in telemetry) and, if a loss is not ``LockLost``,
+    ``_lost_error``.
     """
-
-    __signature__ = inspect.Signature()  # help() shows no private constructor
-
-    @classmethod
-    def _construct(cls, *args: Any, **kwargs: Any) -> Self:
-        """Construct (for the client's factories only; see ``_FactoryMade``)."""
-        made: Self = type.__call__(cls, *args, **kwargs)
-        return made
 
     _lost_error: type[LockLost] = LockLost  # what a loss raises (election: LeadershipLost)
     _kind: ClassVar[str]  # the recipe's name in telemetry, e.g. "lock"
@@ -251,123 +140,31 @@ class Primitive(metaclass=_FactoryMade):
             return -math.inf
         return self._session.valid_until
 
-    # ---------------------------------------------------------------- public API
+    # ---------------------------------------------------------------- the handle's hooks
 
-    def acquire(self, timeout: float | None = None) -> AcquireContext[Self]:
-        """Acquire: ``await x.acquire()`` or ``async with x.acquire(timeout=1):``.
-
-        ``timeout`` bounds the waiting (for the connection, for other tasks of this process,
-        for the holder); the round trip that enqueues is never abandoned, so a free resource
-        is acquired even with ``timeout=0``. Once the time is up, the queue recipes (lock,
-        multi-lock, read/write lock, election, semaphore) send nothing more and do not wait
-        for their cleanup: the attempt's node is deleted as ``release()`` deletes, written at
-        once (before this client's next request), its reply not awaited, so another session
-        may list it for a moment. Raises ``LockTimeout`` if not acquired
-        in time, ``InvalidArgument`` for a bad ``timeout``, ``UsageError`` outside the
-        client's event loop, or if the task holds another object on the same path and
-        ``timeout`` is None (it would wait for itself forever). Never awaited nor entered,
-        it warns (``RuntimeWarning``).
-        """
-        frame = sys._getframe(1)  # the loop check is _acquire's, when it runs
-        origin = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        return AcquireContext(self, validate_timeout(timeout), origin)
-
-    async def try_acquire(self) -> bool:
-        """One attempt, no waiting: True if it is now held by the current task.
-
-        Raises what ``acquire()`` raises, except ``LockTimeout``."""
-        try:
-            await self._acquire(0.0)
-        except LockTimeout:
-            return False
-        return True
-
-    async def release(self, *, confirm: bool = False) -> None:
-        """Release what the current task holds (one level, if reentered).
-
-        Returns at once, without waiting for the server (so does leaving ``async with``):
-        the delete is written before the event loop next waits, or with this client's next
-        request (a re-acquire of this lock by then takes it into its own transaction).
-        ZooKeeper runs this session's requests in order, so everything this client sends
-        later is ordered after it, and no other contender can be granted before it is
-        applied: until then other sessions may still list our node, and a caller that
-        blocks the event loop delays it. A delete that fails, or cannot be written now
-        (disconnected), is done in the background once reconnected in the same session;
-        ``close()`` sends it before closing. ``confirm=True`` waits until the server has
-        applied the release (one round trip more; through a reconnect if need be).
-
-        Raises ``NotLockOwner`` if the current task does not hold it (if it was held by a
-        task that ended without releasing it, it is released now, and logged as an error),
-        ``LockLost`` if it was lost while held (its nodes are then removed in the
-        background once possible), ``UsageError`` outside the client's event loop,
-        ``InvalidArgument`` for a non-bool ``confirm``.
-        """
-        self._session.check_loop()
-        await self._release(anyio.get_current_task().id, validate_flag("confirm", confirm))
-
-    async def __aenter__(self) -> Self:
-        task = anyio.get_current_task()
-        await self._acquire(None, task)
-        # Only the owning task enters bodies, and nested ones exit in LIFO order: a stack works.
-        self._body_scopes.setdefault(task.id, []).append(self._enter_body())
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._session.check_loop()
-        task_id = anyio.get_current_task().id
-        scopes = self._body_scopes[task_id]
-        scope = scopes.pop()
-        if not scopes:
-            del self._body_scopes[task_id]
-        await self._exit_body(scope, exc_type, exc, tb, task_id)
-
-    @property
-    def is_held(self) -> bool:
-        """True if the current task holds it, it has not been lost, and it is still within
-        ``valid_until``: a cheap check to make right before acting on the resource. Never
-        raises."""
+    def _holds(self, task_id: int) -> bool:
         holding = self._holding
         if holding is None or holding.lost or self._owner is None:
             return False
         if time.monotonic() >= self._valid_until(holding):
             return False
-        try:
-            return self._owner.id == anyio.get_current_task().id
-        except RuntimeError:  # not called from a task
-            return False
+        return self._owner.id == task_id
 
-    @property
-    def valid_until(self) -> float:
-        """The ``time.monotonic()`` instant until which it is certainly still ours.
-
-        For a session-bound recipe: the server cannot expire our session, and so cannot grant
-        the resource to anyone else, earlier than the send time of our newest answered request
-        plus the session timeout; this is that instant less a 10 % margin. It advances with
-        every reply (pings keep it moving while idle), and it catches what no notification
-        can: a process that was paused (GC, SIGSTOP, a swapped-out VM) and resumes after its
-        session may have expired. ``-inf`` once lost. Raises ``NotLockOwner`` if not held.
-        Fencing tokens remain the real protection: a write can still be delayed in flight.
-        """
-        holding = self._holding
-        if holding is None:
-            raise NotLockOwner(f"the {self._label} is not held, so it has no validity")
-        return self._valid_until(holding)
-
-    @property
-    def fencing_token(self) -> int:
-        """The czxid of our node: it grows with every grant, across the whole ensemble.
-
-        Pass it to the resource you protect, and have it reject writes with a smaller token.
-        Raises ``NotLockOwner`` if not held.
-        """
+    def _held_engine(self, why: str) -> Primitive:
         if self._holding is None:
-            raise NotLockOwner(f"the {self._label} is not held, so it has no fencing token")
-        return self._holding.token
+            raise NotLockOwner(f"the {self._label} is not held{why}")
+        return self
+
+    def _push_body(self, task_id: int) -> None:
+        # Only the owning task enters bodies, and nested ones exit in LIFO order: a stack works.
+        self._body_scopes.setdefault(task_id, []).append(self._enter_body())
+
+    def _pop_body(self, task_id: int) -> anyio.CancelScope:
+        scopes = self._body_scopes[task_id]
+        scope = scopes.pop()
+        if not scopes:
+            del self._body_scopes[task_id]
+        return scope
 
     # ---------------------------------------------------------------- acquire and release
 
@@ -591,4 +388,4 @@ class QueuedPrimitive(Primitive):
         self._queue.forget()
 
 
-__all__ = ("AcquireContext", "Acquirable", "Primitive", "QueuedPrimitive")
+__all__ = ("Primitive", "QueuedPrimitive", "Tracker")

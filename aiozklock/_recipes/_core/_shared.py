@@ -30,8 +30,9 @@ import anyio
 import anyio.lowlevel
 
 from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner
+from aiozklock._recipes._core._handle import _task_ended
 from aiozklock._recipes._core._holding import Holding
-from aiozklock._recipes._core._primitive import Primitive, _task_ended
+from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._recipes._core._waiting import wait_woken
 
 log = logging.getLogger(__name__)
@@ -93,18 +94,11 @@ class SharedHolding(Primitive):
     def _orphaned(self) -> bool:
         return any(_task_ended(holder.task.coro) for holder in self._holders.values())
 
-    @property
-    def is_held(self) -> bool:
-        """True if the current task holds it (together with any other task of this
-        process), it has not been lost, and it is still within ``valid_until``: a cheap
-        check to make right before acting on the resource. Never raises."""
+    def _holds(self, task_id: int) -> bool:
         holding = self._holding
         if holding is None or holding.lost or time.monotonic() >= self._valid_until(holding):
             return False
-        try:
-            return self._held_by_task(anyio.get_current_task().id)
-        except RuntimeError:  # not called from a task
-            return False
+        return self._held_by_task(task_id)
 
     # ---------------------------------------------------------------- acquire
 

@@ -1,0 +1,276 @@
+"""Joining the queues: our create and every member's listing in one round trip, and the
+resolution of a create whose reply was lost.
+
+* One ``create2`` (or one ``multi`` of creates, for several members) pipelined with the
+  ``getChildren`` of every member: the session's requests run in order, so the listings
+  already contain our nodes. A missing member path costs one more round trip: its container
+  goes in the same write as the retried create.
+* The last release's deletes, if not written yet, go in the create's transaction (one
+  commit on the server, one wake-up here).
+* A lost create reply is resolved by GUID, never by a blind resend: a node is adopted only
+  if its ephemeral owner is our current session, and only a whole node set (one node per
+  member); duplicates are deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiozklock._exceptions import (
+    NodeExistsError,
+    NoNodeError,
+    SessionExpired,
+    shorten,
+)
+from aiozklock._recipes._core._names import nodes_of
+from aiozklock._recipes._core._queue_state import Listings, Names, QueueState, Replies, Round
+from aiozklock._recipes._core._retry import PARENT_ATTEMPTS, RETRY, refused
+from aiozklock._wire._protocol import (
+    Created,
+    CreateMode,
+    MultiCreate,
+    MultiResult,
+    Op,
+    Stat,
+    container_path_ops,
+    create_op,
+    exists_op,
+    multi_op,
+)
+from aiozklock._wire._validation import join
+
+# The logger documented for "adopted after a lost create reply" (docs/observability.md).
+log = logging.getLogger("aiozklock._recipes._core._queue")
+
+_EPHEMERAL_SEQUENTIAL = CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL
+
+
+@dataclass(slots=True)
+class _Containers:
+    """The container creates written with our create while member paths are missing: a
+    member's own path at first, its whole chain once that failed too; ``attempts`` left."""
+
+    ops: list[Op[Any]] = field(default_factory=list)
+    whole_chain: set[str] = field(default_factory=set)
+    attempts: int = PARENT_ATTEMPTS
+
+
+class Enqueuing(QueueState):
+    """The queue engine's enqueue (see the module docstring)."""
+
+    async def _enqueue(self, deadline: float | None, data: Callable[[], bytes]) -> Listings:
+        """Create our nodes and list the queues, in one round trip. Returns the listings.
+
+        Raises what the create or a container create failed with (``NoNodeError`` once
+        the container attempts are spent), and what ``session.pipeline`` raises when
+        nothing was written."""
+        containers: _Containers | None = None  # once a member path is missing
+        guard = None if self._guard is None else self._guard.op
+        while True:
+            generation = self._session.generation
+            self.nodes = {}
+            ours = data()  # before the take-back: nothing may fail between it and the write
+            folded, create = self._fold(generation, ours)
+            self._data = ours
+            parents = () if containers is None else containers.ops
+            sent = Round(generation, deadline, create, folded, parents, guard, self._listing_ops)
+            try:
+                outcome = await self._write_create(sent, self._resolve_lost_create)
+            except SessionExpired:
+                continue  # the session changed before the write: bind to the new one
+            if outcome is None:
+                continue  # the lost create made nothing of ours: create again
+            if not isinstance(outcome, Replies):
+                return outcome  # a lost reply's nodes, found and adopted
+            self._guarded = outcome.guarded
+            if self._adopt_created(outcome.created, generation, len(folded)):
+                listings = outcome.listings
+                complete = [listing for listing in listings if isinstance(listing, list)]
+                if len(complete) == len(listings):
+                    return dict(zip(self.members, complete, strict=True))
+                return await self._relist(listings, generation, deadline)
+            containers = self._after_failure(sent, outcome, containers)
+
+    def _fold(self, generation: int, data: bytes) -> tuple[list[tuple[str, str]], Op[Any]]:
+        """Our create, with the last release's deletes folded into it if the session still
+        can (``Session.fold``: one transaction, one commit on the server, one wake-up here).
+        Deletes left alone are written first, on their own."""
+        give_back, self._give_back = self._give_back, None
+        if give_back is not None:
+            release, nodes = give_back
+            acl = self._acl
+            creates = [MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in self._prefixes]
+            folded = self._session.fold(release, creates, generation)
+            if folded is not None:
+                return nodes, folded
+        return [], self._create_op(data)
+
+    def _create_op(self, data: bytes) -> Op[Any]:
+        """Our creates: one create, or one transaction of them (a multi-lock)."""
+        acl, prefixes, strip = self._acl, self._prefixes, self._session.client_path
+        if len(prefixes) == 1:
+            return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, strip, acl=acl)
+        return multi_op([MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in prefixes], strip)
+
+    def _adopt_created(self, created: object, generation: int, skip: int) -> bool:
+        """Record our nodes from a create's reply (after ``skip`` folded deletes); False if
+        it failed."""
+        if isinstance(created, Created):
+            self._adopt({self.members[0]: created.path}, created.stat.czxid, generation)
+            return True
+        if isinstance(created, MultiResult) and created.ok:
+            paths = dict(zip(self.members, created.results[skip:], strict=True))
+            self._adopt(paths, created.zxid, generation)  # the transaction's zxid: the czxid
+            return True
+        return False
+
+    async def _relist(
+        self, listings: Sequence[object], generation: int, deadline: float | None
+    ) -> Listings:
+        """The listings that came with our create, those that failed read again."""
+        relisted: Listings = {}
+        for member, listing in zip(self.members, listings, strict=True):
+            if isinstance(listing, list):
+                relisted[member] = listing
+            else:
+                relisted[member] = await self.list_children(member, generation, deadline)
+        return relisted
+
+    # ---------------------------------------------------------------- a failed create
+
+    def _after_failure(
+        self, sent: Round, replies: Replies, containers: _Containers | None
+    ) -> _Containers | None:
+        """Our create failed: the container creates to write with the next one (a member
+        path is missing), or the same if nothing was created. Raises the failure
+        otherwise (a container create's, if one was refused)."""
+        failed, failure = self._failure_of(replies.created, sent.folded)
+        if isinstance(failure, SessionExpired) or failed is None:
+            return containers  # nothing was created (a folded delete failed: that node is gone)
+        self._janitor_deletes(sent.folded, sent.generation)  # refused with it: not applied
+        if isinstance(failure, NoNodeError) and refused(replies.parents) is None:
+            containers = _Containers() if containers is None else containers
+            if containers.attempts > 0:
+                missing = self._missing(failed, replies.listings)
+                containers.whole_chain |= self._chain_needed(missing, sent, replies)
+                containers.ops = self._parent_ops(missing, containers.whole_chain)
+                containers.attempts -= 1
+                return containers
+        for result in replies.parents:
+            if isinstance(result, BaseException) and not isinstance(result, NodeExistsError):
+                raise result
+        raise failure
+
+    def _failure_of(self, created: object, folded: Names) -> tuple[str | None, BaseException]:
+        """Which member's create failed (None: one of the ``folded`` deletes before the
+        creates), and why."""
+        if isinstance(created, MultiResult):
+            failure = created.failure
+            assert failure is not None
+            index = failure[0] - len(folded)
+            return (self.members[index] if index >= 0 else None), failure[1]
+        assert isinstance(created, BaseException)
+        return self.members[0], created
+
+    def _missing(self, failed: str, listings: Sequence[object]) -> list[str]:
+        """The member whose create failed, and any whose listing says it is missing (the
+        listing may also find a path another session created meanwhile)."""
+        return [
+            member
+            for member, listing in zip(self.members, listings, strict=True)
+            if member == failed or isinstance(listing, NoNodeError)
+        ]
+
+    def _chain_needed(self, missing: list[str], sent: Round, replies: Replies) -> set[str]:
+        """Missing members whose own container create failed NoNode: their ancestors too."""
+        failed = {
+            op.path
+            for op, result in zip(sent.parents, replies.parents, strict=True)
+            if isinstance(result, NoNodeError)
+        }
+        server_path = self._session.server_path
+        return {m for m in missing if server_path(m) in failed}
+
+    def _parent_ops(self, missing: list[str], whole_chain: set[str]) -> list[Op[Any]]:
+        """Container creates for the missing members: only the member path at first (its
+        ancestors usually exist, and even a create that fails NodeExists is a logged
+        transaction), its whole chain (chroot included) if its parent is missing too."""
+        session = self._session
+        ops: dict[str, Op[Any]] = {}
+        data = b"" if self._guard is None else self._guard.container_data
+        for member in missing:
+            chain = container_path_ops(
+                session.server_path(member), session.client_path, acl=self._acl, data=data
+            )
+            for op in chain if member in whole_chain else chain[-1:]:
+                ops.setdefault(op.path, op)
+        return list(ops.values())
+
+    # ---------------------------------------------------------------- a lost create reply
+
+    async def _resolve_lost_create(self, sent: Round, replies: Replies) -> Listings | None:
+        """After a ConnectionLoss on our create: find our nodes by GUID (not the folded
+        ones, still there if the transaction was not applied: they are then stale).
+        Returns the listings if a node set of ours was adopted, None to create again."""
+        self._guarded = replies.guarded
+        try:
+            return await self._recover_create(sent)
+        except SessionExpired:
+            return None  # the session and any node it made are gone
+
+    async def _recover_create(self, sent: Round) -> Listings | None:
+        session, generation = self._session, sent.generation
+        listings = await self._list_all(generation, sent.deadline)
+        ours = [
+            (m, name)
+            for m in self.members
+            for name in nodes_of(listings[m], self.guid, self._marker)
+            if (m, name) not in sent.folded
+        ]
+        # Without every answer we cannot tell "not created" from "reply lost": asked again.
+        stats = await RETRY.pipeline(
+            session,
+            [exists_op(session.server_path(join(m, name))) for m, name in ours],
+            generation=generation,
+            wait_until=sent.deadline,
+        )
+        found = list(zip(ours, stats, strict=True))
+        adopted, token, duplicates = _pick(found, len(self.members), session.session_id)
+        if duplicates:
+            await self._delete_stale(duplicates)
+        if not adopted:
+            return None
+        self._adopt(adopted, token, generation)
+        log.info("%s: adopted %s after a lost create reply", self._label, shorten(str(adopted)))
+        gone = set(duplicates)
+        return {m: [c for c in listings[m] if (m, c) not in gone] for m in self.members}
+
+
+def _pick(
+    found: list[tuple[tuple[str, str], object]], members: int, session_id: int
+) -> tuple[dict[str, str], int, list[tuple[str, str]]]:
+    """Of the nodes of ours ``found`` after a lost create reply (oldest first, each with
+    its ``exists`` reply): the node set to adopt (per member, the newest one our session
+    owns; every member's, or none), its token, and the others, to delete."""
+    adopted: dict[str, str] = {}
+    token = 0
+    duplicates = []
+    # Newest first: the create whose reply we lost made the newest node of ours.
+    for (member, name), stat in reversed(found):
+        if not isinstance(stat, Stat):
+            continue
+        if member not in adopted and stat.ephemeral_owner == session_id:
+            adopted[member] = name
+            token = stat.czxid
+        else:
+            duplicates.append((member, name))
+    if adopted and len(adopted) < members:
+        duplicates += list(adopted.items())  # a partial set cannot be ours: queue anew
+        adopted = {}
+    return adopted, token, duplicates
+
+
+__all__ = ("Enqueuing",)

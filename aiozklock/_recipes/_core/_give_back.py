@@ -1,0 +1,207 @@
+"""Giving our place back: the release's deletes, the grant's mark, and the cleanup after a
+failed or cancelled acquire.
+
+Nothing of ours is left behind: cleanup is shielded and bounded, and what cannot be done at
+once goes to the janitor (in the nodes' session, which it never outlives). Once an
+acquire's deadline has passed, nothing more is sent nor waited for: the deletes are written
+as a release's, their replies not awaited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import anyio
+
+from aiozklock._exceptions import (
+    AiozklockError,
+    ClientClosed,
+    ConnectionLoss,
+    NoNodeError,
+    SessionExpired,
+)
+from aiozklock._recipes._core._names import nodes_of
+from aiozklock._recipes._core._queue_state import QueueState
+from aiozklock._recipes._core._retry import GONE_ALREADY, delete_node
+from aiozklock._wire._protocol import (
+    MultiDelete,
+    MultiResult,
+    delete_op,
+    multi_op,
+    set_data_op,
+)
+from aiozklock._wire._session import SessionState
+from aiozklock._wire._validation import join
+
+
+class GivingBack(QueueState):
+    """The queue engine's release and cleanup (see the module docstring)."""
+
+    def _mark(self) -> None:
+        """Granted with a successor that may wait for our grant: change our node's data (to
+        the same bytes), which fires the successor's watch. Written with the next request,
+        no reply awaited; if it cannot be written now or its outcome is unknown, the
+        janitor writes it once reconnected (until then the successor waits for our node's
+        deletion or the mark). NoNode or a lost session: the deletion wakes the successor."""
+        ((member, name),) = self.nodes.items()
+        session, janitor, generation, data = (
+            self._session,
+            self._janitor,
+            self.generation,
+            self._data,
+        )
+        node = join(member, name)
+        op = set_data_op(session.server_path(node), data)
+
+        def done(result: object, error: AiozklockError | None) -> None:
+            if isinstance(error, ConnectionLoss):
+                janitor.rewrite(node, generation, data)
+
+        with contextlib.suppress(SessionExpired):
+            if session.send_soon((op,), generation=generation, on_done=done) is None:
+                janitor.rewrite(node, generation, data)
+
+    async def _delete_all_of_ours(self) -> None:
+        """One member lost its node: delete the others, so all are enqueued again together."""
+        await self._delete_stale(list(self.nodes.items()))
+        self.nodes = {}
+
+    # ---------------------------------------------------------------- release
+
+    async def delete_own(self) -> None:
+        """Delete our nodes: shielded; returns once they are gone (or their session is)."""
+        if not self.nodes:
+            return
+        session = self._session
+        nodes = [join(m, self.nodes[m]) for m in self.members]
+        with anyio.CancelScope(shield=True):
+            if len(nodes) > 1 and await self._delete_in_one(list(map(session.server_path, nodes))):
+                return
+            for node in nodes:
+                # Gone with its session: the server deletes it with the session.
+                with contextlib.suppress(SessionExpired, ClientClosed):
+                    await delete_node(session, node, self.generation)
+
+    def delete_own_nowait(self) -> None:
+        """Have the deletes of our nodes written before the event loop next waits, and
+        return without their replies. Every later request of this session is ordered after
+        them, so a re-acquire goes out at once: one round trip per cycle, and a re-acquire
+        by this queue before they are written takes them into its create's transaction. A
+        delete that fails, or that cannot be written now (disconnected), is the janitor's."""
+        if not self.nodes:
+            return
+        session, janitor, generation = self._session, self._janitor, self.generation
+        names = [(m, self.nodes[m]) for m in self.members]
+        nodes = [join(m, name) for m, name in names]
+        paths = [session.server_path(node) for node in nodes]
+
+        def done(result: Any, error: AiozklockError | None) -> None:
+            failed_multi = isinstance(result, MultiResult) and not result.ok
+            if isinstance(error, GONE_ALREADY) or (error is None and not failed_multi):
+                return
+            for node in nodes:  # outcome unknown, or a multi that a missing node failed
+                janitor.delete(node, generation)
+
+        try:
+            release = session.release_soon(paths, generation=generation, on_done=done)
+            if release is None:
+                for node in nodes:
+                    janitor.delete(node, generation)  # once reconnected, in this session
+            else:
+                self._give_back = (release, names)
+        except SessionExpired:
+            pass  # their session is gone, and the server deletes them with it
+
+    async def _delete_in_one(self, paths: list[str]) -> bool:
+        """One ``multi`` of deletes (one round trip); False to fall back to single deletes
+        (a node already gone fails the whole transaction; a lost reply is resolved by them)."""
+        session = self._session
+        op = multi_op([MultiDelete(path) for path in paths], session.client_path)
+        try:
+            result = await session.call(op, generation=self.generation)
+        except (SessionExpired, ClientClosed):
+            return True  # their session is gone, and the server deletes them with it
+        except ConnectionLoss:
+            return False
+        return result.ok
+
+    # ---------------------------------------------------------------- after a failed acquire
+
+    async def abandon(self) -> None:
+        """After a failed or cancelled acquire: leave nothing of ours in the queues.
+
+        Once the acquire's deadline has passed, nothing is waited for: the deletes are
+        written as a release's are (``delete_own_nowait``), and a create of unknown outcome
+        is the janitor's; a caller whose time is up must not wait for a slow or silent
+        server. Otherwise (an error, a cancellation) the deletes are confirmed, within half
+        the session timeout, and what is not done by then is the janitor's. Raises nothing."""
+        deadline = self._deadline
+        if deadline is not None and time.monotonic() >= deadline:
+            self._abandon_nowait()
+            return
+        nodes, generation = self.nodes, self.generation
+        in_doubt = self._take_doubt()
+        self.forget()
+        if not nodes and not in_doubt:
+            return
+        if not nodes:
+            generation = self._session.generation
+        if not await self._delete_bounded(nodes, generation):
+            for member in self.members:
+                if member in nodes:
+                    self._janitor.delete(join(member, nodes[member]), generation)
+                elif not nodes:
+                    self._janitor.delete_guid(member, self.guid, generation)
+            self.retire_guid()
+
+    def _abandon_nowait(self) -> None:
+        in_doubt = self._take_doubt()
+        if self.nodes:
+            self.delete_own_nowait()
+            self.retire_guid()  # the deletes may yet be the janitor's (see retire_guid)
+        elif in_doubt:
+            generation = self._session.generation
+            for member in self.members:
+                self._janitor.delete_guid(member, self.guid, generation)
+            self.retire_guid()
+        self.forget()
+
+    async def _delete_bounded(self, nodes: dict[str, str], generation: int) -> bool:
+        """Delete ``nodes`` (none known: sweep our GUID), shielded, within half the session
+        timeout; True once nothing of ours is left in session ``generation``."""
+        session = self._session
+        with anyio.CancelScope(shield=True):
+            if session.state is SessionState.CONNECTED and session.generation == generation:
+                with anyio.move_on_after(session.timeout / 2):
+                    return await self._delete_now(nodes, generation)
+                return False
+        # Not connected: done only if the nodes' session is gone, and the nodes with it.
+        return session.generation != generation or session.state is SessionState.CLOSED
+
+    async def _delete_now(self, nodes: dict[str, str], generation: int) -> bool:
+        """One attempt, sending nothing once disconnected; False if it may have failed."""
+        try:
+            if nodes:
+                return await self._delete_named(nodes, generation)
+            listings = await self._list_all(generation, time.monotonic())
+            ours = [
+                (m, n) for m in self.members for n in nodes_of(listings[m], self.guid, self._marker)
+            ]
+            await self._delete_stale(ours)
+            return True
+        except (NoNodeError, SessionExpired):
+            return True
+        except (AiozklockError, TimeoutError):  # ClientClosed included
+            return False
+
+    async def _delete_named(self, nodes: dict[str, str], generation: int) -> bool:
+        session = self._session
+        ops = [delete_op(session.server_path(join(m, n))) for m, n in nodes.items()]
+        results = await session.pipeline(ops, generation=generation, wait_until=time.monotonic())
+        errors = [r for r in results if isinstance(r, BaseException)]
+        return all(isinstance(e, NoNodeError | SessionExpired) for e in errors)
+
+
+__all__ = ("GivingBack",)

@@ -1,0 +1,307 @@
+"""The public shape of every lock-like recipe, written once: ``async with x:``,
+``acquire(timeout=)`` (awaitable and async context manager), ``try_acquire()``,
+``release()``, ``is_held``, ``valid_until`` and ``fencing_token``.
+
+A ``Handle`` is what users hold; what it drives is the engine of the calling task (a
+``Primitive``, ``_primitive.py``): the handle itself for a lock, the task's own lease for a
+semaphore (as anyio's ``Lock`` hands out its implementation, and trio's
+``AsyncContextManagerMixin`` writes a context manager once).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import warnings
+from abc import ABCMeta, abstractmethod
+from collections.abc import Coroutine, Generator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, Self, TypeVar
+
+import anyio
+
+from aiozklock._exceptions import LockTimeout
+from aiozklock._wire._session import Session
+from aiozklock._wire._validation import validate_flag, validate_timeout
+
+if TYPE_CHECKING:
+    from aiozklock._recipes._core._primitive import Primitive
+
+H = TypeVar("H", bound="Handle")
+
+
+def _task_ended(coro: object) -> bool:
+    """True if the coroutine a task runs has finished (its frame is gone)."""
+    if isinstance(coro, AcquireContext):  # a task made of ``lock.acquire()`` itself
+        coro = coro._coro
+    return getattr(coro, "cr_frame", False) is None
+
+
+class AcquireContext(Coroutine[Any, Any, None], Generic[H]):
+    """What ``acquire()`` returns: an async context manager, and a coroutine (so that
+    ``await``, ``asyncio.create_task(lock.acquire())`` and ``tg.start_soon(lock.acquire)``
+    all work). The underlying coroutine is created only if it is awaited or driven; one that
+    is never awaited or entered warns, as an un-awaited coroutine does."""
+
+    __slots__ = ("_coro", "_handle", "_origin", "_scope", "_timeout")
+
+    def __init__(self, handle: H, timeout: float | None, origin: str | None) -> None:
+        self._handle = handle
+        self._timeout = timeout
+        self._origin = origin  # where acquire() was called; None once used
+        self._scope: anyio.CancelScope | None = None
+        self._coro: Coroutine[Any, Any, None] | None = None
+
+    def __del__(self) -> None:
+        if self._origin is not None:
+            warnings.warn(
+                f"{self._handle._label}: acquire() called at {self._origin} was never "
+                "awaited or entered, so it was not acquired: "
+                "use 'await x.acquire()' or 'async with x.acquire():'",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def _coroutine(self) -> Coroutine[Any, Any, None]:
+        if self._coro is None:
+            self._origin = None
+            self._coro = self._handle._acquire(self._timeout)
+        return self._coro
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._coroutine().__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._coroutine().send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._coroutine().throw(*args)
+
+    def close(self) -> None:
+        self._origin = None  # closed on purpose, as for a coroutine: no warning
+        if self._coro is not None:
+            self._coro.close()
+
+    async def __aenter__(self) -> H:
+        self._origin = None
+        handle: Any = self._handle
+        await handle._acquire(self._timeout)
+        self._scope = handle._enter_body()
+        result: H = handle
+        return result
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.exit(exc_type, exc, tb)
+
+    async def exit(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        *,
+        confirm: bool = False,
+    ) -> None:
+        """``__aexit__``; with ``confirm``, it returns once the server has applied the
+        release (for integrations that promise it, e.g. before an HTTP response)."""
+        self._handle._session.check_loop()
+        assert self._scope is not None
+        scope, self._scope = self._scope, None
+        task_id = anyio.get_current_task().id
+        await self._handle._exit_body(scope, exc_type, exc, tb, task_id, confirm)
+
+
+class _FactoryMade(ABCMeta):
+    """Recipe objects come from the client's factories, which share one object per
+    arguments (``_core/_registry.py``); calling a recipe class raises ``TypeError``."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError(
+            f"aiozklock.{cls.__name__} objects come from the client: use zk.lock(), "
+            "zk.multi_lock(), zk.election(), zk.lease_lock(), zk.rw_lock() or zk.semaphore()"
+        )
+
+
+class Handle(metaclass=_FactoryMade):
+    """The public contract of a lock-like recipe (see the module docstring).
+
+    What a handle implements, for the calling task (a ``Primitive`` for itself; a
+    semaphore by handing each task's call to that task's lease):
+
+    * ``_acquire(limit, task=None)`` and ``_release(task_id, confirm)``: take it, or give
+      one level back;
+    * ``_enter_body()`` and ``_exit_body(scope, exc_type, exc, tb, task_id, confirm)``: the
+      cancel scope of a body, which a loss cancels (what ``AcquireContext`` drives), and
+      ``_push_body(task_id)``/``_pop_body(task_id)``: those of ``async with x:`` bodies;
+    * ``_holds(task_id)``: held by the task, not lost, still valid (``is_held``);
+    * ``_held_engine(why)``: the engine that holds it for the current task, or ``NotLockOwner``
+      (with ``why`` at the end of its message).
+    """
+
+    __signature__ = inspect.Signature()  # help() shows no private constructor
+
+    _session: Session
+    _label: str
+
+    @classmethod
+    def _construct(cls, *args: Any, **kwargs: Any) -> Self:
+        """Construct (for the client's factories only; see ``_FactoryMade``)."""
+        made: Self = type.__call__(cls, *args, **kwargs)
+        return made
+
+    # ---------------------------------------------------------------- what a handle implements
+
+    @abstractmethod
+    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
+        """Take it for ``task`` (the current one if None) within ``limit`` seconds."""
+
+    @abstractmethod
+    async def _release(self, task_id: int, confirm: bool = False) -> None:
+        """Give one level back for the task ``task_id`` (see ``release``)."""
+
+    @abstractmethod
+    def _enter_body(self) -> anyio.CancelScope:
+        """The entered cancel scope of the current task's body."""
+
+    @abstractmethod
+    async def _exit_body(
+        self,
+        scope: anyio.CancelScope,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        task_id: int,
+        confirm: bool = False,
+    ) -> None:
+        """Leave the body of ``scope`` and release one level."""
+
+    @abstractmethod
+    def _push_body(self, task_id: int) -> None:
+        """Enter a body for ``async with x:`` (kept until ``_pop_body``)."""
+
+    @abstractmethod
+    def _pop_body(self, task_id: int) -> anyio.CancelScope:
+        """The scope of the task's innermost ``async with x:`` body, forgotten."""
+
+    @abstractmethod
+    def _holds(self, task_id: int) -> bool:
+        """Held by the task ``task_id``, not lost, within ``valid_until``."""
+
+    @abstractmethod
+    def _held_engine(self, why: str) -> Primitive:
+        """The engine holding it for the current task; ``NotLockOwner`` otherwise."""
+
+    # ---------------------------------------------------------------- public API
+
+    def acquire(self, timeout: float | None = None) -> AcquireContext[Self]:
+        """Acquire: ``await x.acquire()`` or ``async with x.acquire(timeout=1):``.
+
+        ``timeout`` bounds the waiting (for the connection, for other tasks of this process,
+        for the holder); the round trip that enqueues is never abandoned, so a free resource
+        is acquired even with ``timeout=0``. Once the time is up, the queue recipes (lock,
+        multi-lock, read/write lock, election, semaphore) send nothing more and do not wait
+        for their cleanup: the attempt's node is deleted as ``release()`` deletes, written at
+        once (before this client's next request), its reply not awaited, so another session
+        may list it for a moment. Raises ``LockTimeout`` if not acquired
+        in time, ``InvalidArgument`` for a bad ``timeout``, ``UsageError`` outside the
+        client's event loop, or if the task holds another object on the same path and
+        ``timeout`` is None (it would wait for itself forever). Never awaited nor entered,
+        it warns (``RuntimeWarning``).
+        """
+        frame = sys._getframe(1)  # the loop check is _acquire's, when it runs
+        origin = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        return AcquireContext(self, validate_timeout(timeout), origin)
+
+    async def try_acquire(self) -> bool:
+        """One attempt, no waiting: True if it is now held by the current task.
+
+        Raises what ``acquire()`` raises, except ``LockTimeout``."""
+        try:
+            await self._acquire(0.0)
+        except LockTimeout:
+            return False
+        return True
+
+    async def release(self, *, confirm: bool = False) -> None:
+        """Release what the current task holds (one level, if reentered).
+
+        Returns at once, without waiting for the server (so does leaving ``async with``):
+        the delete is written before the event loop next waits, or with this client's next
+        request (a re-acquire of this lock by then takes it into its own transaction).
+        ZooKeeper runs this session's requests in order, so everything this client sends
+        later is ordered after it, and no other contender can be granted before it is
+        applied: until then other sessions may still list our node, and a caller that
+        blocks the event loop delays it. A delete that fails, or cannot be written now
+        (disconnected), is done in the background once reconnected in the same session;
+        ``close()`` sends it before closing. ``confirm=True`` waits until the server has
+        applied the release (one round trip more; through a reconnect if need be).
+
+        Raises ``NotLockOwner`` if the current task does not hold it (if it was held by a
+        task that ended without releasing it, it is released now, and logged as an error),
+        ``LockLost`` if it was lost while held (its nodes are then removed in the
+        background once possible), ``UsageError`` outside the client's event loop,
+        ``InvalidArgument`` for a non-bool ``confirm``.
+        """
+        self._session.check_loop()
+        await self._release(anyio.get_current_task().id, validate_flag("confirm", confirm))
+
+    async def __aenter__(self) -> Self:
+        task = anyio.get_current_task()
+        await self._acquire(None, task)
+        self._push_body(task.id)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._session.check_loop()
+        task_id = anyio.get_current_task().id
+        await self._exit_body(self._pop_body(task_id), exc_type, exc, tb, task_id)
+
+    @property
+    def is_held(self) -> bool:
+        """True if the current task holds it (a read lock: together with any other task of
+        this process), it has not been lost, and it is still within ``valid_until``: a
+        cheap check to make right before acting on the resource. Never raises."""
+        try:
+            task_id = anyio.get_current_task().id
+        except RuntimeError:  # not called from a task
+            return False
+        return self._holds(task_id)
+
+    @property
+    def valid_until(self) -> float:
+        """The ``time.monotonic()`` instant until which it is certainly still ours.
+
+        For a session-bound recipe: the server cannot expire our session, and so cannot grant
+        the resource to anyone else, earlier than the send time of our newest answered request
+        plus the session timeout; this is that instant less a 10 % margin. It advances with
+        every reply (pings keep it moving while idle), and it catches what no notification
+        can: a process that was paused (GC, SIGSTOP, a swapped-out VM) and resumes after its
+        session may have expired. ``-inf`` once lost. Raises ``NotLockOwner`` if not held.
+        Fencing tokens remain the real protection: a write can still be delayed in flight.
+        """
+        engine = self._held_engine(", so it has no validity")
+        assert engine._holding is not None
+        return engine._valid_until(engine._holding)
+
+    @property
+    def fencing_token(self) -> int:
+        """The czxid of our node: it grows with every grant, across the whole ensemble.
+
+        Pass it to the resource you protect, and have it reject writes with a smaller token.
+        Raises ``NotLockOwner`` if not held.
+        """
+        holding = self._held_engine(", so it has no fencing token")._holding
+        assert holding is not None
+        return holding.token
+
+
+__all__ = ("AcquireContext", "Handle")

@@ -1,0 +1,235 @@
+"""What the queue engine knows of our place in its queues, shared by its parts.
+
+``QueueState`` holds our identity (one GUID for our node in every member queue), the nodes
+we have, the session generation they live in, and the one record of a create of ours whose
+outcome is unknown (``_write_create`` writes it, ``abandon`` takes it). The engine's parts
+build on it: ``_enqueue.py`` (the create, and a lost create reply), ``_queue_wait.py``
+(waiting for a predecessor) and ``_give_back.py`` (release and cleanup); ``_queue.py``
+puts them together.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any, NamedTuple, TypeVar
+
+from aiozklock._acl import ACL
+from aiozklock._exceptions import ConnectionLoss, InvalidArgument, NoNodeError, SessionExpired
+from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._names import LOCK_MARKER, node_prefix
+from aiozklock._recipes._core._plan import Decide
+from aiozklock._recipes._core._retry import RETRY
+from aiozklock._wire._outgoing import Release
+from aiozklock._wire._protocol import Op, delete_op, encode_acl, get_children_op
+from aiozklock._wire._session import Session
+from aiozklock._wire._validation import join
+
+R = TypeVar("R")
+
+Listings = dict[str, list[str]]  # member path -> its children
+Names = Sequence[tuple[str, str]]  # (member path, node name) pairs
+# Raised by a write before anything of it was written: nothing of ours can exist.
+NOT_WRITTEN = (SessionExpired, TimeoutError, InvalidArgument)
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A recipe's check of its (single) member path, made with every enqueue at no extra
+    round trip: ``op``, a read, is written just before our create, and ``check(result,
+    deadline)`` (its reply, or the exception it failed with) runs once our node is adopted;
+    raising refuses the acquire, and the failed acquire's cleanup removes our node. A member
+    container the queue creates gets ``container_data``."""
+
+    op: Op[Any]
+    check: Callable[[object, float | None], Awaitable[None]]
+    container_data: bytes
+
+
+class Replies(NamedTuple):
+    """The replies to a ``Round``, each under the name of its request (a reply is the
+    request's result, or the exception it failed with)."""
+
+    parents: list[Any]  # to the container creates
+    guarded: object  # to the guard's read (None without a guard)
+    created: object  # to our create
+    listings: list[Any]  # to each member's getChildren
+
+
+class Round(NamedTuple):
+    """One write of ours: our ``create`` (a transaction with the ``folded`` deletes of our
+    last release, if any), after the ``parents`` (container creates for missing member
+    paths) and the ``guard``'s read, and before the ``listings`` (each member's
+    getChildren), all in one round trip, in session ``generation``, bounded by
+    ``deadline``."""
+
+    generation: int
+    deadline: float | None
+    create: Op[Any]
+    folded: Names = ()
+    parents: Sequence[Op[Any]] = ()
+    guard: Op[Any] | None = None
+    listings: Sequence[Op[Any]] = ()
+
+    def ops(self) -> list[Op[Any]]:
+        """The requests, in the order they are written."""
+        guard = () if self.guard is None else (self.guard,)
+        return [*self.parents, *guard, self.create, *self.listings]
+
+    def replies(self, results: list[Any]) -> Replies:
+        """``results`` (in the order of ``ops()``) by name."""
+        replies = iter(results)
+        parents = list(islice(replies, len(self.parents)))
+        guarded = None if self.guard is None else next(replies)
+        created = next(replies)
+        return Replies(parents, guarded, created, list(replies))
+
+
+class QueueState:
+    """Our nodes, one per member path, under one GUID (see the module docstring).
+
+    ``label`` names the recipe object in messages. A queue is used by one task at a time (the
+    recipe's local lock serialises its tasks).
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        janitor: Janitor,
+        members: Sequence[str],
+        decide: Decide,
+        label: str,
+        acl: tuple[ACL, ...],
+        marker: str = LOCK_MARKER,
+        guard: Guard | None = None,
+    ) -> None:
+        self.members = tuple(members)
+        self._marker = marker  # our nodes are named <guid><marker><sequence>
+        self._guard = guard
+        self._guarded: object = None  # the guard's reply at our last enqueue
+        self._data = b""  # our nodes' data at the last enqueue (a mark writes it again)
+        self._acl = encode_acl(acl)  # our nodes', and the containers' we create
+        self._session = session
+        self._janitor = janitor
+        self._decide = decide
+        self._label = label
+        self._late = f"{label} not acquired in time"  # a timed-out wait's message
+        self.nodes: dict[str, str] = {}  # member -> our node's name, while queued or holding
+        # Built once (the hot path): the members' listings, and our create prefixes per GUID.
+        self._listing_ops = [get_children_op(session.server_path(m)) for m in self.members]
+        self._set_guid(uuid.uuid4().hex)
+        self.generation = -1
+        self.token: int | None = None
+        self._in_doubt = False  # a create was written and its outcome is unknown
+        # Our last release's deletes, which the next create may fold in, and their nodes.
+        self._give_back: tuple[Release, list[tuple[str, str]]] | None = None
+        self._deadline: float | None = None  # the current acquire's (abandon() reads it)
+        self.ahead = 0  # contenders queued before us when we last joined (for telemetry)
+
+    # ---------------------------------------------------------------- identity
+
+    def _set_guid(self, guid: str) -> None:
+        self.guid = guid
+        server_path = self._session.server_path
+        self._prefixes = [
+            server_path(join(m, node_prefix(guid, self._marker))) for m in self.members
+        ]
+
+    def retire_guid(self) -> None:
+        """Take a new GUID once a node of ours is left to the janitor: a later lost create
+        reply must never find (and adopt) the node the janitor is about to delete, and a GUID
+        sweep must never hit a node of a later attempt."""
+        self._set_guid(uuid.uuid4().hex)
+
+    def _adopt(self, paths: dict[str, Any], token: int, generation: int) -> None:
+        self.nodes = {member: str(path).rpartition("/")[2] for member, path in paths.items()}
+        self.token = token
+        self.generation = generation
+
+    def forget(self) -> None:
+        """Released or lost: no node is ours any more."""
+        self.nodes = {}
+        self.token = None
+
+    # ---------------------------------------------------------------- a create of unknown outcome
+
+    async def _write_create(
+        self,
+        sent: Round,
+        resolve: Callable[[Round, Replies], Awaitable[R]],
+        unknown: tuple[type[Exception], ...] = (ConnectionLoss,),
+    ) -> Replies | R:
+        """Write ``sent``; returns its replies, or, if our create failed with one of
+        ``unknown`` (its reply was lost), ``resolve(sent, replies)``: what it did, found out.
+
+        The one place that records a create of ours whose outcome is unknown (``abandon``
+        takes the record, and then sweeps our GUID): from the write until the create's
+        reply, or until ``resolve`` returns. An exception leaves it recorded, except one of
+        ``NOT_WRITTEN`` raised by the write (nothing was written; the folded deletes, taken
+        back, go to the janitor)."""
+        self._in_doubt = True
+        try:
+            results = await self._session.pipeline(
+                sent.ops(), generation=sent.generation, wait_until=sent.deadline
+            )
+        except NOT_WRITTEN as exc:
+            self._in_doubt = False
+            if not isinstance(exc, SessionExpired):
+                self._janitor_deletes(sent.folded, sent.generation)
+            raise
+        replies = sent.replies(results)
+        if isinstance(replies.created, unknown):
+            resolved = await resolve(sent, replies)
+            self._in_doubt = False
+            return resolved
+        self._in_doubt = False
+        return replies
+
+    def _take_doubt(self) -> bool:
+        """Whether a create of ours has an unknown outcome; the record is the caller's now."""
+        in_doubt, self._in_doubt = self._in_doubt, False
+        return in_doubt
+
+    # ---------------------------------------------------------------- reads and deletes
+
+    async def list_children(
+        self, member: str, generation: int | None, deadline: float | None
+    ) -> list[str]:
+        """The children of ``member``, none if it does not exist (a container reaped once
+        empty); retried after a connection loss (a read)."""
+        session = self._session
+        op = get_children_op(session.server_path(member))
+        try:
+            return await RETRY.call(session, op, generation=generation, wait_until=deadline)
+        except NoNodeError:
+            return []
+
+    async def _list_all(self, generation: int, deadline: float | None) -> Listings:
+        """Every member's children, in one round trip (repeated after a connection loss)."""
+        results = await RETRY.pipeline(
+            self._session, self._listing_ops, generation=generation, wait_until=deadline
+        )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, NoNodeError):
+                raise result
+        listings = [[] if isinstance(r, NoNodeError) else r for r in results]
+        return dict(zip(self.members, listings, strict=True))
+
+    async def _delete_stale(self, names: Names) -> None:
+        """Delete these nodes of ours, in one round trip; what fails is the janitor's."""
+        session = self._session
+        ops = [delete_op(session.server_path(join(m, name))) for m, name in names]
+        for (member, name), result in zip(names, await session.pipeline(ops), strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, NoNodeError):
+                self._janitor.delete(join(member, name), session.generation)
+                self.retire_guid()
+
+    def _janitor_deletes(self, names: Names, generation: int) -> None:
+        """Have the janitor delete these nodes of ours (in session ``generation``)."""
+        for member, name in names:
+            self._janitor.delete(join(member, name), generation)
+
+
+__all__ = ("NOT_WRITTEN", "Guard", "Listings", "Names", "QueueState", "Replies", "Round")
