@@ -349,22 +349,12 @@ class CompatSemaphore(Semaphore):
         (persistent), or check the limit ``<path>`` stores. Raises ``MaxLeasesMismatch``."""
         if self._assured:
             return
-        session = self._session
-        acl = encode_acl(self.acl)
-        server_path = session.server_path(self.path)
-        parent = server_path.rsplit("/", 1)[0]
+        session, acl, persistent = self._session, encode_acl(self.acl), CreateMode.PERSISTENT
+        server_path, strip = session.server_path(self.path), session.client_path
         ops: list[Op[Any]] = [
-            *container_path_ops(parent, session.client_path, acl=acl),
-            create_op(
-                server_path, self._limit, CreateMode.PERSISTENT, session.client_path, acl=acl
-            ),
-            create_op(
-                server_path + KAZOO_LOCK_SUFFIX,
-                b"",
-                CreateMode.PERSISTENT,
-                session.client_path,
-                acl=acl,
-            ),
+            *container_path_ops(server_path.rsplit("/", 1)[0], strip, acl=acl),
+            create_op(server_path, self._limit, persistent, strip, acl=acl),
+            create_op(server_path + KAZOO_LOCK_SUFFIX, b"", persistent, strip, acl=acl),
         ]
         results = await RETRY.pipeline(session, ops, wait_until=deadline)
         for result in results[-2:]:
