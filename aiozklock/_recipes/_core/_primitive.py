@@ -181,7 +181,12 @@ class Primitive(Handle):
                     raise self._lost_error(f"{self._label} was lost: {self._holding.lost_reason}")
                 self._depth += 1
                 return
-        if self._tracker is not None and limit is None:  # bounded waits simply time out
+        await self._take_anew(limit, task)
+
+    async def _take_anew(self, limit: float | None, task: anyio.TaskInfo) -> None:
+        """A new holding for ``task`` (not a reentry): the cross-lock deadlock check (for an
+        unbounded wait: a bounded one simply times out), the acquisition, observed."""
+        if self._tracker is not None and limit is None:
             self._tracker.check(self, task.id)
         if self._observer is None:
             await self._obtain(limit, task)

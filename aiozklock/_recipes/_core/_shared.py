@@ -114,14 +114,7 @@ class SharedHolding(Primitive):
                 raise self._lost_error(f"{self._label} was lost: {self._holding.lost_reason}")
             holder.depth += 1
             return
-        if self._tracker is not None and limit is None:  # bounded waits simply time out
-            self._tracker.check(self, task.id)
-        if self._observer is None:
-            await self._obtain(limit, task)
-        else:
-            await self._obtain_observed(limit, task, self._observer)
-        if self._tracker is not None:
-            self._tracker.held(self, task.id)
+        await self._take_anew(limit, task)
 
     async def _obtain(self, limit: float | None, task: anyio.TaskInfo) -> None:
         """Join the holding, or take it first (see the module docstring)."""
