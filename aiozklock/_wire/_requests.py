@@ -114,7 +114,11 @@ class RequestTable:
         None if nobody waits for it any more (its caller was cancelled)."""
         pending = self.pending.pop(xid, None)
         if pending is not None:
-            self._fail_skipped(pending)
+            written = self.written
+            if written and written[0] is pending:
+                written.popleft()  # in order, as nearly always: nothing was skipped
+            else:
+                self._fail_skipped(pending)
         return pending
 
     def _fail_skipped(self, answered: Pending) -> None:
