@@ -1,9 +1,9 @@
 """One nemesis client: the acquire -> fenced writes -> release loop, in-process or in a child.
 
-The loop runs one recipe (``WorkerConfig.recipe``, one of ``_recipes/_traits.py``'s
-``TRAITS``, whose entry makes its objects): ``lock`` (the fair
-``zk.lock``), ``nonfair`` (``zk.lock(path, fair=False)``), ``election`` (the body runs as
-leader), ``lease`` (``zk.lease_lock(path, ttl, holder_id=<client name>)``), ``multilock``
+The loop runs one recipe (``WorkerConfig.recipe``: its entry in ``_recipes/_traits.py``
+makes its objects): ``lock`` (the fair ``zk.lock``), ``nonfair``
+(``zk.lock(path, fair=False)``), ``election`` (the body runs as leader), ``lease``
+(``zk.lease_lock(path, ttl, holder_id=<client name>)``), ``multilock``
 (each acquisition takes 2-3 of the shared ``paths``, a random subset in a random order) or
 ``rwlock`` (``zk.rw_lock(path)``: each acquisition takes its read lock or its write lock, at
 random) or ``semaphore`` (``zk.semaphore(path, max_leases)``). Each path held is a resource
@@ -35,12 +35,11 @@ from aiozklock import SessionState, StateChange
 from aiozklock._exceptions import NotLockOwner
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._core._holding import Holding
-from aiozklock._recipes._traits import TRAITS, Setup, Sides, traits_of
+from aiozklock._recipes._traits import Setup, Sides, traits_of
 
 from ._nemesis_worker_config import Record, WorkerConfig, WorkerSink
 
 __all__ = [
-    "TRAITS",
     "recorded_client",
     "run_worker",
     "session_recorder",
