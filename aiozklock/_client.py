@@ -93,7 +93,7 @@ class ZooKeeperClient(RecipeFactories, Znodes):
         self._worker: Detached[anyio.abc.TaskGroup] | None = None  # runs _background
         self._janitor: Janitor | None = None
         self._spawn: Spawn | None = None  # background jobs (lease keepers)
-        self._policy: LossMonitor | None = None
+        self._loss_monitor: LossMonitor | None = None
         self._recipes = Recipes(telemetry)
         # One semaphore layout and limit per path: the live objects, by path.
         self._semaphores: weakref.WeakValueDictionary[str, Semaphore | CompatSemaphore] = (
@@ -129,7 +129,7 @@ class ZooKeeperClient(RecipeFactories, Znodes):
             jobs = await self._worker.wait_started()
             self._janitor = Janitor(session, jobs.start_soon)
             self._spawn = jobs.start_soon
-            self._policy = LossMonitor(session, self.loss_policy, self._janitor)
+            self._loss_monitor = LossMonitor(session, self.loss_policy, self._janitor)
             await session.wait_connected()
         except BaseException:
             await self.close()

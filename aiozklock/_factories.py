@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from ssl import SSLContext
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, TypeVar, overload
 
@@ -36,6 +37,19 @@ class _Recipe(Registered, Protocol):
 R = TypeVar("R", bound=_Recipe)
 
 
+@dataclass(slots=True)
+class _Given:
+    """What every recipe object gets from its client: the live session, the loss monitor
+    (the loss policy), the janitor, the background task spawner (a lease's keepers), and
+    its ACL (validated, or ``default_acl``)."""
+
+    session: Session
+    monitor: LossMonitor
+    janitor: Janitor
+    spawn: Spawn
+    acl: tuple[ACL, ...]
+
+
 class RecipeFactories:
     """The recipe factories of ``ZooKeeperClient``, which supplies what they read here."""
 
@@ -44,7 +58,7 @@ class RecipeFactories:
     _tls: SSLContext | None
     _janitor: Janitor | None
     _spawn: Spawn | None
-    _policy: LossMonitor | None
+    _loss_monitor: LossMonitor | None
     _recipes: Recipes
     _semaphores: weakref.WeakValueDictionary[str, Semaphore | CompatSemaphore]
 
@@ -55,24 +69,44 @@ class RecipeFactories:
     # Every factory takes ``acl``: what the recipe's nodes, and the containers it creates for
     # them (the path, and its missing ancestors), are created with; ``default_acl`` if None.
 
+    def _kept(
+        self, cls: type[R], key: Hashable, acl: Sequence[ACL] | None, build: Callable[[_Given], R]
+    ) -> R:
+        """This client's object of recipe ``cls`` for ``key`` (its factory's arguments), or
+        if there is none, one built by ``build`` from what the client gives (``_Given``).
+        Every factory goes through here: the client must be connected (``ClientClosed``),
+        then ``acl`` is validated, then the registry (``_core/_registry.py``) shares, checks
+        the ACL of, and observes the object."""
+        session = self._live_session()
+        entries = self._acl(acl)
+        monitor, janitor, spawn = self._loss_monitor, self._janitor, self._spawn
+        assert monitor is not None
+        assert janitor is not None
+        assert spawn is not None
+
+        def create() -> R:  # only for a new object: an existing one is found without it
+            return build(_Given(session, monitor, janitor, spawn, entries))
+
+        return self._recipes.get(cls, key, create, entries)
+
     def _made(
         self, cls: type[R], key: Hashable, acl: Sequence[ACL] | None, *args: Any, **kwargs: Any
     ) -> R:
-        """This client's object of recipe ``cls`` for ``key`` (its factory's arguments),
-        constructed from ``args``, ``kwargs`` and what every recipe gets from the client
-        (the live session, the loss policy, the janitor, the ACL: ``acl`` validated, or
-        ``default_acl``) if there is none."""
-        session = self._live_session()
-        policy, janitor, entries = self._policy, self._janitor, self._acl(acl)
-        assert policy is not None
-        assert janitor is not None
+        """``_kept`` for a recipe of the common shape, whose holdings the client's loss
+        policy watches: ``cls._construct(session, *args, monitor=, janitor=, acl=,
+        **kwargs)``."""
 
-        def make() -> R:
+        def build(given: _Given) -> R:
             return cls._construct(
-                session, *args, registry=policy, janitor=janitor, acl=entries, **kwargs
+                given.session,
+                *args,
+                monitor=given.monitor,
+                janitor=given.janitor,
+                acl=given.acl,
+                **kwargs,
             )
 
-        return self._recipes.get(cls, key, make, entries)
+        return self._kept(cls, key, acl, build)
 
     def _acl(self, acl: Sequence[ACL] | None) -> tuple[ACL, ...]:
         return self.default_acl if acl is None else self._usable_acl(acl, "acl")
@@ -217,10 +251,9 @@ class RecipeFactories:
         compat = validate_compat(compat)
         key = (path, identifier, compat)
         write = self._made(WriteLock, key, acl, path, identifier=identifier, compat=compat)
-        janitor = self._janitor
-        assert janitor is not None
-        read = self._recipes.get(
-            ReadLock, key, lambda: ReadLock._construct(write, janitor), write.acl
+        # The read side is built on the write side: its session, loss monitor and ACL.
+        read = self._kept(
+            ReadLock, key, write.acl, lambda given: ReadLock._construct(write, given.janitor)
         )
         return ReadWriteLock._construct(read, write)
 
@@ -242,25 +275,24 @@ class RecipeFactories:
         ``acl``; ``ClientClosed`` if the client is not connected); servers without TTL nodes
         raise ``TTLNotSupported`` on acquire. Returns a ``LeaseLock``.
         """
-        session = self._live_session()
-        assert self._janitor is not None
-        assert self._spawn is not None
-        janitor, spawn, entries = self._janitor, self._spawn, self._acl(acl)
-        return self._recipes.get(
+        # Not ``_made``: a lease is not bound to the session, so its holdings are watched by
+        # its own keepers (which renew it in the background), not by the loss policy.
+        key = (path, ttl, holder_id, identifier, renew)
+        return self._kept(
             LeaseLock,
-            (path, ttl, holder_id, identifier, renew),
-            lambda: LeaseLock._construct(
-                session,
+            key,
+            acl,
+            lambda given: LeaseLock._construct(
+                given.session,
                 path,
                 ttl,
                 holder_id=holder_id,
                 identifier=identifier,
                 renew=renew,
-                janitor=janitor,
-                spawn=spawn,
-                acl=entries,
+                janitor=given.janitor,
+                spawn=given.spawn,
+                acl=given.acl,
             ),
-            entries,
         )
 
     def semaphore(

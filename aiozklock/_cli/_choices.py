@@ -3,8 +3,10 @@ arguments (and ``--help``) never imports the test kit, which runs them."""
 
 from __future__ import annotations
 
-#: The recipes a demo or a nemesis run can drive (the test kit's workers implement each).
-RECIPES = ("lock", "multilock", "election", "nonfair", "lease", "rwlock", "semaphore")
+from aiozklock._recipes._traits import TRAITS
+
+#: The recipes a demo or a nemesis run can drive: one entry each in ``_recipes/_traits.py``.
+RECIPES = tuple(TRAITS)
 
 #: Every fault the nemesis knows (its schedule weighs each:
 #: ``testing._nemesis_plan.FAULT_WEIGHTS``).

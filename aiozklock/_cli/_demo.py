@@ -22,16 +22,15 @@ import anyio
 import aiozklock
 from aiozklock._cli._choices import RECIPES
 from aiozklock._cli._common import Parser, positive_int, seconds
+from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._semaphore import validate_max_leases
+from aiozklock._recipes._traits import Setup, Sides, traits_of
 from aiozklock._wire._validation import validate_recipe_path
 
 if TYPE_CHECKING:
     from aiozklock.testing import FencedStore, History
 
 DEFAULT_PATH = "/locks/orders/157"
-Recipe = (aiozklock.Lock | aiozklock.MultiLock | aiozklock.Election | aiozklock.NonFairLock) | (
-    aiozklock.LeaseLock | aiozklock.WriteLock | aiozklock.Semaphore
-)
 
 # Exit codes: 0 the history check passed, 1 it failed (or the run did), 2 cannot run here.
 EXIT_OK, EXIT_FAILED, EXIT_UNAVAILABLE = 0, 1, 2
@@ -75,8 +74,9 @@ class _Race:
         from aiozklock.testing import FencedStore, History
 
         self.args = args
+        self.traits = traits_of(args.recipe)
         # A semaphore's holders share the resource: up to max_leases of them at once.
-        self.history = History(max_holders=args.max_leases if args.recipe == "semaphore" else 1)
+        self.history = History(max_holders=args.max_leases if self.traits.shares_resource else 1)
         self.store = FencedStore()
         self.results = Results()
         self.start = anyio.Event()
@@ -95,18 +95,18 @@ class _Race:
         try:
             async with aiozklock.connect(args.hosts) as zk:  # one session per worker
                 results.session_ids.add(zk.session_id)
-                lock = make_recipe(zk, args, name)
+                lock, reader = make_recipe(zk, args, name)
                 self.arrived()
                 arrived = True
                 await self.start.wait()
                 for _ in range(args.rounds):
                     try:
-                        if args.recipe == "rwlock":
-                            await self._read_section(name, zk.rw_lock(args.path, identifier=name))
+                        if reader is not None:  # each round also reads (see _read_section)
+                            await self._read_section(name, reader)
                         asked = time.monotonic()
                         async with lock.acquire(timeout=args.timeout):
                             waited = time.monotonic() - asked
-                            if isinstance(lock, aiozklock.Semaphore):
+                            if self.traits.shares_resource:
                                 await self._lease_section(name, lock, waited)
                             else:
                                 await self._critical_section(name, lock, waited)
@@ -120,7 +120,7 @@ class _Race:
             if not arrived:
                 self.arrived()
 
-    async def _critical_section(self, name: str, lock: Recipe, waited: float) -> None:
+    async def _critical_section(self, name: str, lock: Handle, waited: float) -> None:
         token = lock.fencing_token
         with self.history.section(name, token):
             self.results.grants.append(Grant(name, token, waited, time.monotonic()))
@@ -131,16 +131,16 @@ class _Race:
             await anyio.sleep(self.args.hold)
             self.store.write(name, token, before + 1)
 
-    async def _lease_section(self, name: str, sem: aiozklock.Semaphore, waited: float) -> None:
+    async def _lease_section(self, name: str, sem: Handle, waited: float) -> None:
         """semaphore: up to max_leases workers here at once; the history checks no more."""
         token = sem.fencing_token
         with self.history.section(name, token):
             self.results.grants.append(Grant(name, token, waited, time.monotonic()))
             await anyio.sleep(self.args.hold)
 
-    async def _read_section(self, name: str, rw: aiozklock.ReadWriteLock) -> None:
+    async def _read_section(self, name: str, reader: Handle) -> None:
         """rwlock: a read shared with other readers; a write landing meanwhile is a bug."""
-        async with rw.read_lock.acquire(timeout=self.args.timeout):
+        async with reader.acquire(timeout=self.args.timeout):
             before = self.store.value
             await anyio.sleep(self.args.hold)
             self.results.reads += 1
@@ -170,25 +170,16 @@ async def run_demo(args: argparse.Namespace) -> tuple[Results, History, FencedSt
 
 
 def recipe_paths(args: argparse.Namespace) -> list[str]:
-    """The paths the demo's recipe queues under (two for the multi-lock)."""
-    return [args.path, f"{args.path}-b"] if args.recipe == "multilock" else [args.path]
+    """The paths the demo's recipe queues under (two for a multi-path one)."""
+    multi_path = traits_of(args.recipe).multi_path
+    return [args.path, f"{args.path}-b"] if multi_path else [args.path]
 
 
-def make_recipe(zk: aiozklock.ZooKeeperClient, args: argparse.Namespace, name: str) -> Recipe:
-    """The demo's recipe object for one worker."""
-    if args.recipe == "multilock":
-        return zk.multi_lock(recipe_paths(args), identifier=name)
-    if args.recipe == "election":
-        return zk.election(args.path, identifier=name)
-    if args.recipe == "nonfair":
-        return zk.lock(args.path, identifier=name, fair=False)
-    if args.recipe == "lease":
-        return zk.lease_lock(args.path, args.ttl, identifier=name)
-    if args.recipe == "rwlock":  # writers race; each round also reads (see _read_section)
-        return zk.rw_lock(args.path, identifier=name).write_lock
-    if args.recipe == "semaphore":
-        return zk.semaphore(args.path, args.max_leases, identifier=name)
-    return zk.lock(args.path, identifier=name)
+def make_recipe(zk: aiozklock.ZooKeeperClient, args: argparse.Namespace, name: str) -> Sides:
+    """The demo's recipe object for one worker: the side that races (an rwlock's writers),
+    and the read side each round also takes, if the recipe has one."""
+    setup = Setup(tuple(recipe_paths(args)), name, ttl=args.ttl, max_leases=args.max_leases)
+    return traits_of(args.recipe).make(zk, setup)
 
 
 def add_demo_parser(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -255,7 +246,7 @@ def demo_command(args: argparse.Namespace) -> int:
             return EXIT_UNAVAILABLE
     try:  # bad arguments fail here, before a server is started or contacted
         validate_recipe_path(args.path)
-        if args.recipe == "semaphore":
+        if traits_of(args.recipe).shares_resource:
             validate_max_leases(args.max_leases)
         if args.hosts:
             aiozklock.connect(args.hosts)  # validates the connection string; connects on entry

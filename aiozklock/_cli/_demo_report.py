@@ -7,6 +7,7 @@ import statistics
 from typing import TYPE_CHECKING, TextIO
 
 from aiozklock._cli._demo import Grant, Results, recipe_paths
+from aiozklock._recipes._traits import traits_of
 
 if TYPE_CHECKING:
     from aiozklock.testing import FencedStore, HistoryReport
@@ -46,7 +47,7 @@ def print_report(
     lines.append("")
     if not passed:
         lines.append("FAILED")
-    elif args.recipe == "semaphore":
+    elif traits_of(args.recipe).shares_resource:
         lines.append(f"PASSED: never more than {args.max_leases} holders at once")
     else:
         lines.append("PASSED: no two holders overlapped, fencing tokens strictly increased")
@@ -95,7 +96,8 @@ def _checks(
     store: FencedStore,
     grants: list[Grant],
 ) -> list[tuple[bool, str]]:
-    if args.recipe == "semaphore":
+    traits = traits_of(args.recipe)
+    if traits.shares_resource:
         shared = (
             0 < report.peak_holders <= args.max_leases,
             f"leases:        at most {report.peak_holders} holder(s) at once (max_leases "
@@ -117,7 +119,7 @@ def _checks(
         ),
         (bool(grants), f"progress:      {len(grants)} critical section(s) recorded"),
     ]
-    if args.recipe == "rwlock":
+    if traits.reads:
         checks.append(
             (
                 not results.torn_reads,

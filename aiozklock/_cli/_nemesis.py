@@ -22,6 +22,7 @@ import aiozklock
 from aiozklock._cli._choices import FAULT_KINDS, RECIPES
 from aiozklock._cli._common import Parser, positive_int, seconds
 from aiozklock._cli._demo import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, INSTALL_HINT
+from aiozklock._recipes._traits import traits_of
 
 if TYPE_CHECKING:
     from aiozklock.testing import NemesisReport, ZooKeeperCluster
@@ -120,7 +121,7 @@ def reproduce_command(args: argparse.Namespace) -> str:
         f"--processes {args.processes}",
         f"--session-timeout {args.session_timeout:g}",
     ]
-    if args.recipe == "semaphore":
+    if traits_of(args.recipe).shares_resource:
         parts.append(f"--max-leases {args.max_leases}")
     if args.kinds:
         parts.append(f"--kinds {args.kinds}")
@@ -222,7 +223,7 @@ def _target(args: argparse.Namespace) -> Iterator[ZooKeeperCluster | str]:
     print("starting a throwaway 3-node ZooKeeper ensemble ...", file=sys.stderr, flush=True)
     try:
         # A lease needs expired TTL nodes reaped promptly (the default is every minute).
-        jvm = LEASE_JVM_PROPERTIES if args.recipe == "lease" else None
+        jvm = LEASE_JVM_PROPERTIES if traits_of(args.recipe).ttl_lease else None
         cluster = ZooKeeperCluster(3, jvm_properties=jvm).start()
     except ZooKeeperUnavailableForTests as exc:
         raise _Refused(str(exc)) from None

@@ -38,7 +38,7 @@ from aiozklock._exceptions import (
     short_repr,
 )
 from aiozklock._recipes._core._contenders import Contender, read_contenders
-from aiozklock._recipes._core._holding import HoldingRegistry
+from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LATCH_MARKER, Compat, marker_for, queue_order
 from aiozklock._recipes._core._primitive import QueuedPrimitive
@@ -102,7 +102,7 @@ class Election(QueuedPrimitive):
         path: str,
         *,
         identifier: str | None,
-        registry: HoldingRegistry,
+        monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
@@ -112,7 +112,7 @@ class Election(QueuedPrimitive):
         self.identifier = default_identifier() if identifier is None else identifier
         super().__init__(
             session,
-            registry,
+            monitor,
             janitor,
             (self.path,),
             decide,

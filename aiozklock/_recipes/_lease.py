@@ -67,8 +67,8 @@ from aiozklock._recipes._core._uncertain import delete_shielded
 from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock._recipes._lease_keeper import (
     UNKNOWN_OUTCOME,
-    Keepers,
     LeaseHolding,
+    LeaseMonitor,
     LeaseStatistics,
     keep,
     refresh,
@@ -155,7 +155,7 @@ class LeaseLock(Primitive):
         self.node = join(self.path, LEASE_NODE)
         super().__init__(
             session,
-            Keepers(lambda holding: keep(self, holding), spawn),
+            LeaseMonitor(lambda holding: keep(self, holding), spawn),
             f"lease lock {self.path}",
             (self.path,),
             acl,

@@ -67,7 +67,7 @@ class LeaseStatistics:
     last_wait: float | None  # seconds the last acquisition waited
 
 
-class Keepers:
+class LeaseMonitor:
     """The lease's own loss monitor, in place of the session's: registering a holding starts
     its keeper (renewals, loss deadline) in the client's background task group; unregistering
     (release) cancels it. A keeper cancelled by the client's closing marks the holding lost:
@@ -197,8 +197,8 @@ def lose(lease: LeaseLock, holding: LeaseHolding, reason: str, *, delete: bool =
 
 __all__ = (
     "UNKNOWN_OUTCOME",
-    "Keepers",
     "LeaseHolding",
+    "LeaseMonitor",
     "LeaseStatistics",
     "keep",
     "lose",

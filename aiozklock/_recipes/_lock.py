@@ -21,7 +21,7 @@ import anyio
 from aiozklock._acl import ACL
 from aiozklock._exceptions import short_repr
 from aiozklock._recipes._core._contenders import Contender, read_contenders
-from aiozklock._recipes._core._holding import HoldingRegistry
+from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LOCK_MARKER, Compat, marker_for
 from aiozklock._recipes._core._primitive import QueuedPrimitive
@@ -86,7 +86,7 @@ class Lock(PathLock):
         path: str,
         *,
         identifier: str | None,
-        registry: HoldingRegistry,
+        monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
@@ -95,7 +95,7 @@ class Lock(PathLock):
         self.identifier = validate_identifier(identifier)
         super().__init__(
             session,
-            registry,
+            monitor,
             janitor,
             (self.path,),
             decide,
@@ -110,6 +110,15 @@ class Lock(PathLock):
         Connection losses are retried; raises ``ClientClosed`` once closed, ``UsageError``
         outside the client's event loop."""
         return await read_contenders(self._session, self._queue, self.path)
+
+    def _held_node(self) -> tuple[str, int] | None:
+        """Our node and the session generation it lives in, while held and not lost; None
+        otherwise. For a recipe built on this lock (a compat semaphore counts its leases
+        under one): whether it still holds it, and the node its writes can check."""
+        holding = self._holding
+        if holding is None or holding.lost:
+            return None
+        return holding.nodes[0], holding.generation
 
     def __repr__(self) -> str:
         state = "held" if self._holding is not None else "free"

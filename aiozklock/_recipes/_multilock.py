@@ -22,7 +22,7 @@ import anyio
 from aiozklock._acl import ACL
 from aiozklock._exceptions import InvalidArgument, short_repr
 from aiozklock._recipes._core._contenders import Contender, read_contenders
-from aiozklock._recipes._core._holding import HoldingRegistry
+from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LOCK_MARKER, Compat, marker_for
 from aiozklock._recipes._core._primitive import QueuedPrimitive
@@ -79,7 +79,7 @@ class MultiLock(QueuedPrimitive):
         paths: Iterable[str],
         *,
         identifier: str | None,
-        registry: HoldingRegistry,
+        monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
@@ -88,7 +88,7 @@ class MultiLock(QueuedPrimitive):
         self.identifier = validate_identifier(identifier)
         super().__init__(
             session,
-            registry,
+            monitor,
             janitor,
             self.paths,
             decide,

@@ -37,7 +37,7 @@ from aiozklock._exceptions import (
     short_repr,
 )
 from aiozklock._recipes._core._contenders import Contender, Identity, contender_of
-from aiozklock._recipes._core._holding import Holding, HoldingRegistry
+from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._recipes._core._retry import create_in
@@ -109,13 +109,13 @@ class NonFairLock(Primitive):
         path: str,
         *,
         identifier: str | None,
-        registry: HoldingRegistry,
+        monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
     ) -> None:
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
-        super().__init__(session, registry, f"non-fair lock {self.path}", (self.path,), acl)
+        super().__init__(session, monitor, f"non-fair lock {self.path}", (self.path,), acl)
         self._acl = encode_acl(acl)
         self.node = join(self.path, NODE_NAME)
         self._server_node = session.server_path(self.node)

@@ -28,7 +28,7 @@ from aiozklock._acl import ACL
 from aiozklock._exceptions import LockLost, SessionExpired, UsageError, short_repr
 from aiozklock._recipes._core._contenders import Contender, contender_of
 from aiozklock._recipes._core._handle import _FactoryMade
-from aiozklock._recipes._core._holding import Holding, HoldingRegistry
+from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat
 from aiozklock._recipes._core._plan import Decide
@@ -70,7 +70,7 @@ class _Side(PathLock):
         path: str,
         *,
         identifier: str | None,
-        registry: HoldingRegistry,
+        monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
         decide: Decide,
@@ -81,7 +81,7 @@ class _Side(PathLock):
         label = f"{self._mode} lock {self.path}"
         self._marker = marker
         super().__init__(
-            session, registry, janitor, (self.path,), decide, label, self.identifier, acl, marker
+            session, monitor, janitor, (self.path,), decide, label, self.identifier, acl, marker
         )
 
     async def contenders(self) -> list[Contender]:
@@ -135,7 +135,7 @@ class WriteLock(_Side):
         path: str,
         *,
         identifier: str | None,
-        registry: HoldingRegistry,
+        monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
@@ -145,7 +145,7 @@ class WriteLock(_Side):
             session,
             path,
             identifier=identifier,
-            registry=registry,
+            monitor=monitor,
             janitor=janitor,
             acl=acl,
             decide=decide_write,
@@ -210,7 +210,7 @@ class ReadLock(SharedHolding, _Side):
             write_lock._session,
             write_lock.path,
             identifier=write_lock.identifier,
-            registry=write_lock._registry,
+            monitor=write_lock._monitor,
             janitor=janitor,
             acl=write_lock.acl,
             decide=decide_read,

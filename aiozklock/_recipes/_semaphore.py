@@ -53,12 +53,12 @@ from aiozklock._exceptions import (
 )
 from aiozklock._recipes._core._contenders import Contender, contender_of
 from aiozklock._recipes._core._handle import Handle
-from aiozklock._recipes._core._holding import HoldingRegistry
+from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import guid_of, queue_order
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._recipes._core._plan import Decide, Decision
-from aiozklock._recipes._core._primitive import Primitive, QueuedPrimitive, Tracker
+from aiozklock._recipes._core._primitive import Primitive, QueuedPrimitive, Registry
 from aiozklock._recipes._core._queue import Guard
 from aiozklock._recipes._core._retry import RETRY
 from aiozklock._recipes._decision import decide
@@ -181,7 +181,7 @@ class Semaphore(Handle):
         max_leases: int,
         *,
         identifier: str | None,
-        registry: HoldingRegistry,
+        monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
     ) -> None:
@@ -190,11 +190,11 @@ class Semaphore(Handle):
         self.identifier = validate_identifier(identifier)
         self.acl = acl
         self._session = session
-        self._registry = registry
+        self._monitor = monitor
         self._janitor = janitor
         self._label = shorten(f"semaphore {self.path}")
         self._paths: tuple[str, ...] = (self.path,)
-        self._tracker: Tracker | None = None  # set by the client's registry
+        self._registry: Registry | None = None  # set by the client's registry
         self._observer: RecipeObserver | None = None
         self._decide = decide_leases(self.max_leases)
         self._limit = str(self.max_leases).encode()
@@ -224,14 +224,14 @@ class Semaphore(Handle):
         if idle:
             return idle[-1]
         lease = self._new_lease()
-        lease._tracker, lease._observer = self._tracker, self._observer
+        lease._registry, lease._observer = self._registry, self._observer
         self._leases.append(lease)
         return lease
 
     def _new_lease(self) -> LeaseBase:
         return _Lease._construct(
             self._session,
-            self._registry,
+            self._monitor,
             self._janitor,
             self._paths,
             self._decide,

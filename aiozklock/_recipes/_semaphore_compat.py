@@ -40,7 +40,7 @@ from aiozklock._exceptions import (
     short_repr,
 )
 from aiozklock._recipes._core._contenders import Contender, Identity, contender_of
-from aiozklock._recipes._core._holding import Holding, HoldingRegistry
+from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat, is_sequence
 from aiozklock._recipes._core._retry import RETRY, create_in
@@ -94,7 +94,7 @@ class _CompatLease(LeaseBase):
     _kind = "semaphore"
 
     def __init__(self, owner: CompatSemaphore, mutex: Lock) -> None:
-        super().__init__(owner._session, owner._registry, owner._label, owner._paths, owner.acl)
+        super().__init__(owner._session, owner._monitor, owner._label, owner._paths, owner.acl)
         self._owner_sem = owner
         self._mutex = mutex
         self._janitor = owner._janitor
@@ -128,8 +128,8 @@ class _CompatLease(LeaseBase):
                 return held  # else the mutex was lost while we waited: take it again
 
     def _mutex_lost(self, generation: int) -> bool:
-        holding = self._mutex._holding
-        return holding is None or holding.lost or holding.generation != generation
+        held = self._mutex._held_node()
+        return held is None or held[1] != generation
 
     async def _lease_under_mutex(self, data: bytes, deadline: float | None) -> Holding | None:
         """List with a watch and take the lease when the count allows; None if the mutex
@@ -254,10 +254,10 @@ class _CompatLease(LeaseBase):
         server_node = session.server_path(node)
         if self._owner_sem.compat == "curator":  # created before the count: counted by all
             return create_op(server_node, data, mode, session.client_path, acl=self._acl)
-        holding = self._mutex._holding
-        if holding is None or holding.lost:
+        held = self._mutex._held_node()
+        if held is None:
             raise _MutexGone
-        mutex_node = session.server_path(holding.nodes[0])
+        mutex_node = session.server_path(held[0])
         check, create = MultiCheck(mutex_node, -1), MultiCreate(server_node, data, mode, self._acl)
         return multi_op([check, create], session.client_path)
 
@@ -310,7 +310,7 @@ class CompatSemaphore(Semaphore):
         max_leases: int,
         *,
         identifier: str | None,
-        registry: HoldingRegistry,
+        monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
         compat: Compat,
@@ -320,7 +320,7 @@ class CompatSemaphore(Semaphore):
             path,
             max_leases,
             identifier=identifier,
-            registry=registry,
+            monitor=monitor,
             janitor=janitor,
             acl=acl,
         )
@@ -334,7 +334,7 @@ class CompatSemaphore(Semaphore):
             session,
             mutex_path,
             identifier=identifier,
-            registry=registry,
+            monitor=monitor,
             janitor=janitor,
             acl=acl,
             compat=compat,

@@ -21,6 +21,7 @@ import anyio.abc
 import anyio.to_thread
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from aiozklock._recipes._traits import RecipeTraits, traits_of
 from aiozklock.testing._internals import session_of
 
 from ._history import History
@@ -69,6 +70,8 @@ class _Nemesis:
     cluster: ZooKeeperCluster | None
     hosts: list[str]
     log_dir: Path
+    #: what the recipe is (``_recipes/_traits.py``)
+    traits: RecipeTraits = field(init=False)
     #: the lock paths: one, or the multi-lock's shared ones (each a fenced resource)
     paths: tuple[str, ...] = field(init=False)
     history: History = field(init=False)
@@ -95,14 +98,15 @@ class _Nemesis:
     faulted_members: set[ZooKeeperMember] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
+        self.traits = traits = traits_of(self.recipe)
         self.paths = (
             tuple(f"{self.path}/m{i}" for i in range(1, MULTI_PATHS + 1))
-            if self.recipe == "multilock"
+            if traits.multi_path
             else (self.path,)
         )
-        semaphore = self.recipe == "semaphore"
-        self.history = History(max_holders=self.max_leases if semaphore else 1)
-        self.stores = {} if semaphore else {resource: FencedStore() for resource in self.paths}
+        shared = traits.shares_resource
+        self.history = History(max_holders=self.max_leases if shared else 1)
+        self.stores = {} if shared else {resource: FencedStore() for resource in self.paths}
         self.resumes_done.set()
 
     def now(self) -> float:

@@ -167,7 +167,7 @@ async def _blackhole(client: _Client, spec: FaultSpec) -> None:
 async def _lose_reply(n: _Nemesis, client: _Client, spec: FaultSpec, record: FaultRecord) -> None:
     proxies = client.proxies
     opcodes = set(Opcode.CREATES if spec.kind == "lost-create-reply" else {Opcode.DELETE})
-    if n.recipe == "multilock":
+    if n.traits.multi_path:
         opcodes.add(Opcode.MULTI)  # its acquire and its release are one multi each
     before = sum(proxy.swallowed_replies for proxy in proxies)
     active = client.active_member()
@@ -307,7 +307,7 @@ def register_expiries(n: _Nemesis) -> None:
     holder's process was stopped meanwhile (that pause is judged by itself). None for a
     lease: it is not bound to the session, so an expiry takes nothing from its holder
     (its sections are judged by their ``expires_at``)."""
-    if n.recipe == "lease":
+    if n.traits.ttl_lease:
         return
     for name, start, end, record in n.expiries:
         window = (start - n.started, end - n.started + EXPIRE_REACTION)

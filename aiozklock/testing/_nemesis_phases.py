@@ -104,8 +104,8 @@ def _worker_config(n: _Nemesis, client: _Client) -> WorkerConfig:
         backend=n.backend,
         control=n.control_address,
         recipe=n.recipe,
-        paths=n.paths if n.recipe == "multilock" else (),
-        lease_ttl=n.session_timeout if n.recipe == "lease" else 0.0,
+        paths=n.paths if n.traits.multi_path else (),
+        lease_ttl=n.session_timeout if n.traits.ttl_lease else 0.0,
         max_leases=n.max_leases,
     )
 
@@ -127,7 +127,7 @@ async def _drive(
             await client.closed.wait()
             await client.exited.wait()
     await _find_orphans(n, observer, report)
-    if n.recipe == "semaphore":
+    if n.traits.shares_resource:
         _check_leases(n, observer, report)
 
 
@@ -204,7 +204,7 @@ async def _stop_workers(n: _Nemesis, report: NemesisReport) -> None:
 async def _find_orphans(n: _Nemesis, observer: _Observer, report: NemesisReport) -> None:
     """Lock nodes left once every client has closed."""
     # A lease lost in the run may stay until its TTL runs out (then reaped).
-    wait = _ORPHAN_WAIT + (n.session_timeout if n.recipe == "lease" else 0.0)
+    wait = _ORPHAN_WAIT + (n.session_timeout if n.traits.ttl_lease else 0.0)
     leftovers = await observer.leftovers(wait)
     for node in leftovers:
         owner = observer.owners.get(node, 0)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from aiozklock._recipes._traits import traits_of
+
 from ._history_report import HistoryReport
 from ._nemesis_plan import FaultGroup, FaultSpec
 
@@ -169,7 +171,7 @@ def _store(report: NemesisReport) -> list[str]:
     """The fenced store's writes; for a semaphore (no store), its holders and acts."""
     r = report
     h = r.history
-    if r.recipe == "semaphore":
+    if traits_of(r.recipe).shares_resource:
         acts = h.counters.get("acts", 0)
         return [
             f"leases: at most {h.peak_holders} non-paused holder(s) at once (max_leases "
@@ -202,8 +204,9 @@ def _checks(report: NemesisReport) -> list[Check]:
     """Every check of the run, in the order they are printed."""
     r = report
     h = r.history
-    checks = _semaphore_checks(r) if r.recipe == "semaphore" else _lock_checks(r)
-    if r.recipe == "lease":
+    traits = traits_of(r.recipe)
+    checks = _semaphore_checks(r) if traits.shares_resource else _lock_checks(r)
+    if traits.ttl_lease:
         checks.append(
             (
                 not h.expired_writes,
@@ -223,7 +226,7 @@ def _checks(report: NemesisReport) -> list[Check]:
             + ("none" if r.recovery is None else f"{r.recovery:.2f} s"),
         ),
     ]
-    if r.recipe != "semaphore":
+    if not traits.shares_resource:
         checks.append(
             (
                 not r.integrity_errors,

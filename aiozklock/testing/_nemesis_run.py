@@ -68,6 +68,8 @@ from collections.abc import Collection
 from dataclasses import asdict
 from pathlib import Path
 
+from aiozklock._recipes._traits import traits_of
+
 from ._history_report import HistoryReport
 from ._nemesis import _Nemesis
 from ._nemesis_checks import _check_reaping, _counter_integrity
@@ -75,7 +77,6 @@ from ._nemesis_faults import register_expiries, restore_cluster
 from ._nemesis_phases import _run
 from ._nemesis_plan import FAULT_KINDS, PROCESS_KINDS, SERVER_KINDS, FaultGroup, plan_faults
 from ._nemesis_report import NemesisReport
-from ._nemesis_worker import RECIPES
 from ._server import ZooKeeperCluster
 
 __all__ = ["run_nemesis"]
@@ -109,9 +110,10 @@ async def run_nemesis(
     timeout from ``acquire_timeout`` (default: 0.25-1 x the session timeout) and must end
     within it plus ``attempt_grace`` (default: one session timeout: a request in flight is
     not abandoned, and the cleanup of a failed attempt is bounded by half of it). ``kinds``
-    restricts the fault kinds (default: every kind that the target allows). ``recipe``: one of
-    :data:`RECIPES` (see the module docstring); ``path`` is its lock path (the multi-lock's
-    paths are ``{path}/m1`` ...), default a fresh one. ``max_leases``: the semaphore's.
+    restricts the fault kinds (default: every kind that the target allows). ``recipe``: ``lock``,
+    ``multilock``, ``election``, ``nonfair``, ``lease``, ``rwlock`` or ``semaphore`` (see the
+    module docstring); ``path`` is its lock path (the multi-lock's paths are ``{path}/m1``
+    ...), default a fresh one. ``max_leases``: the semaphore's.
 
     Logs of the child processes go to ``log_dir`` (default: a temporary directory, removed
     if the run passes). Returns the report; raises only if the run could not take place
@@ -121,7 +123,7 @@ async def run_nemesis(
     """
     _check_arguments(recipe, max_leases, clients, processes, duration, session_timeout)
     cluster = target if isinstance(target, ZooKeeperCluster) else None
-    if recipe == "lease" and cluster is not None:
+    if traits_of(recipe).ttl_lease and cluster is not None:
         _check_reaping(cluster)
     allowed = _allowed_kinds(kinds, cluster, processes)
     plan = plan_faults(seed, duration, session_timeout, [k for k in FAULT_KINDS if k in allowed])
@@ -169,8 +171,7 @@ def _check_arguments(
     session_timeout: float,
 ) -> None:
     """Raises ``ValueError`` for arguments a run cannot take."""
-    if recipe not in RECIPES:
-        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
+    traits_of(recipe)  # raises ValueError for an unknown recipe
     if max_leases < 1:
         raise ValueError(f"max_leases must be >= 1, not {max_leases}")
     if clients < 1 or not 0 <= processes <= clients:
@@ -243,7 +244,7 @@ def _new_report(n: _Nemesis, plan: list[FaultGroup], command: str) -> NemesisRep
         history=HistoryReport(0, (), 0.0, (), True),
         command=command,
         recipe=n.recipe,
-        max_leases=n.max_leases if n.recipe == "semaphore" else 0,
+        max_leases=n.max_leases if n.traits.shares_resource else 0,
     )
 
 

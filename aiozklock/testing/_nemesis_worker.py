@@ -1,8 +1,9 @@
 """One nemesis client: the acquire -> fenced writes -> release loop, in-process or in a child.
 
-The loop runs one recipe (``WorkerConfig.recipe``, see :data:`RECIPES`): ``lock`` (the fair
-``zk.lock``), ``nonfair`` (``zk.lock(path, fair=False)``), ``election`` (the body runs as
-leader), ``lease`` (``zk.lease_lock(path, ttl, holder_id=<client name>)``), ``multilock``
+The loop runs one recipe (``WorkerConfig.recipe``: its entry in ``_recipes/_traits.py``
+makes its objects): ``lock`` (the fair ``zk.lock``), ``nonfair``
+(``zk.lock(path, fair=False)``), ``election`` (the body runs as leader), ``lease``
+(``zk.lease_lock(path, ttl, holder_id=<client name>)``), ``multilock``
 (each acquisition takes 2-3 of the shared ``paths``, a random subset in a random order) or
 ``rwlock`` (``zk.rw_lock(path)``: each acquisition takes its read lock or its write lock, at
 random) or ``semaphore`` (``zk.semaphore(path, max_leases)``). Each path held is a resource
@@ -31,13 +32,14 @@ import anyio
 
 import aiozklock
 from aiozklock import SessionState, StateChange
-from aiozklock._cli._choices import RECIPES
-from aiozklock._recipes._core._primitive import Primitive
+from aiozklock._exceptions import NotLockOwner
+from aiozklock._recipes._core._handle import Handle
+from aiozklock._recipes._core._holding import Holding
+from aiozklock._recipes._traits import Setup, Sides, traits_of
 
 from ._nemesis_worker_config import Record, WorkerConfig, WorkerSink
 
 __all__ = [
-    "RECIPES",
     "recorded_client",
     "run_worker",
     "session_recorder",
@@ -45,8 +47,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: What a worker acquires: a semaphore holds its node through the current task's lease.
-Held = Primitive | aiozklock.Semaphore
+#: What a worker acquires (a semaphore holds its node through the current task's lease).
+Held = Handle
 
 
 def session_recorder(
@@ -110,57 +112,55 @@ class _Contention:
         self._zk = zk
         self._config = config
         self._rng = rng
-        recipe = config.recipe
-        self._single: Held | None = None
-        self._rw: aiozklock.ReadWriteLock | None = None
-        if recipe == "semaphore":
-            self._single = zk.semaphore(config.path, config.max_leases, identifier=config.name)
-        elif recipe == "rwlock":
-            self._rw = zk.rw_lock(config.path, identifier=config.name)
-        elif recipe == "lock":
-            self._single = zk.lock(config.path, identifier=config.name)
-        elif recipe == "nonfair":
-            self._single = zk.lock(config.path, identifier=config.name, fair=False)
-        elif recipe == "election":
-            self._single = zk.election(config.path, identifier=config.name)
-        elif recipe == "lease":
-            self._single = zk.lease_lock(
-                config.path, config.lease_ttl, holder_id=config.name, identifier=config.name
-            )
-        elif recipe != "multilock" or len(config.paths) < 2:
-            raise ValueError(f"unknown recipe {recipe!r} (or multilock with < 2 paths)")
+        self._traits = traits = traits_of(config.recipe)  # ValueError if unknown
+        # One object (and its read side) reused, or a new multi-path object each time.
+        self._sides: Sides | None = None
+        if not traits.multi_path:
+            self._sides = traits.make(zk, self._setup((config.path,)))
+        elif len(config.paths) < 2:
+            raise ValueError(f"recipe {config.recipe!r} needs at least 2 paths")
+
+    def _setup(self, paths: tuple[str, ...]) -> Setup:
+        config = self._config
+        return Setup(
+            paths,
+            config.name,
+            ttl=config.lease_ttl,
+            holder_id=config.name,
+            max_leases=config.max_leases,
+        )
 
     def next(self) -> tuple[Held, tuple[str, ...]]:
-        if self._rw is not None:
-            shared = self._rng.random() < 0.5
-            return self._rw.read_lock if shared else self._rw.write_lock, (self._config.path,)
-        if self._single is not None:
-            return self._single, (self._config.path,)
+        sides = self._sides
+        if sides is not None:
+            if sides.read is not None:
+                shared = self._rng.random() < 0.5
+                return sides.read if shared else sides.main, (self._config.path,)
+            return sides.main, (self._config.path,)
         paths = list(self._config.paths)
         chosen = self._rng.sample(paths, self._rng.randint(2, min(3, len(paths))))
-        return self._zk.multi_lock(chosen, identifier=self._config.name), tuple(chosen)
+        return self._traits.make(self._zk, self._setup(tuple(chosen))).main, tuple(chosen)
 
 
-def _queued(primitive: Held) -> Primitive | None:
-    """The object that owns the node: a semaphore's is the current task's lease."""
-    if isinstance(primitive, aiozklock.Semaphore):
-        return primitive._lease_of(anyio.get_current_task().id)
-    return primitive
+def _holding_of(primitive: Held) -> Holding | None:
+    """The current task's holding (lost or not; a semaphore's is its lease's), read from
+    the engine: the test kit reads what no public property exposes for every recipe."""
+    try:
+        return primitive._held_engine("")._holding
+    except NotLockOwner:
+        return None
 
 
 def _still_held(primitive: Held) -> bool:
-    """Held and not lost (whichever task asks, whatever ``valid_until`` says): the test kit
-    reads the private holding, which no public property exposes for every recipe."""
-    queued = _queued(primitive)
-    holding = queued._holding if queued is not None else None
+    """Held and not lost (whatever ``valid_until`` says)."""
+    holding = _holding_of(primitive)
     return holding is not None and not holding.lost
 
 
 def _node_key(primitive: Held) -> str | None:
     """``{first node's path}#{czxid}``: names a node uniquely even where the recipe reuses a
     fixed name (``nonfair``, ``lease``); the observer keys its deletions the same way."""
-    queued = _queued(primitive)
-    holding = queued._holding if queued is not None else None
+    holding = _holding_of(primitive)
     if holding is None or not holding.nodes:
         return None
     return f"{holding.nodes[0]}#{holding.token}"
@@ -244,7 +244,7 @@ class _Section:
 
     token: int
     shared: bool  # a read lock: it shares its grant, and writes nothing
-    semaphore: bool  # it shares its resource: it records its acts, and writes nothing
+    shares_resource: bool  # a semaphore: it records its acts, and writes nothing
     node: str | None
     session_id: int
     expires_at: float | None
@@ -293,7 +293,7 @@ async def _critical_section(
     section = _Section(
         token=primitive.fencing_token,
         shared=isinstance(primitive, aiozklock.ReadLock),
-        semaphore=isinstance(primitive, aiozklock.Semaphore),
+        shares_resource=traits_of(config.recipe).shares_resource,
         node=_node_key(primitive),
         session_id=zk.session_id,
         expires_at=_expires_at(primitive),
@@ -325,7 +325,7 @@ async def _act(primitive: Held, section: _Section, pauses: list[float], sink: Wo
     """The section's fenced reads, then its pauses and writes; returns its outcome."""
     counters: dict[str, int] = {}
     # A reader shares its grant, a semaphore holder its resource: no fenced access.
-    stores = () if section.shared or section.semaphore else section.resources
+    stores = () if section.shared or section.shares_resource else section.resources
     for resource in stores:  # registers our token: older holders are fenced
         ok, counters[resource] = await sink.read(resource, section.token)
         if not ok:
@@ -340,7 +340,7 @@ async def _act(primitive: Held, section: _Section, pauses: list[float], sink: Wo
         if section.shared:
             continue
         await sink.before_write()
-        if section.semaphore:
+        if section.shares_resource:
             section.acts.append(time.monotonic())
         for resource in stores:
             if not await sink.write(resource, section.token, counters[resource] + 1):

@@ -59,8 +59,9 @@ class Holding:
         return True
 
 
-class HoldingRegistry(Protocol):
-    """What a recipe needs from a loss policy."""
+class HoldingMonitor(Protocol):
+    """What a recipe registers its holdings with, to be told when one is lost: the client's
+    ``LossMonitor`` (the loss policy), or a lease's own ``LeaseMonitor`` (its keepers)."""
 
     def register(self, holding: Holding) -> None: ...
 
@@ -124,4 +125,4 @@ class LossMonitor:
                     self._janitor.delete(node, holding.generation, czxid=czxid)
 
 
-__all__ = ("LOSS_POLICIES", "Holding", "HoldingRegistry", "LossMonitor", "LossPolicy")
+__all__ = ("LOSS_POLICIES", "Holding", "HoldingMonitor", "LossMonitor", "LossPolicy")

@@ -25,7 +25,7 @@ from aiozklock._acl import ACL
 from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner, shorten
 from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._handle import Handle, _task_ended
-from aiozklock._recipes._core._holding import Holding, HoldingRegistry
+from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LOCK_MARKER
 from aiozklock._recipes._core._observe import RecipeObserver
@@ -36,8 +36,9 @@ from aiozklock._wire._session import Session
 log = logging.getLogger(__name__)
 
 
-class Tracker(Protocol):
-    """What a primitive reports to its client's registry (``_core/_registry.py``)."""
+class Registry(Protocol):
+    """What a primitive reports to its client's registry of recipe objects (``Recipes``,
+    ``_core/_registry.py``): what each task holds, for the self-deadlock check."""
 
     def check(self, primitive: Primitive, task_id: int) -> None: ...
 
@@ -77,17 +78,17 @@ class Primitive(Handle):
     def __init__(
         self,
         session: Session,
-        registry: HoldingRegistry,
+        monitor: HoldingMonitor,
         label: str,
         paths: Sequence[str],
         acl: tuple[ACL, ...],
     ) -> None:
         self.acl = acl  # what its nodes, and the containers it creates, are created with
         self._session = session
-        self._registry = registry
+        self._monitor = monitor
         self._label = shorten(label)  # in every message and log line: a path may be long
         self._paths = tuple(paths)  # what it locks, for the registry's self-deadlock check
-        self._tracker: Tracker | None = None
+        self._registry: Registry | None = None
         self._observer: RecipeObserver | None = None  # set by the registry, with telemetry
         self._granted_at = 0.0  # time.monotonic() of the grant (kept only with an observer)
         # One holding per object: local tasks queue here, FIFO. A semaphore, not a lock, so
@@ -186,14 +187,14 @@ class Primitive(Handle):
     async def _take_anew(self, limit: float | None, task: anyio.TaskInfo) -> None:
         """A new holding for ``task`` (not a reentry): the cross-lock deadlock check (for an
         unbounded wait: a bounded one simply times out), the acquisition, observed."""
-        if self._tracker is not None and limit is None:
-            self._tracker.check(self, task.id)
+        if self._registry is not None and limit is None:
+            self._registry.check(self, task.id)
         if self._observer is None:
             await self._obtain(limit, task)
         else:
             await self._obtain_observed(limit, task, self._observer)
-        if self._tracker is not None:
-            self._tracker.held(self, task.id)
+        if self._registry is not None:
+            self._registry.held(self, task.id)
 
     async def _obtain_observed(
         self, limit: float | None, task: anyio.TaskInfo, observer: RecipeObserver
@@ -240,7 +241,7 @@ class Primitive(Handle):
             raise
         self._holding = holding
         holding.observer = self._observer
-        self._registry.register(holding)  # marks it lost at once if it is unsafe already
+        self._monitor.register(holding)  # marks it lost at once if it is unsafe already
         self._owner = task
         self._depth = 1
         self._acquisitions += 1
@@ -267,9 +268,9 @@ class Primitive(Handle):
         self._depth = 0
         self._owner = None
         self._holding = None
-        self._registry.unregister(holding)
-        if self._tracker is not None:
-            self._tracker.released(self, task_id)
+        self._monitor.unregister(holding)
+        if self._registry is not None:
+            self._registry.released(self, task_id)
         if self._observer is not None:
             self._observer.released(time.monotonic() - self._granted_at)
         try:
@@ -357,7 +358,7 @@ class QueuedPrimitive(Primitive):
     def __init__(
         self,
         session: Session,
-        registry: HoldingRegistry,
+        monitor: HoldingMonitor,
         janitor: Janitor,
         members: Sequence[str],
         decide: Decide,
@@ -367,7 +368,7 @@ class QueuedPrimitive(Primitive):
         marker: str = LOCK_MARKER,
         guard: Guard | None = None,
     ) -> None:
-        super().__init__(session, registry, label, members, acl)
+        super().__init__(session, monitor, label, members, acl)
         self._queue = Queue(session, janitor, members, decide, self._label, acl, marker, guard)
         self._identity = Identity(identifier)
 
@@ -393,4 +394,4 @@ class QueuedPrimitive(Primitive):
         self._queue.forget()
 
 
-__all__ = ("Primitive", "QueuedPrimitive", "Tracker")
+__all__ = ("Primitive", "QueuedPrimitive", "Registry")

@@ -16,25 +16,26 @@ from typing import ClassVar, Protocol, TypeVar
 from aiozklock._acl import ACL
 from aiozklock._exceptions import UsageError
 from aiozklock._recipes._core._observe import Observer, RecipeObserver
-from aiozklock._recipes._core._primitive import Primitive, Tracker
+from aiozklock._recipes._core._primitive import Primitive, Registry
 
 P = TypeVar("P", bound="Registered")
 
 
 class Registered(Protocol):
     """What the registry keeps: a ``Primitive``, or an object that makes primitives (the
-    semaphore, which gives them its tracker and observer)."""
+    semaphore, which hands them its registry and observer)."""
 
     acl: tuple[ACL, ...]
     _label: str
     _kind: ClassVar[str]
     _paths: tuple[str, ...]
-    _tracker: Tracker | None
+    _registry: Registry | None
     _observer: RecipeObserver | None
 
 
 class Recipes:
-    """The registry (see the module docstring); also the tracker its objects report to.
+    """The registry (see the module docstring), which its objects also report to (what they
+    hold, per task: ``Registry`` in ``_primitive.py``).
     ``observer``: the client's telemetry, if any."""
 
     def __init__(self, observer: Observer | None = None) -> None:
@@ -61,7 +62,7 @@ class Recipes:
                 )
             return found
         made = create()
-        made._tracker = self
+        made._registry = self
         if self._observer is not None:
             made._observer = self._observer.recipe(made._kind, made._paths)
         self._objects[(cls, key)] = made

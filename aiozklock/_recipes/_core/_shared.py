@@ -181,7 +181,7 @@ class SharedHolding(Primitive):
         acquisition.holding = holding
         self._holding = holding
         holding.observer = self._observer
-        self._registry.register(holding)  # marks it lost at once if it is unsafe already
+        self._monitor.register(holding)  # marks it lost at once if it is unsafe already
         self._wake()
 
     # ---------------------------------------------------------------- release
@@ -208,8 +208,8 @@ class SharedHolding(Primitive):
     async def _leave(self, task_id: int, holder: _Holder, holding: Holding, confirm: bool) -> None:
         """``task_id`` stops holding; the last holder gives the resource back."""
         del self._holders[task_id]
-        if self._tracker is not None:
-            self._tracker.released(self, task_id)
+        if self._registry is not None:
+            self._registry.released(self, task_id)
         if self._observer is not None:
             self._observer.released(time.monotonic() - holder.since)
         if self._holders:  # the others keep it: nothing to tell the server
@@ -217,7 +217,7 @@ class SharedHolding(Primitive):
                 raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
             return
         self._holding = None
-        self._registry.unregister(holding)
+        self._monitor.unregister(holding)
         self._giving_back = True
         try:
             if holding.lost:

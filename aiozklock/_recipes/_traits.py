@@ -1,0 +1,128 @@
+"""One description per recipe: what the demo, the nemesis and the command line need to know
+about it, read from its entry in :data:`TRAITS` instead of branching on its name.
+
+An entry names the recipe as the command line does (``--recipe lock``), how a contender's
+object is made from a client (a small function over the client's public factory), and the
+few ways recipes differ for a harness that races contenders and judges their history: an
+acquisition over several paths, holders that share the resource, a TTL lease that outlives
+its session, a shared read side. This module imports no recipe at run time, so the command
+line (which must not import the test kit) and the test kit can both read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from aiozklock._client import ZooKeeperClient
+    from aiozklock._recipes._core._handle import Handle
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What one contender's object is made with. ``paths``: the path (several for a
+    multi-path recipe); ``ttl`` and ``holder_id``: a TTL lease's; ``max_leases``: the limit
+    of a recipe whose holders share the resource."""
+
+    paths: tuple[str, ...]
+    identifier: str
+    ttl: float = 0.0
+    holder_id: str | None = None
+    max_leases: int = 1
+
+    @property
+    def path(self) -> str:
+        return self.paths[0]
+
+
+class Sides(NamedTuple):
+    """A contender's object: ``main``, what it takes to hold the resource (a lock; a read/
+    write lock's write side), and ``read``, its shared read side if it has one."""
+
+    main: Handle
+    read: Handle | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecipeTraits:
+    """How one recipe is made and judged (see the module docstring).
+
+    * ``name``: its name on the command line (``demo --recipe``, ``nemesis --recipe``);
+    * ``kinds``: the telemetry kinds of the objects it makes (``RECIPE_KINDS``);
+    * ``make``: a contender's object from a client (its client factory);
+    * ``multi_path``: an acquisition takes several paths at once, in one ``multi``
+      transaction (so does its release): the demo locks PATH and PATH-b, the nemesis draws
+      2-3 of its shared paths per acquisition and loses ``multi`` replies too;
+    * ``shares_resource``: up to ``max_leases`` holders at once share the resource, so the
+      history counts holders instead of excluding them, and no fenced store orders them;
+    * ``ttl_lease``: its node is a TTL lease, not bound to the session: a session expiry
+      takes nothing from its holder, a lease left behind goes when its TTL runs out, and
+      the servers must reap expired TTL nodes promptly;
+    * ``reads``: it has a shared read side (``Sides.read``): the demo takes it each round
+      besides the race on the main side, the nemesis takes either side at random.
+    """
+
+    name: str
+    kinds: tuple[str, ...]
+    make: Callable[[ZooKeeperClient, Setup], Sides]
+    multi_path: bool = False
+    shares_resource: bool = False
+    ttl_lease: bool = False
+    reads: bool = False
+
+
+def _lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+    return Sides(zk.lock(s.path, identifier=s.identifier))
+
+
+def _multi_lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+    return Sides(zk.multi_lock(s.paths, identifier=s.identifier))
+
+
+def _election(zk: ZooKeeperClient, s: Setup) -> Sides:
+    return Sides(zk.election(s.path, identifier=s.identifier))
+
+
+def _nonfair_lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+    return Sides(zk.lock(s.path, identifier=s.identifier, fair=False))
+
+
+def _lease_lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+    return Sides(zk.lease_lock(s.path, s.ttl, holder_id=s.holder_id, identifier=s.identifier))
+
+
+def _rw_lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+    rw = zk.rw_lock(s.path, identifier=s.identifier)
+    return Sides(rw.write_lock, rw.read_lock)
+
+
+def _semaphore(zk: ZooKeeperClient, s: Setup) -> Sides:
+    return Sides(zk.semaphore(s.path, s.max_leases, identifier=s.identifier))
+
+
+#: Every recipe the demo and the nemesis drive, by command-line name, in ``--help`` order.
+TRAITS: dict[str, RecipeTraits] = {
+    t.name: t
+    for t in (
+        RecipeTraits("lock", ("lock",), _lock),
+        RecipeTraits("multilock", ("multi_lock",), _multi_lock, multi_path=True),
+        RecipeTraits("election", ("election",), _election),
+        RecipeTraits("nonfair", ("nonfair_lock",), _nonfair_lock),
+        RecipeTraits("lease", ("lease_lock",), _lease_lock, ttl_lease=True),
+        RecipeTraits("rwlock", ("write_lock", "read_lock"), _rw_lock, reads=True),
+        RecipeTraits("semaphore", ("semaphore",), _semaphore, shares_resource=True),
+    )
+}
+
+
+def traits_of(name: str) -> RecipeTraits:
+    """The entry of the recipe called ``name``; ``ValueError`` if there is none."""
+    try:
+        return TRAITS[name]
+    except KeyError:
+        raise ValueError(f"unknown recipe {name!r}; known: {', '.join(TRAITS)}") from None
+
+
+__all__ = ("TRAITS", "RecipeTraits", "Setup", "Sides", "traits_of")
