@@ -28,6 +28,7 @@ from aiozklock._exceptions import NodeExistsError as NodeExistsError
 from aiozklock._exceptions import NoNodeError as NoNodeError
 from aiozklock._exceptions import NotLockOwner as NotLockOwner
 from aiozklock._exceptions import SessionExpired as SessionExpired
+from aiozklock._exceptions import StaleFencingToken as StaleFencingToken
 from aiozklock._exceptions import TTLNotSupported as TTLNotSupported
 from aiozklock._exceptions import UsageError as UsageError
 from aiozklock._exceptions import ZooKeeperError as ZooKeeperError
@@ -94,6 +95,7 @@ __all__ = (
     "SemaphoreStatistics",
     "SessionExpired",
     "SessionState",
+    "StaleFencingToken",
     "Stat",
     "StateChange",
     "TTLNotSupported",

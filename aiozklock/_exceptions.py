@@ -68,6 +68,30 @@ class LeadershipLost(LockLost):
     """
 
 
+class StaleFencingToken(LockLost):
+    """A fenced write was refused because the writer's holding is no longer current.
+
+    Raised by a ZooKeeper write made with ``guard=`` when the guarding holding's node is
+    gone (nothing was written), and by the fences of ``aiozklock.fencing`` when the store
+    has already accepted a newer token for the resource (the caller's transaction must be
+    rolled back). ``resource`` names what was written, ``token`` is the writer's token and
+    ``newer`` the newer token the store has seen, or None where the store cannot know it.
+    """
+
+    def __init__(self, resource: str, token: int | None, newer: int | None = None) -> None:
+        self.resource = resource
+        self.token = token
+        self.newer = newer
+        seen = f"; the store has seen token {newer}" if newer is not None else ""
+        super().__init__(
+            f"stale fencing token {token} for {short_repr(resource)}{seen}: another holder"
+            " may hold it now, and nothing was written"
+        )
+
+    def __reduce__(self) -> tuple[type[StaleFencingToken], tuple[str, int | None, int | None]]:
+        return (type(self), (self.resource, self.token, self.newer))
+
+
 class NotLockOwner(AiozklockError, RuntimeError):
     """``release()`` was called by a task that does not hold the lock."""
 

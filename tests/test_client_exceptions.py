@@ -76,3 +76,23 @@ def test_server_errors_survive_pickling(error: aiozklock.ZooKeeperError) -> None
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is type(error)
     assert (again.path, again.code, str(again)) == (error.path, error.code, str(error))
+
+
+def test_stale_fencing_token_names_resource_and_both_tokens() -> None:
+    import pickle
+
+    error = aiozklock.StaleFencingToken("orders/157", 5 << 32, newer=(6 << 32) + 3)
+    assert isinstance(error, aiozklock.LockLost)
+    assert (error.resource, error.token, error.newer) == ("orders/157", 5 << 32, (6 << 32) + 3)
+    assert "orders/157" in str(error)
+    assert str(5 << 32) in str(error)
+    assert str((6 << 32) + 3) in str(error)
+    again = pickle.loads(pickle.dumps(error))
+    assert (type(again), again.resource, again.token, again.newer, str(again)) == (
+        type(error),
+        error.resource,
+        error.token,
+        error.newer,
+        str(error),
+    )
+    assert "seen" not in str(aiozklock.StaleFencingToken("r", 1))
