@@ -37,7 +37,10 @@ class Tick(enum.Enum):
 
 class LivenessClock:
     """When we last heard from the server and last wrote to it, and the send time of every
-    request still waiting for its reply (replies come in order: the oldest is the next)."""
+    request still waiting for its reply (replies come in order: the oldest is the next).
+
+    Each reply (not a watch event) pops the oldest ``sent_at`` and raises ``last_acked_send``
+    to it: done inline by ``SessionCore._on_frame``, the path of every reply."""
 
     __slots__ = ("last_acked_send", "last_heard", "last_sent", "sent_at", "timeout")
 
@@ -53,13 +56,6 @@ class LivenessClock:
         """The instant before which the server cannot have expired the session: it heard
         our newest answered request no earlier than we sent it (less our safety margin)."""
         return self.last_acked_send + self.timeout * (1 - LOST_MARGIN)
-
-    def answered(self) -> None:
-        """A reply (not a watch event) arrived: it answers the oldest request in flight."""
-        if self.sent_at:
-            sent_at = self.sent_at.popleft()
-            if sent_at > self.last_acked_send:
-                self.last_acked_send = sent_at
 
     def attached(self, timeout: float, sent_at: float, now: float) -> None:
         """A handshake answered at ``now`` for a ConnectRequest sent at ``sent_at``: the

@@ -269,7 +269,12 @@ class SessionCore:
             if event.type in FIRES:
                 self._watches.fire(EventType(event.type), event.path)
             return False
-        self._clock.answered()  # replies come in request order: the oldest send is this one
+        # Replies come in request order: the oldest send is this one's (see LivenessClock).
+        clock = self._clock
+        if clock.sent_at:
+            sent_at = clock.sent_at.popleft()
+            if sent_at > clock.last_acked_send:
+                clock.last_acked_send = sent_at
         if xid in framing.SPECIAL_XIDS:
             if err:
                 log.warning("reply with xid %d carried error %d", xid, err)

@@ -33,6 +33,7 @@ from aiozklock._wire._connection import (
 from aiozklock._wire._core import SessionCore, SessionState, StateChange, StateListener
 from aiozklock._wire._diagnose import describe_failure
 from aiozklock._wire._handshake import ExpiredAnswer, close_stale_session, explained, handshake
+from aiozklock._wire._requests import Waker
 
 # The session logs on one logger, whichever of its modules speaks (docs/observability.md).
 log = logging.getLogger("aiozklock._wire._session")
@@ -110,16 +111,23 @@ class SessionLifecycle(SessionCore):
         loop = running_asyncio_loop()
         scheduler: _CallSoon | _FlushTask
         self._flush_task: _FlushTask | None
+        # A reply's waiter is the backend's own event: anyio's Event adds its backend lookup
+        # to every request (anyio's cancel scopes cancel a wait on either alike).
+        new_waker: Callable[[], Waker]
         if loop is None:
+            import trio
+
             scheduler = self._flush_task = _FlushTask(self._write_soon)
+            new_waker = trio.Event
         else:
             scheduler, self._flush_task = _CallSoon(loop, self._write_soon), None
+            new_waker = asyncio.Event
         super().__init__(
             chroot=chroot,
             session_timeout=session_timeout,
             max_request_bytes=max_request_bytes,
             now=time.monotonic(),
-            new_waker=anyio.Event,
+            new_waker=new_waker,
             scheduler=scheduler,
         )
         self._hosts = list(hosts)

@@ -130,7 +130,10 @@ class Session(SessionLifecycle):
         self.check_loop()
         if not ops:
             return []
-        self._refuse_oversized(ops)
+        limit = self._max_body
+        for op in ops:  # the check inline: this is every acquire's path
+            if len(op.body) > limit:
+                self._refuse_oversized(ops)
         await anyio.lowlevel.checkpoint_if_cancelled()
         pendings = await self._submit(ops, generation, wait_until)
         await self._await_replies(pendings)

@@ -277,8 +277,9 @@ class Primitive(Handle):
             if holding.lost:
                 self._losses += 1
                 raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
-            if confirm or not self._give_back_nowait(holding):
-                await self._give_back(holding)
+            if not confirm and self._give_back_nowait(holding):
+                return  # nothing awaited: no cancellation can have arrived meanwhile
+            await self._give_back(holding)
         finally:
             self._drop(holding)
             self._local.release()
