@@ -37,9 +37,8 @@ from aiozklock._exceptions import (
     LockLost,
     NodeExistsError,
     SessionExpired,
-    short_repr,
 )
-from aiozklock._recipes._core._contenders import Contender, Identity, contender_of
+from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat, is_sequence
@@ -64,8 +63,6 @@ from aiozklock._wire._protocol import (
     container_path_ops,
     create_op,
     encode_acl,
-    get_children_op,
-    get_data_op,
     multi_op,
 )
 from aiozklock._wire._session import Session
@@ -326,10 +323,10 @@ class CompatSemaphore(Semaphore):
         )
         self.compat = compat
         if compat == "kazoo":
-            mutex_path, self._lease_parent = self.path + KAZOO_LOCK_SUFFIX, self.path
+            mutex_path = self.path + KAZOO_LOCK_SUFFIX
         else:
             mutex_path = join(self.path, CURATOR_LOCKS)
-            self._lease_parent = join(self.path, CURATOR_LEASES)
+            self._lease_parent = join(self.path, CURATOR_LEASES)  # else the path, as ours
         self._mutex = Lock._construct(
             session,
             mutex_path,
@@ -364,36 +361,13 @@ class CompatSemaphore(Semaphore):
             await self._check_limit(None, deadline)
         self._assured = True
 
-    async def leases(self) -> list[Contender]:
-        """The current lease holders as ZooKeeper has them, each with its identity (as
-        ``Lock.contenders()``; kazoo's leases have no sequence: 0). Curator's leases are
-        all counted, oldest first, up to ``max_leases``. Connection losses are retried;
-        raises ``ClientClosed`` once closed, ``UsageError`` outside the client's loop."""
-        session = self._session
-        parent = session.server_path(self._lease_parent)
-        children = await RETRY.lookup(session, get_children_op(parent))
-        names = children if isinstance(children, list) else []
-        if self.compat == "curator":
-            names = sorted((n for n in names if is_sequence(n[-10:])), key=lambda n: n[-10:])
-            names = names[: self.max_leases]
-        ops = [get_data_op(join(parent, name)) for name in names]
-        results = await session.pipeline(ops) if ops else []
-        return [
-            contender_of(name, data, stat, is_holder=True, sequence=_sequence(name))
-            for name, result in zip(names, results, strict=False)
-            if isinstance(result, tuple)
-            for data, stat in [result]
-        ]
-
-    def __repr__(self) -> str:
-        return (
-            f"<aiozklock.Semaphore {short_repr(self.path)} max_leases={self.max_leases} "
-            f"identifier={short_repr(self.identifier)} compat={self.compat!r}>"
-        )
-
-
-def _sequence(name: str) -> int:
-    return int(name[-10:]) if is_sequence(name[-10:]) else 0
+    def _holders(self, children: list[str]) -> list[tuple[str, int | None]]:
+        """kazoo counts every child as a lease (with no sequence: 0); Curator every lease,
+        and the oldest ``max_leases`` hold."""
+        if self.compat == "kazoo":
+            return [(name, 0) for name in children]
+        names = sorted((n for n in children if is_sequence(n[-10:])), key=lambda n: n[-10:])
+        return [(name, int(name[-10:])) for name in names[: self.max_leases]]
 
 
 __all__ = ("CompatSemaphore",)
