@@ -316,9 +316,10 @@ class Semaphore(Handle):
 
     async def leases(self) -> list[Contender]:
         """The current lease holders as ZooKeeper has them (the first ``max_leases`` nodes of
-        the queue, oldest first), each with its identity (as ``Lock.contenders()``).
-        Connection losses are retried; raises ``ClientClosed`` once closed, ``UsageError``
-        outside the client's event loop."""
+        the queue, oldest first; with ``compat=``, the leases the peer counts: every kazoo
+        lease, with sequence 0, or Curator's oldest ``max_leases``), each with its identity
+        (as ``Lock.contenders()``). Connection losses are retried; raises ``ClientClosed``
+        once closed, ``UsageError`` outside the client's event loop."""
         session = self._session
         parent = session.server_path(self._lease_parent)
         children = await RETRY.lookup(session, get_children_op(parent))
