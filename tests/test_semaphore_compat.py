@@ -181,6 +181,20 @@ async def test_kazoo_layout(zk: aiozklock.ZooKeeperClient) -> None:
         assert await zk.get_children(PATH) == []
 
 
+async def test_kazoo_leases_have_no_sequence(zk: aiozklock.ZooKeeperClient) -> None:
+    """A kazoo lease is named with 32 hex digits: even when the last ten are decimal, it
+    has no sequence number (0), as every kazoo lease."""
+    sem = zk.semaphore(PATH, 2, compat="kazoo")
+    with anyio.fail_after(10):
+        async with sem:  # the path exists from now on
+            pass
+        peer = "0123456789abcdef0123456789012345"  # as kazoo names it (uuid4().hex)
+        await zk.create(f"{PATH}/{peer}", b"peer", ephemeral=True)
+        (holder,) = await sem.leases()
+        assert (holder.node, holder.sequence) == (peer, 0)
+        await zk.delete(f"{PATH}/{peer}")
+
+
 async def test_curator_layout(zk: aiozklock.ZooKeeperClient) -> None:
     sem = zk.semaphore(PATH, 2, compat="curator", identifier="me")
     with anyio.fail_after(10):

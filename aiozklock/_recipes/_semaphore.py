@@ -55,7 +55,7 @@ from aiozklock._recipes._core._contenders import Contender, contender_of
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
-from aiozklock._recipes._core._names import guid_of, queue_order
+from aiozklock._recipes._core._names import Compat, guid_of, queue_order
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._recipes._core._plan import Decide, Decision
 from aiozklock._recipes._core._primitive import Primitive, QueuedPrimitive, Registry
@@ -173,6 +173,7 @@ class Semaphore(Handle):
     """
 
     _kind: ClassVar[str] = "semaphore"
+    compat: Compat | None = None  # the peer's layout (``CompatSemaphore``); None: our queue
 
     def __init__(
         self,
@@ -194,6 +195,7 @@ class Semaphore(Handle):
         self._janitor = janitor
         self._label = shorten(f"semaphore {self.path}")
         self._paths: tuple[str, ...] = (self.path,)
+        self._lease_parent = self.path  # where the lease holders' nodes are
         self._registry: Registry | None = None  # set by the client's registry
         self._observer: RecipeObserver | None = None
         self._decide = decide_leases(self.max_leases)
@@ -314,22 +316,28 @@ class Semaphore(Handle):
 
     async def leases(self) -> list[Contender]:
         """The current lease holders as ZooKeeper has them (the first ``max_leases`` nodes of
-        the queue, oldest first), each with its identity (as ``Lock.contenders()``).
-        Connection losses are retried; raises ``ClientClosed`` once closed, ``UsageError``
-        outside the client's event loop."""
+        the queue, oldest first; with ``compat=``, the leases the peer counts: every kazoo
+        lease, with sequence 0, or Curator's oldest ``max_leases``), each with its identity
+        (as ``Lock.contenders()``). Connection losses are retried; raises ``ClientClosed``
+        once closed, ``UsageError`` outside the client's event loop."""
         session = self._session
-        path = session.server_path(self.path)
-        children = await RETRY.lookup(session, get_children_op(path))
-        names = queue_order(children if isinstance(children, list) else [])
-        ops = [get_data_op(join(path, name)) for name in names[: self.max_leases]]
+        parent = session.server_path(self._lease_parent)
+        children = await RETRY.lookup(session, get_children_op(parent))
+        holders = self._holders(children if isinstance(children, list) else [])
+        ops = [get_data_op(join(parent, name)) for name, _ in holders]
         results = await session.pipeline(ops) if ops else []
         # A node that vanished while we read was released.
         return [
-            contender_of(name, data, stat, is_holder=True)
-            for name, result in zip(names, results, strict=False)
+            contender_of(name, data, stat, is_holder=True, sequence=sequence)
+            for (name, sequence), result in zip(holders, results, strict=False)
             if isinstance(result, tuple)
             for data, stat in [result]
         ]
+
+    def _holders(self, children: list[str]) -> list[tuple[str, int | None]]:
+        """The lease holders among the children of the lease parent, oldest first, each
+        with its sequence number (None: the one in its name)."""
+        return [(name, None) for name in queue_order(children)[: self.max_leases]]
 
     # ---------------------------------------------------------------- the stored limit
 
@@ -360,9 +368,10 @@ class Semaphore(Handle):
         raise MaxLeasesMismatch(self.path, self.max_leases, None, b"")
 
     def __repr__(self) -> str:
+        layout = "" if self.compat is None else f" compat={self.compat!r}"
         return (
             f"<aiozklock.Semaphore {short_repr(self.path)} max_leases={self.max_leases} "
-            f"identifier={short_repr(self.identifier)}>"
+            f"identifier={short_repr(self.identifier)}{layout}>"
         )
 
 

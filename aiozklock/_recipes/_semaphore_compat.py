@@ -17,9 +17,10 @@ than ``max_leases`` leases in total:
 
 The mutex is our ``Lock`` with the same ``compat`` (already compatible with the peer's). It
 is released as soon as the lease is held, or the attempt fails; it is taken again if the
-session changes (or the loss policy gives it up) while we wait under it. A lease created but
-not yet ours (cancelled, timed out, lost reply) is a ``NamedClaim`` (``_core/_uncertain.py``)
-that ``_abandon`` deletes.
+session changes (or the loss policy gives it up) while we wait under it. The lease node is
+created, claimed until held, found again after a lost reply and deleted as
+``_core/_unique.py`` does it for any node of ours with a unique name. The two layouts are
+data, two ``Layout`` values (``KAZOO``, ``CURATOR``) that one algorithm reads.
 """
 
 from __future__ import annotations
@@ -27,96 +28,96 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from aiozklock._acl import ACL
-from aiozklock._exceptions import (
-    ConnectionLoss,
-    LockLost,
-    NodeExistsError,
-    SessionExpired,
-    short_repr,
-)
-from aiozklock._recipes._core._contenders import Contender, Identity, contender_of
+from aiozklock._exceptions import LockLost, NodeExistsError, SessionExpired
+from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat, is_sequence
-from aiozklock._recipes._core._retry import RETRY, create_in
-from aiozklock._recipes._core._uncertain import (
-    NamedClaim,
-    abandon,
-    delete_shielded,
-    find_ours,
-    release_nowait,
-)
+from aiozklock._recipes._core._retry import RETRY
+from aiozklock._recipes._core._unique import ConditionFailed, UniqueNodePrimitive
 from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock._recipes._lock import Lock
 from aiozklock._recipes._semaphore import LeaseBase, Semaphore
 from aiozklock._wire._protocol import (
     Created,
     CreateMode,
-    MultiCheck,
-    MultiCreate,
-    MultiResult,
     Op,
     container_path_ops,
     create_op,
     encode_acl,
-    get_children_op,
-    get_data_op,
-    multi_op,
 )
 from aiozklock._wire._session import Session
-from aiozklock._wire._validation import join
 
 
-class _MutexGone(Exception):
-    """The peer's mutex we counted under is no longer ours: take it again, then count."""
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a peer's semaphore keeps its mutex and its leases, and how it takes a lease (see
+    the module docstring). In the paths ``{}`` is the semaphore's path; in ``lease``, the
+    lease's token (what tells our node after a lost create reply)."""
+
+    mutex: str  # the peer's lock
+    leases: str  # the leases' parent
+    lease: str  # a lease's name
+    token: Callable[[], str]
+    mode: CreateMode
+    # Curator creates its lease, then counts it with the others (at most ``max_leases``,
+    # ours included); kazoo counts the others (fewer than ``max_leases``), then creates.
+    create_first: bool
+    # kazoo: ``<path>`` (persistent) stores the limit; the mutex's sibling path is persistent.
+    stores_limit: bool
 
 
-KAZOO_LOCK_SUFFIX = "-__lock__"  # kazoo's Semaphore locks the sibling <path>-__lock__
-CURATOR_LOCKS = "locks"  # InterProcessSemaphoreV2's mutex, under the path
-CURATOR_LEASES = "leases"  # ... and its leases
-CURATOR_LEASE = "lease-"  # a lease's name after the protection prefix
-_CLEANUP_SECONDS = 5.0  # an abandoned lease's delete, before the janitor takes over
+KAZOO = Layout(
+    mutex="{}-__lock__",
+    leases="{}",
+    lease="{}",  # 32 hex digits
+    token=lambda: uuid.uuid4().hex,
+    mode=CreateMode.EPHEMERAL,
+    create_first=False,
+    stores_limit=True,
+)
+CURATOR = Layout(  # InterProcessSemaphoreV2
+    mutex="{}/locks",
+    leases="{}/leases",
+    lease="_c_{}-lease-",  # the protection prefix, then the name, then ZooKeeper's sequence
+    token=lambda: str(uuid.uuid4()),
+    mode=CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL,
+    create_first=True,
+    stores_limit=False,
+)
+LAYOUTS: dict[Compat, Layout] = {"kazoo": KAZOO, "curator": CURATOR}
 
 
 def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
-class _CompatLease(LeaseBase):
-    """One task's lease taken the peer's way (reentrant, loss-aware). Made by
-    ``CompatSemaphore`` only."""
+class _CompatLease(UniqueNodePrimitive, LeaseBase):
+    """One task's lease taken the peer's way (reentrant, loss-aware): a node of its own,
+    created and counted under the peer's mutex. Made by ``CompatSemaphore`` only."""
 
     _kind = "semaphore"
 
-    def __init__(self, owner: CompatSemaphore, mutex: Lock) -> None:
-        super().__init__(owner._session, owner._monitor, owner._label, owner._paths, owner.acl)
-        self._owner_sem = owner
-        self._mutex = mutex
-        self._janitor = owner._janitor
-        self._acl = encode_acl(owner.acl)
+    def __init__(self, owner: CompatSemaphore) -> None:
+        super().__init__(
+            owner._session, owner._monitor, owner._janitor, owner._label, owner._paths, owner.acl
+        )
+        self._sem = owner
+        self._layout = owner._layout
+        self._mutex = owner._mutex
         self._identity = Identity(owner.identifier)
-        # A lease node that may exist and is not held yet (its node None while the create's
-        # outcome is unknown), and its czxid. The claim's GUID is in its name (kazoo: the
-        # whole name; Curator: the protection UUID).
-        self._pending: NamedClaim | None = None
-        self._pending_czxid = 0
-        self._held: str | None = None  # our lease node while held
-
-    def _node_names(self) -> tuple[str, ...]:
-        pending = self._pending.node if self._pending else None
-        return tuple(n.rsplit("/", 1)[-1] for n in (self._held, pending) if n)
-
-    # ---------------------------------------------------------------- acquire
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
         data = self._identity.data(task_name)
-        if self._owner_sem.compat == "kazoo":
-            await self._owner_sem._ensure_path(deadline)
+        if self._layout.stores_limit:
+            await self._sem._ensure_path(deadline)
         while True:
             await self._mutex.acquire(timeout=_left(deadline))
             try:
@@ -134,19 +135,14 @@ class _CompatLease(LeaseBase):
     async def _lease_under_mutex(self, data: bytes, deadline: float | None) -> Holding | None:
         """List with a watch and take the lease when the count allows; None if the mutex
         can no longer be trusted (its session changed, or the loss policy gave it up)."""
-        session = self._session
-        sem = self._owner_sem
-        parent = sem._lease_parent
-        server_parent = session.server_path(parent)
+        session, layout = self._session, self._layout
+        server_parent = session.server_path(self._sem._lease_parent)
         while True:
             generation = session.generation
             if self._mutex_lost(generation):
                 return None
-            if sem.compat == "curator" and self._pending_node(generation) is None:
-                # Curator creates its lease first, then counts it with the others.
-                token = str(uuid.uuid4())
-                name = join(parent, f"_c_{token}-{CURATOR_LEASE}")
-                await self._create(name, token, data, generation)
+            if layout.create_first and self._claimed(generation) is None:
+                await self._create(data, generation)  # then counted with the others
                 continue
             with Wakeup(session) as wakeup:
                 try:
@@ -157,141 +153,55 @@ class _CompatLease(LeaseBase):
                     return None
                 if self._mutex_lost(generation):
                     return None  # given up while we were disconnected
-                if children is None:
-                    children = []  # Curator: the lease's create makes it again
-                    if sem.compat == "kazoo":  # deleted by someone: make it again
-                        sem._assured = False
-                        await sem._ensure_path(deadline)
-                        continue
-                try:
-                    step = await self._step(children, data, generation)
-                except _MutexGone:
+                if children is None and layout.stores_limit:  # <path> deleted: make it again
+                    self._sem._assured = False
+                    await self._sem._ensure_path(deadline)
+                    continue
+                try:  # no parent (Curator's leases): our lease's create makes it again
+                    step = await self._step(children or [], data, generation)
+                except ConditionFailed:
                     return None
                 if isinstance(step, Holding):
                     return step
                 if step:
                     await wakeup.wait(deadline, f"{self._label}: no lease free in time")
 
-    def _may_take(self, children: list[str]) -> bool:
-        """Whether the count of children allows a lease (kazoo: before creating ours;
-        Curator: with ours)."""
-        limit = self._owner_sem.max_leases
-        if self._owner_sem.compat == "kazoo":
-            return len(children) < limit
-        return len(children) <= limit
-
     async def _step(self, children: list[str], data: bytes, generation: int) -> Holding | bool:
         """One decision on a listing: the holding, True to wait for the watch, or False to
         list again now."""
-        sem = self._owner_sem
-        if sem.compat == "kazoo":
-            if not self._may_take(children):
+        limit = self._sem.max_leases
+        if not self._layout.create_first:  # count the others, then create ours
+            if len(children) >= limit:
                 return True
-            name = uuid.uuid4().hex
-            return await self._create(join(sem.path, name), name, data, generation) or False
-        pending, node = self._pending, self._pending_node(generation)
-        if pending is None or node is None:
-            return False  # the create's outcome was unknown, and it made nothing
-        czxid = self._pending_czxid
-        if node.rsplit("/", 1)[-1] not in children:
-            self._pending = None  # gone (Curator: "sequential path not found"): create again
+            node = await self._create(data, generation)
+            return False if node is None else self._hold()
+        node = self._claimed(generation)  # created, to be counted with the others
+        if node is None or node.rsplit("/", 1)[-1] not in children:
+            self._claim = None  # gone (Curator: "sequential path not found"): create again
             return False
-        if not self._may_take(children):
+        if len(children) > limit:
             return True
-        return self._hold(node, czxid, generation)
+        return self._hold()
 
-    def _pending_node(self, generation: int) -> str | None:
-        """Our lease node not held yet, if it was created in ``generation``."""
-        pending = self._pending
-        return pending.node if pending is not None and pending.generation == generation else None
+    async def _create(self, data: bytes, generation: int) -> str | None:
+        """Create our lease node, claimed (``_create_unique``); None if it made nothing.
 
-    async def _create(self, node: str, token: str, data: bytes, generation: int) -> Holding | None:
-        """Create a lease node; kazoo's is held at once, Curator's is pending until a
-        listing counts it. A lost reply is resolved by looking for the token in the
-        children: kazoo's unique name, Curator's protection UUID."""
-        session = self._session
-        sequential = self._owner_sem.compat == "curator"
-        mode = CreateMode.EPHEMERAL | (CreateMode.SEQUENTIAL if sequential else 0)
-        parent = self._owner_sem._lease_parent
-        op = self._create_lease_op(node, data, mode)
-        self._pending = NamedClaim(parent, token, generation)
-        try:
-            created = await create_in(session, op, parent, self._acl, generation=generation)
-        except SessionExpired:
-            self._pending = None  # not sent (the session changed), or gone with it
-            return None
-        if isinstance(created, Created):
-            return self._made(created.path, token, created.stat.czxid, generation)
-        if isinstance(created, MultiResult):
-            if created.ok:
-                return self._made(str(created.results[1]), token, created.zxid, generation)
-            index, failure = created.failure or (1, created)
-            if index == 0:  # our mutex node is gone: the count we made is void
-                self._pending = None
-                raise _MutexGone
-            created = failure
-        if isinstance(created, (ConnectionLoss, NodeExistsError)):
-            try:
-                found = await find_ours(session, parent, token, generation)
-            except SessionExpired:
-                found = None  # gone with its session
-            if found is None:
-                self._pending = None
-                return None
-            return self._made(found[0], token, found[1].czxid, generation)
-        self._pending = None
-        if isinstance(created, SessionExpired):
-            return None
-        assert isinstance(created, BaseException)
-        raise created
-
-    def _create_lease_op(self, node: str, data: bytes, mode: CreateMode) -> Op[Any]:
-        """The lease's create. kazoo's lease is created after the count, so it goes in one
-        transaction with a check that our mutex node still exists (the loss policy may have
-        given the mutex up meanwhile, and the janitor deleted it: another holder may have
-        counted since). Raises ``_MutexGone`` if the mutex is not held now."""
-        session = self._session
-        server_node = session.server_path(node)
-        if self._owner_sem.compat == "curator":  # created before the count: counted by all
-            return create_op(server_node, data, mode, session.client_path, acl=self._acl)
-        held = self._mutex._held_node()
-        if held is None:
-            raise _MutexGone
-        mutex_node = session.server_path(held[0])
-        check, create = MultiCheck(mutex_node, -1), MultiCreate(server_node, data, mode, self._acl)
-        return multi_op([check, create], session.client_path)
-
-    def _made(self, node: str, token: str, czxid: int, generation: int) -> Holding | None:
-        """A lease node of ours exists: kazoo holds it now, Curator counts it first."""
-        if self._owner_sem.compat == "kazoo":
-            return self._hold(node, czxid, generation)
-        self._pending = NamedClaim(self._owner_sem._lease_parent, token, generation, node)
-        self._pending_czxid = czxid
-        return None
-
-    def _hold(self, node: str, czxid: int, generation: int) -> Holding:
-        self._pending = None
-        self._held = node
-        return Holding((node,), generation, czxid)
-
-    # ---------------------------------------------------------------- release and cleanup
-
-    async def _give_back(self, holding: Holding) -> None:
-        await delete_shielded(self._session, holding.nodes[0], holding.generation)
-
-    def _give_back_nowait(self, holding: Holding) -> bool:
-        node = holding.nodes[0]  # a unique name: the janitor's retry is safe
-        release_nowait(self._session, self._janitor, node, holding.generation)
-        return True
-
-    def _drop(self, holding: Holding) -> None:
-        self._held = None
-
-    async def _abandon(self) -> None:
-        """After a failed or cancelled acquire: delete a lease created (or maybe created)
-        and not held. Shielded and bounded; the janitor finishes what cannot be done now."""
-        pending, self._pending = self._pending, None
-        await abandon(self._session, self._janitor, pending)
+        A lease created after the count (kazoo's) goes in one transaction with a check
+        that our mutex node still exists: the loss policy may have given the mutex up
+        meanwhile, and the janitor deleted it, so another holder may have counted since.
+        Raises ``ConditionFailed`` then, or if the mutex is not held now. A lease created
+        before the count (Curator's) is counted by every contender: no check."""
+        layout, parent, token = self._layout, self._sem._lease_parent, self._layout.token()
+        mutex = None
+        if not layout.create_first:
+            held = self._mutex._held_node()
+            if held is None:
+                raise ConditionFailed
+            mutex = held[0]
+        name = layout.lease.format(token)
+        return await self._create_unique(
+            parent, token, name, data, layout.mode, generation, while_exists=mutex
+        )
 
 
 class CompatSemaphore(Semaphore):
@@ -325,14 +235,11 @@ class CompatSemaphore(Semaphore):
             acl=acl,
         )
         self.compat = compat
-        if compat == "kazoo":
-            mutex_path, self._lease_parent = self.path + KAZOO_LOCK_SUFFIX, self.path
-        else:
-            mutex_path = join(self.path, CURATOR_LOCKS)
-            self._lease_parent = join(self.path, CURATOR_LEASES)
+        self._layout = LAYOUTS[compat]
+        self._lease_parent = self._layout.leases.format(self.path)
         self._mutex = Lock._construct(
             session,
-            mutex_path,
+            self._layout.mutex.format(self.path),
             identifier=identifier,
             monitor=monitor,
             janitor=janitor,
@@ -342,7 +249,7 @@ class CompatSemaphore(Semaphore):
         self._assured = False  # kazoo: the path exists and stores our limit
 
     def _new_lease(self) -> _CompatLease:
-        return _CompatLease._construct(self, self._mutex)
+        return _CompatLease._construct(self)
 
     async def _ensure_path(self, deadline: float | None) -> None:
         """kazoo: create ``<path>`` (persistent, with our limit) and the lock's sibling
@@ -354,7 +261,7 @@ class CompatSemaphore(Semaphore):
         ops: list[Op[Any]] = [
             *container_path_ops(server_path.rsplit("/", 1)[0], strip, acl=acl),
             create_op(server_path, self._limit, persistent, strip, acl=acl),
-            create_op(server_path + KAZOO_LOCK_SUFFIX, b"", persistent, strip, acl=acl),
+            create_op(session.server_path(self._mutex.path), b"", persistent, strip, acl=acl),
         ]
         results = await RETRY.pipeline(session, ops, wait_until=deadline)
         for result in results[-2:]:
@@ -364,36 +271,13 @@ class CompatSemaphore(Semaphore):
             await self._check_limit(None, deadline)
         self._assured = True
 
-    async def leases(self) -> list[Contender]:
-        """The current lease holders as ZooKeeper has them, each with its identity (as
-        ``Lock.contenders()``; kazoo's leases have no sequence: 0). Curator's leases are
-        all counted, oldest first, up to ``max_leases``. Connection losses are retried;
-        raises ``ClientClosed`` once closed, ``UsageError`` outside the client's loop."""
-        session = self._session
-        parent = session.server_path(self._lease_parent)
-        children = await RETRY.lookup(session, get_children_op(parent))
-        names = children if isinstance(children, list) else []
-        if self.compat == "curator":
-            names = sorted((n for n in names if is_sequence(n[-10:])), key=lambda n: n[-10:])
-            names = names[: self.max_leases]
-        ops = [get_data_op(join(parent, name)) for name in names]
-        results = await session.pipeline(ops) if ops else []
-        return [
-            contender_of(name, data, stat, is_holder=True, sequence=_sequence(name))
-            for name, result in zip(names, results, strict=False)
-            if isinstance(result, tuple)
-            for data, stat in [result]
-        ]
-
-    def __repr__(self) -> str:
-        return (
-            f"<aiozklock.Semaphore {short_repr(self.path)} max_leases={self.max_leases} "
-            f"identifier={short_repr(self.identifier)} compat={self.compat!r}>"
-        )
-
-
-def _sequence(name: str) -> int:
-    return int(name[-10:]) if is_sequence(name[-10:]) else 0
+    def _holders(self, children: list[str]) -> list[tuple[str, int | None]]:
+        """kazoo counts every child as a lease (with no sequence: 0); Curator every lease,
+        and the oldest ``max_leases`` (by their sequence) hold."""
+        if not self._layout.mode & CreateMode.SEQUENTIAL:
+            return [(name, 0) for name in children]
+        names = sorted((n for n in children if is_sequence(n[-10:])), key=lambda n: n[-10:])
+        return [(name, int(name[-10:])) for name in names[: self.max_leases]]
 
 
 __all__ = ("CompatSemaphore",)
