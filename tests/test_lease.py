@@ -13,6 +13,7 @@ than the TTL.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 import uuid
@@ -340,6 +341,31 @@ async def test_timeout_try_acquire_and_cancel_leave_no_node(
         await waiter.acquire()  # the waiter still works, and gets the lease once released
         await waiter.release()
     assert await holder.exists(NODE) is None
+
+
+async def test_timeout_before_the_create_is_sent_has_nothing_to_clean_up(
+    lease_proxy: FaultProxy, open_client: Open, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A create that was never sent made nothing: the acquire does not wait (for half the
+    # session timeout) to delete a node of ours, nor warn that it could not.
+    caplog.set_level(logging.WARNING, logger="aiozklock._recipes._lease")
+    zk = await open_client(lease_proxy)
+    lease = zk.lease_lock(PATH, TTL)
+    suspended = anyio.Event()
+    zk.add_listener(
+        lambda change: suspended.set() if change.state is aiozklock.SessionState.SUSPENDED else None
+    )
+    with anyio.fail_after(15):
+        lease_proxy.blackhole(True)
+        await lease_proxy.drop_all()
+        await suspended.wait()
+        with pytest.raises(LockTimeout):
+            await lease.acquire(timeout=0.2)
+        assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        lease_proxy.blackhole(False)
+        async with lease:  # the object stays usable
+            assert lease.is_held
+    assert lease.statistics().acquisitions == 1
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,9 @@ The session's loss policy does not apply: a disconnection, or even a new session
 lose the lease. Its keeper (renewals and the loss deadline) is one task per holding in the
 client's background task group, started when the lease is granted and cancelled when it is
 released, so no task outlives the holding or the client.
+
+What is done on the node (the create, its read-back, the wait, the owned delete) is
+``_core/_fixed.py``'s ``FixedNode``, which the non-fair lock shares.
 """
 
 from __future__ import annotations
@@ -46,25 +49,17 @@ import anyio
 
 from aiozklock._acl import ACL
 from aiozklock._exceptions import (
-    AiozklockError,
     BadVersionError,
-    ConnectionLoss,
-    InvalidACLError,
-    NoAuthError,
-    NodeExistsError,
     NoNodeError,
     NotLockOwner,
-    SessionExpired,
     TTLNotSupported,
     UnimplementedError,
     short_repr,
 )
+from aiozklock._recipes._core._fixed import Bid, FixedNode
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor, Spawn
 from aiozklock._recipes._core._primitive import Primitive
-from aiozklock._recipes._core._retry import RETRY_ANY_SESSION, create_in
-from aiozklock._recipes._core._uncertain import delete_shielded
-from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock._recipes._lease_keeper import (
     UNKNOWN_OUTCOME,
     LeaseHolding,
@@ -73,17 +68,9 @@ from aiozklock._recipes._lease_keeper import (
     keep,
     refresh,
 )
-from aiozklock._wire._protocol import (
-    Created,
-    Stat,
-    create_ttl_op,
-    delete_op,
-    encode_acl,
-    set_data_op,
-)
-from aiozklock._wire._session import Session, SessionState
+from aiozklock._wire._protocol import Stat, set_data_op
+from aiozklock._wire._session import Session
 from aiozklock._wire._validation import (
-    join,
     validate_data,
     validate_flag,
     validate_holder_id,
@@ -147,12 +134,11 @@ class LeaseLock(Primitive):
         acl: tuple[ACL, ...],
     ) -> None:
         self.path = validate_recipe_path(path)
-        self._ttl_ms = validate_ttl(ttl)
+        ttl_ms = validate_ttl(ttl)
         self.ttl = float(ttl)
         self.holder_id = uuid.uuid4().hex if holder_id is None else validate_holder_id(holder_id)
         self.identifier = validate_identifier(identifier)
         self.renew_automatically = validate_flag("renew", renew)
-        self.node = join(self.path, LEASE_NODE)
         super().__init__(
             session,
             LeaseMonitor(lambda holding: keep(self, holding), spawn),
@@ -160,13 +146,13 @@ class LeaseLock(Primitive):
             (self.path,),
             acl,
         )
-        self._acl = encode_acl(acl)
-        self._janitor = janitor
-        self._server_node = session.server_path(self.node)
+        self._fixed = FixedNode(
+            session, janitor, self.path, LEASE_NODE, acl, self._label, ttl_ms=ttl_ms
+        )
+        self.node = self._fixed.node
         self._margin = self.ttl * MARGIN_FRACTION
         self._renew_every = self.ttl * RENEW_FRACTION
         self._writing = anyio.Lock()  # one write of ours on the node at a time
-        self._maybe_created = False  # a create or re-attach may have left a node of ours
         identity = {
             "holder_id": self.holder_id,
             "identifier": self.identifier,
@@ -175,6 +161,7 @@ class LeaseLock(Primitive):
             "ttl": self.ttl,
         }
         self._data = validate_data(json.dumps(identity, ensure_ascii=False).encode())
+        self._bid = Bid(self._data, self._owned, self._granted, self._reattach)
 
     # ---------------------------------------------------------------- public API
 
@@ -234,18 +221,18 @@ class LeaseLock(Primitive):
         assert isinstance(holding, LeaseHolding)
         return -math.inf if holding.lost else holding.expires_at - self._margin
 
-    def _is_ours(self, data: bytes) -> bool:
+    def _owned(self, data: bytes, stat: Stat) -> bool:
+        """Whether the node read back is ours: it carries our ``holder_id``."""
         try:
             identity = json.loads(data.decode())
         except ValueError:
             return False
         return isinstance(identity, dict) and identity.get("holder_id") == self.holder_id
 
-    def _granted(self, stat: Stat, sent: float) -> LeaseHolding:
-        self._maybe_created = False
+    def _granted(self, stat: Stat, generation: int, sent: float) -> LeaseHolding:
         return LeaseHolding(
             nodes=(self.node,),
-            generation=self._session.generation,
+            generation=generation,
             token=stat.czxid,
             guarded=True,
             version=stat.version,
@@ -255,76 +242,29 @@ class LeaseLock(Primitive):
     # ---------------------------------------------------------------- acquire
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        self._maybe_created = False
-        return await self._contend(deadline)
-
-    async def _contend(self, deadline: float | None) -> LeaseHolding:
-        session = self._session
-        while True:
-            create = create_ttl_op(
-                self._server_node, self._data, self._ttl_ms, session.client_path, acl=self._acl
-            )
-            sent = time.monotonic()
-            self._maybe_created = True
-            try:
-                created = await create_in(session, create, self.path, self._acl, deadline=deadline)
-            except (NoAuthError, InvalidACLError):
-                self._maybe_created = False  # the lock path's container was refused
-                raise
-            if isinstance(created, Created):
-                return self._granted(created.stat, sent)
-            if isinstance(created, UnimplementedError):
-                self._maybe_created = False
-                raise TTLNotSupported(self.node) from None
-            if not isinstance(created, NodeExistsError | ConnectionLoss | SessionExpired):
-                self._maybe_created = False
-                assert isinstance(created, BaseException)
-                raise created
-            holding = await self._adopt_or_wait(deadline)
-            if holding is not None:
-                return holding
-
-    async def _adopt_or_wait(self, deadline: float | None) -> LeaseHolding | None:
-        """The node exists, or our create's outcome is unknown: re-attach if it carries our
-        ``holder_id``, else wait until it is deleted. None: create again."""
-        message = f"{self._label} not acquired in time (held by another)"
-        while True:
-            with Wakeup(self._session) as wakeup:
-                found = await wakeup.get_data(
-                    self._server_node, deadline=deadline, retry=RETRY_ANY_SESSION
-                )
-                if found is None:
-                    return None
-                data, stat = found
-                if self._is_ours(data):
-                    return await self._reattach(stat, deadline)
-                self._maybe_created = False  # someone else's node: our create failed
-                await wakeup.wait(deadline, message)
-                if wakeup.deleted:
-                    return None
+        try:
+            return await self._fixed.take(self._bid, deadline)
+        except UnimplementedError:
+            raise TTLNotSupported(self.node) from None
 
     async def _reattach(self, stat: Stat, deadline: float | None) -> LeaseHolding | None:
         """Our ``holder_id`` is on the node (a lost create reply, or a restart with the same
         ``holder_id``): adopt it, renewing at once, since its expiry is unknown until we
-        write. None if it changed meanwhile, or the outcome is unknown: look again."""
-        self._maybe_created = True
+        write. None if it changed meanwhile, or the outcome is unknown: create again."""
         sent = time.monotonic()
-        op = set_data_op(self._server_node, self._data, stat.version)
+        op = set_data_op(self._fixed.server_node, self._data, stat.version)
         try:
             renewed = await self._session.call(op, wait_until=deadline)
         except (BadVersionError, NoNodeError, *UNKNOWN_OUTCOME):
             return None
         log.info("%s: re-attached to our lease node (czxid %d)", self._label, renewed.czxid)
-        return self._granted(renewed, sent)
+        return self._granted(renewed, self._session.generation, sent)
 
     async def _abandon(self) -> None:
         """After a failed or cancelled acquire: delete our node if there may be one
         (shielded, bounded). If that is not possible in time, it is never renewed, and the
         server deletes it after its TTL."""
-        if not self._maybe_created:
-            return
-        self._maybe_created = False
-        if not await self._delete_ours(None, self._session.timeout / 2):
+        if not await self._fixed.abandon():
             log.warning(
                 "%s: could not delete our node after a failed acquire; the server deletes "
                 "it after its TTL (%s s) and the reaper's interval",
@@ -338,12 +278,14 @@ class LeaseLock(Primitive):
         assert isinstance(holding, LeaseHolding)
         with anyio.CancelScope(shield=True):
             async with self._writing:  # a renewal cancelled in flight settles first
-                # Bounded like every cleanup (an outage must not block the caller for a TTL);
-                # what is left goes to the janitor, and failing that, to the TTL.
-                until = time.monotonic() + self._session.timeout / 2
-                if await self._delete_valid(holding, until):
-                    return
-                if not await self._delete_ours(holding.token, until - time.monotonic()):
+                # While the lease is valid the server cannot have deleted our node, so the
+                # node with our version is ours. Bounded like every cleanup (an outage must
+                # not block the caller for a TTL); what is left goes to the janitor, and
+                # failing that, to the TTL.
+                valid_until, bound = self._valid_until(holding), self._session.timeout / 2
+                if not await self._fixed.release(
+                    holding, valid_until=valid_until, bound=bound, owned=self._owned
+                ):
                     log.warning(
                         "%s: could not delete our node on release yet: the janitor retries "
                         "while the session lives, else the server deletes it after its TTL "
@@ -351,38 +293,7 @@ class LeaseLock(Primitive):
                         self._label,
                         self.ttl,
                     )
-                    if self._session.state is not SessionState.CLOSED:
-                        generation = self._session.generation
-                        self._janitor.delete(self.node, generation, czxid=holding.token)
-
-    async def _delete_valid(self, holding: LeaseHolding, bound: float) -> bool:
-        """The 1-round-trip release: while the lease is valid the server cannot have deleted
-        our node, so the node with our version is ours. False: check by reading first (a
-        renewal whose reply we did not see, a lost reply, no longer valid, or ``bound``)."""
-        until = min(self._valid_until(holding), bound)
-        with anyio.move_on_after(until - time.monotonic()):
-            try:
-                op = delete_op(self._server_node, holding.version)
-                await self._session.call(op, wait_until=until)
-                return True
-            except NoNodeError:
-                return True  # deleted by someone else: nothing of ours is left
-            except (AiozklockError, TimeoutError):
-                return False
-        return False
-
-    async def _delete_ours(self, czxid: int | None, bound: float) -> bool:
-        """Delete the node if it is ours (our ``holder_id``, and ``czxid`` if given), within
-        ``bound`` seconds. True once it is gone or not ours; False if not done in time."""
-        return await delete_shielded(
-            self._session,
-            self.node,
-            None,
-            bound=bound,
-            czxid=czxid,
-            owned=lambda data, stat: self._is_ours(data),
-            retry=RETRY_ANY_SESSION,
-        )
+                    self._fixed.delete_later(holding.token)
 
     def _drop(self, holding: Holding) -> None:
         """Nothing to forget: the holding carries the lease's state."""

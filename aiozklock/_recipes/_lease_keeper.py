@@ -21,11 +21,11 @@ from aiozklock._exceptions import (
     NoNodeError,
     SessionExpired,
 )
+from aiozklock._recipes._core._fixed import FixedHolding
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Spawn
 from aiozklock._recipes._core._retry import RETRY_ANY_SESSION
 from aiozklock._wire._protocol import Stat, get_data_op, set_data_op
-from aiozklock._wire._session import SessionState
 
 if TYPE_CHECKING:
     from aiozklock._recipes._lease import LeaseLock
@@ -37,11 +37,10 @@ UNKNOWN_OUTCOME = (ConnectionLoss, SessionExpired)  # what RETRY_ANY_SESSION rep
 
 
 @dataclass(eq=False)
-class LeaseHolding(Holding):
-    """A holding plus what renewals need: the node's version after our last write, and the
-    earliest instant (``time.monotonic()``) the server may delete the node."""
+class LeaseHolding(FixedHolding):
+    """A holding plus what renewals need: the node's ``version`` after our last write, and
+    the earliest instant (``time.monotonic()``) the server may delete the node."""
 
-    version: int = 0
     expires_at: float = -math.inf
     renewals: int = 0
 
@@ -161,7 +160,7 @@ async def refresh(lease: LeaseLock, holding: LeaseHolding) -> None:
 async def _write(lease: LeaseLock, holding: LeaseHolding, until: float) -> Stat | None:
     """``setData(version=ours)``; None if a lost reply turns out not to have been
     applied (send again)."""
-    op = set_data_op(lease._server_node, lease._data, holding.version)
+    op = set_data_op(lease._fixed.server_node, lease._data, holding.version)
     try:
         return await lease._session.call(op, wait_until=until)
     except (BadVersionError, NoNodeError) as exc:
@@ -169,11 +168,11 @@ async def _write(lease: LeaseLock, holding: LeaseHolding, until: float) -> Stat 
     except UNKNOWN_OUTCOME:
         pass
     try:  # the reply was lost: did our write happen?
-        read = get_data_op(lease._server_node)
+        read = get_data_op(lease._fixed.server_node)
         data, stat = await RETRY_ANY_SESSION.call(lease._session, read, wait_until=until)
     except NoNodeError:
         raise lose(lease, holding, "the node was deleted") from None
-    if stat.czxid != holding.token or not lease._is_ours(data):
+    if stat.czxid != holding.token or not lease._owned(data, stat):
         raise lose(lease, holding, "the node is someone else's now")
     if stat.version == holding.version:
         return None
@@ -190,8 +189,8 @@ def lose(lease: LeaseLock, holding: LeaseHolding, reason: str, *, delete: bool =
     rest of its TTL."""
     if holding.mark_lost(reason, "lease"):
         log.warning("%s: lease lost: %s", lease._label, reason)
-        if delete and lease._session.state is not SessionState.CLOSED:
-            lease._janitor.delete(lease.node, lease._session.generation, czxid=holding.token)
+        if delete:
+            lease._fixed.delete_later(holding.token)
     return lease._lost_error(f"{lease._label} was lost: {holding.lost_reason}")
 
 

@@ -12,57 +12,31 @@ identity (``_core/_contenders.Identity``):
 * the node's name is not ours alone, so no delete is ever blind: a delete whose reply was lost
   is retried only after ``exists`` shows the same czxid (else it is gone, or someone else's),
   and the holding is ``guarded`` so the loss policy's janitor checks the czxid too.
+
+What is done on the node (the create, its read-back, the wait, the owned delete) is
+``_core/_fixed.py``'s ``FixedNode``, which the lease shares.
 """
 
 from __future__ import annotations
 
-import logging
-import random
-import time
 import uuid
 from dataclasses import dataclass
-from typing import Literal
 
 import anyio
 
 from aiozklock._acl import ACL
-from aiozklock._exceptions import (
-    ConnectionLoss,
-    InvalidACLError,
-    LockTimeout,
-    NoAuthError,
-    NodeExistsError,
-    NoNodeError,
-    SessionExpired,
-    short_repr,
-)
+from aiozklock._exceptions import NoNodeError, short_repr
 from aiozklock._recipes._core._contenders import Contender, Identity, contender_of
+from aiozklock._recipes._core._fixed import Bid, FixedHolding, FixedNode
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._primitive import Primitive
-from aiozklock._recipes._core._retry import create_in
-from aiozklock._recipes._core._uncertain import (
-    FixedClaim,
-    abandon,
-    delete_shielded,
-    owned_by,
-    release_nowait,
-)
-from aiozklock._recipes._core._waiting import Wakeup
-from aiozklock._wire._protocol import Created, CreateMode, Stat, create_op, encode_acl, get_data_op
+from aiozklock._recipes._core._uncertain import owned_by
+from aiozklock._wire._protocol import get_data_op
 from aiozklock._wire._session import Session
-from aiozklock._wire._validation import join, validate_identifier, validate_recipe_path
-
-log = logging.getLogger(__name__)
+from aiozklock._wire._validation import validate_identifier, validate_recipe_path
 
 NODE_NAME = "lock"
-# Pitfall 18 (herd): after this many lost races in a row, wait a jittered moment before the
-# next create, so that a crowd of waiters spreads out instead of colliding on every release.
-_BACKOFF_AFTER = 2
-_BACKOFF_BASE = 0.002  # seconds, doubled per further loss
-_BACKOFF_CAP = 0.05
-
-_Outcome = Literal["taken", "unknown"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,123 +90,36 @@ class NonFairLock(Primitive):
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
         super().__init__(session, monitor, f"non-fair lock {self.path}", (self.path,), acl)
-        self._acl = encode_acl(acl)
-        self.node = join(self.path, NODE_NAME)
-        self._server_node = session.server_path(self.node)
-        self._janitor = janitor
+        # Back off after lost races: every waiter watches the one node (pitfall 18).
+        self._fixed = FixedNode(
+            session, janitor, self.path, NODE_NAME, acl, self._label, backoff=True
+        )
+        self.node = self._fixed.node
         self._identity = Identity(self.identifier)
-        self._guid = ""  # this acquisition attempt's GUID, in the node's data
-        self._held: Stat | None = None  # our node's stat while held (czxid, version)
-        self._claim: FixedClaim | None = None  # a create of ours had an unknown outcome
-        self._races_lost = 0
 
-    # ---------------------------------------------------------------- acquire
+    # ---------------------------------------------------------------- acquire and release
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        self._guid = uuid.uuid4().hex
-        data = self._identity.data(task_name, guid=self._guid)
-        losses = 0
-        while True:
-            outcome = await self._create(data, deadline)
-            if isinstance(outcome, Holding):
-                return outcome
-            if outcome == "taken":
-                losses += 1
-                self._races_lost += 1
-                if self._claim is None and _expired(deadline):
-                    raise LockTimeout(f"{self._label} is held by another contender")
-            held = await self._wait_free(deadline)
-            if held is not None:
-                return held
-            if losses >= _BACKOFF_AFTER:
-                await self._backoff(losses, deadline)
-
-    async def _create(self, data: bytes, deadline: float | None) -> Holding | _Outcome:
-        """One create of the node (with its container parent if that is missing)."""
-        session = self._session
-        while True:
-            generation = session.generation
-            op = create_op(
-                self._server_node, data, CreateMode.EPHEMERAL, session.client_path, acl=self._acl
-            )
-            owned = owned_by(session, self._guid)
-            previous, self._claim = self._claim, FixedClaim(self.node, generation, owned)
-            try:
-                created = await create_in(
-                    session, op, self.path, self._acl, generation=generation, deadline=deadline
-                )
-            except (SessionExpired, TimeoutError, NoAuthError, InvalidACLError) as exc:
-                self._claim = previous  # not sent, or a definite answer: nothing was made
-                if isinstance(exc, SessionExpired):
-                    continue  # the session changed before we could send: use the new one
-                raise
-            if isinstance(created, Created):
-                return self._hold(created.stat, generation)
-            if isinstance(created, ConnectionLoss):
-                return "unknown"  # resolved by reading the node back (pitfall 19)
-            self._claim = previous  # a definite answer: this create made nothing
-            if isinstance(created, NodeExistsError):
-                return "taken"
-            if not isinstance(created, SessionExpired):  # else: gone with its session
-                assert isinstance(created, BaseException)
-                raise created
-
-    def _hold(self, stat: Stat, generation: int) -> Holding:
-        self._claim = None
-        self._held = stat
-        return Holding((self.node,), generation, stat.czxid, guarded=True)
-
-    async def _wait_free(self, deadline: float | None) -> Holding | None:
-        """Read the node with a watch: ours (a lost create reply) → the holding; gone →
-        None at once; someone else's (or ours from an old session) → wait for its deletion
-        or a session state change, then None (create again)."""
-        session = self._session
-        with Wakeup(session) as wakeup:
-            found = await wakeup.get_data(self._server_node, deadline=deadline)
-            generation = session.generation
-            if found is not None and owned_by(session, self._guid)(*found):
-                log.info("%s: adopted our node after a lost create reply", self._label)
-                return self._hold(found[1], generation)
-            self._claim = None  # nothing there, someone else's, or ours from an old session
-            if found is not None:
-                await wakeup.wait(deadline, f"{self._label} not acquired in time")
-            return None
-
-    async def _backoff(self, losses: int, deadline: float | None) -> None:
-        bound = min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** (losses - _BACKOFF_AFTER))
-        delay = random.uniform(0, bound)
-        if deadline is not None:
-            delay = min(delay, max(0.0, deadline - time.monotonic()))
-        await anyio.sleep(delay)
-
-    # ---------------------------------------------------------------- release and cleanup
-
-    async def _give_back(self, holding: Holding) -> None:
-        stat = self._held
-        assert stat is not None
-        # A lost reply is resolved before any retry (pitfall 20: a blind retry could delete
-        # the next holder's node).
-        await delete_shielded(
-            self._session, self.node, holding.generation, czxid=stat.czxid, version=stat.version
-        )
-
-    def _give_back_nowait(self, holding: Holding) -> bool:
-        stat = self._held
-        assert stat is not None
-        session, janitor = self._session, self._janitor
-        release_nowait(
-            session, janitor, self.node, holding.generation, version=stat.version, czxid=stat.czxid
-        )
-        return True
-
-    def _drop(self, holding: Holding) -> None:
-        self._held = None
+        guid = uuid.uuid4().hex  # this attempt's, in the node's data
+        data = self._identity.data(task_name, guid=guid)
+        return await self._fixed.take(Bid(data, owned_by(self._session, guid)), deadline)
 
     async def _abandon(self) -> None:
         """After a failed or cancelled acquire: if a create of ours had an unknown outcome,
         make sure its node (if any) does not stay."""
-        claim, self._claim = self._claim, None
-        await abandon(self._session, self._janitor, claim)
+        await self._fixed.abandon()
+
+    async def _give_back(self, holding: Holding) -> None:
+        assert isinstance(holding, FixedHolding)
+        await self._fixed.release(holding)
+
+    def _give_back_nowait(self, holding: Holding) -> bool:
+        assert isinstance(holding, FixedHolding)
+        self._fixed.release_nowait(holding)
+        return True
+
+    def _drop(self, holding: Holding) -> None:
+        """Nothing to forget: the holding carries the node's version."""
 
     # ---------------------------------------------------------------- introspection
 
@@ -249,7 +136,7 @@ class NonFairLock(Primitive):
             fencing_token=holding.token if holding is not None else None,
             acquisitions=self._acquisitions,
             losses=self._losses,
-            races_lost=self._races_lost,
+            races_lost=self._fixed.races_lost,
             last_wait=self._last_wait,
         )
 
@@ -261,7 +148,7 @@ class NonFairLock(Primitive):
         read cannot be answered.
         """
         try:
-            data, stat = await self._session.call(get_data_op(self._server_node))
+            data, stat = await self._session.call(get_data_op(self._fixed.server_node))
         except NoNodeError:
             return []
         return [contender_of(NODE_NAME, data, stat, is_holder=True, sequence=0)]
@@ -272,10 +159,6 @@ class NonFairLock(Primitive):
             f"<aiozklock.NonFairLock {short_repr(self.path)} {state} "
             f"identifier={short_repr(self.identifier)}>"
         )
-
-
-def _expired(deadline: float | None) -> bool:
-    return deadline is not None and time.monotonic() >= deadline
 
 
 __all__ = ("NODE_NAME", "NonFairLock", "NonFairLockStatistics")
