@@ -297,3 +297,16 @@ def test_importing_aiozklock_and_its_fencing_package_loads_no_redis() -> None:
     assert result.returncode == 0, result.stderr
     # Even the fence's module loads redis-py only when a fence is made.
     assert result.stdout.split() == ["aiozklock.fencing._redis", "False"]
+
+
+async def test_the_cost_benchmark_measures_both_variants(redis_url: str) -> None:
+    from benchmarks import redis_fence_cost
+
+    measured = await redis_fence_cost.measure(redis_url, ops=100, rounds=2)
+    assert {variant: len(times) for variant, times in measured.rounds.items()} == {
+        "set": 2,
+        "fenced": 2,
+    }
+    assert all(wall > 0 for times in measured.rounds.values() for wall, _ in times)
+    assert set(measured.server_us) == {"set", "fenced"}
+    assert "fenced" in redis_fence_cost.report(measured)
