@@ -98,7 +98,7 @@ async def test_an_equal_token_writes_again_and_a_newer_one_takes_over(
 async def test_concurrent_writers_with_shuffled_tokens_end_with_the_highest(
     redis_url: str, key: str
 ) -> None:
-    """200 writers over 4 connections pools, in random order, tokens on both sides of 2**53:
+    """200 writers over 4 connection pools, in random order, tokens on both sides of 2**53:
     whatever the interleaving, the last state is the greatest token's, and every refusal
     names a token newer than the writer's."""
     rng = random.Random(20)
@@ -263,11 +263,13 @@ async def test_bad_input_is_refused_before_any_command(
     assert command_calls(await client.info("commandstats")) == before
 
 
-def test_a_synchronous_client_is_refused() -> None:
+async def test_a_synchronous_client_or_a_pipeline_is_refused(client: redis.asyncio.Redis) -> None:
     import redis as sync_redis
 
     with pytest.raises(InvalidArgument, match=r"redis\.asyncio"):
         RedisFence(sync_redis.Redis())  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="Pipeline"):
+        RedisFence(client.pipeline())
     with pytest.raises(InvalidArgument, match=r"not builtins\.str"):
         RedisFence("redis://localhost")  # type: ignore[arg-type]
 

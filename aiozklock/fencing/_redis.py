@@ -94,18 +94,21 @@ class RedisFence:
 
     The fence keeps no expiry: expiring the token would let a stale writer in again.
     Constructing it sends nothing. Raises ``InvalidArgument`` if ``redis`` is not an
-    asyncio client of redis-py (a synchronous ``redis.Redis`` would block the event loop),
-    and ``ImportError`` if redis-py is not installed (``pip install aiozklock[redis]``).
+    asyncio client of redis-py (a synchronous ``redis.Redis`` would block the event loop; a
+    pipeline only queues commands), and ``ImportError`` if redis-py is not installed
+    (``pip install aiozklock[redis]``).
     """
 
     def __init__(self, redis: Redis | RedisCluster) -> None:
         try:
             from redis.asyncio import Redis, RedisCluster
+            from redis.asyncio.client import Pipeline
         except ImportError as exc:  # pragma: no cover - the caller passed some client
             raise ImportError(
                 "RedisFence needs redis-py (redis.asyncio): pip install 'aiozklock[redis]'"
             ) from exc
-        if not isinstance(redis, (Redis, RedisCluster)):
+        # A pipeline is a Redis too, but it only queues: the script's answer would not come.
+        if not isinstance(redis, (Redis, RedisCluster)) or isinstance(redis, Pipeline):
             raise InvalidArgument(
                 "RedisFence needs a redis.asyncio client (redis.asyncio.Redis or "
                 f"RedisCluster), not {type(redis).__module__}.{type(redis).__qualname__}"
