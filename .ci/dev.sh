@@ -7,7 +7,8 @@
 #   bash .ci/dev.sh setup                 # only install what is missing
 #
 # It installs what it needs: ZooKeeper and a Java runtime from apt (unless $ZOOKEEPER_HOME or
-# Debian's jars are there), python3-venv if needed, and the package with its dev dependency
+# Debian's jars are there), redis-server for the fencing tests ('setup' and 'test'; the tests
+# start their own on a free port), python3-venv if needed, and the package with its dev dependency
 # group into .venv. A second run skips the install while pyproject.toml is unchanged (the
 # stamp is .venv/.aiozklock-installed). Works without stdin and with CI=true. 'bench' also
 # installs the 'bench' group (stamp .venv/.aiozklock-bench-installed) and, for the Curator
@@ -17,6 +18,7 @@
 # Environment: PYTHON (interpreter for .venv, >= 3.11; default: the first of python3,
 # python3.13, python3.12, python3.11 that is recent enough), ZOOKEEPER_HOME,
 # AIOZKLOCK_ZK_HOSTS (tests use these servers instead of starting their own),
+# AIOZKLOCK_REDIS_URL (likewise for Redis: redis://host:port/db; redis-server is not installed),
 # AIOZKLOCK_TEST_TIMEOUT (bound for the whole pytest run in seconds, default 2700; 0: none),
 # AIOZKLOCK_TEST_WORKERS (pytest-xdist workers, default 4, each with its own ZooKeeper: the
 # tests mostly wait on servers and clocks, so 4 fit on 2 cores; 0: one process).
@@ -101,6 +103,14 @@ ensure_zookeeper() {
     if ! have_java; then
         apt_install default-jre-headless
     fi
+}
+
+ensure_redis() {  # the fencing tests start throwaway redis-servers (aiozklock.testing.RedisServer)
+    command -v redis-server >/dev/null 2>&1 && return 0
+    # Debian's package also enables a service on port 6379 where systemd runs; the tests
+    # never use it (they start their own on free ports).
+    apt_install redis-server
+    command -v redis-server >/dev/null 2>&1 || die "apt-get installed redis-server but it is not on PATH"
 }
 
 have_curator() { [ -f /usr/share/java/curator-recipes.jar ]; }
@@ -297,6 +307,7 @@ main() {
             ;;
         test)
             [ -n "${AIOZKLOCK_ZK_HOSTS:-}" ] || ensure_zookeeper
+            [ -n "${AIOZKLOCK_REDIS_URL:-}" ] || ensure_redis
             ensure_curator  # the interoperability tests' Curator peer (they skip without)
             ensure_venv "$command"
             run_tests "$@"
@@ -314,6 +325,7 @@ main() {
             ;;
         setup)
             ensure_zookeeper
+            ensure_redis
             ensure_venv "$command"
             ;;
         -h | --help | help) usage ;;

@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    pass  # one re-export per store module, for type checkers
+    from ._redis import RedisFence as RedisFence
 
-__all__: tuple[str, ...] = ()
+__all__: tuple[str, ...] = ("RedisFence",)
 
 # name -> module that defines it, imported on first access
-_HOMES: dict[str, str] = {}
+_HOMES: dict[str, str] = {
+    "RedisFence": "aiozklock.fencing._redis",
+}
 
 
 def __getattr__(name: str) -> Any:

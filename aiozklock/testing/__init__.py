@@ -39,6 +39,8 @@ from ._rawclient_records import RawWatchEvent as RawWatchEvent
 from ._rawclient_records import RawZooKeeperError as RawZooKeeperError
 from ._rawclient_records import WatchEventType as WatchEventType
 from ._rawclient_records import ZooKeeperErrorCode as ZooKeeperErrorCode
+from ._redis import RedisServer as RedisServer
+from ._redis import RedisUnavailableForTests as RedisUnavailableForTests
 from ._server import ZooKeeperCluster as ZooKeeperCluster
 from ._server_install import ZooKeeperUnavailableForTests as ZooKeeperUnavailableForTests
 from ._server_install import find_zookeeper_classpath as find_zookeeper_classpath
@@ -76,6 +78,8 @@ __all__ = (
     "RawWatchEvent",
     "RawZooKeeperConnection",
     "RawZooKeeperError",
+    "RedisServer",
+    "RedisUnavailableForTests",
     "WatchEventType",
     "ZooKeeperCluster",
     "ZooKeeperErrorCode",

@@ -14,7 +14,11 @@ use ``-p aiozklock.testing.pytest_plugin``. Fixtures:
 - ``zk_tls_files``: a CA, server and client certificates (:class:`TLSFiles`), made once per
   session; ``zk_tls_cluster`` / ``zk_tls_ensemble``: a standalone server / a 3-node
   ensemble serving TLS with them (``secure_hosts``; ``hosts`` stays plain), each started by
-  the first test that asks for it. These are always local servers.
+  the first test that asks for it. These are always local servers;
+- ``redis_server``: a throwaway ``redis-server`` (:class:`~aiozklock.testing.RedisServer`),
+  started by the first test that asks for it and kept for the session;
+  ``redis_url``: ``$AIOZKLOCK_REDIS_URL`` if set (no server is started then), else its
+  ``redis://127.0.0.1:PORT/0``. Tests share the server: use keys of their own.
 
 Without a local ZooKeeper and without ``AIOZKLOCK_ZK_HOSTS`` the fixtures fail with
 :class:`~aiozklock.testing.ZooKeeperUnavailableForTests` (never a silent skip: CI must not
@@ -42,11 +46,15 @@ else:
 if TYPE_CHECKING:
     from aiozklock import ZooKeeperClient
 
+    from ._redis import RedisServer
     from ._server import ZooKeeperCluster
     from ._tls import TLSFiles
 
 __all__ = [
+    "REDIS_URL_ENV",
     "ZK_HOSTS_ENV",
+    "redis_server",
+    "redis_url",
     "zk_chroot",
     "zk_client",
     "zk_cluster",
@@ -60,6 +68,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ZK_HOSTS_ENV = "AIOZKLOCK_ZK_HOSTS"
+REDIS_URL_ENV = "AIOZKLOCK_REDIS_URL"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -130,6 +139,29 @@ def zk_hosts(request: pytest.FixtureRequest) -> str:
         return hosts
     cluster: ZooKeeperCluster = request.getfixturevalue("zk_cluster")
     return cluster.hosts
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A throwaway ``redis-server`` on a free port of 127.0.0.1 (in memory only), started
+    by the first test that asks for it and stopped at the end of the session (per xdist
+    worker). Raises :class:`~aiozklock.testing.RedisUnavailableForTests` without one."""
+    from ._redis import RedisServer
+
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """``redis://...`` of the Redis under test: ``$AIOZKLOCK_REDIS_URL`` if set, else the
+    ``redis_server`` fixture's."""
+    url = os.environ.get(REDIS_URL_ENV, "").strip()
+    if url:
+        logger.info("using Redis at %s from $%s", url, REDIS_URL_ENV)
+        return url
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
 
 
 @pytest.fixture

@@ -1,0 +1,174 @@
+"""A fence that Redis enforces: a value is written with its writer's fencing token, in one Lua
+script that refuses a token older than the one stored (``aiozklock[redis]``, redis-py's
+``redis.asyncio``).
+
+Layout: one hash per fenced key, fields ``value`` and ``token`` (the token as 19 zero-padded
+decimal digits). One key per fence, so a script touches a single slot (Redis Cluster).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiozklock._exceptions import InvalidArgument, StaleFencingToken
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis, RedisCluster
+    from redis.commands.core import AsyncScript
+
+__all__ = ["RedisFence"]
+
+#: Tokens are ZooKeeper zxids, Java longs: 0 <= token < 2**63, at most 19 decimal digits.
+TOKEN_LIMIT = 1 << 63
+_DIGITS = 19
+
+# Lua numbers are doubles, exact only to 2**53, and a zxid has 63 bits: tonumber() on a
+# whole token would make 2**60 and 2**60 + 1 equal. The tokens are fixed-width decimal
+# strings, compared as two halves of at most 10 digits (< 2**34 each), which are exact.
+_CHECK = """
+local stored = redis.call('HGET', KEYS[1], 'token')
+if stored then
+  if #stored ~= 19 or string.find(stored, '%D') then
+    return redis.error_reply('aiozklock fence: ' .. KEYS[1] .. ' has a malformed token')
+  end
+  local new = ARGV[1]
+  local stored_high = tonumber(string.sub(stored, 1, 10))
+  local new_high = tonumber(string.sub(new, 1, 10))
+  if new_high < stored_high or (new_high == stored_high
+      and tonumber(string.sub(new, 11)) < tonumber(string.sub(stored, 11))) then
+    return {0, stored}
+  end
+elseif redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.error_reply('aiozklock fence: ' .. KEYS[1] .. ' is a hash without a token')
+end
+"""
+
+# KEYS[1] the fence's hash; ARGV[1] the token (19 digits), ARGV[2] the value.
+SET_SCRIPT = (
+    _CHECK
+    + """
+redis.call('HSET', KEYS[1], 'token', ARGV[1], 'value', ARGV[2])
+return {1}
+"""
+)
+
+# The token stays (a tombstone): a stale writer must still be refused after the delete.
+DELETE_SCRIPT = (
+    _CHECK
+    + """
+redis.call('HSET', KEYS[1], 'token', ARGV[1])
+return {1, redis.call('HDEL', KEYS[1], 'value')}
+"""
+)
+
+
+def _check_key(key: object) -> str:
+    if not isinstance(key, str):
+        raise InvalidArgument(f"a fenced key must be a str, not {type(key).__name__}")
+    if not key:
+        raise InvalidArgument("a fenced key must not be empty")
+    return key
+
+
+def _encode_token(token: object) -> str:
+    """The token as the fixed-width decimal string the scripts compare."""
+    if not isinstance(token, int) or isinstance(token, bool):
+        raise InvalidArgument(f"a fencing token must be an int, not {type(token).__name__}")
+    if not 0 <= token < TOKEN_LIMIT:
+        raise InvalidArgument(f"a fencing token must be in 0..2**63-1 (a zxid), not {token}")
+    return f"{token:0{_DIGITS}d}"
+
+
+def _decode_token(raw: bytes | str) -> int:
+    return int(raw)
+
+
+class RedisFence:
+    """Values in Redis that only the current holder of a lock can overwrite.
+
+    ``fence = RedisFence(redis)`` over a ``redis.asyncio.Redis`` (or ``RedisCluster``)
+    client; every method is one Lua script or one command, atomic on the server. A key
+    holds a hash with the fields ``value`` and ``token`` (the token as 19 zero-padded
+    decimal digits): do not write it by other means. Tokens are compared exactly, whatever
+    their size (Lua's numbers are doubles, exact only up to 2**53; a zxid has 63 bits).
+
+    The fence keeps no expiry: expiring the token would let a stale writer in again.
+    Constructing it sends nothing. Raises ``InvalidArgument`` if ``redis`` is not an
+    asyncio client of redis-py (a synchronous ``redis.Redis`` would block the event loop; a
+    pipeline only queues commands), and ``ImportError`` if redis-py is not installed
+    (``pip install aiozklock[redis]``).
+    """
+
+    def __init__(self, redis: Redis | RedisCluster) -> None:
+        try:
+            from redis.asyncio import Redis, RedisCluster
+            from redis.asyncio.client import Pipeline
+        except ImportError as exc:  # pragma: no cover - the caller passed some client
+            raise ImportError(
+                "RedisFence needs redis-py (redis.asyncio): pip install 'aiozklock[redis]'"
+            ) from exc
+        # A pipeline is a Redis too, but it only queues: the script's answer would not come.
+        if not isinstance(redis, (Redis, RedisCluster)) or isinstance(redis, Pipeline):
+            raise InvalidArgument(
+                "RedisFence needs a redis.asyncio client (redis.asyncio.Redis or "
+                f"RedisCluster), not {type(redis).__module__}.{type(redis).__qualname__}"
+            )
+        self._redis = redis
+        # register_script only hashes the text: EVALSHA, and SCRIPT LOAD once on NOSCRIPT.
+        self._set: AsyncScript = redis.register_script(SET_SCRIPT)
+        self._delete: AsyncScript = redis.register_script(DELETE_SCRIPT)
+
+    def __repr__(self) -> str:
+        return f"<RedisFence {self._redis!r}>"
+
+    async def set(self, key: str, value: bytes | str, token: int) -> None:
+        """Write ``value`` at ``key`` with ``token``, unless the key holds a newer token.
+
+        An equal token is accepted (the same holder writing again). Raises
+        ``StaleFencingToken`` (``newer`` is the stored token) when the stored token is
+        greater, and nothing is written; ``InvalidArgument``, before any command, for a key
+        that is not a non-empty str, a value that is not bytes or str, or a token that is
+        not an int in 0..2**63-1; redis-py's errors (``ConnectionError``, ``ResponseError``
+        when ``key`` holds something else than a fence) pass through.
+        """
+        key = _check_key(key)
+        if not isinstance(value, (bytes, str)):
+            kind = type(value).__name__
+            raise InvalidArgument(f"a fenced value must be bytes or str, not {kind}")
+        encoded = _encode_token(token)
+        reply = await self._set(keys=[key], args=[encoded, value])
+        self._raise_if_refused(key, token, reply)
+
+    async def delete(self, key: str, token: int) -> bool:
+        """Remove the value at ``key``, unless the key holds a newer token; the token stays.
+
+        The hash keeps ``token`` (a tombstone), so a stale writer is still refused later;
+        removing the key itself (``DEL``) is safe only once no holder of an older token can
+        write again. Returns whether there was a value. Raises like :meth:`set`.
+        """
+        key = _check_key(key)
+        encoded = _encode_token(token)
+        reply = await self._delete(keys=[key], args=[encoded])
+        self._raise_if_refused(key, token, reply)
+        return bool(reply[1])
+
+    async def get(self, key: str) -> tuple[bytes | str, int] | None:
+        """``(value, token)`` stored at ``key``, or None when there is no value (never
+        written, or deleted). The value is bytes, or str if the client decodes responses.
+
+        Raises ``InvalidArgument`` for a key that is not a non-empty str, before any
+        command, and ``ValueError`` if ``key`` is a hash that is not a fence."""
+        key = _check_key(key)
+        value, token = await self._redis.hmget(key, ["value", "token"])
+        if token is None:
+            if value is not None:
+                raise ValueError(f"{key!r} is a hash with a value but no fencing token")
+            return None
+        if value is None:
+            return None
+        return value, _decode_token(token)
+
+    @staticmethod
+    def _raise_if_refused(key: str, token: int, reply: Any) -> None:
+        if int(reply[0]) == 0:
+            raise StaleFencingToken(key, token, newer=_decode_token(reply[1]))
