@@ -37,6 +37,7 @@ from aiozklock._exceptions import (
     short_repr,
 )
 from aiozklock._recipes._core._contenders import Contender, Identity, contender_of
+from aiozklock._recipes._core._handle import FIXED_NODE
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._primitive import Primitive
@@ -102,6 +103,7 @@ class NonFairLock(Primitive):
     """
 
     _kind = "nonfair_lock"
+    _unguardable = FIXED_NODE  # guard= would not be sound (see FIXED_NODE)
 
     def __init__(
         self,
