@@ -233,6 +233,27 @@ async def test_a_semaphore_guard_checks_the_calling_tasks_own_lease(
     assert (await zk.get_data(DATA))[0] == b"kept"
 
 
+async def test_a_read_lock_taken_at_the_write_locks_place_guards_with_its_own_node(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    """The write holder's read lock is a plain ephemeral node named with our GUID and the
+    write node's sequence (a downgrade): the guard checks it, not the write node."""
+    client = await open_client()
+    await data_files(zk)
+    rw = client.rw_lock(PATH)
+    async with rw.write_lock, rw.read_lock:
+        (read_node,) = held_nodes(rw.read_lock)
+        (write_node,) = held_nodes(rw.write_lock)
+        assert read_node[-10:] == write_node[-10:]  # the write node's place
+        await client.set_data(DATA, b"read", guard=rw.read_lock)
+        await zk.delete(read_node)
+        with pytest.raises(aiozklock.StaleFencingToken):
+            await client.set_data(DATA, b"stale", guard=rw.read_lock)
+        assert (await zk.get_data(DATA))[0] == b"read"
+        await client.set_data(DATA, b"write", guard=rw.write_lock)  # its own node is there
+    assert (await zk.get_data(DATA))[0] == b"write"
+
+
 async def test_a_write_delayed_in_flight_past_the_holding_is_refused(
     proxy: FaultProxy, zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
 ) -> None:
