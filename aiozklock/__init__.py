@@ -15,6 +15,7 @@ from aiozklock._client import ZooKeeperClient as ZooKeeperClient
 from aiozklock._client import connect as connect
 from aiozklock._exceptions import AiozklockError as AiozklockError
 from aiozklock._exceptions import AuthenticationFailed as AuthenticationFailed
+from aiozklock._exceptions import BadVersionError as BadVersionError
 from aiozklock._exceptions import ClientClosed as ClientClosed
 from aiozklock._exceptions import ConnectionLoss as ConnectionLoss
 from aiozklock._exceptions import InvalidACLError as InvalidACLError
@@ -64,6 +65,7 @@ __all__ = (
     "READ_ACL_UNSAFE",
     "AiozklockError",
     "AuthenticationFailed",
+    "BadVersionError",
     "ClientClosed",
     "ConnectionLoss",
     "Contender",

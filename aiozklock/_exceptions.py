@@ -178,6 +178,9 @@ class NoAuthError(ZooKeeperError, PermissionError):
 
 
 class BadVersionError(ZooKeeperError):
+    """The node's version is not the one a conditional write expected (``set_data(...,
+    version=)``)."""
+
     code = -103
 
 

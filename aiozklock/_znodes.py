@@ -1,5 +1,6 @@
-"""The client's small znode API: ``exists``, ``get_children``, ``get_data``, ``create``,
-``delete``, ``ensure_path``, ``get_acl`` (a part of ``ZooKeeperClient``)."""
+"""The client's small znode API: ``exists``, ``get_children``, ``get_data``, ``set_data``,
+``create``, ``delete``, ``ensure_path``, ``get_acl`` (a part of ``ZooKeeperClient``). The
+writes take ``guard=``: see ``_guarded``."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ from typing import TYPE_CHECKING
 
 from aiozklock._acl import ACL
 from aiozklock._exceptions import NodeExistsError, NoNodeError
+from aiozklock._guarded import guard_of, guarded_write
+from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._core._retry import RETRY
 from aiozklock._wire._protocol import (
     CreateMode,
+    MultiCreate,
+    MultiDelete,
+    MultiSetData,
     Stat,
     container_path_ops,
     create_op,
@@ -21,9 +27,15 @@ from aiozklock._wire._protocol import (
     get_acl_op,
     get_children_op,
     get_data_op,
+    set_data_op,
 )
 from aiozklock._wire._session import Session
-from aiozklock._wire._validation import validate_data, validate_flag, validate_path
+from aiozklock._wire._validation import (
+    validate_data,
+    validate_flag,
+    validate_path,
+    validate_version,
+)
 
 
 class Znodes:
@@ -39,7 +51,8 @@ class Znodes:
     # traffic (``InvalidArgument``) and raises ``ClientClosed`` if the client is not
     # connected. Reads are repeated after a ``ConnectionLoss``; writes are not (their outcome
     # is unknown: the ``ConnectionLoss`` is raised). A ``NoNodeError`` caused by a chroot
-    # that does not exist says so.
+    # that does not exist says so. A write with ``guard=`` is one ``multi`` with the checks
+    # of the guard's holding (``_guarded``).
 
     async def exists(self, path: str) -> Stat | None:
         """The node's ``Stat``, or None if it does not exist. Raises ``InvalidArgument`` for
@@ -72,6 +85,38 @@ class Znodes:
         async with self._naming_chroot(session):
             return await RETRY.call(session, op)
 
+    async def set_data(
+        self, path: str, data: bytes, version: int = -1, *, guard: Handle | None = None
+    ) -> Stat:
+        """Replace the node's data if its version is ``version`` (-1: any); returns its new
+        ``Stat``. Raises ``NoNodeError`` if it does not exist, ``BadVersionError`` if its
+        version is another, ``NoAuthError`` if its ACL does not let this session write,
+        ``InvalidArgument`` (nothing sent) for a bad path, data or version, or a request
+        longer than ``max_request_bytes``.
+
+        ``guard``: a recipe object the current task holds (``zk.lock()``,
+        ``zk.multi_lock()``, ``zk.election()``, ``zk.semaphore()``, a read or write lock):
+        the write is applied only while it is ours (see *Fencing* in the docs). ZooKeeper
+        then refuses the whole of it with ``StaleFencingToken`` (nothing written) if the
+        holding's node is gone, while the write's own errors (``NoNodeError``,
+        ``BadVersionError``) keep their meaning. Before any request: ``StaleFencingToken``
+        if the holding is known lost, ``NotLockOwner`` if the current task does not hold
+        it, ``UsageError`` for a recipe that cannot guard (the non-fair lock, the TTL lease:
+        their fixed node could be another holder's), ``InvalidArgument`` for a guard that is
+        not a recipe object of this client. One round trip, guarded or not; a lost reply
+        raises ``ConnectionLoss`` (outcome unknown: never sent again, read back to tell).
+        """
+        session = self._live_session()
+        server_path = session.server_path(validate_path(path))
+        data, version = validate_data(data), validate_version(version)
+        async with self._naming_chroot(session):
+            if guard is None:
+                return await session.call(set_data_op(server_path, data, version))
+            write = MultiSetData(server_path, data, version)
+            stat = await guarded_write(session, guard_of(guard, session), path, write)
+        assert isinstance(stat, Stat)
+        return stat
+
     async def create(
         self,
         path: str,
@@ -80,6 +125,7 @@ class Znodes:
         ephemeral: bool = False,
         sequential: bool = False,
         acl: Sequence[ACL] | None = None,
+        guard: Handle | None = None,
     ) -> str:
         """Create a node with ``acl`` (``default_acl`` if None); returns its path (with the
         sequence suffix if ``sequential``).
@@ -88,7 +134,8 @@ class Znodes:
         ``NoNodeError`` if its parent does not (see ``ensure_path``), ``NoAuthError`` if
         the parent's ACL does not let this session create, ``InvalidACLError`` if the server
         refuses ``acl``, ``InvalidArgument`` (nothing sent) for a bad path or acl, or if the
-        request (path, data and acl) is longer than ``max_request_bytes``.
+        request (path, data and acl) is longer than ``max_request_bytes``. ``guard``: as for
+        ``set_data`` (the create is applied only while the guard's holding is ours).
         """
         session = self._live_session()
         mode = CreateMode.PERSISTENT
@@ -96,23 +143,30 @@ class Znodes:
             mode |= CreateMode.EPHEMERAL
         if sequential:
             mode |= CreateMode.SEQUENTIAL
-        op = create_op(
-            session.server_path(validate_path(path)),
-            validate_data(data),
-            mode,
-            session.client_path,
-            acl=encode_acl(self._acl(acl)),
-        )
+        server_path, data = session.server_path(validate_path(path)), validate_data(data)
+        encoded = encode_acl(self._acl(acl))
         async with self._naming_chroot(session):
-            return (await session.call(op)).path
+            if guard is None:
+                op = create_op(server_path, data, mode, session.client_path, acl=encoded)
+                return (await session.call(op)).path
+            write = MultiCreate(server_path, data, mode, encoded)
+            created = await guarded_write(session, guard_of(guard, session), path, write)
+        assert isinstance(created, str)
+        return created
 
-    async def delete(self, path: str) -> None:
+    async def delete(self, path: str, *, guard: Handle | None = None) -> None:
         """Delete a node (any version). Raises ``NoNodeError`` if it does not exist and
         ``NotEmptyError`` (a ``ZooKeeperError``) if it has children, ``NoAuthError`` if the
-        parent's ACL does not let this session delete."""
+        parent's ACL does not let this session delete. ``guard``: as for ``set_data`` (the
+        delete is applied only while the guard's holding is ours)."""
         session = self._live_session()
+        server_path = session.server_path(validate_path(path))
         async with self._naming_chroot(session):
-            await session.call(delete_op(session.server_path(validate_path(path))))
+            if guard is None:
+                await session.call(delete_op(server_path))
+                return
+            write = MultiDelete(server_path)
+            await guarded_write(session, guard_of(guard, session), path, write)
 
     async def ensure_path(self, path: str, *, acl: Sequence[ACL] | None = None) -> None:
         """Create ``path`` and its ancestors (chroot included) as containers with ``acl``

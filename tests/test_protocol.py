@@ -136,6 +136,7 @@ sub_ops = st.one_of(
     st.builds(proto.MultiCreate, paths, st.binary(max_size=100), st.sampled_from(proto.CreateMode)),
     st.builds(proto.MultiDelete, paths, ints),
     st.builds(proto.MultiCheck, paths, ints),
+    st.builds(proto.MultiSetData, paths, st.binary(max_size=100), ints),
 )
 
 
@@ -146,6 +147,8 @@ def jute_sub_request(subop: proto.MultiSubOp) -> jute.Request:
         )
     if isinstance(subop, proto.MultiDelete):
         return jute.DeleteRequest(path=subop.server_path, version=subop.version)
+    if isinstance(subop, proto.MultiSetData):
+        return jute.SetDataRequest(path=subop.server_path, data=subop.data, version=subop.version)
     return jute.CheckVersionRequest(path=subop.server_path, version=subop.version)
 
 
@@ -187,6 +190,7 @@ multi_results = st.one_of(
     st.tuples(st.just(proto.Opcode.CREATE), paths, st.none()),
     st.tuples(st.just(proto.Opcode.CREATE2), paths, stats),
     st.tuples(st.sampled_from([proto.Opcode.DELETE, proto.Opcode.CHECK]), st.none(), st.none()),
+    st.tuples(st.just(proto.Opcode.SET_DATA), st.none(), stats),
     st.tuples(st.just(proto.Opcode.ERROR), st.none(), st.sampled_from(ERROR_CODES)),
 )
 
@@ -201,6 +205,8 @@ def multi_reply(zxid: int, results: list[tuple[int, Any, Any]]) -> bytes:
             parts.append(render(jute.CreateResponse(path=path)))
         elif result_type == proto.Opcode.CREATE2:
             parts.append(render(jute.Create2Response(path=path, stat=jute_stat(extra))))
+        elif result_type == proto.Opcode.SET_DATA:
+            parts.append(render(jute.SetDataResponse(stat=jute_stat(extra))))
         elif result_type == proto.Opcode.ERROR:
             parts.append(struct.pack("!i", extra))  # ErrorResponse
     parts.append(render(MultiHeader(type=-1, done=True, error=-1)))
@@ -223,6 +229,8 @@ def test_multi_reply_parses_like_aiozk(zxid: int, results: list[tuple[int, Any, 
             assert ours.path == f"/OP{index}"  # the operation's own path, client-side
         elif hasattr(theirs, "path"):
             assert ours == theirs.path.upper()
+        elif hasattr(theirs, "stat"):  # setData: the node's new stat
+            assert ours == proto.Stat(*(getattr(theirs.stat, f) for f in STAT_FIELDS))
         else:
             assert ours is None
     errors = [code for kind, _, code in results if kind == proto.Opcode.ERROR]
@@ -260,8 +268,8 @@ def test_malformed_multi_replies_are_rejected() -> None:
     parse = proto.multi_op([proto.MultiDelete("/a")], str).parse
     header = proto.REPLY_HEADER_SIZE
     assert parse(multi_reply(1, [(proto.Opcode.DELETE, None, None)]), header).results == (None,)
-    with pytest.raises(ValueError, match="result type 5"):  # setData: never asked for
-        parse(multi_reply(1, [(5, None, None)]), header)
+    with pytest.raises(ValueError, match="result type 4"):  # getData: never asked for
+        parse(multi_reply(1, [(4, None, None)]), header)
     with pytest.raises(ValueError, match="more results"):
         parse(multi_reply(1, [(proto.Opcode.DELETE, None, None)] * 2), header)
     with pytest.raises(ValueError, match="0 results"):

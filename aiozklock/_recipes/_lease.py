@@ -57,6 +57,7 @@ from aiozklock._exceptions import (
     short_repr,
 )
 from aiozklock._recipes._core._fixed import Bid, FixedNode
+from aiozklock._recipes._core._handle import FIXED_NODE
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor, Spawn
 from aiozklock._recipes._core._primitive import Primitive
@@ -119,6 +120,7 @@ class LeaseLock(Primitive):
     """
 
     _kind = "lease_lock"
+    _unguardable = FIXED_NODE  # guard= would not be sound (see FIXED_NODE)
 
     def __init__(
         self,

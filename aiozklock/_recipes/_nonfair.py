@@ -28,6 +28,7 @@ from aiozklock._acl import ACL
 from aiozklock._exceptions import NoNodeError, short_repr
 from aiozklock._recipes._core._contenders import Contender, Identity, contender_of
 from aiozklock._recipes._core._fixed import Bid, FixedHolding, FixedNode
+from aiozklock._recipes._core._handle import FIXED_NODE
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._primitive import Primitive
@@ -76,6 +77,7 @@ class NonFairLock(Primitive):
     """
 
     _kind = "nonfair_lock"
+    _unguardable = FIXED_NODE  # guard= would not be sound (see FIXED_NODE)
 
     def __init__(
         self,

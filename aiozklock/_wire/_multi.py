@@ -19,8 +19,10 @@ from aiozklock._wire._records import (
     CreateMode,
     Op,
     Opcode,
+    Stat,
     _create_payload,
     _created_parser,
+    _read_stat,
     _read_ustring,
     _ustring,
 )
@@ -106,11 +108,32 @@ class MultiCheck:
         return _ustring(self.server_path) + _INT.pack(self.version)
 
 
-MultiSubOp = MultiCreate | MultiDelete | MultiCheck
+@dataclass(frozen=True, slots=True)
+class MultiSetData:
+    """Set a node's data inside a multi (``version`` -1: any version); its outcome is the
+    node's new ``Stat``."""
+
+    opcode: ClassVar[Opcode] = Opcode.SET_DATA
+    server_path: str
+    data: bytes
+    version: int = -1
+
+    def payload(self) -> bytes:
+        """The request record, without the multi header."""
+        return (
+            _ustring(self.server_path)
+            + _INT.pack(len(self.data))
+            + self.data
+            + _INT.pack(self.version)
+        )
+
+
+MultiSubOp = MultiCreate | MultiDelete | MultiCheck | MultiSetData
 
 # A sub-operation's outcome: the created path (client-side) for a create, None for a delete
-# or a check, the exception for its result code when the multi failed.
-MultiOutcome = str | AiozklockError | None
+# or a check, the new Stat for a setData, the exception for its result code when the multi
+# failed.
+MultiOutcome = str | Stat | AiozklockError | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +206,9 @@ def multi_op(subops: Sequence[MultiSubOp], strip: Callable[[str], str]) -> Op[Mu
                 results.append(strip(path))
             elif result_type in (Opcode.DELETE, Opcode.CHECK):
                 results.append(None)
+            elif result_type == Opcode.SET_DATA:
+                results.append(_read_stat(buf, offset))
+                offset += _STAT.size
             elif result_type == Opcode.ERROR:
                 (code,) = _INT.unpack_from(buf, offset)
                 offset += _INT.size

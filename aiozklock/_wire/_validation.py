@@ -229,6 +229,15 @@ def validate_flag(name: str, value: object) -> bool:
     return value
 
 
+def validate_version(version: object) -> int:
+    """A node version for a conditional write: an int in -1..2^31-1 (-1: any version)."""
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InvalidArgument(f"version must be an int, not {short_repr(version)}")
+    if not -1 <= version <= 2**31 - 1:
+        raise InvalidArgument(f"version must be -1 (any) or in 0..2^31-1, not {version}")
+    return version
+
+
 def tls_context(value: object) -> ssl.SSLContext | None:
     """``connect()``'s ``ssl``: a client-side ``ssl.SSLContext``, ``True`` for
     ``ssl.create_default_context()`` (system CAs, host name checked), ``None``/``False`` for

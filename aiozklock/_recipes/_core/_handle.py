@@ -16,18 +16,27 @@ import warnings
 from abc import ABCMeta, abstractmethod
 from collections.abc import Coroutine, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, Self, TypeVar
 
 import anyio
 
-from aiozklock._exceptions import LockTimeout
+from aiozklock._exceptions import LockTimeout, NotLockOwner, StaleFencingToken, UsageError
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_flag, validate_timeout
 
 if TYPE_CHECKING:
+    from aiozklock._recipes._core._holding import Holding
     from aiozklock._recipes._core._primitive import Primitive
 
 H = TypeVar("H", bound="Handle")
+
+# Why a recipe on one fixed node cannot guard a write (its ``_unguardable``).
+FIXED_NODE = (
+    "it holds a fixed node, which the next holder creates again at the same path with "
+    "version 0, and ZooKeeper's check compares versions only: a check would pass for a "
+    "stale holder, so guard= is refused. Guard with a fair lock (zk.lock(path)), whose node "
+    "names are unique to each acquisition, or pass its fencing_token to the store"
+)
 
 
 def _task_ended(coro: object) -> bool:
@@ -146,6 +155,9 @@ class Handle(metaclass=_FactoryMade):
 
     _session: Session
     _label: str
+    # Why its holding cannot guard a ZooKeeper write (``zk.set_data(..., guard=x)``); None
+    # if it can: its nodes' names are unique to the acquisition, so nobody re-creates them.
+    _unguardable: ClassVar[str | None] = None
 
     @classmethod
     def _construct(cls, *args: Any, **kwargs: Any) -> Self:
@@ -194,6 +206,25 @@ class Handle(metaclass=_FactoryMade):
     @abstractmethod
     def _held_engine(self, why: str) -> Primitive:
         """The engine holding it for the current task; ``NotLockOwner`` otherwise."""
+
+    def _guarding(self, resource: str) -> Holding:
+        """The current task's holding, for a write to ``resource`` guarded by it: the write
+        goes in one transaction with a check that each of ``nodes`` exists, which is true
+        exactly while the holding is ours. Sends nothing. Raises ``UsageError`` if the
+        recipe cannot guard (``_unguardable``), ``NotLockOwner`` if the current task does
+        not hold it, ``StaleFencingToken`` if the holding is known lost."""
+        if self._unguardable is not None:
+            raise UsageError(f"the {self._label} cannot guard a write: {self._unguardable}")
+        why = ", so it cannot guard a write"
+        engine = self._held_engine(why)
+        holding = engine._holding
+        if holding is None or not engine._held_by_task(anyio.get_current_task().id):
+            raise NotLockOwner(f"the current task does not hold the {self._label}{why}")
+        if holding.lost or holding.generation != self._session.generation:
+            stale = StaleFencingToken(resource, holding.token)
+            stale.add_note(f"the {self._label} was lost: {holding.lost_reason or 'session gone'}")
+            raise stale
+        return holding
 
     # ---------------------------------------------------------------- public API
 
@@ -304,4 +335,4 @@ class Handle(metaclass=_FactoryMade):
         return holding.token
 
 
-__all__ = ("AcquireContext", "Handle")
+__all__ = ("FIXED_NODE", "AcquireContext", "Handle")
