@@ -131,8 +131,6 @@ class LeaseLock(Primitive):
     positive, finite number of seconds within ZooKeeper's 1 ms .. 2^40-1 ms.
     """
 
-    _kind = "lease_lock"
-
     def __init__(
         self,
         session: Session,

@@ -101,8 +101,6 @@ class NonFairLock(Primitive):
     Bad arguments raise ``InvalidArgument`` here, before any request.
     """
 
-    _kind = "nonfair_lock"
-
     def __init__(
         self,
         session: Session,

@@ -91,8 +91,6 @@ class _CompatLease(LeaseBase):
     """One task's lease taken the peer's way (reentrant, loss-aware). Made by
     ``CompatSemaphore`` only."""
 
-    _kind = "semaphore"
-
     def __init__(self, owner: CompatSemaphore, mutex: Lock) -> None:
         super().__init__(owner._session, owner._monitor, owner._label, owner._paths, owner.acl)
         self._owner_sem = owner

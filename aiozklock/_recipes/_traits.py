@@ -1,18 +1,20 @@
-"""One description per recipe: what the demo, the nemesis and the command line need to know
-about it, read from its entry in :data:`TRAITS` instead of branching on its name.
+"""One description per recipe: what the client, telemetry, the demo, the nemesis and the
+command line need to know about it, read from its entry in :data:`TRAITS` instead of
+branching on its name.
 
-An entry names the recipe as the command line does (``--recipe lock``), how a contender's
-object is made from a client (a small function over the client's public factory), and the
-few ways recipes differ for a harness that races contenders and judges their history: an
-acquisition over several paths, holders that share the resource, a TTL lease that outlives
-its session, a shared read side. This module imports no recipe at run time, so the command
-line (which must not import the test kit) and the test kit can both read it.
+An entry names the recipe as the command line does (``--recipe lock``), the telemetry kinds
+of the objects it makes (the client's factories pass them to the registry, which tells the
+observer; :data:`RECIPE_KINDS` is every entry's), how a contender's object is made from a
+client (a small function over the client's public factory), and the few ways recipes differ
+for a harness that races contenders and judges their history: an acquisition over several
+paths, holders that share the resource, a TTL lease that outlives its session, a shared
+read side. This module imports no recipe at run time, so the client's factories, the
+command line (which must not import the test kit) and the test kit can all read it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -20,8 +22,11 @@ if TYPE_CHECKING:
     from aiozklock._recipes._core._handle import Handle
 
 
-@dataclass(frozen=True, slots=True)
-class Setup:
+# Named tuples, not dataclasses: the client's factories import this module (for the kinds),
+# and a named tuple is a fraction of a dataclass's import time.
+
+
+class Setup(NamedTuple):
     """What one contender's object is made with. ``paths``: the path (several for a
     multi-path recipe); ``ttl`` and ``holder_id``: a TTL lease's; ``max_leases``: the limit
     of a recipe whose holders share the resource."""
@@ -45,12 +50,12 @@ class Sides(NamedTuple):
     read: Handle | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RecipeTraits:
+class RecipeTraits(NamedTuple):
     """How one recipe is made and judged (see the module docstring).
 
     * ``name``: its name on the command line (``demo --recipe``, ``nemesis --recipe``);
-    * ``kinds``: the telemetry kinds of the objects it makes (``RECIPE_KINDS``);
+    * ``kinds``: the telemetry kinds (the ``aiozklock.recipe`` label) of the objects it
+      makes, in ``Sides`` order (a read/write lock's write side, then its read side);
     * ``make``: a contender's object from a client (its client factory);
     * ``multi_path``: an acquisition takes several paths at once, in one ``multi``
       transaction (so does its release): the demo locks PATH and PATH-b, the nemesis draws
@@ -117,6 +122,10 @@ TRAITS: dict[str, RecipeTraits] = {
 }
 
 
+#: Every telemetry kind (``Observer.recipe``'s ``kind``, the ``aiozklock.recipe`` label).
+RECIPE_KINDS: tuple[str, ...] = tuple(kind for traits in TRAITS.values() for kind in traits.kinds)
+
+
 def traits_of(name: str) -> RecipeTraits:
     """The entry of the recipe called ``name``; ``ValueError`` if there is none."""
     try:
@@ -125,4 +134,4 @@ def traits_of(name: str) -> RecipeTraits:
         raise ValueError(f"unknown recipe {name!r}; known: {', '.join(TRAITS)}") from None
 
 
-__all__ = ("TRAITS", "RecipeTraits", "Setup", "Sides", "traits_of")
+__all__ = ("RECIPE_KINDS", "TRAITS", "RecipeTraits", "Setup", "Sides", "traits_of")
