@@ -55,3 +55,40 @@ async def test_an_entry_makes_the_objects_it_describes(
     assert traits.multi_path == isinstance(sides.main, aiozklock.MultiLock)
     assert traits.ttl_lease == isinstance(sides.main, aiozklock.LeaseLock)
     assert traits.shares_resource == isinstance(sides.main, aiozklock.Semaphore)
+
+
+@pytest.mark.parametrize("command", ["demo", "nemesis"])
+def test_the_recipe_help_is_written_from_the_description(command: str) -> None:
+    """``--recipe``'s help names every recipe with its summary, in the description's order,
+    and says how the command treats each flag that an entry sets."""
+    from aiozklock.__main__ import build_parser
+
+    commands = next(a.choices for a in build_parser()._actions if isinstance(a.choices, dict))
+    parser = commands[command]
+    [action] = [a for a in parser._actions if "--recipe" in a.option_strings]
+    text = action.help or ""
+    starts = [text.index(f"{t.name} ({t.summary}") for t in TRAITS.values()]
+    assert starts == sorted(starts)
+    for traits, start, end in zip(TRAITS.values(), starts, [*starts[1:], None], strict=True):
+        flagged = traits.multi_path or traits.shares_resource or traits.ttl_lease or traits.reads
+        after = "; " if flagged else ")"  # a note for each flag set, none otherwise
+        assert text[start:end].startswith(f"{traits.name} ({traits.summary}{after}")
+    assert text.endswith("(%(default)s)")
+
+
+def test_the_docs_list_every_recipe_the_command_line_offers() -> None:
+    """Every ``--recipe a|b|...`` list in the README and on the docs site names only known
+    recipes, and each the whole description (the default ``lock`` may go unsaid)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    lists = [
+        found.split("|")
+        for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+        for found in re.findall(r"--recipe ([a-z]+(?:\|[a-z]+)+)", page.read_text())
+    ]
+    assert lists, "no --recipe list found: the pattern is wrong"
+    for names in lists:
+        assert [n for n in TRAITS if n in names] == names  # known, in --help order
+        assert set(TRAITS) - set(names) <= {"lock"}

@@ -54,6 +54,7 @@ class RecipeTraits(NamedTuple):
     """How one recipe is made and judged (see the module docstring).
 
     * ``name``: its name on the command line (``demo --recipe``, ``nemesis --recipe``);
+    * ``summary``: what it is, in a few words (``--recipe``'s help, after the name);
     * ``kinds``: the telemetry kinds (the ``aiozklock.recipe`` label) of the objects it
       makes, in ``Sides`` order (a read/write lock's write side, then its read side);
     * ``make``: a contender's object from a client (its client factory);
@@ -70,6 +71,7 @@ class RecipeTraits(NamedTuple):
     """
 
     name: str
+    summary: str
     kinds: tuple[str, ...]
     make: Callable[[ZooKeeperClient, Setup], Sides]
     multi_path: bool = False
@@ -111,13 +113,41 @@ def _semaphore(zk: ZooKeeperClient, s: Setup) -> Sides:
 TRAITS: dict[str, RecipeTraits] = {
     t.name: t
     for t in (
-        RecipeTraits("lock", ("lock",), _lock),
-        RecipeTraits("multilock", ("multi_lock",), _multi_lock, multi_path=True),
-        RecipeTraits("election", ("election",), _election),
-        RecipeTraits("nonfair", ("nonfair_lock",), _nonfair_lock),
-        RecipeTraits("lease", ("lease_lock",), _lease_lock, ttl_lease=True),
-        RecipeTraits("rwlock", ("write_lock", "read_lock"), _rw_lock, reads=True),
-        RecipeTraits("semaphore", ("semaphore",), _semaphore, shares_resource=True),
+        RecipeTraits("lock", "zk.lock(): fair, FIFO across processes", ("lock",), _lock),
+        RecipeTraits(
+            "multilock",
+            "zk.multi_lock(): several paths, all or nothing",
+            ("multi_lock",),
+            _multi_lock,
+            multi_path=True,
+        ),
+        RecipeTraits(
+            "election", "zk.election(): the body runs as leader", ("election",), _election
+        ),
+        RecipeTraits(
+            "nonfair", "zk.lock(fair=False): one fixed node", ("nonfair_lock",), _nonfair_lock
+        ),
+        RecipeTraits(
+            "lease",
+            "zk.lease_lock(): a TTL lease, not bound to the session",
+            ("lease_lock",),
+            _lease_lock,
+            ttl_lease=True,
+        ),
+        RecipeTraits(
+            "rwlock",
+            "zk.rw_lock(): shared readers, one writer",
+            ("write_lock", "read_lock"),
+            _rw_lock,
+            reads=True,
+        ),
+        RecipeTraits(
+            "semaphore",
+            "zk.semaphore(): up to max_leases holders at once",
+            ("semaphore",),
+            _semaphore,
+            shares_resource=True,
+        ),
     )
 }
 
