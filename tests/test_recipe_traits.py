@@ -92,3 +92,21 @@ def test_the_docs_list_every_recipe_the_command_line_offers() -> None:
     for names in lists:
         assert [n for n in TRAITS if n in names] == names  # known, in --help order
         assert set(TRAITS) - set(names) <= {"lock"}
+
+
+@pytest.mark.parametrize("command", ["contenders", "holders"])
+def test_the_read_only_commands_name_the_kinds_the_description_tells_apart(command: str) -> None:
+    """``contenders`` and ``holders`` report as ``kind`` the entry whose reader finds its
+    nodes: their help names each such entry with its summary (``contenders``: its JSON
+    shape too), and a TTL lease's holder is the only one shown without a session."""
+    from aiozklock.__main__ import build_parser
+
+    commands = next(a.choices for a in build_parser()._actions if isinstance(a.choices, dict))
+    epilog = " ".join((commands[command].epilog or "").split())
+    read = [traits for traits in TRAITS.values() if traits.inspect is not None]
+    assert [traits.name for traits in read] == ["lock", "nonfair", "lease"]
+    for traits in read:
+        assert f'"{traits.name}" ({traits.summary})' in epilog
+    if command == "contenders":
+        assert '"kind": "lock"|"nonfair"|"lease"|null' in epilog
+    assert [traits.name for traits in read if traits.ttl_lease] == ["lease"]

@@ -8,18 +8,32 @@ observer; :data:`RECIPE_KINDS` is every entry's), how a contender's object is ma
 client (a small function over the client's public factory), and the few ways recipes differ
 for a harness that races contenders and judges their history: an acquisition over several
 paths, holders that share the resource, a TTL lease that outlives its session, a shared
-read side. This module imports no recipe at run time, so the client's factories, the
-command line (which must not import the test kit) and the test kit can all read it.
+read side. An entry whose nodes the read-only commands (``contenders``, ``holders``) tell
+apart says how to read them. This module imports nothing but the core and two recipes' node
+names, so the client's factories, the command line (which must not import the test kit) and
+the test kit can all read it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
+
+from aiozklock._exceptions import NoNodeError
+from aiozklock._recipes._core._contenders import Contender, contender_of
+from aiozklock._recipes._core._names import is_lock_node
+from aiozklock._recipes._lease import LEASE_NODE
+from aiozklock._recipes._nonfair import NODE_NAME
+from aiozklock._wire._validation import join
 
 if TYPE_CHECKING:
     from aiozklock._client import ZooKeeperClient
     from aiozklock._recipes._core._handle import Handle
+
+#: How the read-only commands read a recipe at a path, given the path's children: its
+#: contenders, holder first, or None if its nodes are not there.
+Reader = Callable[["ZooKeeperClient", str, list[str]], Awaitable[list[Contender] | None]]
 
 
 # Named tuples, not dataclasses: the client's factories import this module (for the kinds),
@@ -67,7 +81,10 @@ class RecipeTraits(NamedTuple):
       takes nothing from its holder, a lease left behind goes when its TTL runs out, and
       the servers must reap expired TTL nodes promptly;
     * ``reads``: it has a shared read side (``Sides.read``): the demo takes it each round
-      besides the race on the main side, the nemesis takes either side at random.
+      besides the race on the main side, the nemesis takes either side at random;
+    * ``inspect``: how ``contenders`` and ``holders`` find it at a path (a ``Reader``), the
+      first entry whose reader answers naming the path's ``kind``; None for a recipe that
+      they do not tell apart (an election's or a read/write lock's queue reads as a lock's).
     """
 
     name: str
@@ -78,6 +95,7 @@ class RecipeTraits(NamedTuple):
     shares_resource: bool = False
     ttl_lease: bool = False
     reads: bool = False
+    inspect: Reader | None = None
 
 
 def _lock(zk: ZooKeeperClient, s: Setup) -> Sides:
@@ -109,11 +127,59 @@ def _semaphore(zk: ZooKeeperClient, s: Setup) -> Sides:
     return Sides(zk.semaphore(s.path, s.max_leases, identifier=s.identifier))
 
 
+async def _read_queue(
+    zk: ZooKeeperClient, path: str, children: list[str]
+) -> list[Contender] | None:
+    # Any library's contender nodes: an election's, a read/write lock's, kazoo's ... too.
+    if not any(is_lock_node(child) for child in children):
+        return None
+    return await zk.lock(path).contenders()
+
+
+async def _read_nonfair(
+    zk: ZooKeeperClient, path: str, children: list[str]
+) -> list[Contender] | None:
+    if NODE_NAME not in children:
+        return None
+    holders = await zk.lock(path, fair=False).contenders()
+    # A plain node that happens to be called "lock" has no ephemeral owner.
+    return [h for h in holders if h.session_id]
+
+
+async def _read_lease(
+    zk: ZooKeeperClient, path: str, children: list[str]
+) -> list[Contender] | None:
+    if LEASE_NODE not in children:
+        return None
+    try:
+        data, stat = await zk.get_data(join(path, LEASE_NODE))
+    except NoNodeError:  # released meanwhile
+        return []
+    if not _is_lease(data):
+        return None
+    return [contender_of(LEASE_NODE, data, stat, is_holder=True, sequence=0)]
+
+
+def _is_lease(data: bytes) -> bool:
+    # A TTL node shows no owner in its stat: a lease is told by its data, JSON with holder_id.
+    try:
+        fields = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(fields, dict) and "holder_id" in fields
+
+
 #: Every recipe the demo and the nemesis drive, by command-line name, in ``--help`` order.
 TRAITS: dict[str, RecipeTraits] = {
     t.name: t
     for t in (
-        RecipeTraits("lock", "zk.lock(): fair, FIFO across processes", ("lock",), _lock),
+        RecipeTraits(
+            "lock",
+            "zk.lock(): fair, FIFO across processes",
+            ("lock",),
+            _lock,
+            inspect=_read_queue,
+        ),
         RecipeTraits(
             "multilock",
             "zk.multi_lock(): several paths, all or nothing",
@@ -125,7 +191,11 @@ TRAITS: dict[str, RecipeTraits] = {
             "election", "zk.election(): the body runs as leader", ("election",), _election
         ),
         RecipeTraits(
-            "nonfair", "zk.lock(fair=False): one fixed node", ("nonfair_lock",), _nonfair_lock
+            "nonfair",
+            "zk.lock(fair=False): one fixed node",
+            ("nonfair_lock",),
+            _nonfair_lock,
+            inspect=_read_nonfair,
         ),
         RecipeTraits(
             "lease",
@@ -133,6 +203,7 @@ TRAITS: dict[str, RecipeTraits] = {
             ("lease_lock",),
             _lease_lock,
             ttl_lease=True,
+            inspect=_read_lease,
         ),
         RecipeTraits(
             "rwlock",
