@@ -23,6 +23,7 @@ from aiozklock._recipes._nonfair import NonFairLock
 from aiozklock._recipes._rwlock import ReadLock, ReadWriteLock, WriteLock
 from aiozklock._recipes._semaphore import Semaphore
 from aiozklock._recipes._semaphore_compat import CompatSemaphore
+from aiozklock._recipes._traits import TRAITS
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_flag
 
@@ -35,6 +36,16 @@ class _Recipe(Registered, Protocol):
 
 
 R = TypeVar("R", bound=_Recipe)
+
+# The telemetry kind of each object (its ``aiozklock.recipe`` label), read once from its
+# recipe's description entry: a factory passes a constant, looked up at import, not per call.
+(_LOCK,) = TRAITS["lock"].kinds
+(_NONFAIR,) = TRAITS["nonfair"].kinds
+(_MULTI,) = TRAITS["multilock"].kinds
+(_ELECTION,) = TRAITS["election"].kinds
+_WRITE, _READ = TRAITS["rwlock"].kinds
+(_LEASE,) = TRAITS["lease"].kinds
+(_SEMAPHORE,) = TRAITS["semaphore"].kinds
 
 
 @dataclass(slots=True)
@@ -70,13 +81,18 @@ class RecipeFactories:
     # them (the path, and its missing ancestors), are created with; ``default_acl`` if None.
 
     def _kept(
-        self, cls: type[R], key: Hashable, acl: Sequence[ACL] | None, build: Callable[[_Given], R]
+        self,
+        cls: type[R],
+        kind: str,
+        key: Hashable,
+        acl: Sequence[ACL] | None,
+        build: Callable[[_Given], R],
     ) -> R:
         """This client's object of recipe ``cls`` for ``key`` (its factory's arguments), or
         if there is none, one built by ``build`` from what the client gives (``_Given``).
         Every factory goes through here: the client must be connected (``ClientClosed``),
         then ``acl`` is validated, then the registry (``_core/_registry.py``) shares, checks
-        the ACL of, and observes the object."""
+        the ACL of, and observes the object (as ``kind``, its description entry's)."""
         session = self._live_session()
         entries = self._acl(acl)
         monitor, janitor, spawn = self._loss_monitor, self._janitor, self._spawn
@@ -87,10 +103,16 @@ class RecipeFactories:
         def create() -> R:  # only for a new object: an existing one is found without it
             return build(_Given(session, monitor, janitor, spawn, entries))
 
-        return self._recipes.get(cls, key, create, entries)
+        return self._recipes.get(cls, kind, key, create, entries)
 
     def _made(
-        self, cls: type[R], key: Hashable, acl: Sequence[ACL] | None, *args: Any, **kwargs: Any
+        self,
+        cls: type[R],
+        kind: str,
+        key: Hashable,
+        acl: Sequence[ACL] | None,
+        *args: Any,
+        **kwargs: Any,
     ) -> R:
         """``_kept`` for a recipe of the common shape, whose holdings the client's loss
         policy watches: ``cls._construct(session, *args, monitor=, janitor=, acl=,
@@ -106,7 +128,7 @@ class RecipeFactories:
                 **kwargs,
             )
 
-        return self._kept(cls, key, acl, build)
+        return self._kept(cls, kind, key, acl, build)
 
     def _acl(self, acl: Sequence[ACL] | None) -> tuple[ACL, ...]:
         return self.default_acl if acl is None else self._usable_acl(acl, "acl")
@@ -189,10 +211,12 @@ class RecipeFactories:
         compat = validate_compat(compat)
         if validate_flag("fair", fair):
             key = (path, identifier, compat)
-            return self._made(Lock, key, acl, path, identifier=identifier, compat=compat)
+            return self._made(Lock, _LOCK, key, acl, path, identifier=identifier, compat=compat)
         if compat != "curator":
             raise InvalidArgument("the non-fair lock has no kazoo counterpart: compat='curator'")
-        return self._made(NonFairLock, (path, identifier), acl, path, identifier=identifier)
+        return self._made(
+            NonFairLock, _NONFAIR, (path, identifier), acl, path, identifier=identifier
+        )
 
     def multi_lock(
         self,
@@ -212,7 +236,9 @@ class RecipeFactories:
         members = paths if isinstance(paths, str) else tuple(paths)
         compat = validate_compat(compat)
         key = (members, identifier, compat)
-        return self._made(MultiLock, key, acl, members, identifier=identifier, compat=compat)
+        return self._made(
+            MultiLock, _MULTI, key, acl, members, identifier=identifier, compat=compat
+        )
 
     def election(
         self,
@@ -230,7 +256,7 @@ class RecipeFactories:
         another ``acl``; ``ClientClosed`` if the client is not connected."""
         compat = validate_compat(compat)
         key = (path, identifier, compat)
-        return self._made(Election, key, acl, path, identifier=identifier, compat=compat)
+        return self._made(Election, _ELECTION, key, acl, path, identifier=identifier, compat=compat)
 
     def rw_lock(
         self,
@@ -250,10 +276,14 @@ class RecipeFactories:
         path has another ``acl``; ``ClientClosed`` if the client is not connected."""
         compat = validate_compat(compat)
         key = (path, identifier, compat)
-        write = self._made(WriteLock, key, acl, path, identifier=identifier, compat=compat)
+        write = self._made(WriteLock, _WRITE, key, acl, path, identifier=identifier, compat=compat)
         # The read side is built on the write side: its session, loss monitor and ACL.
         read = self._kept(
-            ReadLock, key, write.acl, lambda given: ReadLock._construct(write, given.janitor)
+            ReadLock,
+            _READ,
+            key,
+            write.acl,
+            lambda given: ReadLock._construct(write, given.janitor),
         )
         return ReadWriteLock._construct(read, write)
 
@@ -280,6 +310,7 @@ class RecipeFactories:
         key = (path, ttl, holder_id, identifier, renew)
         return self._kept(
             LeaseLock,
+            _LEASE,
             key,
             acl,
             lambda given: LeaseLock._construct(
@@ -330,11 +361,20 @@ class RecipeFactories:
         key: tuple[object, ...]
         if checked is None:
             key = (path, max_leases, identifier)
-            sem = self._made(Semaphore, key, acl, path, max_leases, identifier=identifier)
+            sem = self._made(
+                Semaphore, _SEMAPHORE, key, acl, path, max_leases, identifier=identifier
+            )
         else:
             key = (path, max_leases, identifier, checked)
             sem = self._made(
-                CompatSemaphore, key, acl, path, max_leases, identifier=identifier, compat=checked
+                CompatSemaphore,
+                _SEMAPHORE,
+                key,
+                acl,
+                path,
+                max_leases,
+                identifier=identifier,
+                compat=checked,
             )
         other = self._semaphores.setdefault(sem.path, sem)
         if (getattr(other, "compat", None), other.max_leases) != (checked, sem.max_leases):

@@ -244,22 +244,60 @@ async def test_without_telemetry_opentelemetry_is_never_imported(
     assert done.stdout.decode().strip() == "[]"
 
 
+async def test_every_factory_tells_its_description_entry_s_kind(open_client: ClientFactory) -> None:
+    """Each object a factory makes, in every variant (fair or not, each ``compat`` layout),
+    is told to telemetry once, as its recipe's description entry's kind: together, exactly
+    ``RECIPE_KINDS``."""
+    from aiozklock._recipes._traits import RECIPE_KINDS
+
+    told: list[str] = []
+
+    class Kinds(Telemetry):
+        def recipe(self, kind: str, paths: tuple[str, ...]) -> Any:
+            told.append(kind)
+            return super().recipe(kind, paths)
+
+    zk = await open_client(telemetry=Kinds())
+    kept = [  # referenced, so that the client keeps them (it keeps them weakly)
+        zk.lock("/k/lock"),
+        zk.lock("/k/lock"),  # the same object: not told again
+        zk.lock("/k/kazoo", compat="kazoo"),
+        zk.lock("/k/nonfair", fair=False),
+        zk.multi_lock(["/k/m1", "/k/m2"]),
+        zk.election("/k/election"),
+        zk.election("/k/election-kazoo", compat="kazoo"),
+        zk.rw_lock("/k/rw"),
+        zk.rw_lock("/k/rw-kazoo", compat="kazoo"),
+        zk.lease_lock("/k/lease", 5),
+        zk.semaphore("/k/sem", 2),
+        zk.semaphore("/k/sem-kazoo", 2, compat="kazoo"),
+        zk.semaphore("/k/sem-curator", 2, compat="curator"),
+    ]
+    assert kept[0] is kept[1]
+    assert told == [
+        "lock",
+        "lock",
+        "nonfair_lock",
+        "multi_lock",
+        "election",
+        "election",
+        "write_lock",
+        "read_lock",
+        "write_lock",
+        "read_lock",
+        "lease_lock",
+        "semaphore",
+        "semaphore",
+        "semaphore",
+    ]
+    assert set(told) == set(RECIPE_KINDS)
+
+
 def test_every_recipe_kind_is_documented() -> None:
-    """The ``aiozklock.recipe`` label's values: one list (``RECIPE_KINDS``), every recipe
-    class's kind in it, and the docs page and the module docstring naming each."""
-    import importlib
-    import pkgutil
+    """The ``aiozklock.recipe`` label's values: one list (``RECIPE_KINDS``, every description
+    entry's kinds), and the docs page and the module docstring naming each."""
+    from aiozklock._recipes._traits import RECIPE_KINDS
 
-    import aiozklock._recipes
-    from aiozklock._recipes._core._observe import RECIPE_KINDS
-
-    kinds = set()
-    for module in pkgutil.walk_packages(aiozklock._recipes.__path__, "aiozklock._recipes."):
-        for value in vars(importlib.import_module(module.name)).values():
-            kind = vars(value).get("_kind") if isinstance(value, type) else None
-            if isinstance(kind, str):
-                kinds.add(kind)
-    assert kinds == set(RECIPE_KINDS)
     page = (ROOT / "docs" / "observability.md").read_text()
     for kind in RECIPE_KINDS:
         assert f"`{kind}`" in page

@@ -3,10 +3,24 @@ arguments (and ``--help``) never imports the test kit, which runs them."""
 
 from __future__ import annotations
 
-from aiozklock._recipes._traits import TRAITS
+from collections.abc import Callable, Iterable
+
+from aiozklock._recipes._traits import TRAITS, RecipeTraits
 
 #: The recipes a demo or a nemesis run can drive: one entry each in ``_recipes/_traits.py``.
 RECIPES = tuple(TRAITS)
+
+
+def recipe_help(lead: str, notes: Callable[[RecipeTraits], Iterable[str]]) -> str:
+    """``--recipe``'s help, written from the description: ``lead``, then each recipe's name
+    and summary, with the ``notes`` of the command on how it treats that recipe (which a
+    command derives from the entry's flags), then the default."""
+    listed = ", ".join(
+        f"{traits.name} ({'; '.join([traits.summary, *notes(traits)])})"
+        for traits in TRAITS.values()
+    )
+    return f"{lead}{listed} (%(default)s)"
+
 
 #: Every fault the nemesis knows (its schedule weighs each:
 #: ``testing._nemesis_plan.FAULT_WEIGHTS``).
@@ -26,4 +40,4 @@ FAULT_KINDS = (
     "server-restart",
 )
 
-__all__ = ("FAULT_KINDS", "RECIPES")
+__all__ = ("FAULT_KINDS", "RECIPES", "recipe_help")

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 import anyio
 
 import aiozklock
-from aiozklock._cli._choices import RECIPES
+from aiozklock._cli._choices import RECIPES, recipe_help
 from aiozklock._cli._common import Parser, positive_int, seconds
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._semaphore import validate_max_leases
-from aiozklock._recipes._traits import Setup, Sides, traits_of
+from aiozklock._recipes._traits import RecipeTraits, Setup, Sides, traits_of
 from aiozklock._wire._validation import validate_recipe_path
 
 if TYPE_CHECKING:
@@ -182,6 +182,20 @@ def make_recipe(zk: aiozklock.ZooKeeperClient, args: argparse.Namespace, name: s
     return traits_of(args.recipe).make(zk, setup)
 
 
+def _demo_notes(traits: RecipeTraits) -> list[str]:
+    """How the demo treats a recipe, from its description's flags (``--recipe``'s help)."""
+    return [
+        note
+        for flag, note in (
+            (traits.multi_path, "PATH and PATH-b together"),
+            (traits.ttl_lease, "needs extendedTypesEnabled"),
+            (traits.reads, "writers race on the write lock, each round also takes the read lock"),
+            (traits.shares_resource, "--max-leases of them"),
+        )
+        if flag
+    ]
+
+
 def add_demo_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     """The ``demo`` command's parser."""
     demo = commands.add_parser(
@@ -214,10 +228,7 @@ def add_demo_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         "--recipe",
         choices=RECIPES,
         default="lock",
-        help="lock (fair), multilock (PATH and PATH-b together), election, nonfair, lease "
-        "(a TTL lease; needs extendedTypesEnabled), rwlock (writers race on the write lock; each "
-        "round also takes the read lock), semaphore (up to --max-leases holders at once) "
-        "(%(default)s)",
+        help=recipe_help("", _demo_notes),
     )
     demo.add_argument("--ttl", type=seconds, default=5.0, help="lease TTL, s (%(default)s)")
     demo.add_argument(

@@ -13,8 +13,11 @@ result. Output is an aligned table, or with ``--json`` one JSON object whose sha
   "holder": contender}, ...]}`` (sorted by path);
 - ``leader``: ``{"path": str, "leader": str|null, "contenders": [contender, ...]}``.
 
-``kind`` "lock" is the queue shared by ``zk.lock()``, elections and multi-lock members;
-"nonfair" a ``zk.lock(fair=False)``; "lease" a ``zk.lease_lock()``.
+``kind`` names the recipe whose nodes are at the path: the first description entry
+(``_recipes/_traits.py``) whose ``inspect`` reader finds them there. "lock" is a queue of
+contender nodes (``zk.lock()``'s, shared by elections, multi-lock members and read/write
+locks); "nonfair" a ``zk.lock(fair=False)``; "lease" a ``zk.lease_lock()``, whose holder
+has no session.
 """
 
 from __future__ import annotations
@@ -38,18 +41,30 @@ from aiozklock._cli._common import (
     make_client,
     say,
 )
-from aiozklock._recipes._core._contenders import Contender, contender_of
+from aiozklock._recipes._core._contenders import Contender
 from aiozklock._recipes._core._names import is_lock_node
-from aiozklock._recipes._lease import LEASE_NODE
-from aiozklock._recipes._nonfair import NODE_NAME
+from aiozklock._recipes._traits import TRAITS, Reader, RecipeTraits
 from aiozklock._wire._validation import join, validate_path, validate_recipe_path
+
+#: The recipes whose nodes the read-only commands tell apart, with their readers, tried in
+#: the description's order.
+_READERS: tuple[tuple[RecipeTraits, Reader], ...] = tuple(
+    (traits, traits.inspect) for traits in TRAITS.values() if traits.inspect is not None
+)
+_KINDS = "|".join(f'"{traits.name}"' for traits, _ in _READERS)
+_KIND_HELP = (
+    "kind: the recipe whose nodes are at the path, "
+    + ", ".join(f'"{traits.name}" ({traits.summary})' for traits, _ in _READERS)
+    + "; any other queue of contender nodes (an election's, a read/write lock's) reads as "
+    + f'"{_READERS[0][0].name}".'
+)
 
 _CONTENDER = (
     'C = {"position", "is_holder", "identifier", "host", "pid", "task", "session_id": "0x..." '
     '(null for a lease), "fencing_token", "node", "sequence", "enqueued_at", "queued_for"}'
 )
 _SHAPES = {
-    "contenders": '{"path", "kind": "lock"|"nonfair"|"lease"|null, "contenders": [C, ...]}',
+    "contenders": f'{{"path", "kind": {_KINDS}|null, "contenders": [C, ...]}}',
     "holders": '{"prefix", "locks": [{"path", "kind", "waiting", "holder": C}, ...]}',
     "leader": '{"path", "leader": str|null, "contenders": [C, ...]}',
 }
@@ -59,6 +74,7 @@ def _epilog(command: str) -> str:
     paragraphs = [
         "Read-only: nothing is created; a path that does not exist shows no contender.",
         f"--json prints {_SHAPES[command]}, where {_CONTENDER}.",
+        *([_KIND_HELP] if '"kind"' in _SHAPES[command] else []),
         f"exit status: 0 done (even if empty), {EX_USAGE} usage error, {EX_UNAVAILABLE} "
         "ZooKeeper unavailable.",
     ]
@@ -119,40 +135,23 @@ def inspect_command(args: argparse.Namespace) -> int:
 
 async def _queue_at(
     zk: aiozklock.ZooKeeperClient, path: str, children: list[str]
-) -> tuple[str | None, list[Contender]]:
-    """The kind of lock at ``path`` (given its children) and its contenders, holder first."""
-    if any(is_lock_node(child) for child in children):
-        return "lock", await zk.lock(path).contenders()
-    if NODE_NAME in children:
-        holders = await zk.lock(path, fair=False).contenders()
-        # A plain node that happens to be called "lock" has no ephemeral owner.
-        return "nonfair", [h for h in holders if h.session_id]
-    if LEASE_NODE in children:
-        try:
-            data, stat = await zk.get_data(join(path, LEASE_NODE))
-        except aiozklock.NoNodeError:  # released meanwhile
-            return "lease", []
-        if _is_lease(data):
-            return "lease", [contender_of(LEASE_NODE, data, stat, is_holder=True, sequence=0)]
+) -> tuple[RecipeTraits | None, list[Contender]]:
+    """The recipe whose nodes are at ``path`` (given its children) and its contenders,
+    holder first: the first that its description entry's reader finds there."""
+    for traits, read in _READERS:
+        queue = await read(zk, path, children)
+        if queue is not None:
+            return traits, queue
     return None, []
 
 
-def _is_lease(data: bytes) -> bool:
-    # A TTL node shows no owner in its stat: a lease is told by its data, JSON with holder_id.
-    try:
-        fields = json.loads(data)
-    except ValueError:
-        return False
-    return isinstance(fields, dict) and "holder_id" in fields
-
-
 async def _contenders(zk: aiozklock.ZooKeeperClient, path: str) -> Json:
-    kind, queue = await _queue_at(zk, path, await zk.get_children(path, missing_ok=True))
+    found, queue = await _queue_at(zk, path, await zk.get_children(path, missing_ok=True))
     now = time.time()
     return {
         "path": path,
-        "kind": kind if queue else None,
-        "contenders": [_contender_json(c, i, now, kind) for i, c in enumerate(queue)],
+        "kind": found.name if found and queue else None,
+        "contenders": [_contender_json(c, i, now, found) for i, c in enumerate(queue)],
     }
 
 
@@ -164,7 +163,7 @@ async def _leader(zk: aiozklock.ZooKeeperClient, path: str) -> Json:
     return {
         "path": path,
         "leader": leader,
-        "contenders": [_contender_json(c, i, now, "lock") for i, c in enumerate(queue)],
+        "contenders": [_contender_json(c, i, now, None) for i, c in enumerate(queue)],
     }
 
 
@@ -175,9 +174,10 @@ async def _holders(zk: aiozklock.ZooKeeperClient, prefix: str) -> Json:
     async def visit(path: str, tg: anyio.abc.TaskGroup) -> None:
         async with limiter:
             children = await zk.get_children(path, missing_ok=True)
-            kind, queue = await _queue_at(zk, path, children)
-        if queue:
-            holder = _contender_json(queue[0], 0, time.time(), kind)
+            found, queue = await _queue_at(zk, path, children)
+        if found and queue:
+            holder = _contender_json(queue[0], 0, time.time(), found)
+            kind = found.name
             locks.append({"path": path, "kind": kind, "waiting": len(queue) - 1, "holder": holder})
         for child in children:
             if not is_lock_node(child):  # a queue's nodes are ephemeral: they have no children
@@ -188,8 +188,12 @@ async def _holders(zk: aiozklock.ZooKeeperClient, prefix: str) -> Json:
     return {"prefix": prefix, "locks": sorted(locks, key=lambda lock: str(lock["path"]))}
 
 
-def _contender_json(contender: Contender, position: int, now: float, kind: str | None) -> Json:
+def _contender_json(
+    contender: Contender, position: int, now: float, found: RecipeTraits | None
+) -> Json:
+    """``found``: the recipe read (None: an election's queue, read as such)."""
     enqueued = contender.enqueued_at
+    session = None if found and found.ttl_lease else f"0x{contender.session_id:x}"
     return {
         "position": position,
         "is_holder": contender.is_holder,
@@ -197,7 +201,7 @@ def _contender_json(contender: Contender, position: int, now: float, kind: str |
         "host": contender.host,
         "pid": contender.pid,
         "task": contender.task,
-        "session_id": None if kind == "lease" else f"0x{contender.session_id:x}",
+        "session_id": session,  # a TTL lease's holder has none
         "fencing_token": contender.fencing_token,
         "node": contender.node,
         "sequence": contender.sequence,

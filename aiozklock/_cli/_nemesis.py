@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 import anyio
 
 import aiozklock
-from aiozklock._cli._choices import FAULT_KINDS, RECIPES
+from aiozklock._cli._choices import FAULT_KINDS, RECIPES, recipe_help
 from aiozklock._cli._common import Parser, positive_int, seconds
 from aiozklock._cli._demo import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, INSTALL_HINT
-from aiozklock._recipes._traits import traits_of
+from aiozklock._recipes._traits import RecipeTraits, traits_of
 
 if TYPE_CHECKING:
     from aiozklock.testing import NemesisReport, ZooKeeperCluster
@@ -34,6 +34,24 @@ class _Refused(Exception):
     def __init__(self, message: str, status: int = EXIT_UNAVAILABLE) -> None:
         super().__init__(message)
         self.status = status
+
+
+def _nemesis_notes(traits: RecipeTraits) -> list[str]:
+    """How the nemesis treats a recipe, from its description's flags (``--recipe``'s help)."""
+    return [
+        note
+        for flag, note in (
+            (traits.multi_path, "2-3 of 4 shared paths"),
+            (
+                traits.ttl_lease,
+                "TTL = the session timeout; the local ensemble then reaps TTL nodes every "
+                "100 ms; with --hosts, the servers must reap promptly too",
+            ),
+            (traits.reads, "read or write lock at random; readers may overlap, never a writer"),
+            (traits.shares_resource, "--max-leases of them; never more holders at once"),
+        )
+        if flag
+    ]
 
 
 def add_nemesis_parser(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -57,12 +75,7 @@ def add_nemesis_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         "--recipe",
         choices=RECIPES,
         default="lock",
-        help="what the clients loop on: lock (fair), multilock (2-3 of 4 shared paths), "
-        "election (the section runs as leader), nonfair (zk.lock(fair=False)), lease "
-        "(zk.lease_lock, TTL = the session timeout; the local ensemble then reaps TTL nodes "
-        "every 100 ms; with --hosts, the servers must reap promptly too), rwlock (read or write "
-        "lock at random; readers may overlap each other, never a writer), semaphore "
-        "(zk.semaphore with --max-leases; never more holders at once) (%(default)s)",
+        help=recipe_help("what the clients loop on: ", _nemesis_notes),
     )
     nemesis.add_argument(
         "--max-leases",

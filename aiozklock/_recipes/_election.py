@@ -93,7 +93,6 @@ class Election(QueuedPrimitive):
     Bad arguments raise ``InvalidArgument`` here, before any request.
     """
 
-    _kind = "election"
     _lost_error = LeadershipLost
 
     def __init__(

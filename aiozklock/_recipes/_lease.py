@@ -119,7 +119,6 @@ class LeaseLock(Primitive):
     positive, finite number of seconds within ZooKeeper's 1 ms .. 2^40-1 ms.
     """
 
-    _kind = "lease_lock"
     _unguardable = FIXED_NODE  # guard= would not be sound (see FIXED_NODE)
 
     def __init__(

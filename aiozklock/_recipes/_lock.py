@@ -78,8 +78,6 @@ class Lock(PathLock):
     ``InvalidArgument`` here, before any request.
     """
 
-    _kind = "lock"
-
     def __init__(
         self,
         session: Session,

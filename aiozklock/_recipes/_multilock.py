@@ -71,8 +71,6 @@ class MultiLock(QueuedPrimitive):
     overlapping multi-locks never deadlock. Bad arguments raise ``InvalidArgument`` here.
     """
 
-    _kind = "multi_lock"
-
     def __init__(
         self,
         session: Session,

@@ -76,7 +76,6 @@ class NonFairLock(Primitive):
     Bad arguments raise ``InvalidArgument`` here, before any request.
     """
 
-    _kind = "nonfair_lock"
     _unguardable = FIXED_NODE  # guard= would not be sound (see FIXED_NODE)
 
     def __init__(

@@ -125,7 +125,6 @@ class WriteLock(_Side):
     itself forever).
     """
 
-    _kind = "write_lock"
     _mode = "write"
     _reader: ReadLock | None = None  # set by the read lock, once made
 
@@ -202,7 +201,6 @@ class ReadLock(SharedHolding, _Side):
     ``identifier`` is a separate contender, with its own node.
     """
 
-    _kind = "read_lock"
     _mode = "read"
 
     def __init__(self, write_lock: WriteLock, janitor: Janitor) -> None:

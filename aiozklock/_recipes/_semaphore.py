@@ -36,7 +36,7 @@ from abc import abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar, TypeVar
+from typing import TypeVar
 
 import anyio
 
@@ -153,8 +153,6 @@ class _Lease(QueuedPrimitive, LeaseBase):
     """One task's place in the semaphore's queue: a mutex-shaped primitive (reentrant,
     loss-aware) with the semaphore's decision function. Made by ``Semaphore`` only."""
 
-    _kind = "semaphore"
-
     def _node_names(self) -> tuple[str, ...]:
         return tuple(self._queue.nodes.values())
 
@@ -172,7 +170,6 @@ class Semaphore(Handle):
     if the path stores another ``max_leases``.
     """
 
-    _kind: ClassVar[str] = "semaphore"
     compat: Compat | None = None  # the peer's layout (``CompatSemaphore``); None: our queue
 
     def __init__(

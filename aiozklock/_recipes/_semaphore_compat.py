@@ -103,8 +103,6 @@ class _CompatLease(UniqueNodePrimitive, LeaseBase):
     """One task's lease taken the peer's way (reentrant, loss-aware): a node of its own,
     created and counted under the peer's mutex. Made by ``CompatSemaphore`` only."""
 
-    _kind = "semaphore"
-
     def __init__(self, owner: CompatSemaphore) -> None:
         super().__init__(
             owner._session, owner._monitor, owner._janitor, owner._label, owner._paths, owner.acl

@@ -1,27 +1,46 @@
-"""One description per recipe: what the demo, the nemesis and the command line need to know
-about it, read from its entry in :data:`TRAITS` instead of branching on its name.
+"""One description per recipe: what the client, telemetry, the demo, the nemesis and the
+command line need to know about it, read from its entry in :data:`TRAITS` instead of
+branching on its name.
 
-An entry names the recipe as the command line does (``--recipe lock``), how a contender's
-object is made from a client (a small function over the client's public factory), and the
-few ways recipes differ for a harness that races contenders and judges their history: an
-acquisition over several paths, holders that share the resource, a TTL lease that outlives
-its session, a shared read side. This module imports no recipe at run time, so the command
-line (which must not import the test kit) and the test kit can both read it.
+An entry names the recipe as the command line does (``--recipe lock``), the telemetry kinds
+of the objects it makes (the client's factories pass them to the registry, which tells the
+observer; :data:`RECIPE_KINDS` is every entry's), how a contender's object is made from a
+client (a small function over the client's public factory), and the few ways recipes differ
+for a harness that races contenders and judges their history: an acquisition over several
+paths, holders that share the resource, a TTL lease that outlives its session, a shared
+read side. An entry whose nodes the read-only commands (``contenders``, ``holders``) tell
+apart says how to read them. This module imports nothing but the core and two recipes' node
+names, so the client's factories, the command line (which must not import the test kit) and
+the test kit can all read it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import json
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
+
+from aiozklock._exceptions import NoNodeError
+from aiozklock._recipes._core._contenders import Contender, contender_of
+from aiozklock._recipes._core._names import is_lock_node
+from aiozklock._recipes._lease import LEASE_NODE
+from aiozklock._recipes._nonfair import NODE_NAME
+from aiozklock._wire._validation import join
 
 if TYPE_CHECKING:
     from aiozklock._client import ZooKeeperClient
     from aiozklock._recipes._core._handle import Handle
 
+#: How the read-only commands read a recipe at a path, given the path's children: its
+#: contenders, holder first, or None if its nodes are not there.
+Reader = Callable[["ZooKeeperClient", str, list[str]], Awaitable[list[Contender] | None]]
 
-@dataclass(frozen=True, slots=True)
-class Setup:
+
+# Named tuples, not dataclasses: the client's factories import this module (for the kinds),
+# and a named tuple is a fraction of a dataclass's import time.
+
+
+class Setup(NamedTuple):
     """What one contender's object is made with. ``paths``: the path (several for a
     multi-path recipe); ``ttl`` and ``holder_id``: a TTL lease's; ``max_leases``: the limit
     of a recipe whose holders share the resource."""
@@ -45,12 +64,13 @@ class Sides(NamedTuple):
     read: Handle | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RecipeTraits:
+class RecipeTraits(NamedTuple):
     """How one recipe is made and judged (see the module docstring).
 
     * ``name``: its name on the command line (``demo --recipe``, ``nemesis --recipe``);
-    * ``kinds``: the telemetry kinds of the objects it makes (``RECIPE_KINDS``);
+    * ``summary``: what it is, in a few words (``--recipe``'s help, after the name);
+    * ``kinds``: the telemetry kinds (the ``aiozklock.recipe`` label) of the objects it
+      makes, in ``Sides`` order (a read/write lock's write side, then its read side);
     * ``make``: a contender's object from a client (its client factory);
     * ``multi_path``: an acquisition takes several paths at once, in one ``multi``
       transaction (so does its release): the demo locks PATH and PATH-b, the nemesis draws
@@ -61,16 +81,21 @@ class RecipeTraits:
       takes nothing from its holder, a lease left behind goes when its TTL runs out, and
       the servers must reap expired TTL nodes promptly;
     * ``reads``: it has a shared read side (``Sides.read``): the demo takes it each round
-      besides the race on the main side, the nemesis takes either side at random.
+      besides the race on the main side, the nemesis takes either side at random;
+    * ``inspect``: how ``contenders`` and ``holders`` find it at a path (a ``Reader``), the
+      first entry whose reader answers naming the path's ``kind``; None for a recipe that
+      they do not tell apart (an election's or a read/write lock's queue reads as a lock's).
     """
 
     name: str
+    summary: str
     kinds: tuple[str, ...]
     make: Callable[[ZooKeeperClient, Setup], Sides]
     multi_path: bool = False
     shares_resource: bool = False
     ttl_lease: bool = False
     reads: bool = False
+    inspect: Reader | None = None
 
 
 def _lock(zk: ZooKeeperClient, s: Setup) -> Sides:
@@ -102,19 +127,104 @@ def _semaphore(zk: ZooKeeperClient, s: Setup) -> Sides:
     return Sides(zk.semaphore(s.path, s.max_leases, identifier=s.identifier))
 
 
+async def _read_queue(
+    zk: ZooKeeperClient, path: str, children: list[str]
+) -> list[Contender] | None:
+    # Any library's contender nodes: an election's, a read/write lock's, kazoo's ... too.
+    if not any(is_lock_node(child) for child in children):
+        return None
+    return await zk.lock(path).contenders()
+
+
+async def _read_nonfair(
+    zk: ZooKeeperClient, path: str, children: list[str]
+) -> list[Contender] | None:
+    if NODE_NAME not in children:
+        return None
+    holders = await zk.lock(path, fair=False).contenders()
+    # A plain node that happens to be called "lock" has no ephemeral owner.
+    return [h for h in holders if h.session_id]
+
+
+async def _read_lease(
+    zk: ZooKeeperClient, path: str, children: list[str]
+) -> list[Contender] | None:
+    if LEASE_NODE not in children:
+        return None
+    try:
+        data, stat = await zk.get_data(join(path, LEASE_NODE))
+    except NoNodeError:  # released meanwhile
+        return []
+    if not _is_lease(data):
+        return None
+    return [contender_of(LEASE_NODE, data, stat, is_holder=True, sequence=0)]
+
+
+def _is_lease(data: bytes) -> bool:
+    # A TTL node shows no owner in its stat: a lease is told by its data, JSON with holder_id.
+    try:
+        fields = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(fields, dict) and "holder_id" in fields
+
+
 #: Every recipe the demo and the nemesis drive, by command-line name, in ``--help`` order.
 TRAITS: dict[str, RecipeTraits] = {
     t.name: t
     for t in (
-        RecipeTraits("lock", ("lock",), _lock),
-        RecipeTraits("multilock", ("multi_lock",), _multi_lock, multi_path=True),
-        RecipeTraits("election", ("election",), _election),
-        RecipeTraits("nonfair", ("nonfair_lock",), _nonfair_lock),
-        RecipeTraits("lease", ("lease_lock",), _lease_lock, ttl_lease=True),
-        RecipeTraits("rwlock", ("write_lock", "read_lock"), _rw_lock, reads=True),
-        RecipeTraits("semaphore", ("semaphore",), _semaphore, shares_resource=True),
+        RecipeTraits(
+            "lock",
+            "zk.lock(): fair, FIFO across processes",
+            ("lock",),
+            _lock,
+            inspect=_read_queue,
+        ),
+        RecipeTraits(
+            "multilock",
+            "zk.multi_lock(): several paths, all or nothing",
+            ("multi_lock",),
+            _multi_lock,
+            multi_path=True,
+        ),
+        RecipeTraits(
+            "election", "zk.election(): the body runs as leader", ("election",), _election
+        ),
+        RecipeTraits(
+            "nonfair",
+            "zk.lock(fair=False): one fixed node",
+            ("nonfair_lock",),
+            _nonfair_lock,
+            inspect=_read_nonfair,
+        ),
+        RecipeTraits(
+            "lease",
+            "zk.lease_lock(): a TTL lease, not bound to the session",
+            ("lease_lock",),
+            _lease_lock,
+            ttl_lease=True,
+            inspect=_read_lease,
+        ),
+        RecipeTraits(
+            "rwlock",
+            "zk.rw_lock(): shared readers, one writer",
+            ("write_lock", "read_lock"),
+            _rw_lock,
+            reads=True,
+        ),
+        RecipeTraits(
+            "semaphore",
+            "zk.semaphore(): up to max_leases holders at once",
+            ("semaphore",),
+            _semaphore,
+            shares_resource=True,
+        ),
     )
 }
+
+
+#: Every telemetry kind (``Observer.recipe``'s ``kind``, the ``aiozklock.recipe`` label).
+RECIPE_KINDS: tuple[str, ...] = tuple(kind for traits in TRAITS.values() for kind in traits.kinds)
 
 
 def traits_of(name: str) -> RecipeTraits:
@@ -125,4 +235,4 @@ def traits_of(name: str) -> RecipeTraits:
         raise ValueError(f"unknown recipe {name!r}; known: {', '.join(TRAITS)}") from None
 
 
-__all__ = ("TRAITS", "RecipeTraits", "Setup", "Sides", "traits_of")
+__all__ = ("RECIPE_KINDS", "TRAITS", "RecipeTraits", "Setup", "Sides", "traits_of")

@@ -27,6 +27,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple, cast
 
 import anyio
 
@@ -100,9 +101,18 @@ async def recorded_client(
         yield zk
 
 
+class _Turn(NamedTuple):
+    """What one acquisition uses: the object, the resources (lock paths) it covers, and
+    whether it is the recipe's shared read side (``Sides.read``: it writes nothing)."""
+
+    held: Held
+    resources: tuple[str, ...]
+    shared: bool = False
+
+
 class _Contention:
-    """The recipe objects of one worker: ``next()`` gives what the next acquisition uses, the
-    object and the resources (lock paths) it covers. One object per path is reused across
+    """The recipe objects of one worker: ``next()`` gives what the next acquisition uses (a
+    ``_Turn``). One object per path is reused across
     iterations (a lease keeps its ``holder_id``: a lost create reply is re-attached); a
     multi-lock is a new object per acquisition, on a random subset in a random order."""
 
@@ -130,16 +140,16 @@ class _Contention:
             max_leases=config.max_leases,
         )
 
-    def next(self) -> tuple[Held, tuple[str, ...]]:
+    def next(self) -> _Turn:
         sides = self._sides
         if sides is not None:
             if sides.read is not None:
                 shared = self._rng.random() < 0.5
-                return sides.read if shared else sides.main, (self._config.path,)
-            return sides.main, (self._config.path,)
+                return _Turn(sides.read if shared else sides.main, (self._config.path,), shared)
+            return _Turn(sides.main, (self._config.path,))
         paths = list(self._config.paths)
         chosen = self._rng.sample(paths, self._rng.randint(2, min(3, len(paths))))
-        return self._traits.make(self._zk, self._setup(tuple(chosen))).main, tuple(chosen)
+        return _Turn(self._traits.make(self._zk, self._setup(tuple(chosen))).main, tuple(chosen))
 
 
 def _holding_of(primitive: Held) -> Holding | None:
@@ -166,11 +176,12 @@ def _node_key(primitive: Held) -> str | None:
     return f"{holding.nodes[0]}#{holding.token}"
 
 
-def _expires_at(primitive: Held) -> float | None:
-    """A lease's ``expires_at`` (None for the session-bound recipes, or once released)."""
-    if isinstance(primitive, aiozklock.LeaseLock):
-        return primitive.statistics().expires_at
-    return None
+def _expires_at(primitive: Held, ttl_lease: bool) -> float | None:
+    """A TTL lease's ``expires_at`` (None for the session-bound recipes, or once released);
+    ``ttl_lease``: the recipe's description says it is one (its objects are ``LeaseLock``)."""
+    if not ttl_lease:
+        return None
+    return cast("aiozklock.LeaseLock", primitive).statistics().expires_at
 
 
 async def run_worker(
@@ -186,7 +197,8 @@ async def run_worker(
     contention = _Contention(zk, config, rng)
     name = config.name
     while not stop.is_set():
-        primitive, resources = contention.next()
+        turn = contention.next()
+        primitive = turn.held
         timeout = rng.uniform(*config.acquire_timeout)
         bound = timeout + config.attempt_grace
         start = time.monotonic()
@@ -203,7 +215,7 @@ async def run_worker(
                         "outcome": "acquired",
                     }
                 )
-                await _critical_section(zk, primitive, resources, config, sink, rng, start)
+                await _critical_section(zk, turn, config, sink, rng, start)
         except aiozklock.LockTimeout:
             if not acquired:
                 _attempt(sink, start, bound, "timeout")
@@ -245,6 +257,7 @@ class _Section:
     token: int
     shared: bool  # a read lock: it shares its grant, and writes nothing
     shares_resource: bool  # a semaphore: it records its acts, and writes nothing
+    ttl_lease: bool  # a lease: it records its expiry
     node: str | None
     session_id: int
     expires_at: float | None
@@ -283,22 +296,24 @@ def _pauses(config: WorkerConfig, rng: random.Random) -> list[float]:
 
 async def _critical_section(
     zk: aiozklock.ZooKeeperClient,
-    primitive: Held,
-    resources: tuple[str, ...],
+    turn: _Turn,
     config: WorkerConfig,
     sink: WorkerSink,
     rng: random.Random,
     requested: float,
 ) -> None:
+    primitive = turn.held
+    traits = traits_of(config.recipe)
     section = _Section(
         token=primitive.fencing_token,
-        shared=isinstance(primitive, aiozklock.ReadLock),
-        shares_resource=traits_of(config.recipe).shares_resource,
+        shared=turn.shared,
+        shares_resource=traits.shares_resource,
+        ttl_lease=traits.ttl_lease,
         node=_node_key(primitive),
         session_id=zk.session_id,
-        expires_at=_expires_at(primitive),
+        expires_at=_expires_at(primitive, traits.ttl_lease),
         requested=requested,
-        resources=resources,
+        resources=turn.resources,
     )
     pauses = _pauses(config, rng)
     section.enter = time.monotonic()
@@ -336,7 +351,7 @@ async def _act(primitive: Held, section: _Section, pauses: list[float], sink: Wo
         # resumed from a pause may run this before its heartbeat noticed anything).
         if not primitive.is_held:
             return "invalid"
-        section.expires_at = _expires_at(primitive)
+        section.expires_at = _expires_at(primitive, section.ttl_lease)
         if section.shared:
             continue
         await sink.before_write()

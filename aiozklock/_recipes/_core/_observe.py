@@ -12,18 +12,6 @@ from typing import Protocol, runtime_checkable
 
 from aiozklock._wire._session import StateChange
 
-#: Every recipe kind an observer is told (``Observer.recipe``): the ``aiozklock.recipe`` label.
-RECIPE_KINDS = (
-    "lock",
-    "nonfair_lock",
-    "multi_lock",
-    "election",
-    "lease_lock",
-    "read_lock",
-    "write_lock",
-    "semaphore",
-)
-
 
 class AcquireObserver(Protocol):
     """One acquisition attempt, from its start (``RecipeObserver.acquiring``) to its end."""
@@ -58,12 +46,13 @@ class Observer(Protocol):
     """What a client reports to: its recipe objects and its session's state changes."""
 
     def recipe(self, kind: str, paths: tuple[str, ...]) -> RecipeObserver:
-        """The observer of a new recipe object: ``kind`` is one of ``RECIPE_KINDS``
-        (``"lock"``, ``"nonfair_lock"``, ``"multi_lock"``, ``"election"``, ``"lease_lock"``,
-        ``"read_lock"``, ``"write_lock"``, ``"semaphore"``); ``paths`` what it locks."""
+        """The observer of a new recipe object: ``kind`` (the ``aiozklock.recipe`` label) is
+        one of ``RECIPE_KINDS``, the kinds of the recipes' description entries
+        (``_recipes/_traits.py``: ``"lock"``, ``"write_lock"``, ...); ``paths`` what it
+        locks."""
 
     def session_changed(self, change: StateChange) -> None:
         """The session's state changed (called as a ``zk.add_listener`` listener)."""
 
 
-__all__ = ("RECIPE_KINDS", "AcquireObserver", "Observer", "RecipeObserver")
+__all__ = ("AcquireObserver", "Observer", "RecipeObserver")

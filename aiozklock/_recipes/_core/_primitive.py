@@ -16,7 +16,7 @@ import time
 from abc import abstractmethod
 from collections.abc import Sequence
 from types import TracebackType
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 import anyio
 import anyio.lowlevel
@@ -68,12 +68,11 @@ class Primitive(Handle):
       session's clock; a lease: its own expiry);
     * ``_ahead()``: how many contenders were queued before us (telemetry; default: None);
 
-    and sets ``_kind`` (its name in telemetry) and, if a loss is not ``LockLost``,
-    ``_lost_error``.
+    and, if a loss is not ``LockLost``, sets ``_lost_error``. (Its telemetry kind is its
+    recipe's description entry's: the factory that makes it gives it to the registry.)
     """
 
     _lost_error: type[LockLost] = LockLost  # what a loss raises (election: LeadershipLost)
-    _kind: ClassVar[str]  # the recipe's name in telemetry, e.g. "lock"
 
     def __init__(
         self,

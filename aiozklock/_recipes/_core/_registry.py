@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Hashable
-from typing import ClassVar, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from aiozklock._acl import ACL
 from aiozklock._exceptions import UsageError
@@ -27,7 +27,6 @@ class Registered(Protocol):
 
     acl: tuple[ACL, ...]
     _label: str
-    _kind: ClassVar[str]
     _paths: tuple[str, ...]
     _registry: Registry | None
     _observer: RecipeObserver | None
@@ -45,11 +44,19 @@ class Recipes:
         )
         self._held_by: dict[int, list[Primitive]] = {}  # task id -> what it holds
 
-    def get(self, cls: type[P], key: Hashable, create: Callable[[], P], acl: tuple[ACL, ...]) -> P:
+    def get(
+        self,
+        cls: type[P],
+        kind: str,
+        key: Hashable,
+        create: Callable[[], P],
+        acl: tuple[ACL, ...],
+    ) -> P:
         """The object of recipe ``cls`` for ``key`` (the factory's arguments), made by
-        ``create()`` if there is none (``create`` validates, and may raise). ``acl`` is not
-        part of the identity (one object per contender): asking for an existing object with
-        another ACL raises ``UsageError``."""
+        ``create()`` if there is none (``create`` validates, and may raise). ``kind``: its
+        telemetry kind (from its recipe's description entry), told to the observer when the
+        object is made. ``acl`` is not part of the identity (one object per contender):
+        asking for an existing object with another ACL raises ``UsageError``."""
         try:
             found = self._objects.get((cls, key))
         except TypeError:  # unhashable arguments: create() rejects them
@@ -64,7 +71,7 @@ class Recipes:
         made = create()
         made._registry = self
         if self._observer is not None:
-            made._observer = self._observer.recipe(made._kind, made._paths)
+            made._observer = self._observer.recipe(kind, made._paths)
         self._objects[(cls, key)] = made
         return made
 
