@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    pass  # one re-export per store module, for type checkers
+    from ._postgres import PostgresFence as PostgresFence
 
-__all__: tuple[str, ...] = ()
+__all__: tuple[str, ...] = ("PostgresFence",)
 
 # name -> module that defines it, imported on first access
-_HOMES: dict[str, str] = {}
+_HOMES: dict[str, str] = {
+    "PostgresFence": "aiozklock.fencing._postgres",
+}
 
 
 def __getattr__(name: str) -> Any:
