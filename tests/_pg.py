@@ -17,11 +17,46 @@ from typing import Any
 import anyio
 import asyncpg
 import psycopg
+import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from aiozklock.fencing import PostgresFence
+
 DRIVERS = ["asyncpg", "psycopg", "sqlalchemy", "sqlalchemy-session"]
+RESOURCE = "orders/157"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # asyncpg, psycopg and SQLAlchemy's asyncio extension are asyncio-only
+
+
+@pytest.fixture(params=DRIVERS)
+def driver(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+async def pg(pg_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of the test's own (asyncpg, autocommit), to set up and to look."""
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def tables(pg: asyncpg.Connection) -> AsyncIterator[Tables]:
+    """The test's fence table (created) and data table."""
+    made = Tables.fresh()
+    await PostgresFence(made.fence).create_table(pg)
+    await pg.execute(f"CREATE TABLE {made.data} (id int PRIMARY KEY, value text)")
+    yield made
+    await pg.execute(f"DROP TABLE IF EXISTS {made.fence}, {made.data}")
 
 
 class Conn:
@@ -172,6 +207,13 @@ class Tables:
 
     def read(self, id: int = 1) -> str:
         return f"SELECT value FROM {self.data} WHERE id = {id}"
+
+
+async def fenced_write(conn: Conn, tables: Tables, token: int, value: str) -> None:
+    """The documented pattern: the fence first, then the caller's own write, one commit."""
+    async with conn.transaction():
+        await PostgresFence(tables.fence).advance(conn.target, RESOURCE, token)
+        await conn.scalar(tables.write(value))
 
 
 async def wait_for_waiter(observer: asyncpg.Connection, holder: int) -> int:

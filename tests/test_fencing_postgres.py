@@ -22,49 +22,23 @@ from sqlalchemy.pool import NullPool
 import aiozklock
 from aiozklock import InvalidArgument, StaleFencingToken, UsageError
 from aiozklock.fencing import PostgresFence
-from tests._pg import DRIVERS, Conn, Tables, connect
+from tests._pg import (
+    RESOURCE,
+    Conn,
+    Tables,
+    anyio_backend,
+    connect,
+    driver,
+    fenced_write,
+    pg,
+    tables,
+)
 
 pytestmark = pytest.mark.anyio
 
-RESOURCE = "orders/157"
+__all__ = ["anyio_backend", "driver", "pg", "tables"]  # fixtures, imported to be used here
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # asyncpg, psycopg and SQLAlchemy's asyncio extension are asyncio-only
-
-
-@pytest.fixture(params=DRIVERS)
-def driver(request: pytest.FixtureRequest) -> str:
-    name: str = request.param
-    return name
-
-
-@pytest.fixture
-async def observer(pg_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    """A connection of the test's own (autocommit), to set up and to look."""
-    conn = await asyncpg.connect(pg_dsn)
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
-@pytest.fixture
-async def tables(observer: asyncpg.Connection) -> AsyncIterator[Tables]:
-    made = Tables.fresh()
-    await PostgresFence(made.fence).create_table(observer)
-    await observer.execute(f"CREATE TABLE {made.data} (id int PRIMARY KEY, value text)")
-    yield made
-    await observer.execute(f"DROP TABLE IF EXISTS {made.fence}, {made.data}")
-
-
-async def fenced_write(conn: Conn, tables: Tables, token: int, value: str) -> None:
-    """The documented pattern: the fence first, then the caller's own write, one commit."""
-    async with conn.transaction():
-        await PostgresFence(tables.fence).advance(conn.target, RESOURCE, token)
-        await conn.scalar(tables.write(value))
 
 
 async def write_then_advance(conn: Conn, tables: Tables, token: int, value: str) -> None:
@@ -75,7 +49,7 @@ async def write_then_advance(conn: Conn, tables: Tables, token: int, value: str)
 
 
 async def test_new_holder_commits_and_stale_holder_is_refused_with_its_writes(
-    driver: str, pg_dsn: str, observer: asyncpg.Connection, tables: Tables
+    driver: str, pg_dsn: str, pg: asyncpg.Connection, tables: Tables
 ) -> None:
     fence = PostgresFence(tables.fence)
     async with connect(driver, pg_dsn) as conn:
@@ -85,12 +59,12 @@ async def test_new_holder_commits_and_stale_holder_is_refused_with_its_writes(
             await write_then_advance(conn, tables, 5, "stale")
     assert (caught.value.resource, caught.value.token, caught.value.newer) == (RESOURCE, 5, 7)
     assert isinstance(caught.value, aiozklock.LockLost)
-    assert await observer.fetchval(tables.read()) == "new holder"
-    assert await fence.current(observer, RESOURCE) == 7
+    assert await pg.fetchval(tables.read()) == "new holder"
+    assert await fence.current(pg, RESOURCE) == 7
 
 
 async def test_equal_token_is_accepted_and_resources_are_fenced_apart(
-    driver: str, pg_dsn: str, observer: asyncpg.Connection, tables: Tables
+    driver: str, pg_dsn: str, pg: asyncpg.Connection, tables: Tables
 ) -> None:
     fence = PostgresFence(tables.fence)
     async with connect(driver, pg_dsn) as conn:
@@ -98,10 +72,10 @@ async def test_equal_token_is_accepted_and_resources_are_fenced_apart(
         await fenced_write(conn, tables, 7, "second write, same holder")
         async with conn.transaction():
             await fence.advance(conn.target, "orders/158", 1)
-    assert await observer.fetchval(tables.read()) == "second write, same holder"
-    assert await fence.current(observer, RESOURCE) == 7
-    assert await fence.current(observer, "orders/158") == 1
-    assert await fence.current(observer, "orders/159") is None
+    assert await pg.fetchval(tables.read()) == "second write, same holder"
+    assert await fence.current(pg, RESOURCE) == 7
+    assert await fence.current(pg, "orders/158") == 1
+    assert await fence.current(pg, "orders/159") is None
 
 
 async def fenced_write_then_fail(conn: Conn, tables: Tables, token: int) -> None:
@@ -112,24 +86,24 @@ async def fenced_write_then_fail(conn: Conn, tables: Tables, token: int) -> None
 
 
 async def test_rolled_back_transaction_leaves_the_fence_where_it_was(
-    driver: str, pg_dsn: str, observer: asyncpg.Connection, tables: Tables
+    driver: str, pg_dsn: str, pg: asyncpg.Connection, tables: Tables
 ) -> None:
     fence = PostgresFence(tables.fence)
     async with connect(driver, pg_dsn) as conn:
         await fenced_write(conn, tables, 7, "seven")
         with pytest.raises(RuntimeError, match="the caller's own failure"):
             await fenced_write_then_fail(conn, tables, 9)
-        assert await fence.current(observer, RESOURCE) == 7
+        assert await fence.current(pg, RESOURCE) == 7
         await fenced_write(conn, tables, 8, "eight")  # 9 was never recorded
-    assert await observer.fetchval(tables.read()) == "eight"
+    assert await pg.fetchval(tables.read()) == "eight"
 
 
 async def test_largest_bigint_token_round_trips(
-    pg_dsn: str, observer: asyncpg.Connection, tables: Tables
+    pg_dsn: str, pg: asyncpg.Connection, tables: Tables
 ) -> None:
     async with connect("asyncpg", pg_dsn) as conn:
         await fenced_write(conn, tables, (1 << 63) - 1, "max")
-    assert await PostgresFence(tables.fence).current(observer, RESOURCE) == (1 << 63) - 1
+    assert await PostgresFence(tables.fence).current(pg, RESOURCE) == (1 << 63) - 1
 
 
 @contextlib.asynccontextmanager
@@ -191,22 +165,22 @@ def test_table_that_is_not_an_identifier_is_refused(table: Any) -> None:
 
 
 async def test_table_name_is_quoted_and_may_be_schema_qualified(
-    pg_dsn: str, observer: asyncpg.Connection
+    pg_dsn: str, pg: asyncpg.Connection
 ) -> None:
     schema = Tables.fresh().fence.replace("fence_", "schema_")
-    await observer.execute(f"CREATE SCHEMA {schema}")
+    await pg.execute(f"CREATE SCHEMA {schema}")
     try:
         for table in (f"{schema}.Mixed_Case$1", f"{schema}.order", f"{schema}.{'x' * 63}"):
             fence = PostgresFence(table)
-            await fence.create_table(observer)
-            async with observer.transaction():
-                await fence.advance(observer, RESOURCE, 3)
-            assert await fence.current(observer, RESOURCE) == 3
+            await fence.create_table(pg)
+            async with pg.transaction():
+                await fence.advance(pg, RESOURCE, 3)
+            assert await fence.current(pg, RESOURCE) == 3
         query = "SELECT tablename FROM pg_tables WHERE schemaname = $1"
-        names = await observer.fetch(query, schema)
+        names = await pg.fetch(query, schema)
         assert sorted(row[0] for row in names) == sorted(["Mixed_Case$1", "order", "x" * 63])
     finally:
-        await observer.execute(f"DROP SCHEMA {schema} CASCADE")
+        await pg.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 async def test_unsupported_connection_is_refused(pg_dsn: str) -> None:
@@ -224,7 +198,7 @@ async def test_unsupported_connection_is_refused(pg_dsn: str) -> None:
 
 
 async def test_statement_that_would_commit_alone_is_a_usage_error(
-    driver: str, pg_dsn: str, observer: asyncpg.Connection, tables: Tables
+    driver: str, pg_dsn: str, pg: asyncpg.Connection, tables: Tables
 ) -> None:
     fence = PostgresFence(tables.fence)
     async with connect(driver, pg_dsn) as conn:  # asyncpg, and psycopg with autocommit=True
@@ -234,12 +208,12 @@ async def test_statement_that_would_commit_alone_is_a_usage_error(
             await conn.target.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
         with pytest.raises(UsageError, match="needs an open transaction"):
             await fence.advance(conn.target, RESOURCE, 5)
-    assert await fence.current(observer, RESOURCE) is None
+    assert await fence.current(pg, RESOURCE) is None
 
 
 @pytest.mark.parametrize("implicit", ["psycopg", "sqlalchemy", "sqlalchemy-session"])
 async def test_implicit_transaction_is_the_callers_and_commits_with_its_writes(
-    implicit: str, pg_dsn: str, observer: asyncpg.Connection, tables: Tables
+    implicit: str, pg_dsn: str, pg: asyncpg.Connection, tables: Tables
 ) -> None:
     """psycopg without autocommit, and SQLAlchemy, begin a transaction before the first
     statement: the fence's, which the caller's writes join until its commit()."""
@@ -247,17 +221,17 @@ async def test_implicit_transaction_is_the_callers_and_commits_with_its_writes(
     async with connect(implicit, pg_dsn, autocommit=False) as conn:
         await fence.advance(conn.target, RESOURCE, 5)
         await conn.scalar(tables.write("five"))
-        assert await fence.current(observer, RESOURCE) is None  # not committed yet
+        assert await fence.current(pg, RESOURCE) is None  # not committed yet
         await conn.target.commit()
-        assert await observer.fetchval(tables.read()) == "five"
+        assert await pg.fetchval(tables.read()) == "five"
         with pytest.raises(StaleFencingToken):
             await fence.advance(conn.target, RESOURCE, 4)
         await conn.target.rollback()
-    assert await fence.current(observer, RESOURCE) == 5
+    assert await fence.current(pg, RESOURCE) == 5
 
 
 async def test_psycopg_connection_factories_do_not_matter(
-    pg_dsn: str, observer: asyncpg.Connection, tables: Tables
+    pg_dsn: str, pg: asyncpg.Connection, tables: Tables
 ) -> None:
     """Dict rows and server-side binding ($1 placeholders) set on the connection."""
     options = {"row_factory": dict_row, "cursor_factory": psycopg.AsyncRawCursor}
@@ -266,9 +240,7 @@ async def test_psycopg_connection_factories_do_not_matter(
         assert await PostgresFence(tables.fence).current(conn.target, RESOURCE) == 5
 
 
-async def test_asyncpg_pool_connection(
-    pg_dsn: str, observer: asyncpg.Connection, tables: Tables
-) -> None:
+async def test_asyncpg_pool_connection(pg_dsn: str, pg: asyncpg.Connection, tables: Tables) -> None:
     fence = PostgresFence(tables.fence)
     async with (
         asyncpg.create_pool(pg_dsn, min_size=1, max_size=1) as pool,
@@ -276,7 +248,7 @@ async def test_asyncpg_pool_connection(
         conn.transaction(),
     ):
         await fence.advance(conn, RESOURCE, 5)
-    assert await fence.current(observer, RESOURCE) == 5
+    assert await fence.current(pg, RESOURCE) == 5
 
 
 def test_import_loads_no_driver() -> None:
