@@ -125,7 +125,7 @@ class PostgresFence:
     another open transaction has advanced waits for it to end, then compares its token with
     the committed one. Under REPEATABLE READ or SERIALIZABLE it gets a serialization failure
     instead (SQLSTATE 40001: asyncpg's ``SerializationError``, psycopg's
-    ``SerializationFailure``, wrapped in SQLAlchemy's ``OperationalError``): roll back and
+    ``SerializationFailure``, which SQLAlchemy wraps in a ``DBAPIError``): roll back and
     retry the whole transaction, which then sees the committed token. The fence is sound
     under every level.
     """
