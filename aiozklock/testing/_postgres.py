@@ -19,6 +19,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import weakref
@@ -75,6 +76,15 @@ def find_postgres_bin() -> Path | None:
     return Path(pg_ctl).parent if pg_ctl else None
 
 
+def _reachable_by_others(directory: Path) -> bool:
+    """Whether users other than its owners can traverse ``directory`` and its parents."""
+    try:
+        resolved = directory.resolve()
+        return all(d.stat().st_mode & stat.S_IXOTH for d in (resolved, *resolved.parents))
+    except OSError:
+        return False
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -97,7 +107,9 @@ class PostgresServer:
     Nothing runs until :meth:`start`; :meth:`close` stops it (``pg_ctl -m immediate``: its
     data is thrown away) and removes the temp dir. Use as a context manager, or let the
     ``pg_dsn`` pytest fixture start one per test session. ``settings`` are server settings
-    (``-c name=value``) on top of :data:`DEFAULT_SETTINGS` (durability off). Raises
+    (``-c name=value``) on top of :data:`DEFAULT_SETTINGS` (durability off). The temp dir
+    is made in ``base_dir`` (default: the system's, or ``/tmp`` when run as root and the
+    ``postgres`` user could not reach the system's). Raises
     :class:`PostgresUnavailableForTests` when no install is found, and
     :class:`PostgresStartError` when the server does not start.
     """
@@ -152,7 +164,17 @@ class PostgresServer:
         if bin_dir is None:
             raise PostgresUnavailableForTests(_INSTALL_HINT)
         runner = _runner()
-        self.work_dir = Path(tempfile.mkdtemp(prefix="aiozklock-pg-", dir=self._base_dir))
+        base = self._base_dir
+        if runner:  # root: the server runs as another user, who must reach the temp dir
+            if base is None and not _reachable_by_others(Path(tempfile.gettempdir())):
+                base = Path("/tmp")  # e.g. TMPDIR in a root-only directory
+            if not _reachable_by_others(base or Path(tempfile.gettempdir())):
+                raise PostgresStartError(
+                    f"PostgreSQL runs as the {_SYSTEM_USER!r} user here (the server refuses "
+                    f"root), which cannot reach {base}: pass base_dir= a directory that "
+                    "every user can traverse"
+                )
+        self.work_dir = Path(tempfile.mkdtemp(prefix="aiozklock-pg-", dir=base))
         _live.add(self)
         try:
             if runner:  # root: the temp dir must belong to the user that runs the server
