@@ -10,7 +10,8 @@ Each round measures, per driver, ``--transactions`` unfenced and as many fenced
 transactions, which of the two goes first alternating by round; the ratio fenced/unfenced
 is computed within each round and reported as median [min-max] over the rounds. Per
 measurement: the median transaction's latency and the client process's CPU time per
-transaction. Writes ``postgres-fence.md`` and ``postgres-fence.json`` into ``--output``.
+transaction. Writes ``postgres-fence.md`` and ``postgres-fence.json`` into ``--output``
+(``postgres-fence-durable.*`` with ``--durable``).
 
 The local server runs without durability (``fsync``, ``synchronous_commit`` off, as in the
 tests) unless ``--durable``: a commit then waits for the disk, which makes the fence's extra
@@ -250,8 +251,9 @@ def main() -> None:
     print(text)
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
-    (output / "postgres-fence.md").write_text(text)
-    (output / "postgres-fence.json").write_text(json.dumps(document, indent=1) + "\n")
+    name = "postgres-fence-durable" if args.durable else "postgres-fence"
+    (output / f"{name}.md").write_text(text)
+    (output / f"{name}.json").write_text(json.dumps(document, indent=1) + "\n")
 
 
 if __name__ == "__main__":
