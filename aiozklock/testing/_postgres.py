@@ -13,7 +13,6 @@ import atexit
 import contextlib
 import logging
 import os
-import pwd
 import re
 import shlex
 import shutil
@@ -178,6 +177,8 @@ class PostgresServer:
         _live.add(self)
         try:
             if runner:  # root: the temp dir must belong to the user that runs the server
+                import pwd  # POSIX only, like running as root
+
                 account = pwd.getpwnam(_SYSTEM_USER)
                 os.chown(self.work_dir, account.pw_uid, account.pw_gid)
             data = self.work_dir / "data"
@@ -258,6 +259,8 @@ def _runner() -> list[str]:
     """The prefix that runs a server command as a user PostgreSQL accepts."""
     if os.geteuid() != 0:
         return []
+    import pwd
+
     try:
         pwd.getpwnam(_SYSTEM_USER)
     except KeyError:
