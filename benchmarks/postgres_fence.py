@@ -212,6 +212,7 @@ def report(args: argparse.Namespace, result: dict[str, Any], header: dict[str, A
 async def main_async(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The report's markdown and its JSON document."""
     started = datetime.datetime.now(datetime.UTC)
+    load_at_start = os.getloadavg()[0]
     with contextlib.ExitStack() as stack:
         if args.dsn:
             dsn, server = args.dsn, "the one at --dsn"
@@ -225,12 +226,15 @@ async def main_async(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         "date": started.isoformat(timespec="seconds"),
         "elapsed_s": (datetime.datetime.now(datetime.UTC) - started).total_seconds(),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f} at end",
+        f"Python {platform.python_version()}, load average {load_at_start:.2f} at start, "
+        f"{os.getloadavg()[0]:.2f} at end",
         "versions": ", ".join(f"{name} {version(name)}" for name in names),
         "server": server,
     }
     text = report(args, result, header)
-    return text, {**header, "settings": vars(args), **result}
+    # Not the DSN (it may hold a password) nor the local output path.
+    settings = {k: v for k, v in vars(args).items() if k not in ("dsn", "output")}
+    return text, {**header, "settings": settings, **result}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
