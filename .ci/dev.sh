@@ -7,9 +7,10 @@
 #   bash .ci/dev.sh setup                 # only install what is missing
 #
 # It installs what it needs: ZooKeeper and a Java runtime from apt (unless $ZOOKEEPER_HOME or
-# Debian's jars are there), redis-server for the fencing tests ('setup' and 'test'; the tests
-# start their own on a free port), python3-venv if needed, and the package with its dev dependency
-# group into .venv. A second run skips the install while pyproject.toml is unchanged (the
+# Debian's jars are there), PostgreSQL's server binaries and redis-server for the fencing
+# tests ('setup' and 'test'; the tests start their own servers on free ports), python3-venv if
+# needed, and the package with its dev dependency group into .venv. A second run skips the
+# install while pyproject.toml is unchanged (the
 # stamp is .venv/.aiozklock-installed). Works without stdin and with CI=true. 'bench' also
 # installs the 'bench' group (stamp .venv/.aiozklock-bench-installed) and, for the Curator
 # column, Debian's libcurator-recipes-java and a JDK (javac) when apt has them ('test'
@@ -18,7 +19,8 @@
 # Environment: PYTHON (interpreter for .venv, >= 3.11; default: the first of python3,
 # python3.13, python3.12, python3.11 that is recent enough), ZOOKEEPER_HOME,
 # AIOZKLOCK_ZK_HOSTS (tests use these servers instead of starting their own),
-# AIOZKLOCK_REDIS_URL (likewise for Redis: redis://host:port/db; redis-server is not installed),
+# AIOZKLOCK_PG_DSN (the fence tests use this PostgreSQL instead of starting their own),
+# AIOZKLOCK_REDIS_URL (likewise for Redis: redis://host:port/db),
 # AIOZKLOCK_TEST_TIMEOUT (bound for the whole pytest run in seconds, default 2700; 0: none),
 # AIOZKLOCK_TEST_WORKERS (pytest-xdist workers, default 4, each with its own ZooKeeper: the
 # tests mostly wait on servers and clocks, so 4 fit on 2 cores; 0: one process).
@@ -111,6 +113,18 @@ ensure_redis() {  # the fencing tests start throwaway redis-servers (aiozklock.t
     # never use it (they start their own on free ports).
     apt_install redis-server
     command -v redis-server >/dev/null 2>&1 || die "apt-get installed redis-server but it is not on PATH"
+}
+
+have_postgres() {
+    compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || command -v pg_ctl >/dev/null 2>&1
+}
+
+ensure_postgres() {  # the fence tests start their own server with initdb + pg_ctl
+    have_postgres && return 0
+    # Debian's package also creates the 'postgres' user that the server runs as when we are
+    # root (it refuses root); the cluster it sets up is left alone (no service is needed).
+    apt_install postgresql
+    have_postgres || die "apt-get installed postgresql but no pg_ctl was found"
 }
 
 have_curator() { [ -f /usr/share/java/curator-recipes.jar ]; }
@@ -308,6 +322,7 @@ main() {
         test)
             [ -n "${AIOZKLOCK_ZK_HOSTS:-}" ] || ensure_zookeeper
             [ -n "${AIOZKLOCK_REDIS_URL:-}" ] || ensure_redis
+            [ -n "${AIOZKLOCK_PG_DSN:-}" ] || ensure_postgres
             ensure_curator  # the interoperability tests' Curator peer (they skip without)
             ensure_venv "$command"
             run_tests "$@"
@@ -326,6 +341,7 @@ main() {
         setup)
             ensure_zookeeper
             ensure_redis
+            ensure_postgres
             ensure_venv "$command"
             ;;
         -h | --help | help) usage ;;

@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._postgres import PostgresFence as PostgresFence
     from ._redis import RedisFence as RedisFence
 
-__all__: tuple[str, ...] = ("RedisFence",)
+__all__: tuple[str, ...] = ("PostgresFence", "RedisFence")
 
 # name -> module that defines it, imported on first access
 _HOMES: dict[str, str] = {
+    "PostgresFence": "aiozklock.fencing._postgres",
     "RedisFence": "aiozklock.fencing._redis",
 }
 

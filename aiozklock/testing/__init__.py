@@ -1,6 +1,7 @@
-"""aiozklock's test kit: real ZooKeeper servers, a fault-injecting proxy, real session
-expiry, a raw observer connection, a history checker for lock safety, and a randomized fault
-nemesis that uses them all (:func:`run_nemesis`, or ``python -m aiozklock nemesis``).
+"""aiozklock's test kit: real ZooKeeper servers, a throwaway PostgreSQL, a fault-injecting
+proxy, real session expiry, a raw observer connection, a history checker for lock safety,
+and a randomized fault nemesis that uses them all (:func:`run_nemesis`, or
+``python -m aiozklock nemesis``).
 
 Server fixtures for pytest live in :mod:`aiozklock.testing.pytest_plugin`.
 """
@@ -27,6 +28,10 @@ from ._nemesis_plan import plan_faults as plan_faults
 from ._nemesis_report import FaultRecord as FaultRecord
 from ._nemesis_report import NemesisReport as NemesisReport
 from ._nemesis_run import run_nemesis as run_nemesis
+from ._postgres import PostgresServer as PostgresServer
+from ._postgres import PostgresStartError as PostgresStartError
+from ._postgres import PostgresUnavailableForTests as PostgresUnavailableForTests
+from ._postgres import find_postgres_bin as find_postgres_bin
 from ._proxy import FaultProxy as FaultProxy
 from ._proxy_records import ObservedHandshake as ObservedHandshake
 from ._proxy_records import ObservedRequest as ObservedRequest
@@ -67,6 +72,9 @@ __all__ = (
     "Margin",
     "NemesisReport",
     "Pause",
+    "PostgresServer",
+    "PostgresStartError",
+    "PostgresUnavailableForTests",
     "StaleWrite",
     "TLSFiles",
     "NodeStat",
@@ -88,6 +96,7 @@ __all__ = (
     "ZooKeeperUnavailableForTests",
     "digest_id",
     "expire_session",
+    "find_postgres_bin",
     "find_zookeeper_classpath",
     "four_letter_word",
     "plan_faults",

@@ -14,7 +14,10 @@ use ``-p aiozklock.testing.pytest_plugin``. Fixtures:
 - ``zk_tls_files``: a CA, server and client certificates (:class:`TLSFiles`), made once per
   session; ``zk_tls_cluster`` / ``zk_tls_ensemble``: a standalone server / a 3-node
   ensemble serving TLS with them (``secure_hosts``; ``hosts`` stays plain), each started by
-  the first test that asks for it. These are always local servers;
+  the first test that asks for it. These are always local servers.
+- ``pg_server``: a throwaway PostgreSQL (:class:`~aiozklock.testing.PostgresServer`), started
+  by the first test that asks for it and kept for the session (per xdist worker);
+  ``pg_dsn``: its DSN, or ``$AIOZKLOCK_PG_DSN`` if set (no local server is started then).
 - ``redis_server``: a throwaway ``redis-server`` (:class:`~aiozklock.testing.RedisServer`),
   started by the first test that asks for it and kept for the session;
   ``redis_url``: ``$AIOZKLOCK_REDIS_URL`` if set (no server is started then), else its
@@ -22,7 +25,9 @@ use ``-p aiozklock.testing.pytest_plugin``. Fixtures:
 
 Without a local ZooKeeper and without ``AIOZKLOCK_ZK_HOSTS`` the fixtures fail with
 :class:`~aiozklock.testing.ZooKeeperUnavailableForTests` (never a silent skip: CI must not
-pass by not testing). Process faults (kill, pause) need the local fixtures.
+pass by not testing); likewise ``pg_dsn`` without PostgreSQL's binaries and without
+``AIOZKLOCK_PG_DSN``, with :class:`~aiozklock.testing.PostgresUnavailableForTests`.
+Process faults (kill, pause) need the local fixtures.
 """
 
 from __future__ import annotations
@@ -46,13 +51,17 @@ else:
 if TYPE_CHECKING:
     from aiozklock import ZooKeeperClient
 
+    from ._postgres import PostgresServer
     from ._redis import RedisServer
     from ._server import ZooKeeperCluster
     from ._tls import TLSFiles
 
 __all__ = [
+    "PG_DSN_ENV",
     "REDIS_URL_ENV",
     "ZK_HOSTS_ENV",
+    "pg_dsn",
+    "pg_server",
     "redis_server",
     "redis_url",
     "zk_chroot",
@@ -68,6 +77,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ZK_HOSTS_ENV = "AIOZKLOCK_ZK_HOSTS"
+PG_DSN_ENV = "AIOZKLOCK_PG_DSN"
 REDIS_URL_ENV = "AIOZKLOCK_REDIS_URL"
 
 
@@ -153,6 +163,17 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL on a free port of 127.0.0.1, started on first use and kept for
+    the session; stopped, and its data thrown away, at the end. Tests share it: give each
+    test its own table names (or database)."""
+    from ._postgres import PostgresServer
+
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def redis_url(request: pytest.FixtureRequest) -> str:
     """``redis://...`` of the Redis under test: ``$AIOZKLOCK_REDIS_URL`` if set, else the
     ``redis_server`` fixture's."""
@@ -162,6 +183,18 @@ def redis_url(request: pytest.FixtureRequest) -> str:
         return url
     server: RedisServer = request.getfixturevalue("redis_server")
     return server.url
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(request: pytest.FixtureRequest) -> str:
+    """A ``postgresql://`` DSN of a server to test against (superuser ``postgres``):
+    ``$AIOZKLOCK_PG_DSN`` if set, else ``pg_server``'s."""
+    dsn = os.environ.get(PG_DSN_ENV, "").strip()
+    if dsn:
+        logger.info("using PostgreSQL at $%s", PG_DSN_ENV)
+        return dsn
+    server: PostgresServer = request.getfixturevalue("pg_server")
+    return server.dsn
 
 
 @pytest.fixture
