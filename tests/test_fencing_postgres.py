@@ -133,8 +133,8 @@ BAD_INPUT = [
     (RESOURCE, 5.0, "token must be an int"),
     (RESOURCE, True, "token must be an int"),
     (RESOURCE, None, "token must be an int"),
-    (RESOURCE, -1, r"\[0, 2\*\*63 - 1\]"),
-    (RESOURCE, 1 << 63, r"\[0, 2\*\*63 - 1\]"),
+    (RESOURCE, -1, r"0\.\.2\*\*63-1"),
+    (RESOURCE, 1 << 63, r"0\.\.2\*\*63-1"),
 ]
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from aiozklock._exceptions import InvalidArgument, StaleFencingToken, UsageError, short_repr
 
 from ._postgres_drivers import Driver, driver_for
+from ._tokens import check_token
 
 if TYPE_CHECKING:
     from asyncpg import Connection as AsyncpgConnection
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 __all__ = ["PostgresFence"]
 
 #: PostgreSQL's ``bigint``; a fencing token (a ZooKeeper zxid) is never negative.
-MAX_TOKEN = (1 << 63) - 1
 #: A resource name's limit in UTF-8 bytes: well below the 2704 bytes a b-tree index entry
 #: may hold, so the primary key never refuses one.
 MAX_RESOURCE_BYTES = 2000
@@ -97,18 +97,6 @@ def check_resource(resource: object) -> str:
             f"resource must be at most {MAX_RESOURCE_BYTES} bytes in UTF-8, got {size}"
         )
     return resource
-
-
-def check_token(token: object) -> int:
-    """``token`` if it is a fencing token (an int in PostgreSQL's ``bigint``, not negative);
-    else ``InvalidArgument``."""
-    if isinstance(token, bool) or not isinstance(token, int):
-        raise InvalidArgument(
-            f"token must be an int (a lock's fencing_token), got {type(token).__name__}"
-        )
-    if not 0 <= token <= MAX_TOKEN:
-        raise InvalidArgument(f"token must be in [0, 2**63 - 1] (a bigint), got {token}")
-    return token
 
 
 class PostgresFence:

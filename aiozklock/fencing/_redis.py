@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aiozklock._exceptions import InvalidArgument, StaleFencingToken
+from aiozklock.fencing._tokens import check_token
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis, RedisCluster
@@ -18,8 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisFence"]
 
-#: Tokens are ZooKeeper zxids, Java longs: 0 <= token < 2**63, at most 19 decimal digits.
-TOKEN_LIMIT = 1 << 63
+# A token (0..2**63-1, checked by _tokens.check_token) has at most 19 decimal digits.
 _DIGITS = 19
 
 # Lua numbers are doubles, exact only to 2**53, and a zxid has 63 bits: tonumber() on a
@@ -72,11 +72,7 @@ def _check_key(key: object) -> str:
 
 def _encode_token(token: object) -> str:
     """The token as the fixed-width decimal string the scripts compare."""
-    if not isinstance(token, int) or isinstance(token, bool):
-        raise InvalidArgument(f"a fencing token must be an int, not {type(token).__name__}")
-    if not 0 <= token < TOKEN_LIMIT:
-        raise InvalidArgument(f"a fencing token must be in 0..2**63-1 (a zxid), not {token}")
-    return f"{token:0{_DIGITS}d}"
+    return f"{check_token(token):0{_DIGITS}d}"
 
 
 def _decode_token(raw: bytes | str) -> int:
