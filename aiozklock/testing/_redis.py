@@ -7,10 +7,8 @@ and its pytest plugin load no Redis client unless a test uses one.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -18,6 +16,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from ._process import stop_process
 from ._server import _free_ports
 from ._server_member import _POLL_INTERVAL, _register, _tail, _unregister
 
@@ -25,7 +24,6 @@ __all__ = ["RedisServer", "RedisUnavailableForTests"]
 
 logger = logging.getLogger(__name__)
 
-_STOP_GRACE = 10.0
 _INSTALL_HINT = (
     "No redis-server executable was found, and AIOZKLOCK_REDIS_URL is not set. Install one "
     "with `apt-get install redis-server` (Debian/Ubuntu; `bash .ci/dev.sh setup` does it), "
@@ -156,16 +154,7 @@ class RedisServer:
         proc = self._proc
         if proc is None:
             return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGCONT)
-                proc.terminate()
-            try:
-                proc.wait(timeout=_STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                logger.warning("redis-server ignored SIGTERM; killing pid %d", proc.pid)
-                proc.kill()
-                proc.wait()
+        stop_process(proc, "redis-server")
         _unregister(proc)
         self._proc = None
 

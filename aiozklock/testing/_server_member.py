@@ -19,6 +19,7 @@ from pathlib import Path
 
 import anyio.to_thread
 
+from ._process import stop_process
 from ._server_install import four_letter_word
 
 __all__ = [
@@ -31,7 +32,6 @@ logger = logging.getLogger(__name__)
 _MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 _JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC")
 _POLL_INTERVAL = 0.05
-_STOP_GRACE = 10.0
 _SERVING_MODES = frozenset({"standalone", "leader", "follower", "observer"})
 _QUORUM_MODES = frozenset({"leader", "follower", "observer"})
 
@@ -255,16 +255,7 @@ class ZooKeeperMember:
         proc = self._proc
         if proc is None:
             return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGCONT)
-                proc.terminate()
-            try:
-                proc.wait(timeout=_STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                logger.warning("ZooKeeper %d ignored SIGTERM; killing pid %d", self.id, proc.pid)
-                self.kill()
-                return
+        stop_process(proc, f"ZooKeeper {self.id}")
         logger.info("stopped ZooKeeper %d (pid %d)", self.id, proc.pid)
         self._reap()
 
