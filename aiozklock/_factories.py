@@ -377,10 +377,10 @@ class RecipeFactories:
                 compat=checked,
             )
         other = self._semaphores.setdefault(sem.path, sem)
-        if (getattr(other, "compat", None), other.max_leases) != (checked, sem.max_leases):
+        if (other.compat, other.max_leases) != (checked, sem.max_leases):
             raise UsageError(
                 f"this client has a semaphore on {path} with max_leases={other.max_leases}"
-                f" and compat={getattr(other, 'compat', None)!r}: another one with "
+                f" and compat={other.compat!r}: another one with "
                 f"max_leases={sem.max_leases} and compat={checked!r} would not count its "
                 "leases (one layout and one limit per path)"
             )
