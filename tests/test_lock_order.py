@@ -21,6 +21,7 @@ import pytest
 
 import aiozklock
 from aiozklock import LockOrderViolation, LockOrderWarning
+from aiozklock._recipes._core._order import MAX_ORDERS
 from aiozklock.testing import FaultProxy, Opcode
 from tests.conftest import ClientFactory, gone
 
@@ -339,6 +340,27 @@ async def test_a_reader_joining_a_shared_read_lock_is_checked(open_client: Clien
 async def _read_then_a(zk: aiozklock.ZooKeeperClient) -> None:
     async with zk.rw_lock(C).read_lock, zk.lock(A):
         pass
+
+
+async def test_learning_stops_at_a_bound_and_says_so(open_client: ClientFactory) -> None:
+    """Per-entity paths no class names (``k17``) would each be a class, forever: the
+    checker learns at most ``MAX_ORDERS`` orders, and warns once when it stops. (The
+    checker is called directly with real lock objects, not acquired: 10,000 acquisitions
+    would only make the test slow.)"""
+    zk = await open_client(check_lock_order="warn")
+    order = zk._recipes.order
+    assert order is not None
+    outer = zk.lock(A)
+    with no_warning():
+        for n in range(MAX_ORDERS):
+            order.check(zk.lock(f"/locks/k{n}"), [outer], "t")
+    line = _here() + 1
+    with pytest.warns(LockOrderWarning, match="learns no more.*lock_classes") as record:
+        order.check(zk.lock("/locks/one-too-many"), [outer], "t")
+    assert (record[0].filename, record[0].lineno) == (HERE, line)
+    with no_warning():  # said once
+        for n in range(10):
+            order.check(zk.lock(f"/locks/more/k{n}"), [outer], "t")
 
 
 # ---------------------------------------------------------------- switching it on and off

@@ -61,6 +61,8 @@ _ENTITY = re.compile(
 )
 _PLACEHOLDER = re.compile(r"\{\w*\}")
 _CLASS_CACHE = 4096  # paths whose class is remembered (per-entity paths are countless)
+# Orders learned at most: per-entity paths that no class names would grow them forever.
+MAX_ORDERS = 10_000
 
 # Frames skipped to find the user's call site: ours, and the context-manager plumbing.
 _OURS = (str(Path(__file__).resolve().parents[2]) + "/", contextlib.__file__)
@@ -152,6 +154,8 @@ class LockOrder:
         self._after: dict[str, dict[str, _Order]] = {}  # class -> classes taken under it
         self._classes: dict[str, str] = {}  # path -> class, a bounded cache
         self._told: set[str] = set()  # classes already reported as nested in themselves
+        self._learned = 0  # orders in _after
+        self._full = False  # MAX_ORDERS reached (and said once)
 
     def class_of(self, path: str) -> str:
         """The class of a lock path (see the module docstring)."""
@@ -188,9 +192,17 @@ class LockOrder:
             held_class, taken_class = self.class_of(held), self.class_of(taken)
             if held_class == taken_class:
                 self._told.add(held_class)
-            else:
-                self._after.setdefault(held_class, {})[taken_class] = _Order(
-                    held, taken, site, task
+            elif self._learned < MAX_ORDERS:
+                order = _Order(held, taken, site, task)
+                self._after.setdefault(held_class, {})[taken_class] = order
+                self._learned += 1
+            elif not self._full:
+                self._full = True
+                _warn(
+                    f"the lock-order check learned {MAX_ORDERS} orders and learns no more: are "
+                    f"per-entity paths (e.g. {_short(taken)!r}) classes of their own? Name "
+                    "their classes with connect(lock_classes=['/locks/orders/{id}', ...])",
+                    _user_frame(),
                 )
 
     def _new_orders(self, taken: Primitive, held: Sequence[Primitive]) -> list[tuple[str, str]]:
