@@ -134,6 +134,18 @@ async def test_raise_mode_raises_before_any_request_and_keeps_the_held_lock(
     await in_task(lambda: nest(zk, A, B, []))  # the learned order still goes
 
 
+async def test_a_warning_made_an_error_refuses_every_time(open_client: ClientFactory) -> None:
+    """``-W error::aiozklock.LockOrderWarning``: the inversion fails each time it runs, as
+    with ``"raise"`` (an order that raised is not learned, so it is not forgiven)."""
+    zk = await open_client(check_lock_order="warn")
+    await in_task(lambda: nest(zk, A, B, []))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LockOrderWarning)
+        for _ in range(2):
+            with pytest.raises(LockOrderWarning, match="lock order inversion"):
+                await in_task(lambda: nest(zk, B, A, []))
+
+
 async def test_a_three_lock_cycle_is_an_inversion(open_client: ClientFactory) -> None:
     zk = await open_client(check_lock_order="warn")
     lines: list[int] = []

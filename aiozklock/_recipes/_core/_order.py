@@ -182,9 +182,9 @@ class LockOrder:
         problems = [p for p in (self._problem(o, site, task) for o in new) if p is not None]
         if problems and self.mode == "raise":
             raise LockOrderViolation("\n".join(problems))
-        self._learn(new, site, task)
-        for problem in problems:
+        for problem in problems:  # first: a warning made an error learns nothing, as "raise"
             _warn(problem, frame)
+        self._learn(new, site, task)
 
     def _learn(self, new: list[tuple[str, str]], site: str, task: str | None) -> None:
         """Remember each (held path, taken path), or that its class was told nested."""
