@@ -22,6 +22,8 @@ from aiozklock._exceptions import InvalidACLError as InvalidACLError
 from aiozklock._exceptions import InvalidArgument as InvalidArgument
 from aiozklock._exceptions import LeadershipLost as LeadershipLost
 from aiozklock._exceptions import LockLost as LockLost
+from aiozklock._exceptions import LockOrderViolation as LockOrderViolation
+from aiozklock._exceptions import LockOrderWarning as LockOrderWarning
 from aiozklock._exceptions import LockTimeout as LockTimeout
 from aiozklock._exceptions import MaxLeasesMismatch as MaxLeasesMismatch
 from aiozklock._exceptions import NoAuthError as NoAuthError
@@ -77,6 +79,8 @@ __all__ = (
     "LeaseStatistics",
     "Lock",
     "LockLost",
+    "LockOrderViolation",
+    "LockOrderWarning",
     "LockStatistics",
     "LockTimeout",
     "LossPolicy",

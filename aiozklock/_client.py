@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import weakref
 from collections.abc import Callable, Sequence
 from ssl import SSLContext
 from types import TracebackType
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import anyio
 import anyio.abc
@@ -23,6 +24,7 @@ from aiozklock._factories import RecipeFactories
 from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPolicy
 from aiozklock._recipes._core._janitor import Janitor, Spawn
 from aiozklock._recipes._core._observe import Observer
+from aiozklock._recipes._core._order import LockOrder, Mode, lock_templates, order_mode
 from aiozklock._recipes._core._registry import Recipes
 from aiozklock._recipes._semaphore import Semaphore
 from aiozklock._recipes._semaphore_compat import CompatSemaphore
@@ -68,6 +70,8 @@ class ZooKeeperClient(RecipeFactories, Znodes):
         default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
         ssl: SSLContext | bool | None = None,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        check_lock_order: bool | Literal["warn", "raise"] | None = None,
+        lock_classes: Sequence[str] = (),
     ) -> None:
         self._hosts, self.chroot = parse_hosts(hosts)
         self.max_request_bytes = validate_max_request_bytes(max_request_bytes)
@@ -94,7 +98,11 @@ class ZooKeeperClient(RecipeFactories, Znodes):
         self._janitor: Janitor | None = None
         self._spawn: Spawn | None = None  # background jobs (lease keepers)
         self._loss_monitor: LossMonitor | None = None
-        self._recipes = Recipes(telemetry)
+        templates = lock_templates(lock_classes)
+        #: The lock-order check's mode (``connect(check_lock_order=)``): None when off.
+        self.check_lock_order: Mode | None = order_mode(check_lock_order, os.environ)
+        mode = self.check_lock_order
+        self._recipes = Recipes(telemetry, None if mode is None else LockOrder(mode, templates))
         # One semaphore layout and limit per path: the live objects, by path.
         self._semaphores: weakref.WeakValueDictionary[str, Semaphore | CompatSemaphore] = (
             weakref.WeakValueDictionary()
@@ -240,6 +248,8 @@ def connect(
     default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
     ssl: SSLContext | bool | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    check_lock_order: bool | Literal["warn", "raise"] | None = None,
+    lock_classes: Sequence[str] = (),
 ) -> ZooKeeperClient:
     """Connect to ZooKeeper: ``async with aiozklock.connect("zk1:2181,zk2:2181/app") as zk:``.
 
@@ -286,6 +296,18 @@ def connect(
       every lock of the session, on a longer request: every request is checked before it
       is sent, and a longer one fails alone with ``InvalidArgument``. Set it to the
       servers' value if they run with another one.
+    - ``check_lock_order``: check, in this process, the order in which each task takes
+      locks (see "Lock order" in the docs): ``"warn"`` (or ``True``) warns
+      (``LockOrderWarning``, once per pair) the first time two lock classes are taken in
+      both orders, or two locks of one class are nested; ``"raise"`` raises
+      ``LockOrderViolation`` from such an acquisition instead, before any request.
+      ``False``: off. None (the default): the environment variable
+      ``AIOZKLOCK_CHECK_LOCK_ORDER`` (``warn``, ``raise`` or ``off``) decides, off if unset.
+      Off, it costs nothing.
+    - ``lock_classes``: path templates that name lock classes for the check, e.g.
+      ``["/locks/orders/{id}"]`` (a ``{name}`` component matches any one component). A
+      path that none matches is its own class, with every component that is all digits,
+      a UUID or 16 or more hex digits taken as ``{}``.
 
     Arguments are validated at once (``InvalidArgument``, a ``ValueError``). Entering raises
     ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``; with ``ssl``,
@@ -306,4 +328,6 @@ def connect(
         default_acl=default_acl,
         ssl=ssl,
         max_request_bytes=max_request_bytes,
+        check_lock_order=check_lock_order,
+        lock_classes=lock_classes,
     )

@@ -103,6 +103,19 @@ class UsageError(AiozklockError, RuntimeError):
     itself). The message says what to do instead."""
 
 
+class LockOrderViolation(UsageError):
+    """With ``connect(check_lock_order="raise")``: a task took locks in an order that
+    inverts one taken before in this process (tasks running both orders at once would
+    deadlock), or nested two locks of one class. Raised by the acquisition, before any
+    request of it: the locks the task holds stay held. The message names both orders'
+    paths and call sites."""
+
+
+class LockOrderWarning(UserWarning):
+    """With ``connect(check_lock_order="warn")`` (or ``True``): what ``LockOrderViolation``
+    says, as a warning (once per pair of lock classes); the acquisition goes on."""
+
+
 class ClientClosed(AiozklockError, RuntimeError):
     """The client was closed: pending requests and waiters fail with this, and so does any
     later use."""

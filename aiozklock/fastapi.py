@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from ssl import SSLContext
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Request
 
@@ -64,6 +64,8 @@ def lifespan(
     default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
     ssl: SSLContext | bool | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    check_lock_order: bool | Literal["warn", "raise"] | None = None,
+    lock_classes: Sequence[str] = (),
 ) -> AppLifespan:
     """A FastAPI lifespan that opens one client for the application and closes it at
     shutdown: ``FastAPI(lifespan=aiozklock.fastapi.lifespan("zk1:2181/app"))``.
@@ -72,9 +74,9 @@ def lifespan(
     ``app_lifespan``, the application's own lifespan, runs inside: the client is open during
     its startup and its shutdown, and what it yields (lifespan state) is passed on. The other
     arguments are ``aiozklock.connect()``'s, with the same defaults and meaning: all of them
-    (``telemetry``, ``auth``, ``default_acl``, ``ssl``, ``max_request_bytes``...). Startup
-    also checks every route's lock dependencies (``locked``, ``locked_all``) against the
-    route's path parameters.
+    (``telemetry``, ``auth``, ``default_acl``, ``ssl``, ``max_request_bytes``,
+    ``check_lock_order``, ``lock_classes``...). Startup also checks every route's lock
+    dependencies (``locked``, ``locked_all``) against the route's path parameters.
 
     Raises ``InvalidArgument`` now for bad connection arguments. Startup raises
     ``UsageError`` for a route whose lock template names a path parameter the route does not
@@ -96,6 +98,8 @@ def lifespan(
             default_acl=default_acl,
             ssl=ssl,
             max_request_bytes=max_request_bytes,
+            check_lock_order=check_lock_order,
+            lock_classes=lock_classes,
         )
 
     open_client()  # validates now; sends nothing

@@ -38,9 +38,13 @@ log = logging.getLogger(__name__)
 
 class Registry(Protocol):
     """What a primitive reports to its client's registry of recipe objects (``Recipes``,
-    ``_core/_registry.py``): what each task holds, for the self-deadlock check."""
+    ``_core/_registry.py``): what each task holds, for the self-deadlock check and the
+    lock-order check (``order``: None when off)."""
 
-    def check(self, primitive: Primitive, task_id: int) -> None: ...
+    @property
+    def order(self) -> object | None: ...
+
+    def check(self, primitive: Primitive, task: anyio.TaskInfo, limit: float | None) -> None: ...
 
     def held(self, primitive: Primitive, task_id: int) -> None: ...
 
@@ -185,9 +189,11 @@ class Primitive(Handle):
 
     async def _take_anew(self, limit: float | None, task: anyio.TaskInfo) -> None:
         """A new holding for ``task`` (not a reentry): the cross-lock deadlock check (for an
-        unbounded wait: a bounded one simply times out), the acquisition, observed."""
-        if self._registry is not None and limit is None:
-            self._registry.check(self, task.id)
+        unbounded wait: a bounded one simply times out) and the lock-order check (if on),
+        the acquisition, observed."""
+        registry = self._registry
+        if registry is not None and (limit is None or registry.order is not None):
+            registry.check(self, task, limit)
         if self._observer is None:
             await self._obtain(limit, task)
         else:

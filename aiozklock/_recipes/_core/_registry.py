@@ -13,9 +13,12 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Protocol, TypeVar
 
+import anyio
+
 from aiozklock._acl import ACL
 from aiozklock._exceptions import UsageError
 from aiozklock._recipes._core._observe import Observer, RecipeObserver
+from aiozklock._recipes._core._order import LockOrder
 from aiozklock._recipes._core._primitive import Primitive, Registry
 
 P = TypeVar("P", bound="Registered")
@@ -35,10 +38,12 @@ class Registered(Protocol):
 class Recipes:
     """The registry (see the module docstring), which its objects also report to (what they
     hold, per task: ``Registry`` in ``_primitive.py``).
-    ``observer``: the client's telemetry, if any."""
+    ``observer``: the client's telemetry, if any; ``order``: its lock-order checker, if
+    on (``_order.py``)."""
 
-    def __init__(self, observer: Observer | None = None) -> None:
+    def __init__(self, observer: Observer | None = None, order: LockOrder | None = None) -> None:
         self._observer = observer
+        self.order = order
         self._objects: weakref.WeakValueDictionary[Hashable, Registered] = (
             weakref.WeakValueDictionary()
         )
@@ -75,22 +80,41 @@ class Recipes:
         self._objects[(cls, key)] = made
         return made
 
-    def check(self, primitive: Primitive, task_id: int) -> None:
-        """Raise ``UsageError`` if the task holds another object on one of the same paths:
-        waiting without a timeout, it would wait for itself forever."""
-        for other in self._held_by.get(task_id, ()):
-            # An ended task's id may be reused: what that task held is not the caller's.
-            if other is primitive or not other._held_by_task(task_id):
-                continue
-            if primitive._may_hold_with(other):
-                continue
-            if set(other._paths) & set(primitive._paths):
-                raise UsageError(
-                    f"this task holds the {other._label} and now acquires the "
-                    f"{primitive._label}: it would wait for itself forever. Use one object "
-                    "per path (zk.lock(path) returns the same one for the same arguments; a "
-                    "different identifier makes a different contender)"
-                )
+    def check(self, primitive: Primitive, task: anyio.TaskInfo, limit: float | None) -> None:
+        """Before ``task`` takes ``primitive`` anew, waiting up to ``limit`` seconds (None:
+        without a timeout; only then is it called when the lock-order check is off).
+
+        Raise ``UsageError`` if ``limit`` is None and the task holds another object on one
+        of the same paths: it would wait for itself forever. Then the lock-order check, if
+        on, for a wait (not a ``try_acquire()``): ``LockOrderViolation`` in its ``"raise"``
+        mode (see ``_order.py``)."""
+        task_id = task.id
+        if limit is None:
+            for other in self._held_by.get(task_id, ()):
+                # An ended task's id may be reused: what that task held is not the caller's.
+                if other is primitive or not other._held_by_task(task_id):
+                    continue
+                if primitive._may_hold_with(other):
+                    continue
+                if set(other._paths) & set(primitive._paths):
+                    raise UsageError(
+                        f"this task holds the {other._label} and now acquires the "
+                        f"{primitive._label}: it would wait for itself forever. Use one "
+                        "object per path (zk.lock(path) returns the same one for the same "
+                        "arguments; a different identifier makes a different contender)"
+                    )
+        # A task that holds nothing (the usual case) orders nothing: no call.
+        if self.order is not None and limit != 0 and task_id in self._held_by:
+            self._check_order(self.order, primitive, task)
+
+    def _check_order(self, order: LockOrder, primitive: Primitive, task: anyio.TaskInfo) -> None:
+        held = [
+            other
+            for other in self._held_by.get(task.id, ())
+            if other is not primitive and other._held_by_task(task.id)
+        ]
+        if held:
+            order.check(primitive, held, task.name)
 
     def held(self, primitive: Primitive, task_id: int) -> None:
         """``primitive`` is now held by the task: keep it alive until released."""
