@@ -168,6 +168,35 @@ def test_bad_store_options_are_usage_errors_before_anything_starts(
     assert out.stdout == ""
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", ["nemesis", "demo"])
+@pytest.mark.parametrize(
+    ("store", "url"),
+    [
+        ("postgres", "postgresql://postgres@127.0.0.1:1/postgres"),
+        ("redis", "redis://127.0.0.1:1/0"),
+    ],
+)
+def test_an_unreachable_store_is_reported_not_run(
+    command: str, store: str, url: str, tmp_path: Path
+) -> None:
+    # Port 1: nothing listens. ZooKeeper is not contacted before the store is open.
+    args = [command, "--store", store, "--store-url", url, "--hosts", "127.0.0.1:1"]
+    if command == "nemesis":
+        args += ["--seed", "1", "--duration", "1", "--log-dir", str(tmp_path)]
+    out = subprocess.run(
+        [sys.executable, "-m", "aiozklock", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    assert out.returncode == 2, out
+    assert f"aiozklock {command}: {store}: " in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+
+
 @pytest.mark.timeout(30)
 def test_run_nemesis_refuses_a_real_store_on_trio_before_anything() -> None:
     cluster = ZooKeeperCluster(3)  # not started: the arguments are refused before anything

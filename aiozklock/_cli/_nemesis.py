@@ -278,31 +278,48 @@ async def _run(
     log_dir: Path,
     command: str,
 ) -> NemesisReport:
-    from aiozklock.testing import run_nemesis
     from aiozklock.testing._nemesis_worker_child import stall_watchdog
 
     # A stalled event loop (a livelock) leaves its stacks in the log directory.
+    failure: Exception | None = None
     with (log_dir / "stall.txt").open("w") as stall_file:
         async with anyio.create_task_group() as tg:
             tg.start_soon(stall_watchdog, stall_file)
-            report = await run_nemesis(
-                target,
-                seed=args.seed,
-                duration=args.duration,
-                clients=args.clients,
-                processes=args.processes,
-                session_timeout=args.session_timeout,
-                kinds=kinds,
-                loss_policy=args.loss_policy,
-                log_dir=log_dir,
-                command=command,
-                recipe=args.recipe,
-                max_leases=args.max_leases,
-                store=args.store,
-                store_url=args.store_url,
-            )
+            try:
+                report = await _run_nemesis(args, target, kinds, log_dir, command)
+            except Exception as exc:  # raised as itself below, not in an ExceptionGroup
+                failure = exc
             tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
     return report
+
+
+async def _run_nemesis(
+    args: argparse.Namespace,
+    target: ZooKeeperCluster | str,
+    kinds: list[str] | None,
+    log_dir: Path,
+    command: str,
+) -> NemesisReport:
+    from aiozklock.testing import run_nemesis
+
+    return await run_nemesis(
+        target,
+        seed=args.seed,
+        duration=args.duration,
+        clients=args.clients,
+        processes=args.processes,
+        session_timeout=args.session_timeout,
+        kinds=kinds,
+        loss_policy=args.loss_policy,
+        log_dir=log_dir,
+        command=command,
+        recipe=args.recipe,
+        max_leases=args.max_leases,
+        store=args.store,
+        store_url=args.store_url,
+    )
 
 
 __all__ = ("add_nemesis_parser", "nemesis_command", "reproduce_command")
