@@ -431,13 +431,15 @@ def test_every_command_the_docs_name_exists() -> None:
 
 def test_the_operator_commands_import_neither_the_test_kit_nor_aiozk_client() -> None:
     """Parsing a command line (and ``--help``) loads only what the operator commands need:
-    not the test kit (``demo`` and ``nemesis`` import it when they run), and not aiozk's
-    own client (only its protocol records are used)."""
+    not the test kit (``demo`` and ``nemesis`` import it when they run), not a database
+    driver (their ``--store`` opens one when they run), and not aiozk's own client (only
+    its protocol records are used)."""
     probe = (
         "import sys; from aiozklock.__main__ import build_parser; "
         "import aiozklock._cli._run, aiozklock._cli._inspect; "
         "build_parser().parse_args(['contenders', '--hosts', 'h:1', '/p']); "
         "print(sorted(m for m in sys.modules if m.startswith(('aiozklock.testing', "
+        "'aiozklock.fencing', 'asyncpg', 'psycopg', 'sqlalchemy', 'redis', "
         "'aiozk.client', 'aiozk.session', 'aiozk.recipes'))))"
     )
     out = subprocess.run(
@@ -447,10 +449,12 @@ def test_the_operator_commands_import_neither_the_test_kit_nor_aiozk_client() ->
 
 
 def test_the_command_line_choices_are_the_test_kits() -> None:
-    from aiozklock._cli._choices import FAULT_KINDS
+    from aiozklock._cli._choices import FAULT_KINDS, STORES
     from aiozklock.testing._nemesis_plan import FAULT_WEIGHTS
+    from aiozklock.testing._nemesis_store import STORES as KIT_STORES
 
     assert tuple(FAULT_WEIGHTS) == FAULT_KINDS
+    assert STORES == KIT_STORES
 
 
 def test_aiozk_used_beside_us_is_whole() -> None:

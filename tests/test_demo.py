@@ -65,6 +65,32 @@ async def test_demo_semaphore_holds_up_to_max_leases_at_once(zk_hosts: str, zk_c
     assert not history.check().ok  # a third holder during the first two would be caught
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the drivers run on asyncio only
+@pytest.mark.parametrize("store", ["postgres", "redis"])
+async def test_demo_with_a_real_store(
+    zk_hosts: str, zk_chroot: str, request: pytest.FixtureRequest, store: str
+) -> None:
+    """``--store``: each holder's fenced read and write go to the server, which holds the
+    counter at the end; the report says where it was."""
+    url = request.getfixturevalue("pg_dsn" if store == "postgres" else "redis_url")
+    args = build_parser().parse_args(
+        ["demo", "--workers", "4", "--rounds", "3", "--hold", "0.002", "--store", store]
+    )
+    args.timeout = 20.0
+    args.hosts = zk_hosts + zk_chroot
+    args.store_url = url
+    with anyio.fail_after(60):
+        results, history, store_record = await run_demo(args)
+    out = io.StringIO()
+    assert _print_report(args, args.hosts, results, history.check(), store_record, out), (
+        out.getvalue()
+    )
+    assert results.store_held == store_record.value == 12
+    assert f"fenced store: {store} at {url}" in out.getvalue()
+    assert f"counter = 12 (expected 12; {store} holds 12)" in out.getvalue()
+    assert [r.accepted for r in store_record.reads] == [True] * 12  # each grant read first
+
+
 def test_demo_rejects_an_unknown_recipe() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["demo", "--recipe", "barrier"])

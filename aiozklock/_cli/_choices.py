@@ -40,4 +40,17 @@ FAULT_KINDS = (
     "server-restart",
 )
 
-__all__ = ("FAULT_KINDS", "RECIPES", "recipe_help")
+#: Where ``demo`` and ``nemesis`` keep their fenced counter (``--store``): the in-process
+#: ``FencedStore``, or a real server that decides each write (``testing._nemesis_store``).
+STORES = ("memory", "postgres", "redis")
+STORE_HELP = (
+    "where the fenced counter lives: memory (an in-process FencedStore), postgres "
+    "(PostgresFence in asyncpg transactions) or redis (RedisFence): then the server refuses "
+    "stale writes; asyncio only (%(default)s)"
+)
+STORE_URL_HELP = (
+    "a running server for --store (postgresql://... or redis://...); default: a throwaway "
+    "one from the local install, stopped at the end"
+)
+
+__all__ = ("FAULT_KINDS", "RECIPES", "STORES", "STORE_HELP", "STORE_URL_HELP", "recipe_help")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 import aiozklock
-from aiozklock._cli._choices import RECIPES, recipe_help
+from aiozklock._cli._choices import RECIPES, STORE_HELP, STORE_URL_HELP, STORES, recipe_help
 from aiozklock._cli._common import Parser, positive_int, seconds
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._semaphore import validate_max_leases
@@ -65,6 +65,8 @@ class Results:
     elapsed: float = 0.0
     reads: int = 0  # rwlock: read sections
     torn_reads: list[str] = field(default_factory=list)  # rwlock: a write during a read
+    store_where: str = ""  # a real store's URL
+    store_held: int | None = None  # what a real store holds at the end
 
 
 class _Race:
@@ -72,13 +74,17 @@ class _Race:
 
     def __init__(self, args: argparse.Namespace) -> None:
         from aiozklock.testing import FencedStore, History
+        from aiozklock.testing._nemesis_store import StoreGate
 
         self.args = args
         self.traits = traits_of(args.recipe)
         # A semaphore's holders share the resource: up to max_leases of them at once.
-        self.history = History(max_holders=args.max_leases if self.traits.shares_resource else 1)
-        self.store = FencedStore()
+        shared = self.traits.shares_resource
+        self.history = History(max_holders=args.max_leases if shared else 1)
         self.results = Results()
+        # The fenced counter: its record, and the real store that decides, if any.
+        self.gate = StoreGate(() if shared else (args.path,), self.results.errors.append)
+        self.store = self.gate.stores.get(args.path) or FencedStore()
         self.start = anyio.Event()
         self.all_arrived = anyio.Event()
         self._arrived = 0
@@ -126,10 +132,12 @@ class _Race:
             self.results.grants.append(Grant(name, token, waited, time.monotonic()))
             # A read-modify-write of the protected resource: if two holders ever overlapped,
             # the counter would lose updates and the store would reject stale tokens.
-            value = self.store.value
-            before = value if isinstance(value, int) else 0
+            ok, before = await self.gate.read(name, self.args.path, token)
+            if not ok:  # a newer token reached the store first: we no longer hold
+                self.results.lost.append(f"{name}: the store refused token {token}")
+                return
             await anyio.sleep(self.args.hold)
-            self.store.write(name, token, before + 1)
+            await self.gate.write(name, self.args.path, token, before + 1)
 
     async def _lease_section(self, name: str, sem: Handle, waited: float) -> None:
         """semaphore: up to max_leases workers here at once; the history checks no more."""
@@ -149,8 +157,23 @@ class _Race:
 
 
 async def run_demo(args: argparse.Namespace) -> tuple[Results, History, FencedStore]:
-    """Run the race; raises ``ZooKeeperUnavailable`` if ZooKeeper cannot be reached."""
+    """Run the race; raises ``ZooKeeperUnavailable`` if ZooKeeper cannot be reached, and
+    a real store's errors (no local server, no connection) if ``--store`` cannot open."""
+    from aiozklock.testing._nemesis_store import open_store
+
     race = _Race(args)
+    async with open_store(args.store, args.store_url, race.gate.resources) as opened:
+        if opened is not None:
+            race.gate.real = opened.real
+            race.results.store_where = opened.where
+        await _race(race, args)
+        if opened is not None:
+            race.results.store_held = (await opened.real.values()).get(args.path)
+    return race.results, race.history, race.store
+
+
+async def _race(race: _Race, args: argparse.Namespace) -> None:
+    """The workers' race, and the nodes they left."""
     width = len(str(args.workers))
     names = [f"worker-{i:0{width}d}" for i in range(1, args.workers + 1)]
     # An observer session first: it fails fast if ZooKeeper is unreachable, and checks at the
@@ -166,7 +189,6 @@ async def run_demo(args: argparse.Namespace) -> tuple[Results, History, FencedSt
         for path in recipe_paths(args):
             with contextlib.suppress(aiozklock.NoNodeError):  # a container reaped once empty
                 race.results.leftover_nodes += await observer.get_children(path)
-    return race.results, race.history, race.store
 
 
 def recipe_paths(args: argparse.Namespace) -> list[str]:
@@ -237,6 +259,35 @@ def add_demo_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         default=3,
         help="the semaphore's max_leases (%(default)s)",
     )
+    add_store_options(demo)
+    demo.set_defaults(usage_error=demo.error)
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """``--store`` and ``--store-url`` (demo and nemesis)."""
+    parser.add_argument("--store", choices=STORES, default="memory", help=STORE_HELP)
+    parser.add_argument("--store-url", metavar="URL", help=STORE_URL_HELP)
+
+
+def check_store_options(args: argparse.Namespace) -> str | None:
+    """Exits with a usage error (``args.usage_error``) for a ``--store`` that cannot run
+    with the other options; returns what is missing if its driver is not installed."""
+    from aiozklock.testing._nemesis_store import check_store
+
+    shared = traits_of(args.recipe).shares_resource
+    try:
+        check_store(args.store, args.store_url, args.backend, shares_resource=shared)
+    except ValueError as exc:
+        args.usage_error(str(exc))
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def store_notice(args: argparse.Namespace) -> None:
+    """Say on stderr that a throwaway store server is about to start."""
+    if args.store != "memory" and args.store_url is None:
+        print(f"starting a throwaway {args.store} server ...", file=sys.stderr, flush=True)
 
 
 def demo_command(args: argparse.Namespace) -> int:
@@ -248,23 +299,12 @@ def demo_command(args: argparse.Namespace) -> int:
         ZooKeeperUnavailableForTests,
         find_zookeeper_classpath,
     )
+    from aiozklock.testing._nemesis_store import StoreUnavailable
 
-    if args.backend == "trio":
-        try:
-            import trio  # noqa: F401
-        except ImportError:
-            print("--backend trio needs trio: pip install 'aiozklock[trio]'", file=sys.stderr)
-            return EXIT_UNAVAILABLE
-    try:  # bad arguments fail here, before a server is started or contacted
-        validate_recipe_path(args.path)
-        if traits_of(args.recipe).shares_resource:
-            validate_max_leases(args.max_leases)
-        if args.hosts:
-            aiozklock.connect(args.hosts)  # validates the connection string; connects on entry
-    except aiozklock.InvalidArgument as exc:
-        print(f"aiozklock demo: {exc}", file=sys.stderr)
+    refused = _preflight(args)
+    if refused is not None:
+        print(f"aiozklock demo: {refused}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-
     cluster: ZooKeeperCluster | None = None
     if args.hosts:
         where = args.hosts
@@ -284,13 +324,36 @@ def demo_command(args: argparse.Namespace) -> int:
         args.hosts = cluster.hosts
         where = f"embedded standalone at {cluster.hosts}"
     try:
+        store_notice(args)
         try:
             results, history, store = anyio.run(run_demo, args, backend=args.backend)
         except aiozklock.ZooKeeperUnavailable as exc:
             print(f"aiozklock demo: ZooKeeper unavailable: {exc}", file=sys.stderr)
             return EXIT_FAILED
+        except StoreUnavailable as exc:
+            print(f"aiozklock demo: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
         passed = print_report(args, where, results, history.check(), store, sys.stdout)
         return EXIT_OK if passed else EXIT_FAILED
     finally:
         if cluster is not None:
             cluster.close()
+
+
+def _preflight(args: argparse.Namespace) -> str | None:
+    """Bad arguments fail here, before a server is started or contacted: a usage error
+    exits, what cannot run here is returned."""
+    if args.backend == "trio":
+        try:
+            import trio  # noqa: F401
+        except ImportError:
+            return "--backend trio needs trio: pip install 'aiozklock[trio]'"
+    try:
+        validate_recipe_path(args.path)
+        if traits_of(args.recipe).shares_resource:
+            validate_max_leases(args.max_leases)
+        if args.hosts:
+            aiozklock.connect(args.hosts)  # validates the connection string; connects on entry
+    except aiozklock.InvalidArgument as exc:
+        return str(exc)
+    return check_store_options(args)

@@ -34,7 +34,8 @@ def print_report(
         f"aiozklock demo: {args.workers} workers x {args.rounds} rounds of {args.recipe} "
         f"on {', '.join(recipe_paths(args))} "
         f"(each its own session; timeout {args.timeout:g} s, hold {_ms(args.hold)} ms)",
-        f"ZooKeeper: {where}; backend: {args.backend}",
+        f"ZooKeeper: {where}; backend: {args.backend}"
+        + (f"; fenced store: {args.store} at {results.store_where}" if results.store_where else ""),
         "",
         *_grant_table(grants, show_all=args.all),
         "",
@@ -105,10 +106,15 @@ def _checks(
         )
     else:
         counter_ok = store.value == len(store.accepted) == len(grants)
+        held = by = ""
+        if args.store != "memory":  # the server's own value must be the record's
+            counter_ok = counter_ok and results.store_held == store.value
+            held, by = f"; {args.store} holds {results.store_held}", f" by {args.store}"
         shared = (
             not store.rejected and counter_ok,
             f"fenced store:  {len(store.accepted)} writes accepted, {len(store.rejected)} "
-            f"stale writes rejected, counter = {store.value} (expected {len(grants)})",
+            f"stale writes rejected{by}, counter = {store.value} (expected "
+            f"{len(grants)}{held})",
         )
     checks = [
         (report.ok, f"history check: {report}"),

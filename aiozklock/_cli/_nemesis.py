@@ -21,7 +21,15 @@ import anyio
 import aiozklock
 from aiozklock._cli._choices import FAULT_KINDS, RECIPES, recipe_help
 from aiozklock._cli._common import Parser, positive_int, seconds
-from aiozklock._cli._demo import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, INSTALL_HINT
+from aiozklock._cli._demo import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    INSTALL_HINT,
+    add_store_options,
+    check_store_options,
+    store_notice,
+)
 from aiozklock._recipes._traits import RecipeTraits, traits_of
 
 if TYPE_CHECKING:
@@ -87,7 +95,9 @@ def add_nemesis_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         "--duration", type=seconds, default=60.0, help="seconds of faults (%(default)s)"
     )
     nemesis.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    add_store_options(nemesis)
     _add_target_options(nemesis)
+    nemesis.set_defaults(usage_error=nemesis.error)
 
 
 def _add_target_options(nemesis: argparse.ArgumentParser) -> None:
@@ -142,11 +152,17 @@ def reproduce_command(args: argparse.Namespace) -> str:
         parts.append(f"--loss-policy {args.loss_policy}")
     if args.hosts:
         parts.append(f"--hosts {args.hosts}")
+    if args.store != "memory":
+        parts.append(f"--store {args.store}")
+    if args.store_url:
+        parts.append(f"--store-url {args.store_url}")
     return " ".join(parts)
 
 
 def nemesis_command(args: argparse.Namespace) -> int:
     """Run the nemesis; its exit status (``EXIT_OK``, ``EXIT_FAILED``, ``EXIT_UNAVAILABLE``)."""
+    from aiozklock.testing._nemesis_store import StoreUnavailable
+
     try:
         kinds = _checked(args)
     except _Refused as exc:
@@ -161,6 +177,7 @@ def nemesis_command(args: argparse.Namespace) -> int:
     with _logging_to(log_dir, verbose=args.verbose):
         try:
             with _target(args) as target:
+                store_notice(args)
                 report = anyio.run(
                     _run, args, target, kinds, log_dir, command, backend=args.backend
                 )
@@ -170,6 +187,9 @@ def nemesis_command(args: argparse.Namespace) -> int:
         except aiozklock.ZooKeeperUnavailable as exc:
             print(f"aiozklock nemesis: ZooKeeper unavailable: {exc}", file=sys.stderr)
             return EXIT_FAILED
+        except StoreUnavailable as exc:  # no local server, or unreachable
+            print(f"aiozklock nemesis: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
     if report.ok and not keep_logs:
         shutil.rmtree(log_dir, ignore_errors=True)
         report.log_dir = None
@@ -195,6 +215,9 @@ def _checked(args: argparse.Namespace) -> list[str] | None:
             import trio  # noqa: F401
         except ImportError:
             raise _Refused("--backend trio needs trio: pip install 'aiozklock[trio]'") from None
+    missing = check_store_options(args)  # a usage error exits
+    if missing is not None:
+        raise _Refused(missing)
     return kinds
 
 
@@ -255,29 +278,48 @@ async def _run(
     log_dir: Path,
     command: str,
 ) -> NemesisReport:
-    from aiozklock.testing import run_nemesis
     from aiozklock.testing._nemesis_worker_child import stall_watchdog
 
     # A stalled event loop (a livelock) leaves its stacks in the log directory.
+    failure: Exception | None = None
     with (log_dir / "stall.txt").open("w") as stall_file:
         async with anyio.create_task_group() as tg:
             tg.start_soon(stall_watchdog, stall_file)
-            report = await run_nemesis(
-                target,
-                seed=args.seed,
-                duration=args.duration,
-                clients=args.clients,
-                processes=args.processes,
-                session_timeout=args.session_timeout,
-                kinds=kinds,
-                loss_policy=args.loss_policy,
-                log_dir=log_dir,
-                command=command,
-                recipe=args.recipe,
-                max_leases=args.max_leases,
-            )
+            try:
+                report = await _run_nemesis(args, target, kinds, log_dir, command)
+            except Exception as exc:  # raised as itself below, not in an ExceptionGroup
+                failure = exc
             tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
     return report
+
+
+async def _run_nemesis(
+    args: argparse.Namespace,
+    target: ZooKeeperCluster | str,
+    kinds: list[str] | None,
+    log_dir: Path,
+    command: str,
+) -> NemesisReport:
+    from aiozklock.testing import run_nemesis
+
+    return await run_nemesis(
+        target,
+        seed=args.seed,
+        duration=args.duration,
+        clients=args.clients,
+        processes=args.processes,
+        session_timeout=args.session_timeout,
+        kinds=kinds,
+        loss_policy=args.loss_policy,
+        log_dir=log_dir,
+        command=command,
+        recipe=args.recipe,
+        max_leases=args.max_leases,
+        store=args.store,
+        store_url=args.store_url,
+    )
 
 
 __all__ = ("add_nemesis_parser", "nemesis_command", "reproduce_command")

@@ -1,8 +1,9 @@
 """The nemesis's state during a run: its parameters, the clients under test and what they
 report (records from in-process workers and from child processes), the history and the fenced
-stores; and the recipes' settings that shape a run (:data:`MULTI_PATHS`,
-:data:`LEASE_JVM_PROPERTIES`). The schedule is in :mod:`._nemesis_plan`, the faults' execution
-in :mod:`._nemesis_faults`, the run itself in :mod:`._nemesis_run`."""
+stores (kept, or forwarded to a real server, by :mod:`._nemesis_store`); and the recipes'
+settings that shape a run (:data:`MULTI_PATHS`, :data:`LEASE_JVM_PROPERTIES`). The schedule
+is in :mod:`._nemesis_plan`, the faults' execution in :mod:`._nemesis_faults`, the run itself
+in :mod:`._nemesis_run`."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from ._nemesis_clients import (
     _wait_stopped,
 )
 from ._nemesis_report import FaultRecord
+from ._nemesis_store import StoreGate
 from ._nemesis_worker import recorded_client, run_worker
 from ._nemesis_worker_config import Record, WorkerConfig, WorkerSink
 from ._server import ZooKeeperCluster
@@ -75,7 +77,9 @@ class _Nemesis:
     #: the lock paths: one, or the multi-lock's shared ones (each a fenced resource)
     paths: tuple[str, ...] = field(init=False)
     history: History = field(init=False)
-    #: one fenced store per lock path; none for a semaphore (its holders share it)
+    #: where the fenced reads and writes go (a real store is set once it is open)
+    gate: StoreGate = field(init=False)
+    #: the record: one fenced store per lock path; none for a semaphore (its holders share it)
     stores: dict[str, FencedStore] = field(init=False)
     clients: list[_Client] = field(init=False, default_factory=list)
     by_name: dict[str, _Client] = field(init=False, default_factory=dict)
@@ -106,7 +110,8 @@ class _Nemesis:
         )
         shared = traits.shares_resource
         self.history = History(max_holders=self.max_leases if shared else 1)
-        self.stores = {} if shared else {resource: FencedStore() for resource in self.paths}
+        self.gate = StoreGate(() if shared else self.paths, self.errors.append)
+        self.stores = self.gate.stores
         self.resumes_done.set()
 
     def now(self) -> float:
@@ -221,14 +226,15 @@ class _Nemesis:
                     client.stream = stream
                 kind = record.get("type")
                 if kind == "read":
-                    store = self.stores[str(record["resource"])]
-                    ok, value = store.read(client.name, int(record["token"]))
+                    resource, token = str(record["resource"]), int(record["token"])
+                    ok, value = await self.gate.read(client.name, resource, token)
                     await client.send(
                         {"type": "reply", "id": record["id"], "ok": ok, "value": value}
                     )
                 elif kind == "write":
-                    store = self.stores[str(record["resource"])]
-                    ok = store.write(client.name, int(record["token"]), int(record["value"]))
+                    resource, token = str(record["resource"]), int(record["token"])
+                    value = int(record["value"])
+                    ok = await self.gate.write(client.name, resource, token, value)
                     await client.send({"type": "reply", "id": record["id"], "ok": ok})
                 else:
                     self.on_record(client, record)

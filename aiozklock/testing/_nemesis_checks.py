@@ -1,8 +1,11 @@
 """The nemesis's own checks, besides the history's: before a run, that the servers reap
-expired leases promptly; after it, the fenced counter's integrity and, for a semaphore, each
-holder's token and that nobody starved."""
+expired leases promptly; after it, the fenced counter's integrity (and that a real store holds
+what its accepted writes left) and, for a semaphore, each holder's token and that nobody
+starved."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from ._history_records import FencedStore
 from ._nemesis import LEASE_JVM_PROPERTIES, _Nemesis
@@ -36,6 +39,21 @@ def _counter_integrity(store: FencedStore) -> list[str]:
             )
     if store.accepted and store.value != len(store.accepted):
         errors.append(f"counter {store.value} != {len(store.accepted)} accepted writes")
+    return errors
+
+
+def _real_values(
+    name: str, stores: Mapping[str, FencedStore], held: Mapping[str, int]
+) -> list[str]:
+    """The real store holds, for each resource, the value of the last write it accepted
+    (the record's): no write was applied that the record does not know of."""
+    errors = []
+    for resource, store in stores.items():
+        recorded = store.value if isinstance(store.value, int) else 0
+        if held.get(resource) != recorded:
+            errors.append(
+                f"{name} holds {held.get(resource)} for {resource}, its accepted writes {recorded}"
+            )
     return errors
 
 

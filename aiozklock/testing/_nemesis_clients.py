@@ -74,11 +74,10 @@ class _LocalSink:
         self._nemesis.on_record(self._client, record)
 
     async def read(self, resource: str, token: int) -> tuple[bool, int]:
-        ok, value = self._nemesis.stores[resource].read(self._client.name, token)
-        return ok, value if isinstance(value, int) else 0
+        return await self._nemesis.gate.read(self._client.name, resource, token)
 
     async def write(self, resource: str, token: int, value: int) -> bool:
-        return self._nemesis.stores[resource].write(self._client.name, token, value)
+        return await self._nemesis.gate.write(self._client.name, resource, token, value)
 
     async def before_write(self) -> None:
         pass

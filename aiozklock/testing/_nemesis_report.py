@@ -69,6 +69,10 @@ class NemesisReport:
     token_mismatches: list[str] = field(default_factory=list)
     #: semaphore: clients that completed no critical section in the whole run
     starved: list[str] = field(default_factory=list)
+    #: where the fenced counter lived: ``memory``, ``postgres`` or ``redis`` (which decided
+    #: every access), and a real store's URL
+    store: str = "memory"
+    store_where: str = ""
 
     def failures(self) -> list[str]:
         problems = list(self.history.failures())
@@ -119,6 +123,8 @@ def _header(report: NemesisReport) -> list[str]:
         f"backend {r.backend}, {r.clients} clients ({r.processes} in child "
         f"processes), session timeout {r.session_timeout:g} s, servers: {r.servers}",
     ]
+    if r.store != "memory":
+        lines.append(f"fenced store: {r.store} at {r.store_where}: the server decides each access")
     if r.command:
         lines.append(f"reproduce: {r.command}")
     return lines
@@ -179,12 +185,18 @@ def _store(report: NemesisReport) -> list[str]:
             f"holders; {acts} act(s); no fenced store (holders share the resource)"
         ]
     stale_paused = sum(1 for s in h.stale_writes if s.paused and not s.write.accepted)
-    return [
-        f"fenced store: {r.store_accepted} writes accepted, {r.store_rejected} "
+    lines = [
+        f"fenced store ({r.store}): {r.store_accepted} writes accepted, {r.store_rejected} "
         f"rejected; stale writes {len(h.stale_writes)} ({stale_paused} of paused "
         f"holders), {len(h.fencing_violations)} accepted; late writes {h.late_writes};"
         f" counter {r.store_value}"
     ]
+    if r.store != "memory":
+        refused = len(h.stale_writes) - len(h.fencing_violations)
+        lines.append(
+            f"stale writes refused by {r.store}: {refused}, accepted: {len(h.fencing_violations)}"
+        )
+    return lines
 
 
 def _margins(report: NemesisReport) -> list[str]:

@@ -18,6 +18,10 @@ fault hit, and the checks of :meth:`History.check <aiozklock.testing.History.che
 end-of-run ones: no orphan lock node once every client has closed, no leaked watch, progress
 after the last fault, and the integrity of the fenced counter.
 
+The fenced counter lives in this process (``store="memory"``), or in a real PostgreSQL or
+Redis that decides every fenced read and write (``store="postgres"``/``"redis"``, see
+:mod:`._nemesis_store`): a paused holder's stale write is then refused by the server itself.
+
 Recipes (``recipe=``, ``--recipe``): ``lock`` (the fair ``zk.lock``), ``nonfair``
 (``zk.lock(path, fair=False)``), ``election`` (the section runs as leader), ``multilock``
 (each acquisition takes a random 2-3 of :data:`MULTI_PATHS` shared paths, in a random order;
@@ -72,11 +76,12 @@ from aiozklock._recipes._traits import traits_of
 
 from ._history_report import HistoryReport
 from ._nemesis import _Nemesis
-from ._nemesis_checks import _check_reaping, _counter_integrity
+from ._nemesis_checks import _check_reaping, _counter_integrity, _real_values
 from ._nemesis_faults import register_expiries, restore_cluster
 from ._nemesis_phases import _run
 from ._nemesis_plan import FAULT_KINDS, PROCESS_KINDS, SERVER_KINDS, FaultGroup, plan_faults
 from ._nemesis_report import NemesisReport
+from ._nemesis_store import check_store, open_store
 from ._server import ZooKeeperCluster
 
 __all__ = ["run_nemesis"]
@@ -99,6 +104,8 @@ async def run_nemesis(
     command: str = "",
     recipe: str = "lock",
     max_leases: int = 2,
+    store: str = "memory",
+    store_url: str | None = None,
 ) -> NemesisReport:
     """Run the nemesis for ``duration`` seconds (plus healing and the end checks).
 
@@ -115,13 +122,26 @@ async def run_nemesis(
     module docstring); ``path`` is its lock path (the multi-lock's paths are ``{path}/m1``
     ...), default a fresh one. ``max_leases``: the semaphore's.
 
+    ``store``: where the fenced counter lives. ``memory`` (default): a :class:`FencedStore`
+    in this process decides each access. ``postgres`` or ``redis``: the real server decides
+    (``PostgresFence.advance`` in an asyncpg transaction, ``RedisFence.set``), and the
+    ``FencedStore`` records its verdicts; ``store_url`` is a running server's
+    (``postgresql://...``, ``redis://...``), default a throwaway server of the test kit,
+    stopped at the end. A real store needs the asyncio backend (its drivers run on asyncio
+    only) and a recipe with a fenced store (not ``semaphore``).
+
     Logs of the child processes go to ``log_dir`` (default: a temporary directory, removed
     if the run passes). Returns the report; raises only if the run could not take place
     (e.g. ``ZooKeeperUnavailable``), and ``ValueError`` for bad arguments (an unknown
     recipe; a lease on a cluster started without :data:`LEASE_JVM_PROPERTIES`;
-    ``max_leases`` < 1).
+    ``max_leases`` < 1; a store it cannot use), ``ImportError`` for a real store whose
+    driver is missing, and ``RuntimeError`` (``StoreUnavailable``, its cause the test
+    kit's or the driver's error) when the store cannot be started or reached.
     """
     _check_arguments(recipe, max_leases, clients, processes, duration, session_timeout)
+    check_store(
+        store, store_url, _current_backend(), shares_resource=traits_of(recipe).shares_resource
+    )
     cluster = target if isinstance(target, ZooKeeperCluster) else None
     if traits_of(recipe).ttl_lease and cluster is not None:
         _check_reaping(cluster)
@@ -148,12 +168,19 @@ async def run_nemesis(
         log_dir=logs,
     )
     report = _new_report(nemesis, plan, command)
+    held: dict[str, int] | None = None
     try:
-        await _run(nemesis, plan, report)
+        async with open_store(store, store_url, nemesis.gate.resources) as opened:
+            if opened is not None:
+                nemesis.gate.real = opened.real
+                report.store, report.store_where = opened.real.name, opened.where
+            await _run(nemesis, plan, report)
+            if opened is not None:
+                held = await opened.real.values()
     finally:
         if cluster is not None:
             await restore_cluster(cluster)
-    _judge(nemesis, report)
+    _judge(nemesis, report, held)
     _dump(nemesis, report, logs / "history.json")
     if report.ok and not keep_logs:
         shutil.rmtree(logs, ignore_errors=True)
@@ -248,8 +275,9 @@ def _new_report(n: _Nemesis, plan: list[FaultGroup], command: str) -> NemesisRep
     )
 
 
-def _judge(n: _Nemesis, report: NemesisReport) -> None:
-    """Check the history (with the real expiries as pauses) and the fenced stores."""
+def _judge(n: _Nemesis, report: NemesisReport, held: dict[str, int] | None) -> None:
+    """Check the history (with the real expiries as pauses) and the fenced stores;
+    ``held``: what a real store holds at the end, per resource."""
     register_expiries(n)
     stores = n.stores
     report.history = n.history.check(stores=stores)
@@ -261,6 +289,8 @@ def _judge(n: _Nemesis, report: NemesisReport) -> None:
     report.integrity_errors = [
         error for store in stores.values() for error in _counter_integrity(store)
     ]
+    if held is not None:
+        report.integrity_errors += _real_values(report.store, stores, held)
 
 
 def _dump(nemesis: _Nemesis, report: NemesisReport, path: Path) -> None:

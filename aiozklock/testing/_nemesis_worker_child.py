@@ -9,8 +9,9 @@ nemesis's control port and speaks newline-delimited JSON:
   password so that the nemesis can expire the session for real), ``enter``, ``section``,
   ``attempt``, ``watchers``, ``self_stop``, ``closed``;
 * child -> parent requests ``read``/``write`` to the fenced store of a ``resource`` (a lock
-  path), which lives in the parent only: a write's acceptance is decided by that single
-  store when the request reaches it, as with any remote resource; answered by ``reply``;
+  path), which the parent keeps (:mod:`._nemesis_store`): a write's acceptance is decided
+  by that single store when the request reaches it, as with any remote resource (with a
+  real store, by the server the parent forwards it to); answered by ``reply``;
 * parent -> child commands: ``stop`` (finish the current iteration, report, close),
   ``pause_before_write`` (stop this process with SIGSTOP right after the next pre-write check
   that passes, before the write is sent: the check-then-act window that only fencing
