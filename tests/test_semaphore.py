@@ -18,8 +18,8 @@ import pytest
 import aiozklock
 from aiozklock._recipes._core._names import node_prefix
 from aiozklock._recipes._core._plan import Decision
-from aiozklock._recipes._core._primitive import QueuedPrimitive
 from aiozklock._recipes._core._queue import Queue
+from aiozklock._recipes._core._queued import QueuedPrimitive
 from aiozklock._recipes._semaphore import LeaseBase, decide_leases, stored_limit
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
 from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue

@@ -41,7 +41,7 @@ from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LATCH_MARKER, Compat, marker_for, queue_order
-from aiozklock._recipes._core._primitive import QueuedPrimitive
+from aiozklock._recipes._core._queued import QueuedPrimitive
 from aiozklock._recipes._decision import decide
 from aiozklock._wire._protocol import (
     EventType,

@@ -24,7 +24,7 @@ from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LOCK_MARKER, Compat, marker_for
-from aiozklock._recipes._core._primitive import QueuedPrimitive
+from aiozklock._recipes._core._queued import QueuedPrimitive
 from aiozklock._recipes._decision import decide
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_identifier, validate_recipe_path

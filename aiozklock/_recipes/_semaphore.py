@@ -58,8 +58,9 @@ from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat, guid_of, queue_order
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._recipes._core._plan import Decide, Decision
-from aiozklock._recipes._core._primitive import Primitive, QueuedPrimitive, Registry
+from aiozklock._recipes._core._primitive import Primitive, Registry
 from aiozklock._recipes._core._queue import Guard
+from aiozklock._recipes._core._queued import QueuedPrimitive
 from aiozklock._recipes._core._retry import RETRY
 from aiozklock._recipes._decision import decide
 from aiozklock._wire._protocol import Stat, get_children_op, get_data_op, set_data_op

@@ -23,14 +23,9 @@ import anyio.lowlevel
 
 from aiozklock._acl import ACL
 from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner, shorten
-from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._handle import Handle, _task_ended
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
-from aiozklock._recipes._core._janitor import Janitor
-from aiozklock._recipes._core._names import LOCK_MARKER
 from aiozklock._recipes._core._observe import RecipeObserver
-from aiozklock._recipes._core._plan import Decide
-from aiozklock._recipes._core._queue import Guard, Queue
 from aiozklock._wire._session import Session
 
 log = logging.getLogger(__name__)
@@ -357,47 +352,4 @@ class Primitive(Handle):
                 raise
 
 
-class QueuedPrimitive(Primitive):
-    """A recipe whose holding is our place at the head of one or more queues (the mutex,
-    the multi-lock, election): the queue engine does the work, with ``decide``."""
-
-    def __init__(
-        self,
-        session: Session,
-        monitor: HoldingMonitor,
-        janitor: Janitor,
-        members: Sequence[str],
-        decide: Decide,
-        label: str,
-        identifier: str | None,
-        acl: tuple[ACL, ...],
-        marker: str = LOCK_MARKER,
-        guard: Guard | None = None,
-    ) -> None:
-        super().__init__(session, monitor, label, members, acl)
-        self._queue = Queue(session, janitor, members, decide, self._label, acl, marker, guard)
-        self._identity = Identity(identifier)
-
-    async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        return await self._queue.take(deadline, lambda: self._identity.data(task_name))
-
-    def _ahead(self) -> int | None:
-        return self._queue.ahead
-
-    async def _abandon(self) -> None:
-        await self._queue.abandon()
-
-    async def _give_back(self, holding: Holding) -> None:
-        await self._queue.delete_own()
-
-    def _give_back_nowait(self, holding: Holding) -> bool:
-        self._queue.delete_own_nowait()
-        return True
-
-    def _drop(self, holding: Holding) -> None:
-        if holding.lost:
-            self._queue.retire_guid()  # the loss policy left our nodes to the janitor
-        self._queue.forget()
-
-
-__all__ = ("Primitive", "QueuedPrimitive", "Registry")
+__all__ = ("Primitive", "Registry")
