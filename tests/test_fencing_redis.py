@@ -72,6 +72,21 @@ async def test_set_stores_the_value_with_its_token(
     assert await fence.get(key) == (b"a str is utf-8", 8)
 
 
+async def test_advance_is_a_fenced_read_that_fences_older_holders_at_once(
+    fence: RedisFence, client: redis.asyncio.Redis, key: str
+) -> None:
+    # The new holder reads before it writes: no value yet, and its token is registered.
+    assert await fence.advance(key, 5 << 32) is None
+    assert await client.hget(key, "token") == b"%019d" % (5 << 32)
+    # A stale holder's write between that read and the new holder's first write is refused.
+    error = await refused(fence.set(key, b"stale", (4 << 32) + 9))
+    assert error.newer == 5 << 32
+    await fence.set(key, b"counted", 5 << 32)
+    assert await fence.advance(key, 5 << 32) == b"counted"  # an equal token reads again
+    assert (await refused(fence.advance(key, 3))).newer == 5 << 32
+    assert await fence.get(key) == (b"counted", 5 << 32)  # a read changes no value
+
+
 async def test_a_stale_token_is_refused_and_nothing_is_written(
     fence: RedisFence, client: redis.asyncio.Redis, key: str
 ) -> None:

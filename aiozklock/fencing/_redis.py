@@ -52,6 +52,16 @@ return {1}
 """
 )
 
+# A fenced read: the token is registered (older holders are refused from now on), the value
+# is left as it is and returned.
+ADVANCE_SCRIPT = (
+    _CHECK
+    + """
+redis.call('HSET', KEYS[1], 'token', ARGV[1])
+return {1, redis.call('HGET', KEYS[1], 'value')}
+"""
+)
+
 # The token stays (a tombstone): a stale writer must still be refused after the delete.
 DELETE_SCRIPT = (
     _CHECK
@@ -113,6 +123,7 @@ class RedisFence:
         # register_script only hashes the text: EVALSHA, and SCRIPT LOAD once on NOSCRIPT.
         self._set: AsyncScript = redis.register_script(SET_SCRIPT)
         self._delete: AsyncScript = redis.register_script(DELETE_SCRIPT)
+        self._advance: AsyncScript = redis.register_script(ADVANCE_SCRIPT)
 
     def __repr__(self) -> str:
         return f"<RedisFence {self._redis!r}>"
@@ -147,6 +158,21 @@ class RedisFence:
         reply = await self._delete(keys=[key], args=[encoded])
         self._raise_if_refused(key, token, reply)
         return bool(reply[1])
+
+    async def advance(self, key: str, token: int) -> bytes | str | None:
+        """A fenced read: register ``token`` at ``key`` without changing the value, and
+        return the value (None if there is none).
+
+        Call it first thing after a grant, before a read-modify-write: from then on a holder
+        of an older token is refused, so no stale write can land between this read and
+        this holder's first ``set`` (``PostgresFence.advance`` is the same step in
+        PostgreSQL). Raises like :meth:`set`.
+        """
+        key = _check_key(key)
+        reply = await self._advance(keys=[key], args=[_encode_token(token)])
+        self._raise_if_refused(key, token, reply)
+        value: bytes | str | None = reply[1]
+        return value
 
     async def get(self, key: str) -> tuple[bytes | str, int] | None:
         """``(value, token)`` stored at ``key``, or None when there is no value (never

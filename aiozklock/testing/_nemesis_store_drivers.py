@@ -17,7 +17,6 @@ from aiozklock._exceptions import StaleFencingToken
 if TYPE_CHECKING:
     import asyncpg
     from redis.asyncio import Redis
-    from redis.commands.core import AsyncScript
 
     from aiozklock.fencing import PostgresFence, RedisFence
 
@@ -155,22 +154,19 @@ def redis_key(resource: str) -> str:
 
 
 class RedisCounter:
-    """Counters in Redis, one fenced key per resource: writes are ``RedisFence.set``. A
-    read registers its token without changing the value, in one script that runs the
-    fence's own comparison, so that the new holder fences older ones from its grant on
-    (a read-modify-write whose read did not would lose the update of a stale holder
-    that wrote in between)."""
+    """Counters in Redis, one fenced key per resource: writes are ``RedisFence.set``, reads
+    ``RedisFence.advance``, which registers the token without changing the value, so that
+    the new holder fences older ones from its grant on (a read-modify-write whose read did
+    not would lose the update of a stale holder that wrote in between)."""
 
     name = "redis"
 
     def __init__(self, redis: Redis, resources: Sequence[str]) -> None:
         from aiozklock.fencing import RedisFence
-        from aiozklock.fencing._redis import _CHECK
 
         self._redis = redis
         self._resources = list(resources)
         self._fence: RedisFence = RedisFence(redis)
-        self._claim: AsyncScript = redis.register_script(_CHECK + _CLAIM)
 
     @classmethod
     async def open(cls, url: str, resources: Sequence[str]) -> RedisCounter:
@@ -187,12 +183,11 @@ class RedisCounter:
         return cls(redis, resources)
 
     async def read(self, client: str, resource: str, token: int) -> tuple[bool, int]:
-        from aiozklock.fencing._redis import _encode_token
-
-        reply = await self._claim(keys=[redis_key(resource)], args=[_encode_token(token)])
-        if int(reply[0]) == 0:
+        try:
+            value = await self._fence.advance(redis_key(resource), token)
+        except StaleFencingToken:
             return False, 0
-        return True, int(reply[1] or 0)
+        return True, int(value or 0)
 
     async def write(self, client: str, resource: str, token: int, value: int) -> tuple[bool, int]:
         key = redis_key(resource)
@@ -218,11 +213,3 @@ class RedisCounter:
                 await self._redis.delete(*[redis_key(r) for r in self._resources])
         finally:
             await self._redis.aclose()
-
-
-# After RedisFence's own check (which returns {0, stored} for an older token): register the
-# token, keep the value, return it (false if there is none yet).
-_CLAIM = """
-redis.call('HSET', KEYS[1], 'token', ARGV[1])
-return {1, redis.call('HGET', KEYS[1], 'value')}
-"""
