@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -21,7 +19,7 @@ from aiozklock.testing import RawZooKeeperConnection
 from tests._pg import RESOURCE, Tables, anyio_backend, connect, fenced_write, pg, tables
 from tests.conftest import ClientFactory, gone
 from tests.test_faults import STEADY_TIMEOUT, TIMEOUT, DeletionWatch, observer, report
-from tests.test_pause import ROOT, ChildLines
+from tests.test_pause import ChildLines, open_holder
 
 pytestmark = [pytest.mark.anyio]
 
@@ -41,13 +39,15 @@ async def test_paused_holders_writes_are_refused_by_postgres(
     pg: asyncpg.Connection,
     tables: Tables,
 ) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "tests._pg_pause_holder", zk_hosts + chroot, PATH]
-    command += [str(TIMEOUT), pg_dsn, tables.fence, tables.data]
-    process = await anyio.open_process(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=env
+    process = await open_holder(
+        "_pg_pause_holder",
+        zk_hosts + chroot,
+        PATH,
+        str(TIMEOUT),
+        pg_dsn,
+        tables.fence,
+        tables.data,
     )
-    assert process.stdin is not None
     other = await open_client(session_timeout=STEADY_TIMEOUT)
     other_lock = other.lock(PATH, identifier="other")
     try:

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import anyio
 import pytest
@@ -20,14 +17,13 @@ from aiozklock.fencing import RedisFence
 from aiozklock.testing import RawZooKeeperConnection
 from tests.conftest import ClientFactory, gone
 from tests.test_faults import STEADY_TIMEOUT, TIMEOUT, DeletionWatch, observer, report
-from tests.test_pause import ChildLines
+from tests.test_pause import ChildLines, open_holder
 
 pytestmark = [pytest.mark.anyio]
 
 __all__ = ["observer"]  # a fixture, imported to be used here
 
 PATH = "/locks/redis-pause"
-ROOT = Path(__file__).resolve().parent.parent
 STALE_WRITES = 5
 
 
@@ -57,13 +53,15 @@ async def test_a_paused_holders_writes_are_refused_by_redis_after_a_new_grant(
 ) -> None:
     fence = RedisFence(client)
     key = f"aiozklock-test:{uuid.uuid4().hex[:12]}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "tests._redis_pause_holder", zk_hosts + chroot, PATH]
-    command += [str(TIMEOUT), redis_url, key, str(STALE_WRITES)]
-    process = await anyio.open_process(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=env
+    process = await open_holder(
+        "_redis_pause_holder",
+        zk_hosts + chroot,
+        PATH,
+        str(TIMEOUT),
+        redis_url,
+        key,
+        str(STALE_WRITES),
     )
-    assert process.stdin is not None
     other = await open_client(session_timeout=STEADY_TIMEOUT)
     other_lock = other.lock(PATH, identifier="other")
     try:

@@ -81,6 +81,18 @@ async def test_valid_until_is_minus_infinity_once_lost(
         await lock.release()
 
 
+async def open_holder(module: str, *args: str) -> anyio.abc.Process:
+    """A holder in its own process: ``python -m tests.<module> ARGS...``, from the repository
+    root, its stdin and stdout piped (it speaks JSON lines: ``ChildLines``)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", f"tests.{module}", *args]
+    process = await anyio.open_process(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=env
+    )
+    assert process.stdin is not None
+    return process
+
+
 class ChildLines:
     """JSON lines from the child's stdout, read as they arrive."""
 
@@ -108,13 +120,9 @@ async def test_paused_holder_is_fenced_and_its_validity_has_expired_on_resume(
     made before its event loop runs again, says it no longer holds the lock; every write it
     still attempts is rejected by the fenced store; its body is then cancelled (LockLost)."""
     store = FencedStore()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "tests._pause_holder", zk_hosts + chroot, PATH]
-    command += [str(TIMEOUT), anyio_backend]
-    process = await anyio.open_process(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=env
+    process = await open_holder(
+        "_pause_holder", zk_hosts + chroot, PATH, str(TIMEOUT), anyio_backend
     )
-    assert process.stdin is not None
     other = await open_client(session_timeout=STEADY_TIMEOUT)
     other_lock = other.lock(PATH, identifier="other")
     try:
