@@ -406,7 +406,9 @@ async def test_lost_delete_reply_never_deletes_the_next_holders_node(
     zk: aiozklock.ZooKeeperClient,
     open_client: ClientFactory,
 ) -> None:
-    client = await open_client(proxy)
+    # A session that outlives the partition however slowly the machine runs: were our clock
+    # to give it up, its node and the janitor's re-check would go with it.
+    client = await open_client(proxy, session_timeout=10.0)
     ours, competitor = Holder(), Holder()
     async with (
         FaultProxy(zk_hosts) as observed,  # shows when the competitor waits
@@ -430,7 +432,7 @@ async def test_lost_delete_reply_never_deletes_the_next_holders_node(
             await competitor.entered.wait()
             await ours.done.wait()  # our release has returned (it did not wait for the reply)
         proxy.blackhole(False)
-        with anyio.fail_after(10):
+        with anyio.fail_after(15):  # a hung reconnect attempt may take timeout/4 to give up
             # The unknown outcome is the janitor's: it re-checks the node's czxid.
             await proxy.wait_for_request(Opcode.EXISTS)
         for _ in range(2):  # round trips ordered after the re-check: the janitor has decided
@@ -491,7 +493,7 @@ async def test_cancel_with_create_outcome_unknown_leaves_no_node(
 ) -> None:
     await zk.ensure_path("/locks")
     await zk.create(PATH)
-    client = await open_client(proxy)
+    client = await open_client(proxy, session_timeout=10.0)  # outlives the partition
     lock = client.lock(PATH, fair=False)
     partition_on_suspend(client, proxy)
     proxy.reset_counters()
@@ -505,7 +507,7 @@ async def test_cancel_with_create_outcome_unknown_leaves_no_node(
         tg.cancel_scope.cancel()  # while the outcome is unknown and there is no connection
     assert not lock.is_held
     proxy.blackhole(False)
-    with anyio.fail_after(5):  # the janitor reads the node back, finds ours, deletes it
+    with anyio.fail_after(15):  # the janitor reads the node back, finds ours, deletes it
         await wait_for_children(zk, PATH, lambda children: children == [])
     assert proxy.count(Opcode.CREATE2) == 1
     assert proxy.count(Opcode.DELETE) == 1
