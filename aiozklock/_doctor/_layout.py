@@ -103,7 +103,8 @@ def library_of(name: str, data: bytes, marker: str | None) -> Library:
     """Who wrote a node, by its data (ours) and the shape of its name."""
     if identity_of(data) is not None:
         return "aiozklock"
-    guid = guid_of(name) if marker else name
+    # Our and Curator's read/write markers follow a "-" that the names' parser leaves in.
+    guid = guid_of(name).removesuffix("-") if marker else name
     if _CURATOR_GUID.fullmatch(guid):
         return "curator"
     if _HEX32.fullmatch(guid) and (marker is None or marker in KAZOO_MARKERS):
