@@ -139,8 +139,8 @@ def _semaphore_mixes(layout: PathLayout) -> Iterator[Finding]:
     involved = [*layout.queue, *layout.kazoo_leases]
     if ours and kazoo:
         message = (
-            f"a default-layout semaphore and kazoo's Semaphore share {path}: kazoo counts "
-            "its nodes as leases and it does not count kazoo's, so the limit does not hold"
+            f"a default-layout semaphore and kazoo's Semaphore share {path}: ours does not "
+            "count kazoo's leases, so more than max_leases can hold at once"
         )
         action = 'pass compat="kazoo" to zk.semaphore() on this path'
         yield _finding(path, Severity.CRITICAL, message, action, involved)

@@ -104,8 +104,8 @@ def to_text(diagnosis: Diagnosis) -> str:
 def _summary(diagnosis: Diagnosis) -> str:
     clock = "the server's clock" if diagnosis.clock == "server" else "this machine's clock"
     read = (
-        f"{diagnosis.nodes_scanned} nodes and {len(diagnosis.queues)} queues read in "
-        f"{diagnosis.elapsed:.3f} s, ages by {clock}"
+        f"{_count(diagnosis.nodes_scanned, 'node')} and {_count(len(diagnosis.queues), 'queue')} "
+        f"read in {diagnosis.elapsed:.3f} s, ages by {clock}"
     )
     severities = [f.severity for f in diagnosis.findings]
     if not severities:
@@ -117,6 +117,10 @@ def _summary(diagnosis: Diagnosis) -> str:
     return f"{diagnosis.prefix}: {state}: {counts} ({read})"
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def _finding_lines(finding: Finding) -> list[str]:
     lines = [f"{finding.severity.name} {_KIND_WORDS[finding.kind]}: {finding.message}"]
     for wait, following in zip(finding.cycle, finding.cycle[1:] + finding.cycle[:1], strict=True):
@@ -124,6 +128,9 @@ def _finding_lines(finding: Finding) -> list[str]:
             f"{_INDENT}{wait.party.describe()} waits at {wait.path} for "
             f"0x{following.party.session_id:x} (its node {wait.node})"
         )
+    if finding.sessions and not finding.cycle:
+        sessions = ", ".join(f"0x{session:x}" for session in finding.sessions)
+        lines.append(f"{_INDENT}sessions: {sessions}")
     lines.append(f"{_INDENT}what to do: {finding.action}")
     return lines
 
