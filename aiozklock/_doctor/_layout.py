@@ -21,16 +21,17 @@ from typing import Any
 
 from aiozklock._doctor._model import Library
 from aiozklock._doctor._scan import Znode
-from aiozklock._recipes._core._names import guid_of, is_lock_node, sequence_of
+from aiozklock._recipes._core._names import KAZOO_MARKER, guid_of, is_lock_node, sequence_of
 from aiozklock._recipes._lease import LEASE_NODE
 from aiozklock._recipes._nonfair import NODE_NAME
+from aiozklock._recipes._rwdecision import KAZOO_READ_MARKER, READ_MARKER
+from aiozklock._recipes._semaphore_compat import CURATOR, KAZOO
+from aiozklock._recipes._traits import _is_lease as is_lease
 from aiozklock._wire._protocol import Stat
 from aiozklock._wire._validation import join
 
-KAZOO_LOCK_SUFFIX = "-__lock__"  # kazoo's Semaphore takes its lock at <path>-__lock__
-CURATOR_LEASES, CURATOR_LOCKS = "leases", "locks"  # InterProcessSemaphoreV2's children
-READ_MARKERS = frozenset({"__READ__", "__rlock__"})
-KAZOO_MARKERS = frozenset({"__lock__", "__rlock__"})
+READ_MARKERS = frozenset({READ_MARKER.lstrip("-"), KAZOO_READ_MARKER})
+KAZOO_MARKERS = frozenset({KAZOO_MARKER, KAZOO_READ_MARKER})
 _CURATOR_GUID = re.compile(r"_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _CURATOR_LEASE = re.compile(_CURATOR_GUID.pattern + r"-lease-(?:[0-9]{10}|-[0-9]{9,10})")
@@ -154,35 +155,38 @@ def _fixed(read: list[tuple[str, Znode]]) -> Member | None:
 
 def _lease(read: list[tuple[str, Znode]]) -> Member | None:
     for name, child in read:
-        fields = identity_of(child.data) if name == LEASE_NODE else None
-        if fields is not None and "holder_id" in fields:  # a TTL node shows no owner
+        if name == LEASE_NODE and is_lease(child.data):  # a TTL node shows no owner
             return _member(name, child, queued=False)
     return None
 
 
+def kazoo_lock_of(path: str) -> str:
+    """Where kazoo's semaphore at ``path`` takes its lock (and ours with compat="kazoo")."""
+    return KAZOO.mutex.format(path)
+
+
 def _kazoo_lock(tree: Mapping[str, Znode], path: str) -> str | None:
-    sibling = path + KAZOO_LOCK_SUFFIX
+    sibling = kazoo_lock_of(path)
     node = tree.get(sibling)
     return sibling if node is not None and any(map(is_lock_node, node.children)) else None
 
 
 def _curator_semaphore(tree: Mapping[str, Znode], path: str) -> bool:
-    leases = tree.get(join(path, CURATOR_LEASES))
-    locks = tree.get(join(path, CURATOR_LOCKS))
+    leases = tree.get(CURATOR.leases.format(path))
+    locks = tree.get(CURATOR.mutex.format(path))
     return any(
         _CURATOR_LEASE.fullmatch(name) for name in (leases.children if leases else ())
     ) or any(_CURATOR_GUID.match(name) for name in (locks.children if locks else ()))
 
 
 __all__ = (
-    "CURATOR_LEASES",
-    "KAZOO_LOCK_SUFFIX",
     "KAZOO_MARKERS",
     "READ_MARKERS",
     "Member",
     "PathLayout",
     "classify",
     "identity_of",
+    "kazoo_lock_of",
     "library_of",
     "marker_of",
 )

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from aiozklock._doctor._layout import (
-    KAZOO_LOCK_SUFFIX,
     READ_MARKERS,
     Member,
     PathLayout,
     identity_of,
+    kazoo_lock_of,
 )
 from aiozklock._doctor._model import Library, QueueState
 from aiozklock._recipes._core._contenders import Contender, contender_of
@@ -154,7 +154,7 @@ def _entry(view: int, path: str, member: Member, role: Role) -> Entry:
 def _with_lease_wait(view: View, by_path: dict[tuple[str, str], View]) -> View:
     if view.kind != "kazoo-semaphore":
         return view
-    lock = by_path.get((view.path + KAZOO_LOCK_SUFFIX, "lock"))
+    lock = by_path.get((kazoo_lock_of(view.path), "lock"))
     if lock is None or not lock.entries:
         return view
     holder = lock.entries[0]
@@ -286,7 +286,7 @@ def listed_paths(view: View) -> set[str]:
 
 
 def _listed_at(view: View, entry: Entry) -> str:
-    return view.path + KAZOO_LOCK_SUFFIX if entry.role == "lease-wait" else view.path
+    return kazoo_lock_of(view.path) if entry.role == "lease-wait" else view.path
 
 
 __all__ = (
