@@ -165,3 +165,21 @@ async def test_bad_arguments_are_refused_before_any_traffic(
         await client.diagnose(**options)  # type: ignore[arg-type]
     with pytest.raises(aiozklock.ClientClosed):
         await client.diagnose("/p")
+
+
+async def test_the_clock_probe_is_written_only_when_an_age_is_needed(
+    zk: aiozklock.ZooKeeperClient,
+) -> None:
+    await zk.ensure_path("/ro")
+    await zk.create("/ro/config", b"x")  # a plain node: nothing here has an age
+    before = await zk.exists("/ro")
+    quiet = await zk.diagnose("/ro")
+    after_quiet = await zk.exists("/ro")
+    async with zk.lock("/ro/job"):
+        busy = await zk.diagnose("/ro")
+        children = await zk.get_children("/ro")
+    assert before is not None
+    assert after_quiet is not None
+    assert (quiet.clock, after_quiet.cversion) == ("local", before.cversion)  # nothing written
+    assert busy.clock == "server"  # the probe: created and deleted in one multi
+    assert sorted(children) == ["config", "job"]  # and left nothing

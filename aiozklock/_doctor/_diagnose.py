@@ -1,10 +1,11 @@
 """``zk.diagnose(prefix)``: read the tree under a prefix and report what is wrong there.
 
-The steps: one pipelined scan (``_scan``); each path's layout (``_layout``) and its unsafe
-mixes (``_mixes``); the queues as the recipes decide them (``_queues``); deadlocks in the
-wait-for graph (``_waitfor``), each confirmed by listing its paths again; the server's clock
-(``_scan.server_clock``, only when something has an age to tell); the other findings
-(``_checks``).
+The steps: one pipelined scan (``_scan``); ``assess``: each path's layout (``_layout``), the
+queues as the recipes decide them (``_queues``), deadlocks in the wait-for graph
+(``_waitfor``); ``confirm``: each deadlock listed again; the server's clock
+(``_scan.server_clock``, only when something has an age to tell); ``report``: the findings
+(``_mixes``, ``_checks``). ``assess`` and ``report`` are pure: a live view that keeps the tree
+itself (by watches) calls them on every change.
 
 A deadlock is confirmed because the scan reads paths one after another, not at one instant:
 a cycle could be put together from queues read at different times. Names of sequential
@@ -30,7 +31,7 @@ from aiozklock._doctor._checks import (
     unreadable_finding,
     write_samples,
 )
-from aiozklock._doctor._layout import classify
+from aiozklock._doctor._layout import PathLayout, classify
 from aiozklock._doctor._mixes import mix_findings
 from aiozklock._doctor._model import Diagnosis, Finding, FindingKind, QueueState
 from aiozklock._doctor._queues import View, build_views, listed_paths, queue_state, restrict
@@ -74,54 +75,86 @@ def options(
     return Options(path, limits)
 
 
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """What a tree holds, before any age is told: each path's layout, the queues (views) and
+    the deadlocks among them."""
+
+    layouts: list[PathLayout]
+    views: list[View]
+    deadlocks: list[Deadlock]
+
+
 async def diagnose(session: Session, given: Options) -> Diagnosis:
-    """The diagnosis of the tree under ``given.prefix`` (see ``ZooKeeperClient.diagnose``)."""
+    """The diagnosis of the tree under ``given.prefix`` (see ``ZooKeeperClient.diagnose``):
+    scan, assess, confirm the deadlocks, read the clock, report."""
     started = time.monotonic()
     found = await scan(session, given.prefix)
+    assessment = await confirm(session, assess(found))
+    ages = needs_clock(found, assessment)
+    clock = await server_clock(session, given.prefix) if ages else None
+    return report(found, given, assessment, clock, time.monotonic() - started)
+
+
+def assess(found: Scan) -> Assessment:
+    """The layouts, queues and deadlocks of a tree as read (pure: a live view that keeps
+    its own tree by watches can call it, and ``report``, on every change)."""
     layouts = [
         layout
         for path, node in sorted(found.tree.items())
         if node.children and not (layout := classify(found.tree, path)).empty
     ]
     views = build_views(layouts)
-    deadlocks = find_deadlocks(views)
-    if deadlocks:
-        deadlocks = await _confirmed(session, views, deadlocks)
-    clock = await server_clock(session, given.prefix) if _ages(found, views) else None
+    return Assessment(layouts, views, find_deadlocks(views))
+
+
+async def confirm(session: Session, assessment: Assessment) -> Assessment:
+    """The assessment with only the deadlocks still there among the nodes listed again (see
+    the module docstring); no request when there is none."""
+    if not assessment.deadlocks:
+        return assessment
+    deadlocks = assessment.deadlocks
+    parties = {party for d in deadlocks for party in (*d.parties, *d.stuck)}
+    involved = [v for v in assessment.views if any(e.party in parties for e in v.entries)]
+    listings = await relist(session, set().union(*(listed_paths(v) for v in involved)))
+    confirmed = find_deadlocks(restrict(involved, listings))
+    return Assessment(assessment.layouts, assessment.views, confirmed)
+
+
+def needs_clock(found: Scan, assessment: Assessment) -> bool:
+    """Whether anything has an age to tell: a contender, or an empty parent."""
+    return bool(assessment.views) or any(
+        node.stat.cversion and not node.stat.num_children for node in found.tree.values()
+    )
+
+
+def report(
+    found: Scan,
+    given: Options,
+    assessment: Assessment,
+    clock: tuple[int, float] | None,
+    elapsed: float,
+) -> Diagnosis:
+    """The diagnosis: the findings (the most severe first), by the server's ``clock`` (the
+    zxid and time of a write) when known, else this machine's."""
     now = clock[1] if clock is not None else time.time()
+    views = assessment.views
     queues = [queue_state(view) for view in views]
-    findings = [deadlock_finding(deadlock, parties_of(views)) for deadlock in deadlocks]
-    findings += [finding for layout in layouts for finding in mix_findings(layout)]
+    findings = [deadlock_finding(d, parties_of(views)) for d in assessment.deadlocks]
+    findings += [finding for layout in assessment.layouts for finding in mix_findings(layout)]
     findings += _aged(found, given, views, queues, clock, now)
     return Diagnosis(
         prefix=given.prefix,
         findings=tuple(sorted(findings, key=_report_order)),
         queues=tuple(queues),
         nodes_scanned=len(found.tree),
-        elapsed=time.monotonic() - started,
+        elapsed=elapsed,
         server_time=now,
         clock="server" if clock is not None else "local",
         hold_warning=given.limits.hold_warning,
         queue_warning=given.limits.queue_warning,
         leftover_age=given.limits.leftover_age,
     )
-
-
-def _ages(found: Scan, views: list[View]) -> bool:
-    """Whether anything has an age to tell: a contender, or an empty parent."""
-    return bool(views) or any(
-        node.stat.cversion and not node.stat.num_children for node in found.tree.values()
-    )
-
-
-async def _confirmed(
-    session: Session, views: list[View], deadlocks: list[Deadlock]
-) -> list[Deadlock]:
-    """The deadlocks still there among the nodes listed again (see the module docstring)."""
-    parties = {party for d in deadlocks for party in (*d.parties, *d.stuck)}
-    involved = [v for v in views if any(e.party in parties for e in v.entries)]
-    listings = await relist(session, set().union(*(listed_paths(v) for v in involved)))
-    return find_deadlocks(restrict(involved, listings))
 
 
 def _aged(
@@ -149,4 +182,16 @@ def _report_order(finding: Finding) -> tuple[int, int, tuple[str, ...], float]:
     return -finding.severity, _KINDS.index(finding.kind), finding.paths, -seconds
 
 
-__all__ = ("HOLD_WARNING", "LEFTOVER_AGE", "QUEUE_WARNING", "Options", "diagnose", "options")
+__all__ = (
+    "HOLD_WARNING",
+    "LEFTOVER_AGE",
+    "QUEUE_WARNING",
+    "Assessment",
+    "Options",
+    "assess",
+    "confirm",
+    "diagnose",
+    "needs_clock",
+    "options",
+    "report",
+)
