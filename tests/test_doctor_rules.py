@@ -1,6 +1,7 @@
 """The doctor's pure parts, table by table: who wrote a node (by its name and data), which
 mixes of layouts on one path are unsafe and what fixes them (the interoperability table of
-the README's "Mixed fleets"), when a transaction happened at the latest, durations."""
+the README's "Mixed fleets"), holders and waiters of long queues and who waits for whom,
+when a transaction happened at the latest, durations."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from aiozklock import Severity, Stat
 from aiozklock._doctor._checks import WriteTimes, duration
 from aiozklock._doctor._layout import Member, PathLayout, library_of, marker_of
 from aiozklock._doctor._mixes import mix_findings
+from aiozklock._doctor._queues import build_views, queue_state, waits
+from aiozklock._doctor._waitfor import find_deadlocks
 
 OURS = json.dumps({"identifier": None, "host": "h", "pid": 1, "task": "t"}).encode()
 # Fixed, not random: xdist workers must collect the same test ids.
@@ -117,3 +120,46 @@ def test_a_transaction_happened_no_later_than_any_later_write_seen() -> None:
 )
 def test_durations_read_as_a_person_would(seconds: float, text: str) -> None:
     assert duration(seconds) == text
+
+
+def queued(sequence: int, session: int, marker: str = "lock-") -> Member:
+    """Our node at ``sequence`` of session ``session`` (one task per session)."""
+    separator = "" if marker.startswith("__l") else "-"
+    name = f"{sequence:032x}{separator}{marker}{sequence:010d}"
+    return Member(name, OURS, stat(session), "aiozklock", marker)
+
+
+LONG = 3000  # a long queue: the reduction reads heads of queues, never a queue's square
+
+
+def test_a_long_queue_that_moves_is_no_deadlock() -> None:
+    views = build_views([PathLayout("/a", queue=tuple(queued(i, i + 1) for i in range(LONG)))])
+    assert find_deadlocks(views) == []
+    (state,) = [queue_state(view) for view in views]
+    assert (len(state.holders), len(state.waiters)) == (1, LONG - 1)
+
+
+def test_a_long_queue_behind_a_deadlock_is_stuck_with_it() -> None:
+    # Session 1 holds /a and waits at /b behind session 2, which waits at /a behind 1 and
+    # in front of LONG - 2 others.
+    a = PathLayout("/a", queue=tuple(queued(i, i + 1) for i in range(LONG)))
+    b = PathLayout("/b", queue=(queued(0, 2), queued(1, 1)))
+    (deadlock,) = find_deadlocks(build_views([a, b]))
+    assert sorted((e.party[0], e.path) for e in deadlock.cycle) == [(1, "/b"), (2, "/a")]
+    assert len(deadlock.stuck) == LONG - 2
+
+
+def test_readers_hold_together_and_a_writer_waits_for_each() -> None:
+    rw = PathLayout(
+        "/rw",
+        queue=(queued(0, 1, "__READ__"), queued(1, 2, "__READ__"), queued(2, 3, "__WRIT__")),
+    )
+    (view,) = build_views([rw])
+    state = queue_state(view)
+    assert [c.session_id for c in state.holders] == [1, 2]
+    assert [c.session_id for c in state.waiters] == [3]
+    holding = {e.key for e in view.entries[:2]}
+    assert sorted(b.party[0] for _, b in waits(view, {e.key for e in view.entries}, holding)) == [
+        1,
+        2,
+    ]

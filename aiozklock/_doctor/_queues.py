@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -179,24 +179,19 @@ def _decision(view: View, entry: Entry, names: list[str]) -> Decision:
     return rule(names, entry.node, guid_of(entry.node))
 
 
-def _names(ordered: Sequence[Entry], entry: Entry, party: Party) -> list[str]:
-    """The names the entry's rule sees: its own and every other party's."""
-    own = party(entry)
-    return [e.node for e in ordered if e is entry or party(e) != own]
-
-
-def held(view: View, ordered: Sequence[Entry], entry: Entry, party: Party) -> bool:
-    """Whether ``entry`` holds among ``ordered`` (the view's present entries, in order),
-    its party's other entries ignored."""
+def held(view: View, ahead: Sequence[Entry], entry: Entry, party: Party) -> bool:
+    """Whether ``entry`` holds, given ``ahead``: the view's present entries before it (and
+    any with its sequence, which its rule counts as ahead), its party's own ignored."""
     if entry.role in ("fixed", "lease") or view.kind not in (*_QUEUES, "kazoo-semaphore"):
         return True
+    own = party(entry)
     if entry.role == "lease-wait":
         if view.max_leases is None:
             return True  # the limit is unknown: never call it blocked
-        own = party(entry)
-        leases = sum(1 for e in ordered if e.role == "lease" and party(e) != own)
+        leases = sum(1 for e in ahead if e.role == "lease" and party(e) != own)
         return leases + view.others < view.max_leases
-    return _decision(view, entry, _names(ordered, entry, party)).held
+    names = [e.node for e in ahead if party(e) != own]
+    return _decision(view, entry, [*names, entry.node]).held
 
 
 def _exhausted(view: View, seen: Counter[object], writers: set[object]) -> bool:
@@ -211,43 +206,83 @@ def _exhausted(view: View, seen: Counter[object], writers: set[object]) -> bool:
     return False
 
 
-def unblocked(view: View, present: Collection[Key], party: Party = by_entry) -> list[Entry]:
+def unblocked(
+    view: View, present: Collection[Key], party: Party = by_entry, start: int = 0
+) -> list[Entry]:
     """The entries of ``view`` still ``present`` that hold (``party``: whose each entry is;
-    the default makes every entry its own, as the recipes decide)."""
-    ordered = [e for e in view.entries if e.key in present]
+    the default makes every entry its own, as the recipes decide). ``start``: the index of
+    its first entry that may be present. Only the head of a queue is read: what is behind
+    is blocked (``_exhausted``), so a long queue costs little."""
     found: list[Entry] = []
+    ahead: list[Entry] = []
     seen: Counter[object] = Counter()
     writers: set[object] = set()
-    for entry in ordered:
+    entries = view.entries
+    for index in range(start, len(entries)):
+        entry = entries[index]
+        if entry.key not in present:
+            continue
         if _exhausted(view, seen, writers):
             break
         # Behind another party's write node, a read/write lock's entry is blocked.
         behind = view.kind == "rwlock" and bool(writers - {party(entry)})
-        if not behind and held(view, ordered, entry, party):
+        if not behind and held(view, [*ahead, *_same_sequence(view, index, present)], entry, party):
             found.append(entry)
+        ahead.append(entry)
         seen[party(entry)] += 1
         if entry.writes:
             writers.add(party(entry))
     return found
 
 
-def blockers(
-    view: View, present: Collection[Key], entry: Entry, holding: Collection[Key]
-) -> list[Entry]:
-    """Whom a blocked ``entry`` waits for, among other parties' present entries: the one its
-    rule watches, and those ahead of it that hold (``holding``) and exclude it."""
+def _same_sequence(view: View, index: int, present: Collection[Key]) -> list[Entry]:
+    """The present entries after ``index`` with its sequence (a read/write lock's downgrade
+    node shares its write node's)."""
+    entries, sequence = view.entries, view.entries[index].contender.sequence
+    same = []
+    for later in entries[index + 1 :]:
+        if later.role != "queue" or later.contender.sequence != sequence:
+            break
+        if later.key in present:
+            same.append(later)
+    return same
+
+
+def waits(
+    view: View, present: Collection[Key], holding: Collection[Key]
+) -> Iterator[tuple[Entry, Entry]]:
+    """Who waits for whom in ``view``: each present entry not ``holding``, with each other
+    party's present entry that blocks it: the nearest one ahead that excludes it (a read
+    node excludes only write nodes), and those ahead that hold and exclude it. A kazoo
+    semaphore's lock holder waits for every lease. One pass, whatever the queue's length."""
     ordered = [e for e in view.entries if e.key in present]
-    others = [e for e in ordered if e.party != entry.party]
-    if entry.role == "lease-wait":
-        return [e for e in others if e.role == "lease"]
-    watched = _decision(view, entry, _names(ordered, entry, by_party)).predecessor
-    ahead = ordered[: ordered.index(entry)]
-    return [
-        e
-        for e in ahead
-        if e.party != entry.party
-        and (e.node == watched or (e.key in holding and (e.writes or entry.writes)))
-    ]
+    holders: list[Entry] = []
+    recent: list[Entry] = []  # the latest entry, and the latest of another party
+    writers: list[Entry] = []  # the same, of write nodes
+    for entry in ordered:
+        if entry.role == "lease-wait":
+            yield from ((entry, e) for e in ordered if e.role == "lease" and e.party != entry.party)
+        elif entry.key not in holding:
+            nearest = _nearest(recent if entry.writes else writers, entry.party)
+            if nearest is not None:
+                yield entry, nearest
+            for holder in holders:
+                excludes = holder.writes or entry.writes
+                if holder is not nearest and holder.party != entry.party and excludes:
+                    yield entry, holder
+        else:
+            holders.append(entry)
+        _remember(recent, entry)
+        if entry.writes:
+            _remember(writers, entry)
+
+
+def _nearest(recent: list[Entry], party: PartyKey) -> Entry | None:
+    return next((entry for entry in recent if entry.party != party), None)
+
+
+def _remember(recent: list[Entry], entry: Entry) -> None:
+    recent[:] = [entry, *[e for e in recent if e.party != entry.party][:1]]
 
 
 # ---------------------------------------------------------------------------- states
@@ -294,7 +329,7 @@ __all__ = (
     "Key",
     "PartyKey",
     "View",
-    "blockers",
+    "waits",
     "build_views",
     "by_entry",
     "by_party",

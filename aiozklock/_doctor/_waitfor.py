@@ -6,7 +6,7 @@ unblock others, which are then free too; what is left when nothing more can be f
 forever (Holt's reduction, which is exact for queues of any rule: a mutex, a read/write lock,
 a semaphore of ``max_leases``, where a cycle in the graph alone would not prove a deadlock).
 
-Among those left, an edge goes from a party to each party it waits for (``blockers``); each
+Among those left, an edge goes from a party to each party it waits for (``waits``); each
 strongly connected component of two or more is one deadlock, reported with its shortest
 cycle through its first party (``party → path → party → ... → party``); the parties left
 that are in no cycle are stuck behind one (``stuck``).
@@ -23,9 +23,9 @@ from aiozklock._doctor._queues import (
     Key,
     PartyKey,
     View,
-    blockers,
     by_party,
     unblocked,
+    waits,
 )
 
 Edges = dict[PartyKey, dict[PartyKey, Entry]]  # waiter -> whom it waits for -> its entry
@@ -78,11 +78,17 @@ def _reduce(views: Sequence[View]) -> tuple[set[Key], set[Key], set[PartyKey]]:
     present = {entry.key for view in views for entry in view.entries}
     holding: set[Key] = set()
     pending = {party: len(own) for party, own in entries.items()}
+    first = [0] * len(views)  # per view, the index of its first entry still present
     dirty = set(range(len(views)))
     while dirty:
         freed = []
         for index in sorted(dirty):
-            for entry in unblocked(views[index], present, by_party):
+            view = views[index]
+            while first[index] < len(view.entries) and (
+                view.entries[first[index]].key not in present
+            ):
+                first[index] += 1
+            for entry in unblocked(view, present, by_party, first[index]):
                 if entry.key not in holding:  # unblocked once, unblocked for good
                     holding.add(entry.key)
                     pending[entry.party] -= 1
@@ -101,10 +107,8 @@ def _edges(
 ) -> Edges:
     edges: Edges = defaultdict(dict)
     for view in views:
-        for entry in view.entries:
-            if entry.party not in left or entry.key not in present or entry.key in holding:
-                continue
-            for blocker in blockers(view, present, entry, holding):
+        for entry, blocker in waits(view, present, holding):
+            if entry.party in left:
                 edges[entry.party].setdefault(blocker.party, entry)
     return edges
 
