@@ -23,13 +23,14 @@ HANG = 30.0  # a hang bound, not a duration
 # their tests let it pass (there is no event to wait for).
 WARNING = 0.5
 PAST = 0.6
+LEASE_TTL = 1.0
 
 
 async def test_a_holder_past_the_hold_warning_is_a_long_holder(
     zk: aiozklock.ZooKeeperClient,
 ) -> None:
     async with zk.lock("/lh/job", identifier="nightly"):
-        fresh = await zk.diagnose("/lh", hold_warning=WARNING)
+        fresh = await zk.diagnose("/lh", hold_warning=30)  # a margin for a loaded machine
         await anyio.sleep(PAST)
         diagnosis = await zk.diagnose("/lh", hold_warning=WARNING)
         relaxed = await zk.diagnose("/lh")  # the default: 60 s
@@ -79,10 +80,12 @@ async def test_an_expired_lease_not_deleted_yet_is_found(
     hosts = keeping_cluster.hosts + f"/doctor-{uuid.uuid4().hex[:12]}"
     async with aiozklock.connect(hosts) as zk:
         async with aiozklock.connect(hosts) as holder:
-            # Taken and never renewed, then left by its process: a lease outlives a session.
-            await holder.lease_lock("/ls/job", 0.2, renew=False).acquire()
+            # Taken and never renewed, then left by its process (closed well before the
+            # keeper would give it up and delete it, at 0.9 of the TTL): a lease outlives a
+            # session.
+            await holder.lease_lock("/ls/job", LEASE_TTL, renew=False).acquire()
         async with zk.lease_lock("/ls/live", 30):
-            await anyio.sleep(PAST)  # the first lease's TTL runs out
+            await anyio.sleep(LEASE_TTL + PAST)  # the first lease's TTL runs out
             diagnosis = await zk.diagnose("/ls", hold_warning=WARNING)
     (finding,) = diagnosis.of_kind(FindingKind.EXPIRED_LEASE)
     assert finding.severity is Severity.WARNING
@@ -111,7 +114,7 @@ async def test_a_persistent_parent_left_empty_is_a_leftover(
         client.close()
     unknown = await zk.diagnose("/lo", leftover_age=WARNING)
     await zk.create("/lo/later")  # a write after the parent became empty: it dates it
-    young = await zk.diagnose("/lo", leftover_age=WARNING)
+    young = await zk.diagnose("/lo", leftover_age=30)  # a margin for a loaded machine
     await anyio.sleep(PAST)
     diagnosis = await zk.diagnose("/lo", leftover_age=WARNING)
     default = await zk.diagnose("/lo")  # 10 minutes
