@@ -13,6 +13,13 @@ from aiozklock._acl import READ_ACL_UNSAFE as READ_ACL_UNSAFE
 from aiozklock._acl import Perms as Perms
 from aiozklock._client import ZooKeeperClient as ZooKeeperClient
 from aiozklock._client import connect as connect
+from aiozklock._doctor._model import Diagnosis as Diagnosis
+from aiozklock._doctor._model import Finding as Finding
+from aiozklock._doctor._model import FindingKind as FindingKind
+from aiozklock._doctor._model import Party as Party
+from aiozklock._doctor._model import QueueState as QueueState
+from aiozklock._doctor._model import Severity as Severity
+from aiozklock._doctor._model import Wait as Wait
 from aiozklock._exceptions import AiozklockError as AiozklockError
 from aiozklock._exceptions import AuthenticationFailed as AuthenticationFailed
 from aiozklock._exceptions import BadVersionError as BadVersionError
@@ -71,7 +78,10 @@ __all__ = (
     "ClientClosed",
     "ConnectionLoss",
     "Contender",
+    "Diagnosis",
     "Election",
+    "Finding",
+    "FindingKind",
     "InvalidACLError",
     "InvalidArgument",
     "LeadershipLost",
@@ -93,7 +103,9 @@ __all__ = (
     "NonFairLockStatistics",
     "NodeExistsError",
     "NotLockOwner",
+    "Party",
     "Perms",
+    "QueueState",
     "ReadLock",
     "ReadLockStatistics",
     "ReadWriteLock",
@@ -101,11 +113,13 @@ __all__ = (
     "SemaphoreStatistics",
     "SessionExpired",
     "SessionState",
+    "Severity",
     "StaleFencingToken",
     "Stat",
     "StateChange",
     "TTLNotSupported",
     "UsageError",
+    "Wait",
     "WriteLock",
     "ZooKeeperClient",
     "ZooKeeperError",

@@ -16,6 +16,14 @@ import anyio
 import anyio.abc
 
 from aiozklock._acl import ACL, OPEN_ACL_UNSAFE, validate_auth
+from aiozklock._doctor._diagnose import (
+    HOLD_WARNING,
+    LEFTOVER_AGE,
+    QUEUE_WARNING,
+    diagnose,
+)
+from aiozklock._doctor._diagnose import options as doctor_options
+from aiozklock._doctor._model import Diagnosis
 from aiozklock._exceptions import (
     ClientClosed,
     InvalidArgument,
@@ -235,6 +243,37 @@ class ZooKeeperClient(RecipeFactories, Znodes):
         (exceptions it raises are logged). Raises ``ClientClosed`` if the client is not
         connected."""
         return self._live_session().add_listener(listener)
+
+    async def diagnose(
+        self,
+        prefix: str = "/",
+        *,
+        hold_warning: float = HOLD_WARNING,
+        queue_warning: int = QUEUE_WARNING,
+        leftover_age: float = LEFTOVER_AGE,
+    ) -> Diagnosis:
+        """What is wrong under ``prefix``: the ``Diagnosis`` (``healthy``, ``findings``,
+        ``queues``), the same as ``aiozklock doctor PREFIX``.
+
+        It reports deadlocks (sessions, or tasks of one process, waiting for each other in
+        a cycle, across every recipe whose nodes queue, Curator's and kazoo's too), unsafe
+        mixes of layouts on one path (naming the ``compat=`` that fixes them), holders
+        older than ``hold_warning`` seconds, queues of ``queue_warning`` waiters or more,
+        TTL leases past their TTL not yet deleted, and persistent parents empty for
+        ``leftover_age`` seconds. Ages are by the server's clock (see the troubleshooting
+        page of the docs for each finding and what to do).
+
+        Read-only but for one write that leaves nothing: to read the server's clock, one
+        ``multi`` creates, sets and deletes an ephemeral probe node under ``prefix`` (only
+        when something there has an age). The tree is read in pipelined batches.
+
+        Raises ``InvalidArgument`` (nothing sent) for a prefix that is not an absolute path,
+        a ``hold_warning`` or ``leftover_age`` that is not a positive number of seconds, a
+        ``queue_warning`` that is not an int >= 1; ``ClientClosed`` if the client is not
+        connected; ``ZooKeeperUnavailable`` if ZooKeeper is lost meanwhile.
+        """
+        given = doctor_options(prefix, hold_warning, queue_warning, leftover_age)
+        return await diagnose(self._live_session(), given)
 
 
 def connect(

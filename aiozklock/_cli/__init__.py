@@ -1,9 +1,9 @@
 """The command line, ``python -m aiozklock COMMAND`` (the ``aiozklock`` script).
 
 The operator commands ``run`` (a command under a lock, like ``flock(1)``), ``contenders``,
-``holders`` and ``leader`` import only the client. ``demo`` (many workers race for one lock,
-the history checked) and ``nemesis`` (the same under seeded faults) import the test kit when
-they run.
+``holders``, ``leader`` and ``doctor`` (what is wrong under a prefix) import only the client.
+``demo`` (many workers race for one lock, the history checked) and ``nemesis`` (the same
+under seeded faults) import the test kit when they run.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 import aiozklock
 from aiozklock._cli._common import EX_USAGE, Parser, UsageFailure, say
 from aiozklock._cli._demo import add_demo_parser, demo_command
+from aiozklock._cli._doctor import add_doctor_parser, doctor_command
 from aiozklock._cli._inspect import add_inspect_parsers, inspect_command
 from aiozklock._cli._nemesis import add_nemesis_parser, nemesis_command
 from aiozklock._cli._run import add_run_parser, run_command
@@ -26,6 +27,7 @@ COMMANDS: dict[str, Command] = {
     "contenders": inspect_command,
     "holders": inspect_command,
     "leader": inspect_command,
+    "doctor": doctor_command,
 }
 #: The commands that run the test kit: exit 0 (passed), 1 (failed) or 2 (cannot run here).
 KIT_COMMANDS: dict[str, Command] = {"demo": demo_command, "nemesis": nemesis_command}
@@ -40,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_nemesis_parser(commands)
     add_run_parser(commands)
     add_inspect_parsers(commands)
+    add_doctor_parser(commands)
     for name in COMMANDS:
         command = commands.choices[name]
         command.usage_status = EX_USAGE

@@ -1,0 +1,217 @@
+"""``aiozklock doctor`` as a real process against real ZooKeeper: exit statuses (0 healthy,
+1 problems, 64 usage before any traffic, 69 unavailable), the text and JSON outputs on a
+deadlock and a three-party cycle, read-only, and a healthy tree of 10,000 locks."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+import aiozklock
+from aiozklock._wire._protocol import CreateMode, create_op
+from aiozklock.testing import session_of
+from tests.conftest import ClientFactory
+from tests.test_cli import EX_UNAVAILABLE, EX_USAGE, HANG_BOUND, _cli
+from tests.test_doctor import deadlocked
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(2 * HANG_BOUND)]
+
+FINDING_KEYS = {
+    "kind",
+    "severity",
+    "message",
+    "action",
+    "paths",
+    "sessions",
+    "cycle",
+    "seconds",
+    "count",
+}
+WAIT_KEYS = {"session_id", "task", "library", "host", "pid", "identifier", "path", "node"}
+TOP_KEYS = {
+    "prefix",
+    "healthy",
+    "clock",
+    "server_time",
+    "elapsed",
+    "nodes_scanned",
+    "queues",
+    "thresholds",
+    "counts",
+    "longest_hold",
+    "longest_wait",
+    "findings",
+}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the command is a process of its own
+
+
+async def doctor(*args: str) -> tuple[int, str]:
+    done = await _cli("doctor", *args)
+    return done.returncode, done.stdout.decode() + done.stderr.decode()
+
+
+async def test_a_deadlock_exits_1_with_the_chain_in_text_and_json(
+    zk: aiozklock.ZooKeeperClient, hosts: str, open_client: ClientFactory
+) -> None:
+    one, two = await open_client(), await open_client()
+    parties = [(one.lock("/app/a"), one.lock("/app/b")), (two.lock("/app/b"), two.lock("/app/a"))]
+    async with deadlocked(zk, parties, [("/app/a", 2), ("/app/b", 2)]):
+        status, text = await doctor("--hosts", hosts, "/app")
+        json_status, out = await doctor("--hosts", hosts, "--json", "/app")
+    print(f"\n$ aiozklock doctor /app   # a two-session deadlock\n{text}")
+    assert (status, json_status) == (1, 1)
+    one_hex, two_hex = f"0x{one.session_id:x}", f"0x{two.session_id:x}"
+    assert "CRITICAL deadlock: 2 sessions wait for each other" in text
+    assert f"wait for each other: {one_hex} → /app/b → {two_hex} → /app/a → {one_hex}\n" in text
+    assert f"{one_hex} (task 'party-0', host " in text
+    report = json.loads(out)
+    assert set(report) == TOP_KEYS
+    assert report["healthy"] is False
+    assert report["counts"]["deadlock"] == 1
+    assert set(report["counts"]) == {kind.value for kind in aiozklock.FindingKind}
+    (finding,) = report["findings"]
+    assert set(finding) == FINDING_KEYS
+    assert (finding["kind"], finding["severity"]) == ("deadlock", "critical")
+    assert finding["paths"] == ["/app/a", "/app/b"]
+    assert sorted(finding["sessions"]) == sorted([one_hex, two_hex])
+    assert all(set(wait) == WAIT_KEYS for wait in finding["cycle"])
+    assert [(w["session_id"], w["path"]) for w in finding["cycle"]] == [
+        (one_hex, "/app/b"),
+        (two_hex, "/app/a"),
+    ]
+
+
+async def test_a_three_party_cycle_in_text(
+    zk: aiozklock.ZooKeeperClient, hosts: str, open_client: ClientFactory
+) -> None:
+    clients = [await open_client() for _ in range(3)]
+    paths = ["/ring/a", "/ring/b", "/ring/c"]
+    parties = [(c.lock(paths[i]), c.lock(paths[(i + 1) % 3])) for i, c in enumerate(clients)]
+    async with deadlocked(zk, parties, [(path, 2) for path in paths]):
+        status, text = await doctor("--hosts", hosts, "/ring")
+    print(f"\n$ aiozklock doctor /ring   # a three-party cycle\n{text}")
+    assert status == 1
+    assert "CRITICAL deadlock: 3 sessions wait for each other" in text
+    for client in clients:
+        assert f"0x{client.session_id:x}" in text
+
+
+async def test_a_healthy_prefix_exits_0_and_the_doctor_leaves_nothing(
+    zk: aiozklock.ZooKeeperClient, hosts: str
+) -> None:
+    async with zk.lock("/calm/a", identifier="worker"):
+        before = await zk.get_children("/calm")
+        status, text = await doctor("--hosts", hosts, "/calm")
+        json_status, out = await doctor("--hosts", hosts, "--json", "/calm")
+        assert await zk.get_children("/calm") == before  # no probe left
+    assert (status, json_status) == (0, 0)
+    assert text.startswith("/calm: healthy (")
+    assert "ages by the server's clock" in text
+    report = json.loads(out)
+    assert report["healthy"] is True
+    assert report["findings"] == []
+    assert report["clock"] == "server"
+    assert report["queues"] == 1
+    assert report["nodes_scanned"] == 3  # /calm, /calm/a and its holder's node
+
+
+async def test_a_long_holder_exits_1(zk: aiozklock.ZooKeeperClient, hosts: str) -> None:
+    async with zk.lock("/slow/job", identifier="batch"):
+        status, _ = await doctor("--hosts", hosts, "/slow")  # held for less than 60 s
+        await anyio.sleep(0.6)  # held past the warning below, by any clock
+        long_status, text = await doctor("--hosts", hosts, "--hold-warning", "0.5", "/slow")
+    assert (status, long_status) == (0, 1)
+    assert "WARNING long holder: /slow/job held for" in text
+    assert "identifier batch" in text
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["relative/prefix"],
+        ["--hold-warning", "-1", "/p"],
+        ["--hold-warning", "soon", "/p"],
+        ["--leftover-age", "0", "/p"],
+        ["--queue-warning", "0", "/p"],
+        ["/p", "extra"],
+        ["/a//b"],
+        ["/trailing/"],
+    ],
+)
+async def test_bad_input_exits_64_before_any_traffic(args: list[str]) -> None:
+    # Port 1 refuses every connection: a command that tried would exit 69, not 64.
+    status, text = await doctor("--hosts", "127.0.0.1:1", *args)
+    assert status == EX_USAGE, text
+
+
+async def test_no_hosts_exits_64() -> None:
+    status, text = await doctor("/p")
+    assert status == EX_USAGE
+    assert "no ZooKeeper hosts" in text
+
+
+async def test_zookeeper_unavailable_exits_69() -> None:
+    status, text = await doctor("--hosts", "127.0.0.1:1", "--connect-timeout", "0.5", "/p")
+    assert status == EX_UNAVAILABLE
+    assert "ZooKeeper unavailable" in text
+
+
+async def test_a_missing_prefix_is_healthy(hosts: str, zk: aiozklock.ZooKeeperClient) -> None:
+    await zk.ensure_path("/")
+    status, out = await doctor("--hosts", hosts, "--json", "/nothing/here")
+    assert status == 0
+    report = json.loads(out)
+    assert (report["nodes_scanned"], report["queues"], report["findings"]) == (0, 0, [])
+    assert await zk.exists("/nothing") is None
+
+
+LOCKS = 10_000
+
+
+async def _create(zk: aiozklock.ZooKeeperClient, paths: list[str], **kwargs: Any) -> None:
+    """Create the nodes in pipelined batches (the test's own setup, not the doctor's)."""
+    session = session_of(zk)
+    mode = CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL if kwargs.get("holder") else 0
+    data = kwargs.get("data", b"")
+    for start in range(0, len(paths), 2000):
+        ops = [
+            create_op(session.server_path(p), data, CreateMode(mode), session.client_path)
+            for p in paths[start : start + 2000]
+        ]
+        for result in await session.pipeline(ops):
+            assert not isinstance(result, BaseException), result
+
+
+@pytest.mark.slow
+async def test_a_healthy_tree_of_10000_locks(zk: aiozklock.ZooKeeperClient, hosts: str) -> None:
+    identity = json.dumps({"identifier": None, "host": "h", "pid": 1, "task": "t"}).encode()
+    parents = [f"/big/{i // 100}/lock-{i}" for i in range(LOCKS)]
+    await zk.ensure_path("/big")
+    await _create(zk, sorted({p.rsplit("/", 1)[0] for p in parents}))
+    await _create(zk, parents)
+    holders = [f"{p}/{i:032x}-lock-" for i, p in enumerate(parents)]
+    started = time.monotonic()
+    await _create(zk, holders, holder=True, data=identity)
+    created = time.monotonic() - started
+    with anyio.fail_after(HANG_BOUND):
+        status, out = await doctor("--hosts", hosts, "--json", "/big")
+        diagnosis = await zk.diagnose("/big")
+    report = json.loads(out)
+    print(
+        f"\n{LOCKS} locks (created in {created:.2f} s): the command scanned "
+        f"{report['nodes_scanned']} nodes in {report['elapsed']:.3f} s; the API "
+        f"{diagnosis.nodes_scanned} in {diagnosis.elapsed:.3f} s"
+    )
+    assert status == 0, report["findings"][:3]
+    assert report["healthy"] is True
+    assert report["queues"] == LOCKS == len(diagnosis.queues)
+    assert report["nodes_scanned"] == 1 + 100 + 2 * LOCKS
+    assert all(len(queue.holders) == 1 and not queue.waiters for queue in diagnosis.queues)
