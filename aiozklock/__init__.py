@@ -5,6 +5,8 @@ async with aiozklock.connect("zk1:2181,zk2:2181") as zk:
         await store.write(data, fencing_token=lock.fencing_token)
 """
 
+from typing import TYPE_CHECKING, Any
+
 from aiozklock._acl import ACL as ACL
 from aiozklock._acl import CREATOR_ALL_ACL as CREATOR_ALL_ACL
 from aiozklock._acl import CREATOR_ALL_WORLD_READ_ACL as CREATOR_ALL_WORLD_READ_ACL
@@ -13,13 +15,6 @@ from aiozklock._acl import READ_ACL_UNSAFE as READ_ACL_UNSAFE
 from aiozklock._acl import Perms as Perms
 from aiozklock._client import ZooKeeperClient as ZooKeeperClient
 from aiozklock._client import connect as connect
-from aiozklock._doctor._model import Diagnosis as Diagnosis
-from aiozklock._doctor._model import Finding as Finding
-from aiozklock._doctor._model import FindingKind as FindingKind
-from aiozklock._doctor._model import Party as Party
-from aiozklock._doctor._model import QueueState as QueueState
-from aiozklock._doctor._model import Severity as Severity
-from aiozklock._doctor._model import Wait as Wait
 from aiozklock._exceptions import AiozklockError as AiozklockError
 from aiozklock._exceptions import AuthenticationFailed as AuthenticationFailed
 from aiozklock._exceptions import BadVersionError as BadVersionError
@@ -63,6 +58,30 @@ from aiozklock._recipes._semaphore import SemaphoreStatistics as SemaphoreStatis
 from aiozklock._wire._protocol import Stat as Stat
 from aiozklock._wire._session import SessionState as SessionState
 from aiozklock._wire._session import StateChange as StateChange
+
+if TYPE_CHECKING:  # the doctor's types, loaded on first use (import aiozklock stays cheap)
+    from aiozklock._doctor._model import Diagnosis as Diagnosis
+    from aiozklock._doctor._model import Finding as Finding
+    from aiozklock._doctor._model import FindingKind as FindingKind
+    from aiozklock._doctor._model import Party as Party
+    from aiozklock._doctor._model import QueueState as QueueState
+    from aiozklock._doctor._model import Severity as Severity
+    from aiozklock._doctor._model import Wait as Wait
+
+_LAZY = frozenset(
+    {"Diagnosis", "Finding", "FindingKind", "Party", "QueueState", "Severity", "Wait"}
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from aiozklock._doctor import _model
+
+        value = getattr(_model, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 

@@ -10,20 +10,13 @@ import weakref
 from collections.abc import Callable, Sequence
 from ssl import SSLContext
 from types import TracebackType
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import anyio
 import anyio.abc
 
 from aiozklock._acl import ACL, OPEN_ACL_UNSAFE, validate_auth
-from aiozklock._doctor._diagnose import (
-    HOLD_WARNING,
-    LEFTOVER_AGE,
-    QUEUE_WARNING,
-    diagnose,
-)
-from aiozklock._doctor._diagnose import options as doctor_options
-from aiozklock._doctor._model import Diagnosis
+from aiozklock._doctor._defaults import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING
 from aiozklock._exceptions import (
     ClientClosed,
     InvalidArgument,
@@ -49,6 +42,9 @@ from aiozklock._wire._validation import (
     tls_context,
 )
 from aiozklock._znodes import Znodes
+
+if TYPE_CHECKING:
+    from aiozklock._doctor._model import Diagnosis
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +268,9 @@ class ZooKeeperClient(RecipeFactories, Znodes):
         ``queue_warning`` that is not an int >= 1; ``ClientClosed`` if the client is not
         connected; ``ZooKeeperUnavailable`` if ZooKeeper is lost meanwhile.
         """
-        given = doctor_options(prefix, hold_warning, queue_warning, leftover_age)
+        from aiozklock._doctor._diagnose import diagnose, options  # loaded when first used
+
+        given = options(prefix, hold_warning, queue_warning, leftover_age)
         return await diagnose(self._live_session(), given)
 
 

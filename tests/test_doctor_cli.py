@@ -5,6 +5,8 @@ deadlock and a three-party cycle, read-only, and a healthy tree of 10,000 locks.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -215,3 +217,20 @@ async def test_a_healthy_tree_of_10000_locks(zk: aiozklock.ZooKeeperClient, host
     assert report["queues"] == LOCKS == len(diagnosis.queues)
     assert report["nodes_scanned"] == 1 + 100 + 2 * LOCKS
     assert all(len(queue.holders) == 1 and not queue.waiters for queue in diagnosis.queues)
+
+
+def test_import_aiozklock_loads_the_doctor_only_when_used() -> None:
+    """``import aiozklock`` stays as cheap as before the doctor: its modules load on the first
+    ``diagnose()`` (or the first use of one of its names)."""
+    check = (
+        "import sys, aiozklock\n"
+        "before = sorted(m for m in sys.modules if m.startswith('aiozklock._doctor.'))\n"
+        "aiozklock.Diagnosis\n"
+        "after = 'aiozklock._doctor._model' in sys.modules\n"
+        "print(' '.join(before), after)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["aiozklock._doctor._defaults", "True"]

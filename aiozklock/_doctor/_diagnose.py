@@ -31,6 +31,7 @@ from aiozklock._doctor._checks import (
     unreadable_finding,
     write_samples,
 )
+from aiozklock._doctor._defaults import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING
 from aiozklock._doctor._layout import PathLayout, classify
 from aiozklock._doctor._mixes import mix_findings
 from aiozklock._doctor._model import Diagnosis, Finding, FindingKind, QueueState
@@ -41,9 +42,6 @@ from aiozklock._exceptions import InvalidArgument
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import positive_seconds, validate_path
 
-HOLD_WARNING = 60.0  # seconds: a holder older than this is reported
-QUEUE_WARNING = 10  # waiters on one path from which the queue is reported
-LEFTOVER_AGE = 600.0  # seconds empty before a parent counts as left behind
 _KINDS = list(FindingKind)
 
 
