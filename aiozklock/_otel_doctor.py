@@ -190,7 +190,9 @@ class DoctorGauges:
         given = [options(p, hold_warning, queue_warning, leftover_age) for p in prefixes]
         self.prefixes: tuple[str, ...] = tuple(option.prefix for option in given)
         if not self.prefixes or len(set(self.prefixes)) < len(self.prefixes):
-            raise InvalidArgument(f"prefixes must be distinct paths, at least one: {prefixes!r}")
+            raise InvalidArgument(
+                f"prefixes must be distinct paths, at least one: {short_repr(list(self.prefixes))}"
+            )
         self.every = positive_seconds("every", every)
         self.timeout = positive_seconds("timeout", timeout)
         if meter_provider is not None and not isinstance(meter_provider, metrics.MeterProvider):

@@ -293,7 +293,8 @@ async def test_bad_arguments_are_refused_before_anything_starts(
 async def test_misuse_is_refused_clearly(
     zk: aiozklock.ZooKeeperClient, hosts: str, otel: Metrics
 ) -> None:
-    gauges = DoctorGauges(zk, ["/a", "/b"], every=3600, meter_provider=otel.provider)
+    gauges = DoctorGauges(zk, iter(["/a", "/b"]), every=3600, meter_provider=otel.provider)
+    assert gauges.prefixes == ("/a", "/b")  # any iterable of paths
     with pytest.raises(aiozklock.UsageError, match="not running"):
         await gauges.refresh()  # before async with
     with anyio.fail_after(HANG):
