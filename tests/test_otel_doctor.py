@@ -256,6 +256,10 @@ async def test_refreshes_at_once_share_rounds_and_scans_never_overlap(
             # Each caller wants the round after the one in progress when it asked: at most
             # two rounds, not five.
             assert otel.scans("/nothing", "ok") - before in (1, 2)
+            before = otel.scans("/nothing", "ok")
+            for _ in range(3):  # one after another: one round each, none more
+                await gauges.refresh()
+            assert otel.scans("/nothing", "ok") - before == 3
     assert proxy.count(Opcode.GET_DATA) == otel.scans("/nothing", "ok")
 
 
