@@ -28,6 +28,18 @@ Metrics (instrumentation scope ``aiozklock``), each with the attributes ``aiozkl
 
 Traces: one span ``aiozklock.acquire`` per acquisition attempt (reentrant ones excepted),
 a child of the caller's current span.
+
+The doctor's findings, for alerts, come from a ``DoctorGauges`` the application runs
+beside its client (``async with DoctorGauges(zk, ["/locks"]):``, scans every 60 s); each
+series has the attribute ``aiozklock.prefix``:
+
+- ``aiozklock.doctor.findings`` (up-down counter, the count at the last scan), by
+  ``aiozklock.finding.kind`` (``deadlock``, ``unsafe_mix``, ``long_holder``,
+  ``long_queue``, ``expired_lease``, ``leftover_parent``, ``unreadable``);
+- ``aiozklock.doctor.longest_hold``, ``aiozklock.doctor.longest_wait``,
+  ``aiozklock.doctor.scan.duration`` (gauges, s, at the last successful scan);
+- ``aiozklock.doctor.scan.age`` (gauge, s): since the last successful scan;
+- ``aiozklock.doctor.scans`` (counter), by ``aiozklock.outcome`` (``ok``, ``error``).
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ from opentelemetry import metrics, trace
 
 from aiozklock import __version__
 from aiozklock._exceptions import InvalidArgument
+from aiozklock._otel_doctor import DoctorGauges
 from aiozklock._wire._session import SessionState, StateChange
 
 # Bucket bounds in seconds, from a fast uncontended grant to an hour-long hold.
@@ -210,4 +223,4 @@ class _Attempt:
         span.end()
 
 
-__all__ = ("BUCKETS", "Telemetry", "parent_label")
+__all__ = ("BUCKETS", "DoctorGauges", "Telemetry", "parent_label")

@@ -21,7 +21,8 @@ from aiozklock._cli._common import (
     make_client,
     say,
 )
-from aiozklock._doctor._diagnose import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING, options
+from aiozklock._doctor._defaults import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING
+from aiozklock._doctor._diagnose import options
 from aiozklock._doctor._model import Diagnosis
 from aiozklock._doctor._render import to_json, to_text
 
