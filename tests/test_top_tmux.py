@@ -5,12 +5,15 @@ await; every verdict is what the screen shows, never how long it took."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
+import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -167,6 +170,35 @@ async def test_ctrl_c_quits_and_restores_the_terminal(
         await term.until(lambda s: "no contender under /quiet" in s, "the first frame")
         await term.tmux("send-keys", "C-c")
         await assert_quit_cleanly(term, 130)
+
+
+def process_state(pid: int) -> str:
+    """``R``, ``S``, ``T`` (stopped), ... of ``pid``."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def only_child(pid: int) -> int:
+    (child,) = map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+    return child
+
+
+async def test_ctrl_z_gives_the_terminal_back_until_continued(
+    zk: aiozklock.ZooKeeperClient, hosts: str
+) -> None:
+    async with tmux() as term:
+        await zk.ensure_path("/quiet")
+        await term.start("--hosts", hosts, "/quiet")
+        await term.until(lambda s: "no contender under /quiet" in s, "the first frame")
+        top = only_child(int(await term.pane("#{pane_pid}")))  # the pane's shell runs top
+        await term.tmux("send-keys", "C-z")
+        await term.until(lambda s: not any("/quiet" in line for line in s), "the view gone")
+        assert await term.pane("#{alternate_on} #{cursor_flag}") == "0 1"
+        assert process_state(top) == "T"  # stopped, as Ctrl-Z asks
+        os.kill(top, signal.SIGCONT)  # what the shell's fg does
+        await term.until(lambda s: "no contender under /quiet" in s, "the view back")
+        assert await term.pane("#{alternate_on} #{cursor_flag}") == "1 0"
+        await term.tmux("send-keys", "q")
+        await assert_quit_cleanly(term, 0)
 
 
 async def test_an_outage_is_shown_and_the_view_resumes_with_what_it_missed(

@@ -42,8 +42,9 @@ _EPILOG = [
     "reading writes and deletes one probe node, as 'aiozklock doctor' does. Leftover "
     "parents and expired leases, which time alone makes, show at the next change, or "
     "press r.",
-    "Keys: q quits, r reads again now, Ctrl-L redraws. If ZooKeeper is lost the last view "
-    "stays, marked SUSPENDED or LOST, until the client reconnects.",
+    "Keys: q quits, r reads again now, Ctrl-L redraws, Ctrl-Z stops (the terminal given "
+    "back until fg). If ZooKeeper is lost the last view stays, marked SUSPENDED or LOST, "
+    "until the client reconnects.",
     "--once prints one frame (every queue and finding, not cut to the terminal, no control "
     "codes) and exits like 'aiozklock doctor'.",
     f"exit status: 0 (q, or --once: healthy), {EX_PROBLEMS} (--once: problems found), "

@@ -7,7 +7,8 @@
 - the painter draws a frame when something changed and every ``TICK`` seconds, which moves
   the ages on by the local clock without asking the server;
 - the keys: ``q`` quits, ``r`` reads again now, Ctrl-L repaints;
-- the signals: a resize repaints for the new size; SIGINT, SIGTERM and SIGHUP quit.
+- the signals: a resize repaints for the new size; SIGINT, SIGTERM and SIGHUP quit; Ctrl-Z
+  (SIGTSTP) gives the terminal back, stops, and takes it again when continued.
 
 The session's state is shown as it changes: SUSPENDED or LOST, the last view stays, marked,
 and the reads wait for the session to come back (the client reconnects by itself).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -56,6 +58,9 @@ class Display(Protocol):
 
     def restore(self) -> None:
         """Give the terminal back as it was."""
+
+    def resume(self) -> None:
+        """Take the terminal again after ``restore()`` (after a stop)."""
 
 
 class Board:
@@ -227,9 +232,14 @@ class Live:
                 self._redraw.set()
 
     async def _signals(self, scope: anyio.CancelScope) -> None:
-        with anyio.open_signal_receiver(signal.SIGWINCH, *QUIT_SIGNALS) as signals:
+        watched = (signal.SIGWINCH, signal.SIGTSTP, *QUIT_SIGNALS)
+        with anyio.open_signal_receiver(*watched) as signals:
             async for signum in signals:
-                if signum == signal.SIGWINCH:
+                if signum == signal.SIGTSTP:  # Ctrl-Z: give the terminal back while stopped
+                    self._display.restore()
+                    os.kill(os.getpid(), signal.SIGSTOP)
+                    self._display.resume()  # continued (fg)
+                if signum in (signal.SIGWINCH, signal.SIGTSTP):
                     self._full = True
                     self._redraw.set()
                 else:

@@ -142,10 +142,11 @@ def _table(diagnosis: Diagnosis, now: float, width: int | None) -> list[Line]:
     if not diagnosis.queues:
         return [Line(fit(f"no contender under {diagnosis.prefix}", width))]
     marks = _marks(diagnosis.findings)
-    rows = [_cells_of(queue, now) for queue in _ordered(diagnosis.queues)]
+    queues = _ordered(diagnosis.queues)
+    rows = [_cells_of(queue, now) for queue in queues]
     widths = _widths(rows, width)
     lines = [Line(fit("   " + _join(_HEADINGS, widths), width), "head")]
-    for queue, row in zip(_ordered(diagnosis.queues), rows, strict=True):
+    for queue, row in zip(queues, rows, strict=True):
         severity = marks.get(queue.path)
         mark = _MARK.get(severity, "   ") if severity is not None else "   "
         style = _STYLE.get(severity, "plain") if severity is not None else "plain"

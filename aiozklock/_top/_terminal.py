@@ -51,14 +51,22 @@ class Terminal:
         self._styles = _NO_COLOURS if os.environ.get("NO_COLOR") else _COLOURS
 
     def __enter__(self) -> Terminal:
+        self.resume()
+        return self
+
+    def resume(self) -> None:
+        """Take the terminal (again, after ``restore()``): keys as typed, the alternate
+        screen; the next ``draw`` should be ``full``."""
+        if self._saved is not None:
+            return
         saved = termios.tcgetattr(self._in)
         mode = termios.tcgetattr(self._in)
         mode[3] &= ~(termios.ECHO | termios.ICANON)  # lflags: keys as typed, not echoed
         mode[6][termios.VMIN], mode[6][termios.VTIME] = 1, 0
         termios.tcsetattr(self._in, termios.TCSANOW, mode)
         self._saved = saved
+        self._shown = []
         self._write(_ENTER)
-        return self
 
     def __exit__(
         self,
