@@ -225,6 +225,35 @@ async def test_an_outage_is_shown_and_the_view_resumes_with_what_it_missed(
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.slow
+async def test_a_lost_session_is_shown_and_the_view_goes_on_in_a_new_one(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, chroot: str, open_client: ClientFactory
+) -> None:
+    """A partition longer than top's session timeout (10 s), a reading in flight: the
+    reading fails with the session, the view says LOST and goes on in a new session."""
+    other = await open_client()
+    async with tmux() as term, anyio.create_task_group() as tg:
+        await tg.start(hold, zk, "holder-a")
+        await term.start("--hosts", proxy.address + chroot, "/shop")
+        await term.until(queue_of(PATH, "1"), "the holder")
+
+        proxy.blackhole(True)  # silent: requests go out and hang, nothing comes back
+        proxy.reset_counters()
+        await term.tmux("send-keys", "r")  # a reading, stuck in the partition
+        with anyio.fail_after(HANG):
+            await proxy.wait_for_request(Opcode.GET_DATA)
+        await term.until(lambda s: "LOST for" in s[0], "LOST")
+        tg.start_soon(hold, other, "waiter-b")
+        await wait_for_queue(zk, PATH, 2)
+
+        proxy.blackhole(False)
+        up = await term.until(queue_of(PATH, "2"), "the view in the new session")
+        assert "CONNECTED" in up[0]
+        await term.tmux("send-keys", "q")
+        await assert_quit_cleanly(term, 0)
+        tg.cancel_scope.cancel()
+
+
 def updated(screen: Screen) -> int:
     """The seconds in the title's ``updated Ns ago`` (-1 if it does not say)."""
     words = screen[0].split() if screen else []

@@ -32,7 +32,12 @@ import anyio.abc
 import aiozklock
 from aiozklock._doctor._diagnose import Options, diagnose
 from aiozklock._doctor._model import Diagnosis
-from aiozklock._exceptions import ClientClosed, ZooKeeperError, ZooKeeperUnavailable
+from aiozklock._exceptions import (
+    ClientClosed,
+    SessionExpired,
+    ZooKeeperError,
+    ZooKeeperUnavailable,
+)
 from aiozklock._top._screen import Line, Snapshot, frame
 from aiozklock._top._watch import TreeWatch
 from aiozklock._wire._core import SessionState, StateChange
@@ -186,6 +191,8 @@ class Live:
             started = time.monotonic()
             try:
                 diagnosis = await diagnose(session, self._given)
+            except SessionExpired:  # a reply of a session lost meanwhile: read in the next
+                self._stale.set()
             except ZooKeeperError as exc:
                 self.board.error = f"reading {self._given.prefix} failed: {exc} (r: again)"
                 self._due = math.inf

@@ -25,7 +25,7 @@ from typing import NoReturn
 import anyio
 
 from aiozklock._doctor._scan import SYSTEM, pipelined
-from aiozklock._exceptions import NoAuthError, NoNodeError
+from aiozklock._exceptions import NoAuthError, NoNodeError, SessionExpired
 from aiozklock._wire._protocol import EventType, WatchedEvent, exists_op, get_children_op
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join
@@ -66,7 +66,13 @@ class TreeWatch:
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()
-            if await self._settle():
+            try:
+                changed = await self._settle()
+            except SessionExpired:  # a reply of a session lost meanwhile: list all again
+                self._rebuild = True
+                self._wake.set()
+                continue
+            if changed:
                 self._on_change()
 
     async def _settle(self) -> bool:
