@@ -64,7 +64,7 @@ def frame(snap: Snapshot, width: int | None = None, height: int | None = None) -
         return (head + body)[:height]
     diagnosis, now = snap.diagnosis, snap.diagnosis.server_time + snap.since
     table = _table(diagnosis, now, width)
-    findings = _findings(diagnosis.findings, width)
+    findings = _findings(diagnosis.findings, width, age(snap.since) if snap.live else None)
     if height is not None:
         table, findings = _budget(table, findings, height - len(head) - 1)
     body = [Line(""), *table, *([Line(""), *findings] if findings else [])]
@@ -228,10 +228,12 @@ def _marks(findings: Iterable[Finding]) -> dict[str, Severity]:
 # ---------------------------------------------------------------------------- findings
 
 
-def _findings(findings: Sequence[Finding], width: int | None) -> list[Line]:
+def _findings(findings: Sequence[Finding], width: int | None, read: str | None) -> list[Line]:
+    """The findings; ``read``: how long ago (the ages in their text are of then)."""
     if not findings:
         return [Line(fit("the doctor finds nothing wrong", width))]
-    lines = [Line(fit(f"FINDINGS ({len(findings)})", width), "head")]
+    head = f"FINDINGS ({len(findings)})" + (f" as read {read} ago" if read is not None else "")
+    lines = [Line(fit(head, width), "head")]
     for finding in findings:
         style = _STYLE.get(finding.severity, "plain")
         kind = finding.kind.value.replace("_", " ")
