@@ -436,9 +436,11 @@ def test_the_operator_commands_import_neither_the_test_kit_nor_aiozk_client() ->
     its protocol records are used)."""
     probe = (
         "import sys; from aiozklock.__main__ import build_parser; "
-        "import aiozklock._cli._run, aiozklock._cli._inspect, aiozklock._cli._doctor; "
+        "import aiozklock._cli._run, aiozklock._cli._inspect, aiozklock._cli._doctor, "
+        "aiozklock._cli._top; "
         "build_parser().parse_args(['contenders', '--hosts', 'h:1', '/p']); "
         "build_parser().parse_args(['doctor', '--hosts', 'h:1', '--json', '/p']); "
+        "build_parser().parse_args(['top', '--hosts', 'h:1', '--once', '/p']); "
         "print(sorted(m for m in sys.modules if m.startswith(('aiozklock.testing', "
         "'aiozklock.fencing', 'asyncpg', 'psycopg', 'sqlalchemy', 'redis', "
         "'aiozk.client', 'aiozk.session', 'aiozk.recipes'))))"
