@@ -22,7 +22,7 @@ from aiozklock._cli._common import (
     say,
 )
 from aiozklock._doctor._defaults import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING
-from aiozklock._doctor._diagnose import options
+from aiozklock._doctor._diagnose import Options, options
 from aiozklock._doctor._model import Diagnosis
 from aiozklock._doctor._render import to_json, to_text
 
@@ -59,21 +59,27 @@ def add_doctor_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     )
     add_connection_options(doctor)
     doctor.add_argument("--json", action="store_true", help="print one JSON object (see below)")
-    doctor.add_argument(
+    add_threshold_options(doctor)
+    doctor.add_argument("prefix", metavar="PREFIX")
+
+
+def add_threshold_options(parser: Parser) -> None:
+    """The doctor's thresholds, for ``doctor`` and ``top``."""
+    parser.add_argument(
         "--hold-warning",
         type=float,
         default=HOLD_WARNING,
         metavar="S",
         help="report holders older than S seconds (%(default)s)",
     )
-    doctor.add_argument(
+    parser.add_argument(
         "--queue-warning",
         type=int,
         default=QUEUE_WARNING,
         metavar="N",
         help="report paths with N waiters or more (%(default)s)",
     )
-    doctor.add_argument(
+    parser.add_argument(
         "--leftover-age",
         type=float,
         default=LEFTOVER_AGE,
@@ -81,16 +87,20 @@ def add_doctor_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         help="report persistent parents empty for S seconds (%(default)s): a container "
         "the server reaps is gone long before",
     )
-    doctor.add_argument("prefix", metavar="PREFIX")
+
+
+def given_options(args: argparse.Namespace) -> Options:
+    """The doctor's options from ``args``; ``UsageFailure`` for a bad prefix or threshold."""
+    try:
+        return options(args.prefix, args.hold_warning, args.queue_warning, args.leftover_age)
+    except aiozklock.InvalidArgument as exc:
+        raise UsageFailure(str(exc)) from None
 
 
 def doctor_command(args: argparse.Namespace) -> int:
     """The ``doctor`` subcommand; returns the exit status. Raises ``UsageFailure`` for a bad
     prefix, threshold or hosts, before anything is contacted."""
-    try:
-        given = options(args.prefix, args.hold_warning, args.queue_warning, args.leftover_age)
-    except aiozklock.InvalidArgument as exc:
-        raise UsageFailure(str(exc)) from None
+    given = given_options(args)
     client = make_client(args)
 
     async def main() -> Diagnosis:

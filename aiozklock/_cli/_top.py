@@ -20,8 +20,8 @@ from aiozklock._cli._common import (
     make_client,
     say,
 )
-from aiozklock._cli._doctor import EX_PROBLEMS
-from aiozklock._doctor._diagnose import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING, Options, options
+from aiozklock._cli._doctor import EX_PROBLEMS, add_threshold_options, given_options
+from aiozklock._doctor._diagnose import Options
 from aiozklock._top._live import REFRESH, TICK, Live
 from aiozklock._top._screen import Snapshot, frame, plain
 from aiozklock._top._terminal import Terminal
@@ -64,27 +64,7 @@ def add_top_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     )
     add_connection_options(top)
     top.add_argument("--once", action="store_true", help="print one frame and exit")
-    top.add_argument(
-        "--hold-warning",
-        type=float,
-        default=HOLD_WARNING,
-        metavar="S",
-        help="report holders older than S seconds (%(default)s)",
-    )
-    top.add_argument(
-        "--queue-warning",
-        type=int,
-        default=QUEUE_WARNING,
-        metavar="N",
-        help="report paths with N waiters or more (%(default)s)",
-    )
-    top.add_argument(
-        "--leftover-age",
-        type=float,
-        default=LEFTOVER_AGE,
-        metavar="S",
-        help="report persistent parents empty for S seconds (%(default)s)",
-    )
+    add_threshold_options(top)
     top.add_argument("prefix", metavar="PREFIX")
 
 
@@ -92,10 +72,7 @@ def top_command(args: argparse.Namespace) -> int:
     """The ``top`` subcommand; returns the exit status. Raises ``UsageFailure`` for a bad
     prefix, threshold or hosts, or no terminal for the live view, before anything is
     contacted."""
-    try:
-        given = options(args.prefix, args.hold_warning, args.queue_warning, args.leftover_age)
-    except aiozklock.InvalidArgument as exc:
-        raise UsageFailure(str(exc)) from None
+    given = given_options(args)
     if not args.once and not (os.isatty(0) and os.isatty(1)):
         raise UsageFailure("the live view needs a terminal: use --once to print one frame")
     client = make_client(args)
