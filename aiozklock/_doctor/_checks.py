@@ -10,7 +10,15 @@ import math
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from aiozklock._doctor._model import Finding, FindingKind, Party, QueueState, Severity, Wait
+from aiozklock._doctor._model import (
+    Finding,
+    FindingKind,
+    Party,
+    QueueState,
+    Severity,
+    Wait,
+    session_bound,
+)
 from aiozklock._doctor._queues import PartyKey, View
 from aiozklock._doctor._scan import Znode
 from aiozklock._doctor._waitfor import Deadlock
@@ -115,7 +123,7 @@ def _who(contender: Contender, kind: str) -> str:
         )
         if value is not None
     ]
-    session = "a lease" if kind == "lease" else f"session 0x{contender.session_id:x}"
+    session = f"session 0x{contender.session_id:x}" if session_bound(kind) else "a lease"
     return session + (f" ({', '.join(parts)})" if parts else "")
 
 

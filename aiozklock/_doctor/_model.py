@@ -108,6 +108,12 @@ class QueueState:
 Clock = Literal["server", "local"]
 
 
+def session_bound(kind: str) -> bool:
+    """Whether a holder of a queue of ``kind`` holds by its session: a TTL lease's node
+    outlives the session that made it, so its session says nothing about who holds."""
+    return kind != "lease"
+
+
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
     """What ``zk.diagnose(prefix)`` found under ``prefix``: ``findings`` (most severe first),

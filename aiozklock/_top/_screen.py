@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from aiozklock._doctor._model import Diagnosis, Finding, QueueState, Severity
+from aiozklock._doctor._model import Diagnosis, Finding, QueueState, Severity, session_bound
 from aiozklock._recipes._core._contenders import Contender
 from aiozklock._top._text import age, cells, fit, fit_left, pad
 
@@ -188,7 +188,7 @@ def _cells_of(queue: QueueState, now: float) -> list[str]:
 def _who(contender: Contender, kind: str) -> str:
     """``identifier 0x1a2b host:pid task 'name'``, with what is known."""
     parts = [str(contender.identifier)] if contender.identifier is not None else []
-    parts.append("lease" if kind == "lease" else f"0x{contender.session_id:x}")
+    parts.append(f"0x{contender.session_id:x}" if session_bound(kind) else "lease")
     host, pid = contender.host, contender.pid
     if host is not None or pid is not None:
         parts.append(f"{host if host is not None else '?'}:{pid if pid is not None else '?'}")
