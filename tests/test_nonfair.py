@@ -406,9 +406,7 @@ async def test_lost_delete_reply_never_deletes_the_next_holders_node(
     zk: aiozklock.ZooKeeperClient,
     open_client: ClientFactory,
 ) -> None:
-    # A session that outlives the partition however slowly the machine runs: were our clock
-    # to give it up, its node and the janitor's re-check would go with it.
-    client = await open_client(proxy, session_timeout=10.0)
+    client = await open_client(proxy)
     ours, competitor = Holder(), Holder()
     async with (
         FaultProxy(zk_hosts) as observed,  # shows when the competitor waits
@@ -423,7 +421,7 @@ async def test_lost_delete_reply_never_deletes_the_next_holders_node(
             await observed.wait_for_request(Opcode.GET_DATA)  # the competitor waits
         # Our reconnect (and re-check) is held back until the competitor holds the node: we
         # are partitioned from the moment the lost reply drops our connection.
-        partition_on_suspend(client, proxy)
+        partitioned = partition_on_suspend(client, proxy)
         proxy.reset_counters()
         proxy.arm_drop_after([Opcode.DELETE], 1)
         ours.release.set()
@@ -431,8 +429,9 @@ async def test_lost_delete_reply_never_deletes_the_next_holders_node(
             await proxy.wait_for_request(Opcode.DELETE)
             await competitor.entered.wait()
             await ours.done.wait()  # our release has returned (it did not wait for the reply)
+            await partitioned.wait()  # our client saw its connection drop
         proxy.blackhole(False)
-        with anyio.fail_after(15):  # a hung reconnect attempt may take timeout/4 to give up
+        with anyio.fail_after(10):
             # The unknown outcome is the janitor's: it re-checks the node's czxid.
             await proxy.wait_for_request(Opcode.EXISTS)
         for _ in range(2):  # round trips ordered after the re-check: the janitor has decided
@@ -477,15 +476,25 @@ async def test_connection_drop_while_holding_cancels_the_body_and_frees_the_lock
     await node_gone(zk, NODE)
 
 
-def partition_on_suspend(client: aiozklock.ZooKeeperClient, proxy: FaultProxy) -> None:
-    """Partition ``client`` from the moment its connection drops: the listener runs in the
-    session's task as the state changes, so its reconnect cannot slip in first."""
+def partition_on_suspend(client: aiozklock.ZooKeeperClient, proxy: FaultProxy) -> anyio.Event:
+    """Partition ``client`` from the moment its connection first drops: the listener runs in
+    the session's task as the state changes, so its reconnect cannot slip in first. Returns
+    an event set once partitioned: heal only after it (healing first would let the drop
+    partition the client for good).
+
+    Only that first drop: a reconnect attempt the partition held back reaches the server
+    when it heals, possibly after the attempt that succeeded, and takes the session over
+    (the server then closes the newer connection). Partitioning again on that drop would
+    cut the client off for good, until its clock gives the session up."""
+    partitioned = anyio.Event()
 
     def on_change(change: aiozklock.StateChange) -> None:
-        if change.state is aiozklock.SessionState.SUSPENDED:
+        if change.state is aiozklock.SessionState.SUSPENDED and not partitioned.is_set():
+            partitioned.set()
             proxy.blackhole(True, new="hang")
 
     client.add_listener(on_change)
+    return partitioned
 
 
 async def test_cancel_with_create_outcome_unknown_leaves_no_node(
@@ -493,9 +502,9 @@ async def test_cancel_with_create_outcome_unknown_leaves_no_node(
 ) -> None:
     await zk.ensure_path("/locks")
     await zk.create(PATH)
-    client = await open_client(proxy, session_timeout=10.0)  # outlives the partition
+    client = await open_client(proxy)
     lock = client.lock(PATH, fair=False)
-    partition_on_suspend(client, proxy)
+    partitioned = partition_on_suspend(client, proxy)
     proxy.reset_counters()
     proxy.arm_drop_after([Opcode.CREATE2], 1)
     async with anyio.create_task_group() as tg:
@@ -504,10 +513,11 @@ async def test_cancel_with_create_outcome_unknown_leaves_no_node(
             await proxy.wait_for_request(Opcode.CREATE2)
             # The create ran on the server and its reply was lost: the node is ours.
             await wait_for_children(zk, PATH, lambda children: children == ["lock"])
+            await partitioned.wait()  # our client saw its connection drop
         tg.cancel_scope.cancel()  # while the outcome is unknown and there is no connection
     assert not lock.is_held
     proxy.blackhole(False)
-    with anyio.fail_after(15):  # the janitor reads the node back, finds ours, deletes it
+    with anyio.fail_after(5):  # the janitor reads the node back, finds ours, deletes it
         await wait_for_children(zk, PATH, lambda children: children == [])
     assert proxy.count(Opcode.CREATE2) == 1
     assert proxy.count(Opcode.DELETE) == 1
