@@ -168,15 +168,8 @@ async def run_nemesis(
         log_dir=logs,
     )
     report = _new_report(nemesis, plan, command)
-    held: dict[str, int] | None = None
     try:
-        async with open_store(store, store_url, nemesis.gate.resources) as opened:
-            if opened is not None:
-                nemesis.gate.real = opened.real
-                report.store, report.store_where = opened.real.name, opened.where
-            await _run(nemesis, plan, report)
-            if opened is not None:
-                held = await opened.real.values()
+        held = await _run_on_store(nemesis, plan, report, store, store_url)
     finally:
         if cluster is not None:
             await restore_cluster(cluster)
@@ -187,6 +180,23 @@ async def run_nemesis(
     else:
         report.log_dir = str(logs)
     return report
+
+
+async def _run_on_store(
+    nemesis: _Nemesis,
+    plan: list[FaultGroup],
+    report: NemesisReport,
+    store: str,
+    store_url: str | None,
+) -> dict[str, int] | None:
+    """Run the nemesis with its fenced store open; a real store's final counters (None for
+    the in-memory one)."""
+    async with open_store(store, store_url, nemesis.gate.resources) as opened:
+        if opened is not None:
+            nemesis.gate.real = opened.real
+            report.store, report.store_where = opened.real.name, opened.where
+        await _run(nemesis, plan, report)
+        return None if opened is None else await opened.real.values()
 
 
 def _check_arguments(
