@@ -2,11 +2,12 @@
 
     python wheel_smoke.py check-wheel DIST_DIR   # any Python: what the wheel holds
     python wheel_smoke.py run VERSION            # in a clean venv with only the wheel installed
-    python wheel_smoke.py pytest-file DIR        # writes a one-file test suite for the plugin
 
 `run` imports the installed package, runs its `aiozklock` script, starts a throwaway
 ZooKeeper with the package's own test kit (or uses $AIOZKLOCK_ZK_HOSTS), takes a lock and
-runs `aiozklock run` against it. Each step prints what it did; any failure exits non-zero.
+runs `aiozklock run` against it; then it installs pytest (the venv is no longer clean) and
+runs a one-file suite in a temp directory that only the plugin's entry point can serve.
+Each step prints what it did; any failure exits non-zero.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import shlex
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import textwrap
 import zipfile
 from collections.abc import Iterator
@@ -151,6 +153,25 @@ def run(version: str) -> None:
     with zookeeper() as hosts:
         anyio.run(lock_cycle, hosts, prefix)
         run_under_lock(hosts, prefix)
+        pytest_plugin(hosts)
+
+
+def pytest_plugin(hosts: str) -> None:
+    """pytest from PyPI, last: no conftest and no -p, so only the entry point gives the
+    fixtures. The plugin uses this server ($AIOZKLOCK_ZK_HOSTS) instead of starting one."""
+    pip = [sys.executable, "-m", "pip", "install", "-q", "pytest"]
+    subprocess.run(pip, check=True, timeout=120, stdout=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="aiozklock-plugin-smoke-") as directory:
+        Path(directory, "test_plugin_smoke.py").write_text(PYTEST_FILE)
+        # -v: the header's "plugins:" line names the distributions whose entry points loaded.
+        command = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider"]
+        env = {**os.environ, "AIOZKLOCK_ZK_HOSTS": hosts}
+        done = subprocess.run(
+            command, cwd=directory, env=env, capture_output=True, text=True, timeout=120
+        )
+    print(textwrap.indent(done.stdout.strip(), "  | "), flush=True)
+    check(done.returncode == 0, f"pytest exited {done.returncode}:\n{done.stderr}")
+    say("pytest plugin: loaded from its entry point, zk_hosts and zk_client served the tests")
 
 
 def _importable(name: str) -> bool:
@@ -161,11 +182,13 @@ def _importable(name: str) -> bool:
 
 PYTEST_FILE = '''\
 """No conftest and no -p: the fixtures come from the wheel's pytest11 entry point."""
+import os
+
 import pytest
 
 
 def test_zk_hosts_fixture(zk_hosts):
-    assert ":" in zk_hosts  # host:port,... of the server the plugin started
+    assert zk_hosts == os.environ["AIOZKLOCK_ZK_HOSTS"]
 
 
 @pytest.mark.anyio
@@ -181,8 +204,6 @@ def main() -> None:
         check_wheel(Path(arg))
     elif command == "run":
         run(arg)
-    elif command == "pytest-file":
-        Path(arg, "test_plugin_smoke.py").write_text(textwrap.dedent(PYTEST_FILE))
     else:
         raise SystemExit(f"unknown command {command!r}")
 
