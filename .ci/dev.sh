@@ -2,7 +2,7 @@
 # The one bootstrap script behind the README's quickstart, on Debian/Ubuntu:
 #
 #   bash .ci/dev.sh demo [demo options]   # workers race for one lock on a throwaway ZooKeeper
-#   bash .ci/dev.sh test [pytest args]    # ruff, mypy, mkdocs build --strict, pytest
+#   bash .ci/dev.sh test [pytest args]    # ruff, mypy, mkdocs, the wheel's smoke, pytest
 #   bash .ci/dev.sh bench [run.py args]   # aiozklock vs aiozk, kazoo, Curator (--quick: ~3 min)
 #   bash .ci/dev.sh setup                 # only install what is missing
 #
@@ -280,6 +280,9 @@ run_tests() {
     NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --site-dir "$site" \
         || failed+=("mkdocs build --strict")
     rm -rf "$site"
+    # The sdist and the wheel as PyPI gets them, smoke-tested in a clean venv (about 20 s).
+    say "wheel smoke: build, twine check --strict, install into a clean venv, run"
+    bash "$ROOT/.ci/wheel-smoke.sh" || failed+=("wheel smoke")
     say "pytest $*"
     # A hard bound for the whole run (pytest-timeout bounds single tests, but not every kind
     # of hang): SIGINT first, so pytest reports and its ZooKeeper servers are stopped.
