@@ -268,6 +268,23 @@ def test_decide_counts_the_nodes_ahead() -> None:
     assert decide(children, "d-lock-0000000011", "d").ahead == 0  # missing
 
 
+def test_decide_names_the_newest_behind_a_holder_with_two_or_more_behind() -> None:
+    children = ["d-lock-0000000012", "noise", "a-lock-0000000001", "c-lock-0000000010"]
+    held = decide(children, "a-lock-0000000001", "a")
+    assert held.held
+    assert (held.newest, held.behind) == ("d-lock-0000000012", 2)
+    # One behind: the engine lists at the next join (a direct hand-off needs the listing).
+    one = decide(children[1:], "a-lock-0000000001", "a")
+    assert one.held
+    assert (one.newest, one.behind) == (None, 1)
+    assert decide(["a-lock-0000000001"], "a-lock-0000000001", "a").newest is None
+    # Only a holder names one: a waiter's next join is not decided by its wait.
+    assert decide(children, "c-lock-0000000010", "c").newest is None
+    # In queue order, across the counter's wrap (the newest has the smallest number).
+    wrapped = ["a-lock-2147483646", "b-lock-2147483647", "c-lock--2147483648"]
+    assert decide(wrapped, "a-lock-2147483646", "a").newest == "c-lock--2147483648"
+
+
 def test_decide_missing() -> None:
     children = ["b-lock-0000000002", "a-lock-0000000001"]
     assert decide(children, "c-lock-0000000003", "c") == Decision(

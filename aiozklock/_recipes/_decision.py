@@ -23,7 +23,12 @@ def decide(children: Iterable[str], ours: str, guid: str) -> Decision:
     except ValueError:
         return Decision(held=False, predecessor=None, missing=True, stale=stale)
     if position == 0:
-        return Decision(held=True, predecessor=None, missing=False, stale=stale)
+        # Two or more behind us: our next node is likely to queue right after the newest.
+        newest = queue[-1] if len(queue) > 2 else None
+        behind = len(queue) - 1
+        return Decision(
+            held=True, predecessor=None, missing=False, stale=stale, newest=newest, behind=behind
+        )
     return Decision(
         held=False, predecessor=queue[position - 1], missing=False, stale=stale, ahead=position
     )

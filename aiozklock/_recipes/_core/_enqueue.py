@@ -10,6 +10,12 @@ resolution of a create whose reply was lost.
 * A lost create reply is resolved by GUID, never by a blind resend: a node is adopted only
   if its ephemeral owner is our current session, and only a whole node set (one node per
   member); duplicates are deleted.
+* A join that follows a hint (``Hint``: the newest node behind ours when we were last
+  granted, in a queue where every node before ours blocks us) pipelines an existence watch
+  on that node instead of the listing: our new node most likely queues right after it, so
+  the listing is deferred until it is gone, when one is needed anyway to know we are first
+  (one request less per grant under contention). The hint is only trusted as far as the
+  server confirms it: it must exist and be older than our new node; otherwise we list.
 """
 
 from __future__ import annotations
@@ -25,9 +31,17 @@ from aiozklock._exceptions import (
     SessionExpired,
     shorten,
 )
-from aiozklock._recipes._core._names import nodes_of
-from aiozklock._recipes._core._queue_state import Listings, Names, QueueState, Replies, Round
+from aiozklock._recipes._core._names import in_sequence_order, nodes_of, sequence_of
+from aiozklock._recipes._core._queue_state import (
+    Hint,
+    Listings,
+    Names,
+    QueueState,
+    Replies,
+    Round,
+)
 from aiozklock._recipes._core._retry import PARENT_ATTEMPTS, RETRY, refused
+from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock._wire._protocol import (
     Created,
     CreateMode,
@@ -58,6 +72,16 @@ class _Containers:
     attempts: int = PARENT_ATTEMPTS
 
 
+@dataclass(slots=True)
+class _Follow:
+    """A join that follows ``hint``: the existence watch on its node (``op``), armed on
+    ``wakeup``."""
+
+    hint: Hint
+    wakeup: Wakeup
+    op: Op[Any]
+
+
 class Enqueuing(QueueState):
     """The queue engine's enqueue (see the module docstring)."""
 
@@ -69,6 +93,8 @@ class Enqueuing(QueueState):
         nothing was written."""
         containers: _Containers | None = None  # once a member path is missing
         guard = None if self._guard is None else self._guard.op
+        hint, self.hint = self.hint, None  # for this join's first write only
+        self.followed = False
         while True:
             generation = self._session.generation
             self.nodes = {}
@@ -76,23 +102,60 @@ class Enqueuing(QueueState):
             folded, create = self._fold(generation, ours)
             self._data = ours
             parents = () if containers is None else containers.ops
-            sent = Round(generation, deadline, create, folded, parents, guard, self._listing_ops)
+            follow = self._follow(hint, generation)
+            hint = None
+            reads = self._listing_ops if follow is None else [follow.op]
+            sent = Round(generation, deadline, create, folded, parents, guard, reads)
             try:
-                outcome = await self._write_create(sent, self._resolve_lost_create)
-            except SessionExpired:
-                continue  # the session changed before the write: bind to the new one
-            if outcome is None:
-                continue  # the lost create made nothing of ours: create again
-            if not isinstance(outcome, Replies):
-                return outcome  # a lost reply's nodes, found and adopted
-            self._guarded = outcome.guarded
-            if self._adopt_created(outcome.created, generation, len(folded)):
-                listings = outcome.listings
-                complete = [listing for listing in listings if isinstance(listing, list)]
-                if len(complete) == len(listings):
-                    return dict(zip(self.members, complete, strict=True))
-                return await self._relist(listings, generation, deadline)
-            containers = self._after_failure(sent, outcome, containers)
+                try:
+                    outcome = await self._write_create(sent, self._resolve_lost_create)
+                except SessionExpired:
+                    continue  # the session changed before the write: bind to the new one
+                if outcome is None:
+                    continue  # the lost create made nothing of ours: create again
+                if not isinstance(outcome, Replies):
+                    return outcome  # a lost reply's nodes, found and adopted
+                self._guarded = outcome.guarded
+                if self._adopt_created(outcome.created, generation, len(folded)):
+                    if follow is not None:
+                        return await self._after_follow(follow, outcome.listings[0], deadline)
+                    return await self._listed(outcome.listings, generation, deadline)
+                containers = self._after_failure(sent, outcome, containers)
+            finally:
+                if follow is not None:
+                    follow.wakeup.close()  # its watch fires unheard if not waited on
+
+    async def _listed(
+        self, listings: list[Any], generation: int, deadline: float | None
+    ) -> Listings:
+        """The listings that came with our create, those that failed read again."""
+        complete = [listing for listing in listings if isinstance(listing, list)]
+        if len(complete) == len(listings):
+            return dict(zip(self.members, complete, strict=True))
+        return await self._relist(listings, generation, deadline)
+
+    def _follow(self, hint: Hint | None, generation: int) -> _Follow | None:
+        """The existence watch to write instead of the listing, if ``hint`` can be followed
+        (one member, no guard, the hint's session)."""
+        if hint is None or hint.generation != generation or self._guard is not None:
+            return None
+        session = self._session
+        wakeup = Wakeup(session)
+        path = session.server_path(join(self.members[0], hint.name))
+        return _Follow(hint, wakeup, exists_op(path, wakeup.watch(path)))
+
+    async def _after_follow(
+        self, follow: _Follow, reply: object, deadline: float | None
+    ) -> Listings:
+        """After a join that followed a hint: wait until its node is gone if it is there and
+        older than ours (then it is ahead of us: we cannot be first before it is gone), then
+        list the queue to decide on."""
+        member, generation = self.members[0], self.generation
+        hinted, ours = follow.hint.name, self.nodes[member]
+        if isinstance(reply, Stat) and _older(hinted, ours):
+            self.ahead, self.followed = follow.hint.behind, True
+            await follow.wakeup.wait(deadline, self._late)
+        return {member: await self.list_children(member, generation, deadline)}
 
     def _fold(self, generation: int, data: bytes) -> tuple[list[tuple[str, str]], Op[Any]]:
         """Our create, with the last release's deletes folded into it if the session still
@@ -247,6 +310,11 @@ class Enqueuing(QueueState):
         log.info("%s: adopted %s after a lost create reply", self._label, shorten(str(adopted)))
         gone = set(duplicates)
         return {m: [c for c in listings[m] if (m, c) not in gone] for m in self.members}
+
+
+def _older(name: str, ours: str) -> bool:
+    """Whether node ``name`` was created before ``ours`` in the same queue."""
+    return in_sequence_order({name: sequence_of(name), ours: sequence_of(ours)})[0] == name
 
 
 def _pick(

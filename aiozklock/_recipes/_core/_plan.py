@@ -37,6 +37,8 @@ class Decision:
     ahead: int = field(default=0, compare=False)
     children: bool = False
     mark: bool = False
+    newest: str | None = field(default=None, compare=False)
+    behind: int = field(default=0, compare=False)
 
 
 Decide = Callable[[Iterable[str], str, str], Decision]
@@ -53,6 +55,8 @@ class Step:
     held: bool
     waits: dict[str, Decision]
     mark: bool = False  # held: mark our nodes (see ``Decision.mark``)
+    newest: str | None = None  # held in one queue: see ``Decision.newest``
+    behind: int = 0
 
 
 def plan(listings: dict[str, list[str]], nodes: dict[str, str], guid: str, decide: Decide) -> Step:
@@ -63,7 +67,15 @@ def plan(listings: dict[str, list[str]], nodes: dict[str, str], guid: str, decid
         stale = tuple((member, name) for name in only.stale) if only.stale else ()
         waits = {} if only.held else {member: only}
         mark = only.held and only.mark
-        return Step(stale=stale, requeue=only.missing, held=only.held, waits=waits, mark=mark)
+        return Step(
+            stale=stale,
+            requeue=only.missing,
+            held=only.held,
+            waits=waits,
+            mark=mark,
+            newest=only.newest,
+            behind=only.behind,
+        )
     decisions = {member: decide(listings[member], nodes[member], guid) for member in listings}
     return Step(
         stale=tuple((m, name) for m, d in decisions.items() for name in d.stale),

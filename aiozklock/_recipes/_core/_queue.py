@@ -33,7 +33,7 @@ from aiozklock._recipes._core._give_back import GivingBack
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._names import node_prefix
 from aiozklock._recipes._core._plan import Step, plan
-from aiozklock._recipes._core._queue_state import Guard, Listings, Replies, Round
+from aiozklock._recipes._core._queue_state import Guard, Hint, Listings, Replies, Round
 from aiozklock._recipes._core._queue_wait import Waiting
 from aiozklock._recipes._core._retry import RETRY, refused
 from aiozklock._wire._protocol import Created, CreateMode, create_op, exists_op
@@ -72,7 +72,7 @@ class Queue(Enqueuing, Waiting, GivingBack):
                     if self._guard is not None:
                         await self._guard.check(self._guarded, deadline)
                 step = plan(listings, self.nodes, self.guid, self._decide)
-                if enqueued:  # (no waits when held at once: the hot path)
+                if enqueued and not self.followed:  # (no waits when held at once: hot path)
                     waits = step.waits
                     self.ahead = max([d.ahead for d in waits.values()]) if waits else 0
                 if step.held and not (step.stale or step.requeue):
@@ -80,6 +80,8 @@ class Queue(Enqueuing, Waiting, GivingBack):
                 listings = await self._next(step, listings, deadline)
             except SessionExpired:
                 listings = None  # our nodes' session is gone: queue again in the new one
+        if step.newest is not None:
+            self.hint = Hint(step.newest, step.behind, self.generation)
         if step.mark:
             self._mark()
         assert self.token is not None

@@ -48,6 +48,15 @@ class Guard:
     container_data: bytes
 
 
+class Hint(NamedTuple):
+    """Where our next node most likely queues: right after node ``name`` (the newest of
+    ``behind`` nodes queued behind ours when we were granted, in session ``generation``)."""
+
+    name: str
+    behind: int
+    generation: int
+
+
 class Replies(NamedTuple):
     """The replies to a ``Round``, each under the name of its request (a reply is the
     request's result, or the exception it failed with)."""
@@ -127,6 +136,8 @@ class QueueState:
         self._give_back: tuple[Release, list[tuple[str, str]]] | None = None
         self._deadline: float | None = None  # the current acquire's (abandon() reads it)
         self.ahead = 0  # contenders queued before us when we last joined (for telemetry)
+        self.hint: Hint | None = None  # for the next join (see ``_enqueue.py``)
+        self.followed = False  # the last join waited on its hint
 
     # ---------------------------------------------------------------- identity
 
@@ -232,4 +243,4 @@ class QueueState:
             self._janitor.delete(join(member, name), generation)
 
 
-__all__ = ("NOT_WRITTEN", "Guard", "Listings", "Names", "QueueState", "Replies", "Round")
+__all__ = ("NOT_WRITTEN", "Guard", "Hint", "Listings", "Names", "QueueState", "Replies", "Round")
