@@ -116,6 +116,34 @@ def test_zk_hosts_fixture(zk_hosts: str, request: pytest.FixtureRequest) -> None
     assert "imok" in four_letter_word(zk_hosts.split(",")[0], "ruok")
 
 
+@pytest.mark.timeout(120)  # three JVM starts
+def test_a_port_taken_by_another_server_is_not_mistaken_for_ours(
+    tmp_path: Path, zk_cluster: ZooKeeperCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The free port a member was given can be taken by another process's ZooKeeper before
+    its JVM binds it: that server's answers must not pass for our member's (CI saw a
+    standalone member report 'leader': another test run's ensemble was on its port)."""
+    from aiozklock.testing import _server
+
+    taken = zk_cluster.members[0].client_port
+    real = _server._free_ports
+    handed: list[list[int]] = []
+
+    def first_taken(count: int) -> list[int]:
+        ports = [taken, *real(count)[1:]] if not handed else real(count)
+        handed.append(ports)
+        return ports
+
+    monkeypatch.setattr(_server, "_free_ports", first_taken)
+    cluster = ZooKeeperCluster(1, base_dir=tmp_path).start()
+    try:
+        assert len(handed) == 2  # started again with other ports
+        assert cluster.hosts != zk_cluster.hosts
+        assert cluster.members[0].answers_for_itself()
+    finally:
+        cluster.close()
+
+
 @pytest.mark.anyio
 @pytest.mark.timeout(120)  # three JVM starts: seconds each on a loaded machine
 async def test_standalone_lifecycle(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from ._server_member import (
     _POLL_INTERVAL,
     _QUORUM_MODES,
     _SERVING_MODES,
+    PortTaken,
     ZooKeeperMember,
     ZooKeeperStartError,
     _tail,
@@ -158,7 +159,7 @@ class ZooKeeperCluster:
                 try:
                     self.wait_serving(timeout)
                 except ZooKeeperStartError as exc:
-                    clash = any(
+                    clash = isinstance(exc, PortTaken) or any(
                         "Address already in use" in _tail(m.log_path, 200) for m in self.members
                     )
                     if clash and attempt < attempts:
@@ -240,6 +241,9 @@ class ZooKeeperCluster:
             modes = [m.mode() for m in running]
             wanted = _QUORUM_MODES if self.size > 1 else _SERVING_MODES
             if all(mode in wanted for mode in modes) and (self.size == 1 or "leader" in modes):
+                foreign = [m.address for m in running if not m.answers_for_itself()]
+                if foreign:
+                    raise PortTaken(f"another process's ZooKeeper serves on {foreign}")
                 return
             if time.monotonic() >= deadline:
                 tails = "\n".join(

@@ -40,6 +40,11 @@ class ZooKeeperStartError(RuntimeError):
     """A server did not come up (or did not serve) in time; the message has its log tail."""
 
 
+class PortTaken(ZooKeeperStartError):
+    """Another process's server answers on a member's client port: it took the free port
+    before our JVM could bind it (a fresh start with other ports may succeed)."""
+
+
 def _parse_mode(srvr_answer: str) -> str | None:
     for line in srvr_answer.splitlines():
         if line.startswith("Mode:"):
@@ -248,6 +253,15 @@ class ZooKeeperMember:
             return _parse_mode(four_letter_word(self.address, "srvr", timeout))
         except OSError:
             return None
+
+    def answers_for_itself(self, timeout: float = 1.0) -> bool:
+        """Whether the server answering on our client port is this member (its ``conf``
+        names our ``dataDir``), not another process's that took the free port first."""
+        try:
+            conf = four_letter_word(self.address, "conf", timeout)
+        except OSError:
+            return False
+        return f"dataDir={self.data_dir}" in conf
 
     def stop(self) -> None:
         """Graceful stop: SIGCONT (a paused JVM cannot handle SIGTERM), SIGTERM, then
