@@ -134,8 +134,8 @@ def client(request: Request) -> ZooKeeperClient:
     return zk
 
 
-#: An endpoint parameter annotated with it receives the application's client.
 ZooKeeper = Annotated[ZooKeeperClient, Depends(client)]
+"""An endpoint parameter annotated with it receives the application's client."""
 
 
 @dataclass(frozen=True, slots=True)
