@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 PUBLIC_MODULES = (
     "aiozklock",
@@ -38,6 +40,7 @@ def _documented_ids(site: Path) -> set[str]:
     return ids
 
 
+@pytest.mark.timeout(300)  # a site build: seconds, minutes on a loaded machine
 def test_every_public_name_has_an_entry_in_the_api_reference(tmp_path: Path) -> None:
     site = tmp_path / "site"
     build = subprocess.run(
