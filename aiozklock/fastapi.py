@@ -46,8 +46,8 @@ from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._wire._limits import DEFAULT_MAX_REQUEST_BYTES
 from aiozklock._wire._validation import validate_timeout
 
-#: The attribute of ``app.state`` that holds the application's client.
 STATE_ATTRIBUTE = "aiozklock"
+"""The attribute of ``app.state`` that holds the application's client."""
 
 AppLifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
 
@@ -134,8 +134,8 @@ def client(request: Request) -> ZooKeeperClient:
     return zk
 
 
-#: An endpoint parameter annotated with it receives the application's client.
 ZooKeeper = Annotated[ZooKeeperClient, Depends(client)]
+"""An endpoint parameter annotated with it receives the application's client."""
 
 
 @dataclass(frozen=True, slots=True)

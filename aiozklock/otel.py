@@ -53,11 +53,11 @@ from aiozklock._exceptions import InvalidArgument
 from aiozklock._otel_doctor import DoctorGauges
 from aiozklock._wire._session import SessionState, StateChange
 
-# Bucket bounds in seconds, from a fast uncontended grant to an hour-long hold.
 BUCKETS: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 )  # fmt: skip
+"""Histogram bucket bounds in seconds, from a fast uncontended grant to an hour-long hold."""
 _RECONNECTED_FROM = (SessionState.SUSPENDED, SessionState.LOST)
 
 

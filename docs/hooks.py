@@ -1,4 +1,5 @@
-"""MkDocs hook: the API reference must document every public name.
+"""MkDocs hooks: the API reference must document every public name, and the benchmark
+charts are published from where the benchmark runner writes them.
 
 ``docs/api.md`` lists the names one ``::: aiozklock.NAME`` at a time (grouped for readers);
 a name added to ``aiozklock.__all__`` but not to the page fails the build instead of
@@ -15,6 +16,7 @@ from typing import Any
 
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
 
@@ -35,3 +37,11 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, **kwargs: 
         if missing:
             raise PluginError(f"docs/api.md does not document: {', '.join(missing)}")
     return markdown
+
+
+def on_files(files: Files, config: MkDocsConfig, **kwargs: Any) -> Files:
+    # The runner writes benchmarks/results/latest.png; the site serves that file (no copy in
+    # docs/ to fall out of date) as benchmarks/latest.png.
+    chart = Path(config.config_file_path).parent / "benchmarks" / "results" / "latest.png"
+    files.append(File.generated(config, "benchmarks/latest.png", abs_src_path=str(chart)))
+    return files

@@ -1,6 +1,6 @@
 """The doctor's pure parts, table by table: who wrote a node (by its name and data), which
 mixes of layouts on one path are unsafe and what fixes them (the interoperability table of
-the README's "Mixed fleets"), holders and waiters of long queues and who waits for whom,
+the docs' "Mixed fleets" page), holders and waiters of long queues and who waits for whom,
 when a transaction happened at the latest, durations."""
 
 from __future__ import annotations

@@ -22,8 +22,6 @@ def recipe_help(lead: str, notes: Callable[[RecipeTraits], Iterable[str]]) -> st
     return f"{lead}{listed} (%(default)s)"
 
 
-#: Every fault the nemesis knows (its schedule weighs each:
-#: ``testing._nemesis_plan.FAULT_WEIGHTS``).
 FAULT_KINDS = (
     "drop",
     "blackhole-short",
@@ -39,6 +37,8 @@ FAULT_KINDS = (
     "leader-kill",
     "server-restart",
 )
+"""Every fault the nemesis knows (``nemesis --kinds``); its schedule weighs each
+(``testing._nemesis_plan.FAULT_WEIGHTS``)."""
 
 #: Where ``demo`` and ``nemesis`` keep their fenced counter (``--store``): the in-process
 #: ``FencedStore``, or a real server that decides each write (``testing._nemesis_store``).

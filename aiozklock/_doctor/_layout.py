@@ -4,10 +4,10 @@
 Names are parsed by the recipes' own parser (``_recipes/_core/_names.py``): a contender's
 node is ``<guid><marker><sequence>``. Who wrote it: our nodes carry our identity (JSON with
 ``host`` and ``pid``); Curator's start with its protection prefix ``_c_<uuid>-``; kazoo's are
-``<32 hex>__lock__`` or ``__rlock__`` (``/work/shared/interop-formats.md``, the README's
-"Mixed fleets"). Besides queues, a path may hold the non-fair lock's fixed node ``lock``, a
-lease's ``lease``, kazoo's semaphore leases (``<32 hex>``, ephemeral, under the semaphore's
-path, its lock at the sibling ``<path>-__lock__``) or Curator's (``<path>/leases``, its
+``<32 hex>__lock__`` or ``__rlock__`` (``/work/shared/interop-formats.md``,
+``docs/mixed-fleets.md``). Besides queues, a path may hold the non-fair lock's fixed node
+``lock``, a lease's ``lease``, kazoo's semaphore leases (``<32 hex>``, ephemeral, under the
+semaphore's path, its lock at the sibling ``<path>-__lock__``) or Curator's (``<path>/leases``, its
 mutex at ``<path>/locks``).
 """
 

@@ -1,6 +1,6 @@
 """Unsafe mixes (pure): contenders on one path whose recipes do not see each other, so that
-two of them can hold at once. The rules are the interoperability table's (README "Mixed
-fleets", ``docs/recipes/*``): each peer's recipe orders only the names it knows.
+two of them can hold at once. The rules are the interoperability table's
+(``docs/mixed-fleets.md``, ``docs/recipes/*``): each peer's recipe orders only the names it knows.
 
 * Curator keys a node by the text after its own marker (``lock-`` for InterProcessMutex and
   LeaderSelector, ``latch-`` for LeaderLatch, ``__READ__``/``__WRIT__`` for the read/write

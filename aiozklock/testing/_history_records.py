@@ -167,6 +167,9 @@ _sequence = itertools.count()
 
 @dataclass(frozen=True, slots=True)
 class FencedWrite:
+    """A write a :class:`FencedStore` decided: its client, token and value, and whether the
+    store accepted it."""
+
     client: str
     token: int
     value: object

@@ -43,6 +43,8 @@ _ERROR_NAMES = {
 
 
 class WatchEventType:
+    """The ``type`` of a :class:`RawWatchEvent`: ZooKeeper's watch event codes."""
+
     NONE = -1
     NODE_CREATED = 1
     NODE_DELETED = 2
@@ -78,6 +80,8 @@ class RawSessionExpired(Exception):
 
 @dataclass(frozen=True, slots=True)
 class NodeStat:
+    """The parts of a node's stat the raw client reports (``exists``, ``get_data``)."""
+
     czxid: int
     mzxid: int
     version: int
@@ -88,6 +92,8 @@ class NodeStat:
 
 @dataclass(frozen=True, slots=True)
 class RawWatchEvent:
+    """A watch notification read by :class:`RawZooKeeperConnection`."""
+
     type: int  # WatchEventType
     state: int
     path: str
