@@ -729,9 +729,8 @@ def _ratio_panel(axis: Any, rows: Sequence[Metric], rounds: Rounds, columns: Seq
             unique.values(),
             unique.keys(),
             fontsize=8,
-            loc="upper center",
-            bbox_to_anchor=(0.5, -0.04),
-            ncols=min(len(unique), 7),
+            loc="upper left",
+            bbox_to_anchor=(1.005, 1.0),  # outside, right of the panel: no tick hidden
         )
 
 

@@ -131,4 +131,6 @@ def render(
         (*rows(sizes), MANY_PER_LOCK),
     )
     derived = with_many_per_lock(rounds, many_locks)
-    return table.render(columns, derived, flags), summary
+    keys = [m.key for m in table.rows]
+    measured = [c for c in columns if any(k in r.get(c, {}) for r in derived for k in keys)]
+    return table.render(measured, derived, flags), summary
