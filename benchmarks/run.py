@@ -1,7 +1,7 @@
 """Benchmark aiozklock against aiozk, kazoo and Apache Curator, side by side, in one run.
 
     python benchmarks/run.py --quick                  # 3 short rounds, a few minutes
-    python benchmarks/run.py                          # the full run: 5 rounds, ~13 min
+    python benchmarks/run.py                          # the full run: 5 rounds, ~23 min
     python benchmarks/run.py --only aiozklock,kazoo --scenarios uncontended,wire
 
 It starts its own ZooKeeper (free port, fsync on) unless --hosts is given, runs every
