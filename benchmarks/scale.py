@@ -10,6 +10,12 @@ The peers keep the "1,000 distinct locks" rows of the main table (one task or th
 lock); the table repeats their RSS growth per lock beside aiozklock's.
 
 Sizes of ``--scale-big`` locks or more run in the first round only (the time of a round).
+
+In the first round, the main table's "distinct locks" scenario (one task or thread per
+lock) also runs with :data:`PEER_LOCKS` locks for aiozklock, aiozk and kazoo, so that the
+peers are compared at a larger size too: RSS growth per lock (tasks or threads included)
+and time per lock. Not for Curator: its lock is owned by the thread that acquired it, so
+10,000 locks would be 10,000 JVM threads.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ if TYPE_CHECKING:
 SCENARIO = "scale"
 Attempt = Callable[["Driver", str, Callable[[], None]], None]
 TASKS = 100  # holders of the locks, whatever N
+PEER_LOCKS = 10_000  # the peers' size, one task or thread per lock (round 1 only)
+PEER_COLUMNS = (report.SUBJECT, "aiozk", "kazoo")
 
 
 def run(bench: Bench, drivers: Sequence[Driver], attempt: Attempt) -> None:
@@ -38,6 +46,16 @@ def run(bench: Bench, drivers: Sequence[Driver], attempt: Attempt) -> None:
         for locks in s.scale_locks:
             if locks < s.scale_big or bench.round_index == 0:
                 attempt(driver, f"scale N={locks:,}", partial(measure, bench, driver, locks))
+    if bench.round_index > 0:
+        return
+    for driver in (d for d in drivers if d.column in PEER_COLUMNS and "many" in d.scenarios):
+        what = f"scale, one task per lock, N={PEER_LOCKS:,}"
+        attempt(driver, what, partial(measure_many, bench, driver, PEER_LOCKS))
+    if any(d.is_jvm for d in drivers):
+        bench.notes.append(
+            f"Curator, {PEER_LOCKS:,} distinct locks: not run (one JVM thread per lock: "
+            "its InterProcessMutex is owned by the thread that acquired it)"
+        )
 
 
 def measure(bench: Bench, driver: Driver, locks: int) -> None:
@@ -56,6 +74,37 @@ def measure(bench: Bench, driver: Driver, locks: int) -> None:
     if result["held"] != locks:
         bench.flag(driver, keys, f"only {result['held']:,} of {locks:,} locks were held at once")
     bench.keep(driver, f"scale-{locks}", result)
+
+
+def measure_many(bench: Bench, driver: Driver, locks: int) -> None:
+    """The "distinct locks" scenario of any client (one task or thread per lock; kazoo: a
+    pool of threads) with ``locks`` locks: RSS growth and time per lock."""
+    s = bench.settings
+    params = bench.params(bench.path(driver, f"many-{locks}"), locks=locks, threads=s.kazoo_threads)
+    (result,) = bench.run_workers(driver, "many", params)
+    keys = [f"scale_many_{locks}_{name}" for name in ("rss_per_lock_kib", "acquire_us")]
+    keys.append(f"scale_many_{locks}_release_us")
+    values = (
+        (result["peak_rss_kib"] - result["rss_before_kib"]) / locks,
+        result["acquire_ns"] / 1000 / locks,
+        result["release_ns"] / 1000 / locks,
+    )
+    bench.record(driver, **dict(zip(keys, values, strict=True)))
+    if result["held"] != locks:
+        bench.flag(driver, keys, f"only {result['held']:,} of {locks:,} locks were held at once")
+    bench.keep(driver, f"scale-many-{locks}", result)
+
+
+def peer_rows(locks: int) -> list[Metric]:
+    what = f"{locks:,} locks, one task (thread) per lock"
+    return [
+        Metric(f"scale_many_{locks}_{key}", f"{what}: {label}", unit, False, digits)
+        for key, label, unit, digits in (
+            ("rss_per_lock_kib", "RSS growth per lock, task included", "KiB", 1),
+            ("acquire_us", "acquire, per lock", "µs", 1),
+            ("release_us", "release, per lock", "µs", 1),
+        )
+    ]
 
 
 def rows(sizes: Sequence[int]) -> list[Metric]:
@@ -123,14 +172,15 @@ def render(
         "the other, held in an `AsyncExitStack`), so that the tasks' own memory is small and "
         "the same at every N; then all are released. RSS (`/proc/self/statm`, after "
         "`gc.collect()`): growth from just before (connected, one lock cycle done) to all "
-        "held. Lock paths are spread over parents of 100. The peers' row is the main "
+        "held. Lock paths are spread over parents of 100. The peers' rows: the main "
         f"table's {many_locks:,} distinct locks, one task (thread) per lock, so their RSS "
-        "includes the tasks' (threads')." + linear,
+        f"includes the tasks' (threads'), and the same with {PEER_LOCKS:,} locks in round "
+        "1 (not Curator: one JVM thread per lock)." + linear,
         report.SUBJECT,
         (report.SUBJECT, "aiozk", "kazoo", "Curator"),
-        (*rows(sizes), MANY_PER_LOCK),
+        (*rows(sizes), MANY_PER_LOCK, *peer_rows(PEER_LOCKS)),
     )
     derived = with_many_per_lock(rounds, many_locks)
     keys = [m.key for m in table.rows]
-    measured = [c for c in columns if any(k in r.get(c, {}) for r in derived for k in keys)]
-    return table.render(measured, derived, flags), summary
+    shown = [c for c in columns if any(k in r.get(c, {}) for r in derived for k in keys)]
+    return table.render(shown, derived, flags), summary

@@ -153,3 +153,22 @@ def test_ensemble_starts_three_members_and_stops_them(tmp_path: Path) -> None:
         pids = [m.pid for m in cluster.members]
         assert all(pids)
     assert all(not m.running for m in cluster.members)
+
+
+@pytest.mark.timeout(120)
+def test_scale_rows_through_the_runner(zk_hosts: str, chroot: str, tmp_path: Path) -> None:
+    """aiozklock's scale size and the one-task-per-lock size, tiny, in worker processes:
+    every lock held at once, per-lock values recorded, nothing flagged."""
+    settings = dataclasses.replace(run.QUICK, scale_locks=(30,), kazoo_threads=4)
+    drivers, _ = run.make_drivers(["aiozklock"], tmp_path, trio=False)
+    bench = run.Bench(settings, zk_hosts, tmp_path)
+    bench.root = chroot
+    scale.measure(bench, drivers[0], 30)
+    scale.measure_many(bench, drivers[0], 20)
+    values = bench.values["aiozklock"]
+    assert values["scale_30_rss_growth_mib"] >= 0
+    assert values["scale_30_acquire_us"] > 0
+    assert values["scale_many_20_acquire_us"] > 0
+    assert bench.raw["aiozklock"]["scale-30"]["held"] == 30
+    assert bench.raw["aiozklock"]["scale-many-20"]["held"] == 20
+    assert bench.flags == {}
