@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -534,6 +535,34 @@ def ratio_summary(
     return summary
 
 
+#: The rows of the chart's ratio panel (when measured), in order: the headline of each table.
+CHART_KEYS = (
+    "cycle_median_us",
+    "cycles_per_s",
+    "cpu_per_cycle_us",
+    "contended_10_per_s",
+    "contended_50_per_s",
+    "handoff_50_median_us",
+    "proc_contended_10_per_s",
+    "many_acquire_ms",
+    "many_rss_growth_mib",
+    "requests_10_per_s",
+    "requests_100_per_s",
+    "ens_cycle_median_us",
+    "ens_cpu_per_cycle_us",
+    "ens_contended_10_per_s",
+    "ens_contended_50_per_s",
+    "ens_requests_10_per_s",
+    "ens_requests_100_per_s",
+)
+
+
+def chart_rows(rows: Sequence[Metric]) -> list[Metric]:
+    """The rows of ``rows`` that the ratio panel shows (:data:`CHART_KEYS`, in that order)."""
+    by_key = {m.key: m for m in rows}
+    return [by_key[key] for key in CHART_KEYS if key in by_key]
+
+
 def chart(
     path: Path,
     columns: Sequence[str],
@@ -542,46 +571,67 @@ def chart(
     sessions: Sequence[int],
     concurrency: Sequence[int],
 ) -> None:
-    """Bar charts (matplotlib, Agg backend): the ratios to each peer on top, then values;
-    every bar is the median over the rounds, its error bar their min-max."""
+    """The ratios to each peer (matplotlib, Agg backend) on top, then the value panels that
+    have data: every value is the median over the rounds, its error bar their min-max.
+    Panels and peers that were not measured are left out."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure = plt.figure(figsize=(12, 22))
-    grid = figure.add_gridspec(5, 2, height_ratios=[2.2, 1, 1, 1, 1])
-    _ratio_panel(figure.add_subplot(grid[0, :]), ratio_rows, rounds, columns)
     singles = [
-        ((1, 0), "cycles_per_s", "Uncontended cycles/s (higher is better)"),
-        ((1, 1), "cpu_per_cycle_us", "Client CPU per cycle, µs (lower is better)"),
-        ((2, 1), "many_acquire_ms", "1,000 locks: acquire all, ms (lower is better)"),
-        ((3, 0), "multilock_cycles_per_s", "Multi-lock (3 paths), cycles/s (higher is better)"),
-        ((3, 1), "election_handoff_median_us", "Election hand-off, median µs (lower is better)"),
+        ("cycles_per_s", "Uncontended cycles/s (higher is better)"),
+        ("cpu_per_cycle_us", "Client CPU per cycle, µs (lower is better)"),
+        ("many_acquire_ms", "1,000 locks: acquire all, ms (lower is better)"),
+        ("multilock_cycles_per_s", "Multi-lock (3 paths), cycles/s (higher is better)"),
+        ("election_handoff_median_us", "Election hand-off, median µs (lower is better)"),
+        ("ens_cycles_per_s", "3-node ensemble: uncontended cycles/s (higher is better)"),
     ]
-    for (row, col), key, title in singles:
-        _bars(figure.add_subplot(grid[row, col]), columns, rounds, key, title)
+    panels: list[Any] = [
+        partial(_bars, columns=columns, rounds=rounds, key=key, title=title)
+        for key, title in singles
+        if _measured(rounds, columns, [key])
+    ]
     contended = [(c, c, [f"contended_{n}_per_s" for n in sessions]) for c in columns]
-    _grouped(
-        figure.add_subplot(grid[2, 0]),
-        contended,
-        rounds,
-        [f"{n} sessions" for n in sessions],
-        "Contended grants/s, one process (higher is better)",
-    )
+    if _measured(rounds, columns, contended[0][2] if contended else []):
+        groups = [f"{n} sessions" for n in sessions]
+        title = "Contended grants/s, one process (higher is better)"
+        panels.append(
+            partial(_grouped, series=contended, rounds=rounds, groups=groups, title=title)
+        )
     per_request = [(c, c, [f"requests_{n}_per_s" for n in concurrency]) for c in columns]
-    floor = [f"requests_{n}_floor_per_s" for n in concurrency]
-    per_request.append(("raw floor (aiozklock's wire)", SUBJECT, floor))
-    _grouped(
-        figure.add_subplot(grid[4, :]),
-        per_request,
-        rounds,
-        [f"C={n} tasks" for n in concurrency],
-        "Per-request locking, one session, C tasks on their own locks: cycles/s (higher is better)",
-    )
+    if per_request and _measured(rounds, columns, per_request[0][2]):
+        floor = [f"requests_{n}_floor_per_s" for n in concurrency]
+        per_request.append(("raw floor (aiozklock's wire)", SUBJECT, floor))
+        groups = [f"C={n} tasks" for n in concurrency]
+        title = "Per-request locking, one session, C tasks: cycles/s (higher is better)"
+        panels.append(
+            partial(_grouped, series=per_request, rounds=rounds, groups=groups, title=title)
+        )
+    shown = [m for m in ratio_rows if _ratio_peers(m, rounds, columns)]
+    value_rows = (len(panels) + 1) // 2
+    top = max(2.0, 0.22 * len(shown) * max(1, len(_peers(columns))) ** 0.5)
+    figure = plt.figure(figsize=(12, top + 3.2 * value_rows))
+    grid = figure.add_gridspec(1 + value_rows, 2, height_ratios=[top, *([3.2] * value_rows)])
+    _ratio_panel(figure.add_subplot(grid[0, :]), shown, rounds, columns)
+    for index, draw in enumerate(panels):
+        draw(figure.add_subplot(grid[1 + index // 2, index % 2]))
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def _peers(columns: Sequence[str]) -> list[str]:
+    return [p for p in PEERS if p in columns and SUBJECT in columns]
+
+
+def _ratio_peers(metric: Metric, rounds: Rounds, columns: Sequence[str]) -> list[str]:
+    """The peers with a ratio for ``metric`` (both measured in some round)."""
+    return [p for p in _peers(columns) if ratio_range(metric, rounds, SUBJECT, p) is not None]
+
+
+def _measured(rounds: Rounds, columns: Sequence[str], keys: Sequence[str]) -> bool:
+    return any(not math.isnan(_spread(rounds, c, k)[0]) for c in columns for k in keys)
 
 
 def _spread(rounds: Rounds, column: str, key: str) -> tuple[float, float, float]:
@@ -600,7 +650,7 @@ def _bars(axis: Any, columns: Sequence[str], rounds: Rounds, key: str, title: st
     bars = axis.bar(shown, [spreads[c][0] for c in shown], yerr=errors, capsize=3, color="tab:blue")
     axis.bar_label(bars, fmt="{:,.0f}", fontsize=8, label_type="center", color="white")
     axis.set_title(title, fontsize=10)
-    axis.tick_params(axis="x", labelsize=8)
+    axis.tick_params(axis="x", labelsize=7, rotation=15)
 
 
 def _grouped(
@@ -628,51 +678,60 @@ def _grouped(
     axis.set_title(title, fontsize=10)
     axis.set_ylim(top=axis.get_ylim()[1] * 1.25)  # room for the legend
     if shown:
-        axis.legend(fontsize=8, ncols=min(len(shown), 5), loc="upper center")
+        axis.legend(fontsize=7, ncols=min(len(shown), 4), loc="upper center")
 
 
 def _ratio_panel(axis: Any, rows: Sequence[Metric], rounds: Rounds, columns: Sequence[str]) -> None:
-    """Horizontal bars: aiozklock vs each peer per row, median ratio with min-max error
-    bars, log scale; a pale bar is not significant (its range straddles 1.00x)."""
-    peers = [p for p in PEERS if p in columns and SUBJECT in columns]
-    shown = [m for m in rows if any(ratio_range(m, rounds, SUBJECT, p) for p in peers)]
-    height = 0.8 / max(len(peers), 1)
+    """One line per row, one marker per peer: the median of the rounds' ratios "aiozklock
+    vs peer", whiskers from their min to their max, log scale, the 1.0x line; a hollow
+    marker is not significant (its range straddles 1.0x)."""
+    peers = _peers(columns)
+    step = 0.8 / max(len(peers), 1)
+    spreads = []
     for index, peer in enumerate(peers):
         colour = f"C{index}"
-        for position, metric in enumerate(shown):
+        for position, metric in enumerate(rows):
             spread = ratio_range(metric, rounds, SUBJECT, peer)
             if spread is None:
                 continue
-            errors = [[spread.median - spread.low], [spread.high - spread.median]]
-            axis.barh(
-                position + index * height,
+            spreads.append(spread)
+            axis.errorbar(
                 spread.median,
-                height,
-                xerr=errors,
-                capsize=2,
+                position + (index - (len(peers) - 1) / 2) * step,
+                xerr=[[spread.median - spread.low], [spread.high - spread.median]],
+                fmt="o",
                 color=colour,
-                alpha=1.0 if spread.significant else 0.35,
-                label=f"vs {peer}" if position == 0 else None,
+                markerfacecolor=colour if spread.significant else "white",
+                capsize=3,
+                markersize=5,
+                label=f"vs {peer}",  # one legend entry per peer: deduplicated below
             )
     axis.axvline(1.0, color="black", linewidth=0.8)
     axis.set_xscale("log")
-    spreads = [ratio_range(m, rounds, SUBJECT, p) for m in shown for p in peers]
-    low = min([s.low for s in spreads if s is not None] + [1.0]) / 1.2
-    high = max([s.high for s in spreads if s is not None] + [1.0]) * 1.2
-    ticks = [t for t in (0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32) if low <= t <= high]
+    low = min([s.low for s in spreads] + [1.0]) / 1.25
+    high = max([s.high for s in spreads] + [1.0]) * 1.25
+    ticks = [t for t in (0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64) if low <= t <= high]
     axis.set_xticks(ticks, [f"{t:g}x" for t in ticks])
     axis.minorticks_off()
     axis.set_xlim(low, high)
-    axis.set_yticks([i + height * (len(peers) - 1) / 2 for i in range(len(shown))])
-    axis.set_yticklabels([m.label for m in shown], fontsize=7)
-    axis.invert_yaxis()
+    axis.set_yticks(range(len(rows)), [m.label for m in rows], fontsize=7)
+    axis.set_ylim(max(len(rows), 1) - 0.5, -0.5)
+    axis.grid(axis="x", alpha=0.3)
     axis.set_title(
-        "aiozklock vs each peer, > 1x: aiozklock is better\n(median of the rounds' ratios, "
-        "bars: min-max; pale: the range straddles 1x, not significant)",
+        "aiozklock vs each peer: > 1x, aiozklock is better (median of the rounds' ratios, "
+        "whiskers: min-max;\nhollow: the range straddles 1x, not significant)",
         fontsize=10,
     )
-    if peers:
-        axis.legend(fontsize=8, loc="lower right")
+    handles, labels = axis.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    if unique:
+        axis.legend(
+            unique.values(),
+            unique.keys(),
+            fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.005, 1.0),  # outside, right of the panel: no tick hidden
+        )
 
 
 def notes_markdown(notes: Sequence[str]) -> str:

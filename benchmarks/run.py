@@ -1,7 +1,7 @@
 """Benchmark aiozklock against aiozk, kazoo and Apache Curator, side by side, in one run.
 
     python benchmarks/run.py --quick                  # 3 short rounds, a few minutes
-    python benchmarks/run.py                          # the full run: 5 rounds, ~13 min
+    python benchmarks/run.py                          # the full run: 5 rounds, ~23 min
     python benchmarks/run.py --only aiozklock,kazoo --scenarios uncontended,wire
 
 It starts its own ZooKeeper (free port, fsync on) unless --hosts is given, runs every
@@ -35,13 +35,14 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make ``benchmarks`` and ``aiozklock`` importable
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import report  # noqa: E402
+from benchmarks import ensemble, report, scale  # noqa: E402
 from benchmarks.common import Params, zookeeper  # noqa: E402
 from benchmarks.stats import (  # noqa: E402
     CpuShare,
@@ -67,6 +68,8 @@ SCENARIOS = (
     "semaphore",
     "requests",
     "regression",
+    ensemble.SCENARIO,
+    scale.SCENARIO,
 )
 #: The scenarios of the recipes a client library lacks (its column stays empty there).
 MISSING_RECIPES = {"aiozk": ("semaphore",)}
@@ -110,6 +113,8 @@ class Settings:
     concurrency: tuple[int, ...]  # requests: tasks of one session, each on its own lock
     hold_ms: float  # requests: how long each task holds its lock (0: one yield)
     server_warmup: float  # seconds of lock cycles to warm ZooKeeper's JIT before round 1
+    scale_locks: tuple[int, ...] = (1_000, 10_000)  # scale: locks held by one session
+    scale_big: int = 100_000  # scale: sizes of this many locks or more run in round 1 only
 
 
 QUICK = Settings(
@@ -135,6 +140,7 @@ QUICK = Settings(
     concurrency=(10, 100),
     hold_ms=0.0,
     server_warmup=3.0,
+    scale_big=10_000,  # --quick: 10,000 locks in round 1 only
 )
 # Full: 5 rounds, each about a fifth of the former single pass (the median of 5 short
 # rounds says more than one long one), about 13 minutes on 2 cores (3 of them for the
@@ -150,6 +156,8 @@ FULL = dataclasses.replace(
     pairs=600,
     rounds=5,
     server_warmup=10.0,
+    scale_locks=(1_000, 10_000, 100_000),
+    scale_big=100_000,  # 100,000 locks: round 1 only (about 4 min on a loaded machine)
 )
 
 
@@ -391,6 +399,7 @@ class Bench:
         self.notes: list[str] = []
         self.wire_counts: dict[str, Any] = {}
         self.baseline: tuple[Driver, Driver] | None = None  # (this checkout, the baseline)
+        self.ensemble: ensemble.Ensemble | None = None  # the 3-node ensemble's rounds
         self._labels = 0
 
     # -- rounds
@@ -869,6 +878,11 @@ def run_scenario(bench: Bench, scenario: str, drivers: Sequence[Driver]) -> None
 
     if scenario == "regression":
         run_regression(bench)
+    elif scenario == ensemble.SCENARIO:
+        if bench.ensemble is not None:
+            ensemble.run_round(bench, bench.ensemble, run_scenario)
+    elif scenario == scale.SCENARIO:
+        scale.run(bench, drivers, attempt)
     elif scenario in COUNTED:
         run_counted(bench, scenario, drivers, attempt)
     elif scenario in ("contended", "processes"):
@@ -1080,6 +1094,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
         ("concurrency", ints, "requests: tasks of one session, each on its own lock, e.g. 10,100"),
         ("hold-ms", float, "requests: ms each task holds its lock (0: one yield)"),
         ("server-warmup", float, "seconds of lock cycles to warm ZooKeeper up before round 1"),
+        ("scale-locks", ints, "scale: locks held at once by one session, e.g. 1000,100000"),
+        ("scale-big", int, "scale: sizes of this many locks or more run in round 1 only"),
     ]
     for name, kind, help_text in options:
         parser.add_argument(f"--{name}", type=kind, help=help_text)
@@ -1199,6 +1215,11 @@ def measure(
         say(f"ZooKeeper at {hosts}; clients: {', '.join(d.column for d in drivers)}")
         say(f"warming the server up ({settings.server_warmup:g} s of lock cycles)")
         warm_server(hosts, bench.root, settings.server_warmup)
+        if ensemble.SCENARIO in scenarios:
+            runner = ensemble_runner()
+            found = ensemble.start(stack, runner, settings, drivers, log_dir, libraries)
+            bench.ensemble, more = found
+            bench.notes += more
         for index in range(settings.rounds):
             say(f"round {index + 1} of {settings.rounds}")
             bench.run_round(scenarios, drivers)
@@ -1210,6 +1231,13 @@ def measure(
             except WorkerError as exc:
                 bench.notes.append(f"profile failed: {exc}")
         return bench, drivers, profile, versions(hosts)
+
+
+def ensemble_runner() -> ensemble.Runner:
+    """This module's functions for ``ensemble.start`` (run.py is ``__main__`` when run as
+    a script: ``benchmarks.ensemble`` must not import it a second time)."""
+    runner: Any = SimpleNamespace(make_bench=Bench, warm_server=warm_server, say=say)
+    return runner  # type: ignore[no-any-return]
 
 
 def main(argv: Sequence[str]) -> int:
@@ -1228,6 +1256,7 @@ def main(argv: Sequence[str]) -> int:
         "mode": "quick" if args.quick else "full",
         "elapsed_s": round(time.monotonic() - clock, 1),
         "zookeeper": args.hosts or "started by the runner: 1 server, fsync on",
+        "ensemble": ensemble.timing(bench.ensemble) if bench.ensemble else None,
         "machine": machine,
         "versions": found_versions,
         "settings": dataclasses.asdict(settings),
@@ -1294,6 +1323,10 @@ def render(bench: Bench, columns: Sequence[str]) -> tuple[str, dict[str, Any]]:
             "each worker).\n\n" + text
         )
         summary["regression"] = {"columns": [this_column, baseline_column], "summary": regression}
+    text, summary["ensemble_ratios"] = ensemble.render(columns, rounds, flags, s.concurrency)
+    sections.append(text)
+    text, summary["scale"] = scale.render(columns, rounds, flags, s.scale_locks, s.locks)
+    sections.append(text)
     sections.append("### Rounds\n\n" + report.rounds_markdown(bench.machine_rounds))
     return "\n\n".join(section for section in sections if section.count("\n") >= 2), summary
 
@@ -1326,12 +1359,13 @@ def write_outputs(
     ratio_rows = [
         *report.metrics(settings["sessions"], settings["process_sessions"], settings["waiters"]),
         *report.requests_rows(settings["concurrency"]),
+        *ensemble.headline_rows(settings["concurrency"]),
     ]
     report.chart(
         output / "latest.png",
         columns,
         rounds,
-        report.headline(ratio_rows),
+        report.chart_rows(ratio_rows),
         settings["sessions"],
         settings["concurrency"],
     )

@@ -19,6 +19,7 @@ import anyio
 import anyio.lowlevel
 
 import aiozklock
+from benchmarks.clients.aiozklock_scale import scale
 from benchmarks.common import (
     SESSION_TIMEOUT,
     Gate,
@@ -351,6 +352,7 @@ SCENARIOS: dict[str, Scenario] = {
     "floor": floor,
     "requests": requests,
     "request_floor": request_floor,
+    "scale": scale,
 }
 
 
