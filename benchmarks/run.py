@@ -570,6 +570,8 @@ class Bench:
             per_grant = sum(results[0]["requests"].values()) / grants.count
             self.record(driver, requests_per_grant=per_grant)  # a peer's own count
             self.raw[driver.column][f"contended-{name}"]["requests"] = results[0]["requests"]
+        if "per_session" in results[0]:  # a peer's grants per session: how fair it was
+            self.raw[driver.column][f"contended-{name}"]["per_session"] = results[0]["per_session"]
 
     def check_grants(
         self, driver: Driver, intervals: list[list[int]], counter: int | None, keys: list[str]

@@ -204,10 +204,17 @@ async def contended(params: Params, gate: Gate) -> Result:
     async with AsyncExitStack() as stack:
         sessions = await open_sessions(stack, params, params.sessions)
         count = RequestCount(sessions, gate)
-        intervals: list[tuple[int, int]] = []
-        loops = [(EtcdLock(session, params.path), intervals) for session in sessions]
+        # One list per session: how evenly the grants went round (fairness) is kept too.
+        loops: list[tuple[Any, list[tuple[int, int]]]] = [
+            (EtcdLock(session, params.path), []) for session in sessions
+        ]
         counter = await contend(loops, params, gate)
-        return {"intervals": intervals, "counter": counter, "requests": count.stop()}
+        return {
+            "intervals": [interval for _, intervals in loops for interval in intervals],
+            "per_session": [len(intervals) for _, intervals in loops],
+            "counter": counter,
+            "requests": count.stop(),
+        }
 
 
 async def requests(params: Params, gate: Gate) -> Result:

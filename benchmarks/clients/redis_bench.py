@@ -96,10 +96,17 @@ async def contended(params: Params, gate: Gate) -> Result:
     async with AsyncExitStack() as stack:
         clients = [await connect(stack, params) for _ in range(params.sessions)]
         count = RequestCount(clients, gate)
-        intervals: list[tuple[int, int]] = []
-        loops = [(make_lock(client, params.path, params), intervals) for client in clients]
+        # One list per session: how evenly the grants went round (fairness) is kept too.
+        loops: list[tuple[Any, list[tuple[int, int]]]] = [
+            (make_lock(client, params.path, params), []) for client in clients
+        ]
         counter = await contend(loops, params, gate)
-        return {"intervals": intervals, "counter": counter, "requests": count.stop()}
+        return {
+            "intervals": [interval for _, intervals in loops for interval in intervals],
+            "per_session": [len(intervals) for _, intervals in loops],
+            "counter": counter,
+            "requests": count.stop(),
+        }
 
 
 async def requests(params: Params, gate: Gate) -> Result:
