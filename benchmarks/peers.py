@@ -12,6 +12,8 @@ path (a fresh name per scenario and round) is the etcd lock name or the Redis ke
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
+import importlib.util
 import shutil
 import socket
 import subprocess
@@ -135,6 +137,14 @@ def start_drivers(stack: ExitStack, names: Sequence[str]) -> tuple[list[Any], li
     their columns; a server that cannot start is a note, not a failure of the run."""
     drivers: list[Any] = []
     notes: list[str] = []
+    runnable = []
+    for name in names:
+        module = "redis" if name.startswith("redis") else "aetcd"
+        if name in NAMES and importlib.util.find_spec(module) is None:
+            notes.append(f"{NAMES[name]} skipped: no {module} (the bench dependency group)")
+        else:
+            runnable.append(name)
+    names = runnable
     if "etcd" in names or "etcd3" in names:
         for name, members in (("etcd", 1), ("etcd3", 3)):
             if name not in names:
@@ -163,8 +173,6 @@ def versions() -> dict[str, str]:
         words = output.replace("v=", "Version: ").split()
         with contextlib.suppress(ValueError, IndexError):
             found[f"{name}-server"] = words[words.index("Version:") + 1]
-    import importlib.metadata
-
     for package in ("aetcd", "grpcio", "redis"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[package] = importlib.metadata.version(package)
