@@ -3,7 +3,7 @@
 #
 #   bash .ci/dev.sh demo [demo options]   # workers race for one lock on a throwaway ZooKeeper
 #   bash .ci/dev.sh test [pytest args]    # ruff, mypy, mkdocs, the wheel's smoke, pytest
-#   bash .ci/dev.sh bench [run.py args]   # aiozklock vs aiozk, kazoo, Curator (--quick: ~3 min)
+#   bash .ci/dev.sh bench [run.py args]   # aiozklock vs aiozk, kazoo, Curator, etcd, Redis
 #   bash .ci/dev.sh setup                 # only install what is missing
 #
 # It installs what it needs: ZooKeeper and a Java runtime from apt (unless $ZOOKEEPER_HOME or
@@ -14,7 +14,8 @@
 # stamp is .venv/.aiozklock-installed). Works without stdin and with CI=true. 'bench' also
 # installs the 'bench' group (stamp .venv/.aiozklock-bench-installed) and, for the Curator
 # column, Debian's libcurator-recipes-java and a JDK (javac) when apt has them ('test'
-# installs those two as well, for the interoperability tests' Curator peer).
+# installs those two as well, for the interoperability tests' Curator peer), and for the
+# etcd and Redis columns etcd-server and redis-server.
 #
 # Environment: PYTHON (interpreter for .venv, >= 3.11; default: the first of python3,
 # python3.13, python3.12, python3.11 that is recent enough), ZOOKEEPER_HOME,
@@ -105,6 +106,16 @@ ensure_zookeeper() {
     if ! have_java; then
         apt_install default-jre-headless
     fi
+}
+
+ensure_etcd() {  # the benchmarks' etcd columns: the runner starts its own servers on free ports
+    command -v etcd >/dev/null 2>&1 && return 0
+    # Debian's package also enables a service where systemd runs; the runner never uses it.
+    if ! apt_has etcd-server; then
+        say "apt has no etcd-server: the benchmarks will skip the etcd columns"
+        return 0
+    fi
+    apt_install etcd-server
 }
 
 ensure_redis() {  # the fencing tests start throwaway redis-servers (aiozklock.testing.RedisServer)
@@ -249,7 +260,7 @@ ensure_bench_group() {  # the benchmark-only peers and tools, on top of ensure_v
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$(stamp_value)" ]; then
         return 0
     fi
-    say "installing the bench dependency group (kazoo, matplotlib, py-spy, trio) into .venv"
+    say "installing the bench dependency group (kazoo, matplotlib, py-spy, trio, aetcd, redis) into .venv"
     rm -f "$stamp"
     local pip_help
     pip_help="$("$VENV/bin/python" -m pip install --help 2>/dev/null || true)"
@@ -337,6 +348,8 @@ main() {
             done
             [ "$needs_local_zk" -eq 0 ] || ensure_zookeeper
             ensure_curator
+            ensure_etcd   # the etcd and Redis columns (the runner starts both on free ports)
+            ensure_redis
             ensure_venv "$command"
             ensure_bench_group
             exec "$VENV/bin/python" benchmarks/run.py "$@"

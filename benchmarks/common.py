@@ -52,6 +52,7 @@ class Params:
     members: int = 3  # multilock: member paths {path}/m0, {path}/m1, ...
     concurrency: int = 10  # requests: tasks (threads) in one session, each on its own path
     hold: float = 0.0  # requests: seconds a lock is held (0: one yield to the scheduler)
+    poll: float = 0.1  # redis: redis-py Lock's sleep between tries when taken (its default)
     profile: bool = False  # profile the measured part with cProfile (top functions in result)
 
     def to_words(self) -> list[str]:

@@ -13,7 +13,9 @@ from benchmarks.stats import RatioRange, median
 
 #: The column every ratio is computed from, and the peers it is compared with.
 SUBJECT = "aiozklock"
-PEERS = ("aiozk", "kazoo", "Curator")
+PEERS = ("aiozk", "kazoo", "Curator", "etcd", "etcd (3 members)", "Redis", "Redis (sleep 1 ms)")
+#: The non-ZooKeeper peers (benchmarks.peers): the main and per-request tables only.
+OTHER_PEERS = PEERS[3:]
 #: A round in which the hypervisor took more than this share of the CPUs is flagged.
 HEAVY_STEAL_PCT = 10.0
 #: Marks a ratio whose min-max range over the rounds straddles 1.00x (not significant).
@@ -346,14 +348,16 @@ def requests_table(concurrency: Sequence[int], hold_ms: float) -> Table:
         "acquire→release cycle, caller's view. aiozklock: `zk.lock(path)`; aiozk: "
         "`recipes.Lock` on one shared `ZKClient`; kazoo: `client.Lock(path)` on one shared "
         "`KazooClient`; Curator: an `InterProcessMutex` per path on one shared "
-        "`CuratorFramework`. The raw floor is the same loop on aiozklock's own wire session "
+        "`CuratorFramework`; etcd: one aetcd channel and one lease, etcd's `v3lockpb.Lock` "
+        "service per name; Redis: one `redis.asyncio.Redis`, a redis-py `Lock` per key. "
+        "The raw floor is the same loop on aiozklock's own wire session "
         "with each lock replaced by a bare create (ephemeral) of the task's node, whose "
         "delete goes with the task's next create in one `multi` (one transaction and one "
         "round trip per cycle, no listing: less than a lock cycle can cost, since the lock "
         "also lists its queue); the % row is each round's aiozklock "
         "cycles/s over that round's floor, median [min-max].",
         SUBJECT,
-        (SUBJECT, "aiozk", "kazoo", "Curator"),
+        (SUBJECT, "aiozk", "kazoo", "Curator", *OTHER_PEERS),
         tuple(requests_rows(concurrency)),
     )
 

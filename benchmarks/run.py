@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make ``benchmarks`` and ``aiozklock`` importable
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import ensemble, report, scale  # noqa: E402
+from benchmarks import ensemble, peers, report, scale  # noqa: E402
 from benchmarks.common import Params, zookeeper  # noqa: E402
 from benchmarks.stats import (  # noqa: E402
     CpuShare,
@@ -53,7 +53,7 @@ from benchmarks.stats import (  # noqa: E402
     cpu_times,
 )
 
-LIBRARIES = ("aiozklock", "aiozk", "kazoo", "curator")
+LIBRARIES = ("aiozklock", "aiozk", "kazoo", "curator", "etcd", "etcd3", "redis")
 SCENARIOS = (
     "uncontended",
     "wire",
@@ -507,6 +507,9 @@ class Bench:
             cpu_per_cycle_us=result["cpu_ns"] / 1000 / latency.n,
         )
         self.keep(driver, "uncontended", {"latency": latency.as_dict(), **_without_samples(result)})
+        if "requests" in result:  # a peer counts its own (sequential: 1 round trip each)
+            per_cycle = sum(result["requests"].values()) / latency.n
+            self.record(driver, requests_per_cycle=per_cycle, round_trips_per_cycle=per_cycle)
 
     def wire(self, driver: Driver, tap: Tap) -> None:
         """Requests and round trips per uncontended cycle, and watch notifications per
@@ -572,6 +575,12 @@ class Bench:
             driver, **dict(zip(keys, (grants.per_second, grants.handoff.median_us), strict=True))
         )
         self.keep(driver, f"contended-{name}", grants.as_dict())
+        if "requests" in results[0] and not processes and sessions == s.waiters:
+            per_grant = sum(results[0]["requests"].values()) / grants.count
+            self.record(driver, requests_per_grant=per_grant)  # a peer's own count
+            self.raw[driver.column][f"contended-{name}"]["requests"] = results[0]["requests"]
+        if "per_session" in results[0]:  # a peer's grants per session: how fair it was
+            self.raw[driver.column][f"contended-{name}"]["per_session"] = results[0]["per_session"]
 
     def check_grants(
         self, driver: Driver, intervals: list[list[int]], counter: int | None, keys: list[str]
@@ -1055,7 +1064,11 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
     parser.add_argument(
         "--quick", action="store_true", help="3 short rounds instead of 5 (a few minutes)"
     )
-    parser.add_argument("--only", help=f"comma-separated clients, of: {','.join(LIBRARIES)}")
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated clients, of: {','.join([*LIBRARIES, *peers.OPTIONAL])} "
+        "(default: all but the optional redis-1ms)",
+    )
     parser.add_argument("--scenarios", help=f"comma-separated, of: {','.join(SCENARIOS)}")
     parser.add_argument("--no-trio", action="store_true", help="skip aiozklock on trio")
     parser.add_argument("--hosts", help="use these ZooKeeper servers instead of starting one")
@@ -1159,6 +1172,8 @@ def make_drivers(
     notes: list[str] = []
     drivers: list[Driver] = []
     for library in libraries:
+        if library in peers.NAMES:  # started with their servers: peers.start_drivers
+            continue
         if library == "curator":
             curator = compile_curator(build_dir)
             if isinstance(curator, str):
@@ -1207,8 +1222,10 @@ def measure(
         )
         drivers, notes = make_drivers(libraries, build_dir, trio=not args.no_trio)
         hosts = stack.enter_context(zookeeper(args.hosts))
+        peer_drivers, peer_notes = peers.start_drivers(stack, libraries)
+        drivers += peer_drivers
         bench = Bench(settings, hosts, log_dir)
-        bench.notes += notes
+        bench.notes += notes + peer_notes
         if args.baseline_commit and "regression" in scenarios and "aiozklock" in libraries:
             baseline = stack.enter_context(baseline_checkout(args.baseline_commit))
             bench.baseline = baseline_drivers(baseline)
@@ -1230,7 +1247,7 @@ def measure(
                 profile = bench.profile(python_driver("aiozklock"))
             except WorkerError as exc:
                 bench.notes.append(f"profile failed: {exc}")
-        return bench, drivers, profile, versions(hosts)
+        return bench, drivers, profile, {**versions(hosts), **peers.versions()}
 
 
 def ensemble_runner() -> ensemble.Runner:
@@ -1242,7 +1259,8 @@ def ensemble_runner() -> ensemble.Runner:
 
 def main(argv: Sequence[str]) -> int:
     args, settings = parse_args(argv)
-    libraries = choose(args.only, LIBRARIES, "clients")
+    known = [*LIBRARIES, *peers.OPTIONAL]
+    libraries = choose(args.only, known, "clients") if args.only else list(LIBRARIES)
     scenarios = choose(args.scenarios, SCENARIOS, "scenarios")
     started = datetime.datetime.now(datetime.UTC)
     clock = time.monotonic()

@@ -2,9 +2,10 @@
 
     python -m benchmarks.worker LIBRARY SCENARIO key=value...
 
-LIBRARY is aiozklock, aiozk or kazoo; SCENARIO is one of the client module's SCENARIOS
+LIBRARY is aiozklock, aiozk, kazoo, etcd or redis; SCENARIO is one of the client module's SCENARIOS
 (uncontended, contended, multilock, election, rw_write, rw_read, rwmix, semaphore_cycle,
-semaphore, many, floor, requests; aiozklock: request_floor; aiozk: no semaphore).
+semaphore, many, floor, requests; aiozklock: request_floor; aiozk: no semaphore; etcd and
+redis: uncontended, contended and requests only).
 The ready/go protocol and the parameters are described in ``benchmarks.common``.
 """
 
@@ -22,6 +23,8 @@ CLIENT_MODULES = {
     "aiozklock": "benchmarks.clients.aiozklock_bench",
     "aiozk": "benchmarks.clients.aiozk_bench",
     "kazoo": "benchmarks.clients.kazoo_bench",
+    "etcd": "benchmarks.clients.etcd_bench",
+    "redis": "benchmarks.clients.redis_bench",
 }
 PROFILE_TOP = 15
 

@@ -18,7 +18,7 @@ import pytest
 import aiozklock
 from aiozklock._wire._protocol import CreateMode, create_op, delete_op, get_children_op
 from aiozklock.testing import session_of
-from benchmarks import report, run
+from benchmarks import peers, report, run
 from benchmarks.clients import aiozk_bench, aiozklock_bench, kazoo_bench
 from benchmarks.common import Gate, Params, member_paths
 from benchmarks.stats import (
@@ -436,4 +436,51 @@ def test_rwlock_and_semaphore_rows_through_the_runner(
     assert mix["reads"] >= 3
     assert mix["writes"] >= 1
     assert bench.flags == {}
+    assert bench.notes == []
+
+
+def peer_unavailable(name: str) -> str | None:
+    """Why the runner cannot run the peer ``name`` (``--only`` name) here, or None."""
+    server, module = ("redis-server", "redis") if name == "redis" else ("etcd", "aetcd")
+    if shutil.which(server) is None:
+        return f"no {server} on PATH (bash .ci/dev.sh bench installs it)"
+    try:
+        __import__(module)
+    except ImportError:
+        return f"no {module} (the bench dependency group)"
+    return None
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name", ["etcd", "etcd3", "redis"])
+def test_peer_rows_through_the_runner(
+    name: str, zk_hosts: str, chroot: str, tmp_path: Path
+) -> None:
+    """etcd (1 and 3 members) and Redis as the runner starts them (their own servers on
+    free ports) and measures them (worker processes): the uncontended, contended and
+    per-request rows, every one measured, mutual exclusion kept, requests counted."""
+    why = peer_unavailable(name)
+    if why is not None:
+        pytest.skip(why)
+    settings = dataclasses.replace(
+        run.QUICK, iterations=6, warmup=2, duration=0.2, contended_warmup=1, waiters=3
+    )
+    with contextlib.ExitStack() as stack:
+        drivers, notes = peers.start_drivers(stack, [name])
+        assert notes == []
+        (driver,) = drivers
+        assert driver.column == peers.NAMES[name]
+        bench = run.Bench(settings, zk_hosts, tmp_path)
+        bench.root = chroot  # this test's own nodes (the lock names follow them)
+        bench.uncontended(driver)
+        bench.contended(driver, 3, processes=False)
+        bench.requests(driver, 3)
+    values = bench.values[driver.column]
+    keys = ["cycle_median_us", "cpu_per_cycle_us", "contended_3_per_s", "requests_3_per_s"]
+    assert all(values[key] > 0 for key in keys), values
+    assert values["requests_per_cycle"] == pytest.approx(2.0, abs=0.5)  # lock, unlock
+    assert values["requests_per_grant"] >= 2.0
+    grants = bench.raw[driver.column]["contended-sessions-3"]
+    assert grants["count"] >= 3
+    assert bench.flags == {}  # no overlap, no lost update, every task cycled
     assert bench.notes == []
