@@ -41,6 +41,7 @@ class Scene:
     order: list[str] = field(default_factory=list)
     holding: set[str] = field(default_factory=set)
     release: dict[str, anyio.Event] = field(default_factory=dict)
+    held: dict[str, anyio.Event] = field(default_factory=dict)  # set once granted
     scopes: dict[str, anyio.CancelScope] = field(default_factory=dict)
     a_lock: Any = None  # A's lock (on a_client)
     go: anyio.Event = field(default_factory=anyio.Event)  # A's second part may start
@@ -50,6 +51,10 @@ class Scene:
         assert not self.holding, f"{name} granted while {self.holding} holds"
         self.holding.add(name)
         self.order.append(name)
+        self.held.setdefault(name, anyio.Event()).set()
+
+    async def wait_held(self, name: str) -> None:
+        await self.held.setdefault(name, anyio.Event()).wait()
 
     async def contend(self, name: str, lock: aiozklock.Lock) -> None:
         """Queue ``lock`` in a task of its own (holding until ``release[name]``), and wait
@@ -150,8 +155,8 @@ async def test_a_hint_whose_node_is_gone_lists_and_keeps_the_order(
         before = set(await s.observer.get_children(PATH))
         s.go.set()  # A's delete and A2's create: one transaction
         await wait_for_children(s.observer, PATH, lambda now: len(now) == 2 and set(now) != before)
-        await s.sync_a()
-        assert s.order == ["B", "C", "A", "D"]  # A2 waits for D, granted at A's release
+        await s.wait_held("D")  # granted at A's release; A2 waits for it
+        assert s.order == ["B", "C", "A", "D"]
         s.release["D"].set()
         await wait_for_children(s.observer, PATH, lambda children: children == [])
     assert s.order == ["B", "C", "A", "D", "A2"]
@@ -167,9 +172,8 @@ async def test_a_newcomer_after_the_hint_is_not_overtaken(
         await s.sync_a()
         for name in "DE":
             s.release[name].set()
-        await wait_for_children(s.observer, PATH, lambda children: len(children) == 2)
-        await s.sync_a()
-        assert s.order == ["B", "C", "A", "D", "E", "F"]  # F holds; A2 waits for it
+        await s.wait_held("F")  # A2 waits for it
+        assert s.order == ["B", "C", "A", "D", "E", "F"]
         s.release["F"].set()
         await wait_for_children(s.observer, PATH, lambda children: children == [])
     assert s.order == ["B", "C", "A", "D", "E", "F", "A2"]
