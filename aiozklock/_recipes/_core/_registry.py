@@ -13,13 +13,12 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Protocol, TypeVar
 
-import anyio
-
 from aiozklock._acl import ACL
 from aiozklock._exceptions import UsageError
 from aiozklock._recipes._core._observe import Observer, RecipeObserver
 from aiozklock._recipes._core._order import LockOrder
 from aiozklock._recipes._core._primitive import Primitive, Registry
+from aiozklock._wire._tasks import TaskRef
 
 P = TypeVar("P", bound="Registered")
 
@@ -80,7 +79,7 @@ class Recipes:
         self._objects[(cls, key)] = made
         return made
 
-    def check(self, primitive: Primitive, task: anyio.TaskInfo, limit: float | None) -> None:
+    def check(self, primitive: Primitive, task: TaskRef, limit: float | None) -> None:
         """Before ``task`` takes ``primitive`` anew, waiting up to ``limit`` seconds (None:
         without a timeout; only then is it called when the lock-order check is off).
 
@@ -107,7 +106,7 @@ class Recipes:
         if self.order is not None and limit != 0 and task_id in self._held_by:
             self._check_order(self.order, primitive, task)
 
-    def _check_order(self, order: LockOrder, primitive: Primitive, task: anyio.TaskInfo) -> None:
+    def _check_order(self, order: LockOrder, primitive: Primitive, task: TaskRef) -> None:
         held = [
             other
             for other in self._held_by.get(task.id, ())
