@@ -50,6 +50,7 @@ class PathLock(QueuedPrimitive):
     """A queued recipe with one node on one ``path``: the mutex, each side of a read/write
     lock."""
 
+    __slots__ = ("path",)
     path: str
 
     def statistics(self) -> LockStatistics:
@@ -77,6 +78,8 @@ class Lock(PathLock):
     be trusted to be ours, and ``LockLost`` is raised when it exits. Bad arguments raise
     ``InvalidArgument`` here, before any request.
     """
+
+    __slots__ = ("identifier",)
 
     def __init__(
         self,

@@ -152,6 +152,7 @@ class Handle(metaclass=_FactoryMade):
       (with ``why`` at the end of its message).
     """
 
+    __slots__ = ()  # a recipe object's own attributes are slots too, down to ``Lock``
     __signature__ = inspect.Signature()  # help() shows no private constructor
 
     _session: Session

@@ -72,6 +72,28 @@ class Primitive(Handle):
     recipe's description entry's: the factory that makes it gives it to the registry.)
     """
 
+    # Slots: thousands of held locks are thousands of these (a subclass without slots of
+    # its own still gets a ``__dict__`` for its attributes).
+    __slots__ = (
+        "__weakref__",  # the client's registry holds its objects weakly
+        "_acquisitions",
+        "_bodies",
+        "_depth",
+        "_granted_at",
+        "_holding",
+        "_label",
+        "_last_wait",
+        "_local",
+        "_losses",
+        "_monitor",
+        "_observer",
+        "_owner",
+        "_paths",
+        "_registry",
+        "_session",
+        "acl",
+    )
+
     _lost_error: type[LockLost] = LockLost  # what a loss raises (election: LeadershipLost)
 
     def __init__(
@@ -100,7 +122,7 @@ class Primitive(Handle):
         self._last_wait: float | None = None
         # The cancel scopes of ``async with`` bodies, with their task's id: nested ones exit
         # in LIFO order within their task. Usually the owner's only: one stack, no dict.
-        self._bodies: list[tuple[int, anyio.CancelScope]] = []
+        self._bodies: list[tuple[int, anyio.CancelScope]] | None = None  # made with the first
 
     # ---------------------------------------------------------------- what a recipe supplies
 
@@ -155,10 +177,12 @@ class Primitive(Handle):
         return self
 
     def _push_body(self, task_id: int) -> None:
+        if self._bodies is None:
+            self._bodies = []
         self._bodies.append((task_id, self._enter_body()))
 
     def _pop_body(self, task_id: int) -> anyio.CancelScope:
-        bodies = self._bodies
+        bodies = self._bodies or []
         # The innermost is the task's own, unless it released inside its body and another
         # task entered one since.
         for index in range(len(bodies) - 1, -1, -1):
@@ -250,8 +274,9 @@ class Primitive(Handle):
 
     async def _release(self, task_id: int, confirm: bool = False) -> None:
         holding = self._holding
-        # An ended owner's task id may have been reused by the caller: not the owner either.
-        if self._owner is None or self._owner.id != task_id or self._orphaned():
+        # The owner's ``TaskRef`` keeps its task alive, so no other task can have its id:
+        # the same id is the owner itself, still running.
+        if self._owner is None or self._owner.id != task_id:
             orphan = await self._reap_orphan()
             detail = f" (task {orphan!r} held it, ended without releasing it: released now)"
             raise NotLockOwner(
@@ -311,7 +336,7 @@ class Primitive(Handle):
             owner.name,
             owner.id,
         )
-        self._bodies = [body for body in self._bodies if body[0] != owner.id]
+        self._bodies = [body for body in self._bodies or () if body[0] != owner.id]
         assert self._holding is not None
         with contextlib.suppress(LockLost):  # lost: the loss policy left it to the janitor
             await self._let_go(self._holding, owner.id)
@@ -323,6 +348,8 @@ class Primitive(Handle):
         holding = self._holding
         assert holding is not None
         scope = self._session.tasks.cancel_scope()
+        if holding.scopes is None:
+            holding.scopes = []
         holding.scopes.append(scope)
         scope.__enter__()
         if holding.lost:
@@ -342,7 +369,7 @@ class Primitive(Handle):
         # The scope swallows only a cancellation of its own, made by a loss; then _release
         # raises the loss, which replaces it.
         swallowed = bool(scope.__exit__(exc_type, exc, tb))
-        if holding is not None and scope in holding.scopes:
+        if holding is not None and holding.scopes and scope in holding.scopes:
             holding.scopes.remove(scope)
         cancelled = self._session.tasks.cancelled
         outer_cancel = exc_type is not None and issubclass(exc_type, cancelled) and not swallowed

@@ -10,7 +10,7 @@ accumulate. With telemetry, each object gets its observer here, once.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol, TypeVar
 
 from aiozklock._acl import ACL
@@ -46,7 +46,9 @@ class Recipes:
         self._objects: weakref.WeakValueDictionary[Hashable, Registered] = (
             weakref.WeakValueDictionary()
         )
-        self._held_by: dict[int, list[Primitive]] = {}  # task id -> what it holds
+        # task id -> what it holds: the object itself while it is the only one (the usual
+        # case, and one list less per held lock), else a list in acquisition order
+        self._held_by: dict[int, Primitive | list[Primitive]] = {}
 
     def get(
         self,
@@ -89,7 +91,7 @@ class Recipes:
         mode (see ``_order.py``)."""
         task_id = task.id
         if limit is None:
-            for other in self._held_by.get(task_id, ()):
+            for other in self._held(task_id):
                 # An ended task's id may be reused: what that task held is not the caller's.
                 if other is primitive or not other._held_by_task(task_id):
                     continue
@@ -109,20 +111,32 @@ class Recipes:
     def _check_order(self, order: LockOrder, primitive: Primitive, task: TaskRef) -> None:
         held = [
             other
-            for other in self._held_by.get(task.id, ())
+            for other in self._held(task.id)
             if other is not primitive and other._held_by_task(task.id)
         ]
         if held:
             order.check(primitive, held, task.name)
 
+    def _held(self, task_id: int) -> Sequence[Primitive]:
+        held = self._held_by.get(task_id)
+        return () if held is None else held if isinstance(held, list) else (held,)
+
     def held(self, primitive: Primitive, task_id: int) -> None:
         """``primitive`` is now held by the task: keep it alive until released."""
-        self._held_by.setdefault(task_id, []).append(primitive)
+        held = self._held_by.get(task_id)
+        if held is None:
+            self._held_by[task_id] = primitive
+        elif isinstance(held, list):
+            held.append(primitive)
+        else:
+            self._held_by[task_id] = [held, primitive]
 
     def released(self, primitive: Primitive, task_id: int) -> None:
         """``primitive`` was released by (or for) the task."""
         held = self._held_by.get(task_id)
-        if held is not None:
+        if held is primitive:
+            del self._held_by[task_id]
+        elif isinstance(held, list):
             held.remove(primitive)
             if not held:
                 del self._held_by[task_id]
@@ -130,7 +144,7 @@ class Recipes:
     async def reap_orphans(self) -> None:
         """Release what tasks that ended without releasing still hold (logged as errors)."""
         for held in list(self._held_by.values()):
-            for primitive in list(held):
+            for primitive in list(held) if isinstance(held, list) else [held]:
                 await primitive._reap_orphan()
 
 

@@ -246,7 +246,7 @@ class SharedHolding(Primitive):
                 holder.task.name,
                 task_id,
             )
-            self._bodies = [body for body in self._bodies if body[0] != task_id]
+            self._bodies = [body for body in self._bodies or () if body[0] != task_id]
             assert self._holding is not None
             with contextlib.suppress(LockLost):  # lost: the loss policy left it to the janitor
                 await self._leave(task_id, holder, self._holding, True)
