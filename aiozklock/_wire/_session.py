@@ -137,7 +137,10 @@ class Session(SessionLifecycle):
             if len(op.body) > limit:
                 self._refuse_oversized(ops)
         await self.tasks.checkpoint_if_cancelled()
-        pendings = await self._submit(ops, generation, wait_until)
+        # Connected (nearly always): written at once, without _submit's coroutine.
+        pendings = self._send_now(ops, generation)
+        if pendings is None:
+            pendings = await self._submit(ops, generation, wait_until)
         last = pendings[-1].event
         assert last is not None  # sent to be awaited
         try:  # _await_replies, inline: every acquire waits here
