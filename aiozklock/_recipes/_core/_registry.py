@@ -91,13 +91,13 @@ class Recipes:
         mode (see ``_order.py``)."""
         task_id = task.id
         if limit is None:
+            paths = frozenset(primitive._paths)
             for other in self._held(task_id):
-                # An ended task's id may be reused: what that task held is not the caller's.
-                if other is primitive or not other._held_by_task(task_id):
+                # The path test first: a task may hold thousands, nearly all elsewhere. An
+                # ended task's id may be reused: what that task held is not the caller's.
+                if paths.isdisjoint(other._paths) or other is primitive:
                     continue
-                if primitive._may_hold_with(other):
-                    continue
-                if set(other._paths) & set(primitive._paths):
+                if other._held_by_task(task_id) and not primitive._may_hold_with(other):
                     raise UsageError(
                         f"this task holds the {other._label} and now acquires the "
                         f"{primitive._label}: it would wait for itself forever. Use one "
@@ -137,7 +137,10 @@ class Recipes:
         if held is primitive:
             del self._held_by[task_id]
         elif isinstance(held, list):
-            held.remove(primitive)
+            if held[-1] is primitive:  # released in reverse order, as nested ones are
+                held.pop()
+            else:
+                held.remove(primitive)
             if not held:
                 del self._held_by[task_id]
 
