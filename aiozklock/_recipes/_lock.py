@@ -50,6 +50,7 @@ class PathLock(QueuedPrimitive):
     """A queued recipe with one node on one ``path``: the mutex, each side of a read/write
     lock."""
 
+    __slots__ = ("path",)
     path: str
 
     def statistics(self) -> LockStatistics:
@@ -58,9 +59,9 @@ class PathLock(QueuedPrimitive):
         return LockStatistics(
             path=self.path,
             locked=holding is not None and not holding.lost,
-            owner=self._owner,
+            owner=None if self._owner is None else self._owner.info(),
             depth=self._depth,
-            tasks_waiting=self._local.statistics().tasks_waiting,
+            tasks_waiting=self._local.tasks_waiting,
             node=self._queue.nodes.get(self.path),
             fencing_token=holding.token if holding is not None else None,
             acquisitions=self._acquisitions,
@@ -77,6 +78,8 @@ class Lock(PathLock):
     be trusted to be ours, and ``LockLost`` is raised when it exits. Bad arguments raise
     ``InvalidArgument`` here, before any request.
     """
+
+    __slots__ = ("identifier",)
 
     def __init__(
         self,

@@ -109,9 +109,9 @@ class MultiLock(QueuedPrimitive):
         return MultiLockStatistics(
             paths=self.paths,
             locked=holding is not None and not holding.lost,
-            owner=self._owner,
+            owner=None if self._owner is None else self._owner.info(),
             depth=self._depth,
-            tasks_waiting=self._local.statistics().tasks_waiting,
+            tasks_waiting=self._local.tasks_waiting,
             nodes=dict(self._queue.nodes),
             fencing_token=holding.token if holding is not None else None,
             acquisitions=self._acquisitions,

@@ -22,8 +22,6 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-import anyio
-
 from aiozklock._acl import ACL
 from aiozklock._exceptions import LockLost, SessionExpired, UsageError, short_repr
 from aiozklock._recipes._core._contenders import Contender, contender_of
@@ -46,6 +44,7 @@ from aiozklock._recipes._rwdecision import (
 )
 from aiozklock._wire._protocol import get_data_op
 from aiozklock._wire._session import Session
+from aiozklock._wire._tasks import TaskRef
 from aiozklock._wire._validation import join, validate_identifier, validate_recipe_path
 
 
@@ -151,10 +150,10 @@ class WriteLock(_Side):
             marker=WRITE_MARKER if compat == "curator" else KAZOO_WRITE_MARKER,
         )
 
-    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
+    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
         self._session.check_loop()
         if task is None:
-            task = anyio.get_current_task()
+            task = self._session.tasks.current()
         reader = self._reader
         upgrade = reader is not None and _holds(reader, task) and not _holds(self, task)
         if upgrade:
@@ -220,10 +219,10 @@ class ReadLock(SharedHolding, _Side):
     def _may_hold_with(self, other: Primitive) -> bool:
         return other is self._writer  # a write holder takes the read lock at its place
 
-    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
+    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
         self._session.check_loop()
         if task is None:
-            task = anyio.get_current_task()
+            task = self._session.tasks.current()
         # Another task's acquisition of ours is queued behind this task's write lock.
         if self._acquiring is not None and _holds(self._writer, task, lost_too=True):
             raise UsageError(
@@ -234,7 +233,7 @@ class ReadLock(SharedHolding, _Side):
             )
         await super()._acquire(limit, task)
 
-    def _may_share(self, task: anyio.TaskInfo) -> bool:
+    def _may_share(self, task: TaskRef) -> bool:
         # A task of ours holds the write lock: no reader with it (its holder itself takes
         # the read lock at its place, once the read lock is free here).
         return self._writer._holding is None
@@ -262,7 +261,7 @@ class ReadLock(SharedHolding, _Side):
         return ReadLockStatistics(
             path=self.path,
             locked=holding is not None and not holding.lost,
-            owner=None if first is None else first.task,
+            owner=None if first is None else first.task.info(),
             depth=0 if first is None else first.depth,
             tasks_waiting=self._waiting,
             node=self._queue.nodes.get(self.path),
@@ -276,7 +275,7 @@ class ReadLock(SharedHolding, _Side):
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
         writer = self._writer
         holding = writer._holding
-        if holding is None or not _holds(writer, anyio.get_current_task(), lost_too=True):
+        if holding is None or not _holds(writer, self._session.tasks.current(), lost_too=True):
             return await super()._take(deadline, task_name)
         if holding.lost:
             raise LockLost(
@@ -288,7 +287,7 @@ class ReadLock(SharedHolding, _Side):
         return await self._queue.take_at(sequence, holding.generation, deadline, data)
 
 
-def _holds(primitive: Primitive, task: anyio.TaskInfo, *, lost_too: bool = False) -> bool:
+def _holds(primitive: Primitive, task: TaskRef, *, lost_too: bool = False) -> bool:
     """Whether ``task`` holds ``primitive`` (a lost holding counts only with ``lost_too``)."""
     holding = primitive._holding
     if holding is None or not primitive._held_by_task(task.id):

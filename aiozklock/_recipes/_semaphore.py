@@ -65,6 +65,7 @@ from aiozklock._recipes._core._retry import RETRY
 from aiozklock._recipes._decision import decide
 from aiozklock._wire._protocol import Stat, get_children_op, get_data_op, set_data_op
 from aiozklock._wire._session import Session
+from aiozklock._wire._tasks import TaskRef
 from aiozklock._wire._validation import (
     join,
     validate_identifier,
@@ -249,7 +250,7 @@ class Semaphore(Handle):
         return lease
 
     def _held_lease(self, what: str) -> LeaseBase:
-        lease = self._lease_of(anyio.get_current_task().id)
+        lease = self._lease_of(self._session.tasks.current_id())
         if lease is None or lease._holding is None:
             raise NotLockOwner(f"the current task holds no lease of the {self._label}{what}")
         return lease
@@ -257,10 +258,10 @@ class Semaphore(Handle):
     # ---------------------------------------------------------------- the handle's hooks
     # Each task's call goes to that task's lease.
 
-    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
+    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
         self._session.check_loop()
         if task is None:
-            task = anyio.get_current_task()
+            task = self._session.tasks.current()
         await self._lease_for(task.id)._acquire(limit, task)
 
     async def _release(self, task_id: int, confirm: bool = False) -> None:

@@ -10,11 +10,13 @@ tells listeners about every state change. The request API and ``close`` are ``Se
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
 import ssl
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import anyio
 
@@ -45,25 +47,52 @@ class _CallSoon:
     """Flushes the requests queued for soon from an asyncio ``call_soon`` callback: one
     handle, cancelled when everything queued is taken back (a release folded)."""
 
-    __slots__ = ("_flush", "_handle", "_loop")
+    __slots__ = ("_flush", "_handle", "_loop", "_ready")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, flush: Callable[[], None]) -> None:
         self._loop = loop
         self._flush = flush
         self._handle: asyncio.Handle | None = None
+        # The loop's queue of ready callbacks (asyncio's own loop; None for another).
+        ready = getattr(loop, "_ready", None)
+        self._ready: collections.deque[object] | None = (
+            ready if isinstance(ready, collections.deque) else None
+        )
 
     def schedule(self) -> None:
         if self._handle is None:
             self._handle = self._loop.call_soon(self._run)
 
     def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
+        handle = self._handle
+        if handle is not None:
+            handle.cancel()
             self._handle = None
+            # A cancelled callback left in the ready queue costs the loop one more turn (a
+            # zero-timeout poll) before it waits for the reply: the usual fold, in the same
+            # step as the release, finds ours last in the queue.
+            ready = self._ready
+            if ready and ready[-1] is handle:
+                ready.pop()
 
     def _run(self) -> None:
         self._handle = None
         self._flush()
+
+
+class FutureWaker(asyncio.Future[None]):
+    """asyncio's reply waiter: a bare future, awaited directly (an ``asyncio.Event`` makes
+    a future and a coroutine more per request). A cancelled caller cancels it: ``set()``
+    then does nothing."""
+
+    __slots__ = ()
+
+    def set(self) -> None:
+        if not self.done():
+            self.set_result(None)
+
+    def wait(self) -> asyncio.Future[None]:
+        return self
 
 
 class _FlushTask:
@@ -121,7 +150,7 @@ class SessionLifecycle(SessionCore):
             new_waker = trio.Event
         else:
             scheduler, self._flush_task = _CallSoon(loop, self._write_soon), None
-            new_waker = asyncio.Event
+            new_waker = partial(FutureWaker, loop=loop)
         super().__init__(
             chroot=chroot,
             session_timeout=session_timeout,

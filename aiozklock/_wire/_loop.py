@@ -54,8 +54,11 @@ class LoopGuard:
 
     def check(self) -> None:
         """Raise ``UsageError`` unless called in the owning thread's owning event loop."""
-        if threading.get_ident() == self._thread and _running_loop() is self._loop:
-            return
+        if threading.get_ident() == self._thread:
+            # Every request's path: asyncio's loop without a Python call, then the full check.
+            loop = asyncio._get_running_loop()
+            if (loop if loop is not None else _running_loop()) is self._loop:
+                return
         raise UsageError(self._misuse())
 
     def _misuse(self) -> str:

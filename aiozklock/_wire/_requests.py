@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from aiozklock._exceptions import AiozklockError, ConnectionLoss
@@ -27,12 +27,12 @@ ReplyCallback = Callable[[Any, "AiozklockError | None"], None]
 
 
 class Waker(Protocol):
-    """What a caller waiting for a reply waits on (the shell gives an ``anyio.Event``); the
-    core only sets it."""
+    """What a caller waiting for a reply waits on (the shell gives the backend's: a bare
+    future on asyncio, ``trio.Event`` on trio); the core only sets it."""
 
     def set(self) -> None: ...
 
-    async def wait(self) -> object: ...
+    def wait(self) -> Awaitable[object]: ...
 
 
 class Pending:

@@ -53,6 +53,7 @@ from aiozklock._wire._ops import close_op
 from aiozklock._wire._outgoing import Release
 from aiozklock._wire._records import Op, Watcher
 from aiozklock._wire._requests import Pending, ReplyCallback
+from aiozklock._wire._tasks import Tasks
 
 T = TypeVar("T")
 
@@ -84,6 +85,7 @@ class Session(SessionLifecycle):
             max_request_bytes=max_request_bytes,
         )
         self.check_loop = LoopGuard().check  # raises UsageError outside the owning loop
+        self.tasks = Tasks()  # the backend's task lookup and checkpoints, chosen once
 
     # ---------------------------------------------------------------- public surface
 
@@ -106,7 +108,7 @@ class Session(SessionLifecycle):
         if len(op.body) > self._max_body:
             self._refuse_oversized((op,))
         # Requests are written without yielding: a caller cancelled already sends nothing.
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await self.tasks.checkpoint_if_cancelled()
         (pending,) = await self._submit((op,), generation, wait_until)
         await self._await_replies((pending,))
         if pending.error is not None:
@@ -134,9 +136,18 @@ class Session(SessionLifecycle):
         for op in ops:  # the check inline: this is every acquire's path
             if len(op.body) > limit:
                 self._refuse_oversized(ops)
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        pendings = await self._submit(ops, generation, wait_until)
-        await self._await_replies(pendings)
+        await self.tasks.checkpoint_if_cancelled()
+        # Connected (nearly always): written at once, without _submit's coroutine.
+        pendings = self._send_now(ops, generation)
+        if pendings is None:
+            pendings = await self._submit(ops, generation, wait_until)
+        last = pendings[-1].event
+        assert last is not None  # sent to be awaited
+        try:  # _await_replies, inline: every acquire waits here
+            await last.wait()
+        except BaseException:
+            self.forget(pendings)
+            raise
         return [p.error if p.error is not None else p.result for p in pendings]
 
     async def wait_connected(

@@ -40,10 +40,10 @@ class Identity:
     """Our nodes' data: who queued (identifier, host, pid, task), as JSON. When is the
     node's own creation time."""
 
-    __slots__ = ("_head", "_last")
+    __slots__ = ("_identifier", "_last")
 
     def __init__(self, identifier: str | None) -> None:
-        self._head = {"identifier": identifier, "host": _HOST, "pid": os.getpid()}
+        self._identifier = identifier  # the rest is built when needed: one object per lock
         self._last: tuple[str | None, bytes] | None = None  # a lock's task rarely changes
 
     def data(self, task_name: str | None, **extra: str) -> bytes:
@@ -51,7 +51,8 @@ class Identity:
         last = self._last
         if last is not None and last[0] == task_name and not extra:
             return last[1]
-        fields = {**self._head, "task": task_name, **extra}
+        head = {"identifier": self._identifier, "host": _HOST, "pid": os.getpid()}
+        fields = {**head, "task": task_name, **extra}
         data = validate_data(_ENCODE(fields).encode())
         if not extra:
             self._last = (task_name, data)

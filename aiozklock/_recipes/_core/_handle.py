@@ -27,6 +27,7 @@ from aiozklock._wire._validation import validate_flag, validate_timeout
 if TYPE_CHECKING:
     from aiozklock._recipes._core._holding import Holding
     from aiozklock._recipes._core._primitive import Primitive
+    from aiozklock._wire._tasks import TaskRef
 
 H = TypeVar("H", bound="Handle")
 
@@ -120,7 +121,7 @@ class AcquireContext(Coroutine[Any, Any, None], Generic[H]):
         self._handle._session.check_loop()
         assert self._scope is not None
         scope, self._scope = self._scope, None
-        task_id = anyio.get_current_task().id
+        task_id = self._handle._session.tasks.current_id()
         await self._handle._exit_body(scope, exc_type, exc, tb, task_id, confirm)
 
 
@@ -151,6 +152,7 @@ class Handle(metaclass=_FactoryMade):
       (with ``why`` at the end of its message).
     """
 
+    __slots__ = ()  # a recipe object's own attributes are slots too, down to ``Lock``
     __signature__ = inspect.Signature()  # help() shows no private constructor
 
     _session: Session
@@ -168,7 +170,7 @@ class Handle(metaclass=_FactoryMade):
     # ---------------------------------------------------------------- what a handle implements
 
     @abstractmethod
-    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
+    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
         """Take it for ``task`` (the current one if None) within ``limit`` seconds."""
 
     @abstractmethod
@@ -218,7 +220,7 @@ class Handle(metaclass=_FactoryMade):
         why = ", so it cannot guard a write"
         engine = self._held_engine(why)
         holding = engine._holding
-        if holding is None or not engine._held_by_task(anyio.get_current_task().id):
+        if holding is None or not engine._held_by_task(self._session.tasks.current_id()):
             raise NotLockOwner(f"the current task does not hold the {self._label}{why}")
         if holding.lost or holding.generation != self._session.generation:
             stale = StaleFencingToken(resource, holding.token)
@@ -278,10 +280,10 @@ class Handle(metaclass=_FactoryMade):
         ``InvalidArgument`` for a non-bool ``confirm``.
         """
         self._session.check_loop()
-        await self._release(anyio.get_current_task().id, validate_flag("confirm", confirm))
+        await self._release(self._session.tasks.current_id(), validate_flag("confirm", confirm))
 
     async def __aenter__(self) -> Self:
-        task = anyio.get_current_task()
+        task = self._session.tasks.current()
         await self._acquire(None, task)
         self._push_body(task.id)
         return self
@@ -293,7 +295,7 @@ class Handle(metaclass=_FactoryMade):
         tb: TracebackType | None,
     ) -> None:
         self._session.check_loop()
-        task_id = anyio.get_current_task().id
+        task_id = self._session.tasks.current_id()
         await self._exit_body(self._pop_body(task_id), exc_type, exc, tb, task_id)
 
     @property

@@ -8,7 +8,7 @@ trusted under the client's loss policy, and leaves the nodes to the janitor.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import anyio
@@ -24,7 +24,7 @@ LossPolicy = Literal["suspended", "expired"]
 LOSS_POLICIES: tuple[LossPolicy, ...] = ("suspended", "expired")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # thousands may be held at once
 class Holding:
     """One acquisition: our node(s), the session generation they live in, the fencing token
     (czxid), and the cancel scopes of the bodies to cancel if it can no longer be trusted.
@@ -38,7 +38,7 @@ class Holding:
     generation: int
     token: int
     guarded: bool = False
-    scopes: list[anyio.CancelScope] = field(default_factory=list)
+    scopes: list[anyio.CancelScope] | None = None  # made with the first body (acquire(): none)
     lost: bool = False
     lost_reason: str = ""
     observer: RecipeObserver | None = None
@@ -52,7 +52,7 @@ class Holding:
             return False
         self.lost = True
         self.lost_reason = reason
-        for scope in self.scopes:
+        for scope in self.scopes or ():
             scope.cancel()
         if self.observer is not None:
             self.observer.lost(cause)

@@ -19,14 +19,15 @@ from types import TracebackType
 from typing import Protocol
 
 import anyio
-import anyio.lowlevel
 
 from aiozklock._acl import ACL
 from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner, shorten
+from aiozklock._recipes._core._gate import LocalGate
 from aiozklock._recipes._core._handle import Handle, _task_ended
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._wire._session import Session
+from aiozklock._wire._tasks import TaskRef
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class Registry(Protocol):
     @property
     def order(self) -> object | None: ...
 
-    def check(self, primitive: Primitive, task: anyio.TaskInfo, limit: float | None) -> None: ...
+    def check(self, primitive: Primitive, task: TaskRef, limit: float | None) -> None: ...
 
     def held(self, primitive: Primitive, task_id: int) -> None: ...
 
@@ -71,6 +72,28 @@ class Primitive(Handle):
     recipe's description entry's: the factory that makes it gives it to the registry.)
     """
 
+    # Slots: thousands of held locks are thousands of these (a subclass without slots of
+    # its own still gets a ``__dict__`` for its attributes).
+    __slots__ = (
+        "__weakref__",  # the client's registry holds its objects weakly
+        "_acquisitions",
+        "_bodies",
+        "_depth",
+        "_granted_at",
+        "_holding",
+        "_label",
+        "_last_wait",
+        "_local",
+        "_losses",
+        "_monitor",
+        "_observer",
+        "_owner",
+        "_paths",
+        "_registry",
+        "_session",
+        "acl",
+    )
+
     _lost_error: type[LockLost] = LockLost  # what a loss raises (election: LeadershipLost)
 
     def __init__(
@@ -89,18 +112,17 @@ class Primitive(Handle):
         self._registry: Registry | None = None
         self._observer: RecipeObserver | None = None  # set by the registry, with telemetry
         self._granted_at = 0.0  # time.monotonic() of the grant (kept only with an observer)
-        # One holding per object: local tasks queue here, FIFO. A semaphore, not a lock, so
-        # that an orphaned holding can be given back from another task.
-        self._local = anyio.Semaphore(1, max_value=1)
-        self._owner: anyio.TaskInfo | None = None
+        # One holding per object: local tasks queue here, FIFO.
+        self._local = LocalGate()
+        self._owner: TaskRef | None = None
         self._depth = 0
         self._holding: Holding | None = None
         self._acquisitions = 0
         self._losses = 0
         self._last_wait: float | None = None
-        # The cancel scopes of ``async with`` bodies, per task: nested ones exit in LIFO order
-        # within their task.
-        self._body_scopes: dict[int, list[anyio.CancelScope]] = {}
+        # The cancel scopes of ``async with`` bodies, with their task's id: nested ones exit
+        # in LIFO order within their task. Usually the owner's only: one stack, no dict.
+        self._bodies: list[tuple[int, anyio.CancelScope]] | None = None  # made with the first
 
     # ---------------------------------------------------------------- what a recipe supplies
 
@@ -155,22 +177,25 @@ class Primitive(Handle):
         return self
 
     def _push_body(self, task_id: int) -> None:
-        # Only the owning task enters bodies, and nested ones exit in LIFO order: a stack works.
-        self._body_scopes.setdefault(task_id, []).append(self._enter_body())
+        if self._bodies is None:
+            self._bodies = []
+        self._bodies.append((task_id, self._enter_body()))
 
     def _pop_body(self, task_id: int) -> anyio.CancelScope:
-        scopes = self._body_scopes[task_id]
-        scope = scopes.pop()
-        if not scopes:
-            del self._body_scopes[task_id]
-        return scope
+        bodies = self._bodies or []
+        # The innermost is the task's own, unless it released inside its body and another
+        # task entered one since.
+        for index in range(len(bodies) - 1, -1, -1):
+            if bodies[index][0] == task_id:
+                return bodies.pop(index)[1]
+        raise KeyError(task_id)
 
     # ---------------------------------------------------------------- acquire and release
 
-    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
+    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
         self._session.check_loop()
         if task is None:
-            task = anyio.get_current_task()
+            task = self._session.tasks.current()
         if self._owner is not None:
             if self._orphaned():
                 await self._reap_orphan()  # it would block us forever
@@ -182,7 +207,7 @@ class Primitive(Handle):
                 return
         await self._take_anew(limit, task)
 
-    async def _take_anew(self, limit: float | None, task: anyio.TaskInfo) -> None:
+    async def _take_anew(self, limit: float | None, task: TaskRef) -> None:
         """A new holding for ``task`` (not a reentry): the cross-lock deadlock check (for an
         unbounded wait: a bounded one simply times out) and the lock-order check (if on),
         the acquisition, observed."""
@@ -197,7 +222,7 @@ class Primitive(Handle):
             self._registry.held(self, task.id)
 
     async def _obtain_observed(
-        self, limit: float | None, task: anyio.TaskInfo, observer: RecipeObserver
+        self, limit: float | None, task: TaskRef, observer: RecipeObserver
     ) -> None:
         attempt = observer.acquiring()
         started = time.monotonic()
@@ -215,7 +240,7 @@ class Primitive(Handle):
         None for a recipe without a queue."""
         return None
 
-    async def _obtain(self, limit: float | None, task: anyio.TaskInfo) -> None:
+    async def _obtain(self, limit: float | None, task: TaskRef) -> None:
         """Wait for this process's other tasks, then take the resource (see ``_acquire``)."""
         started = time.monotonic()
         deadline = None if limit is None else started + limit
@@ -249,8 +274,9 @@ class Primitive(Handle):
 
     async def _release(self, task_id: int, confirm: bool = False) -> None:
         holding = self._holding
-        # An ended owner's task id may have been reused by the caller: not the owner either.
-        if self._owner is None or self._owner.id != task_id or self._orphaned():
+        # The owner's ``TaskRef`` keeps its task alive, so no other task can have its id:
+        # the same id is the owner itself, still running.
+        if self._owner is None or self._owner.id != task_id:
             orphan = await self._reap_orphan()
             detail = f" (task {orphan!r} held it, ended without releasing it: released now)"
             raise NotLockOwner(
@@ -284,7 +310,7 @@ class Primitive(Handle):
             self._drop(holding)
             self._local.release()
         # The give-back was shielded; a cancellation that arrived meanwhile is delivered now.
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await self._session.tasks.checkpoint_if_cancelled()
 
     def _held_by_task(self, task_id: int) -> bool:
         """Whether the task ``task_id`` holds it (lost or not) and has not ended (an ended
@@ -310,7 +336,7 @@ class Primitive(Handle):
             owner.name,
             owner.id,
         )
-        self._body_scopes.pop(owner.id, None)
+        self._bodies = [body for body in self._bodies or () if body[0] != owner.id]
         assert self._holding is not None
         with contextlib.suppress(LockLost):  # lost: the loss policy left it to the janitor
             await self._let_go(self._holding, owner.id)
@@ -321,7 +347,9 @@ class Primitive(Handle):
     def _enter_body(self) -> anyio.CancelScope:
         holding = self._holding
         assert holding is not None
-        scope = anyio.CancelScope()
+        scope = self._session.tasks.cancel_scope()
+        if holding.scopes is None:
+            holding.scopes = []
         holding.scopes.append(scope)
         scope.__enter__()
         if holding.lost:
@@ -341,9 +369,9 @@ class Primitive(Handle):
         # The scope swallows only a cancellation of its own, made by a loss; then _release
         # raises the loss, which replaces it.
         swallowed = bool(scope.__exit__(exc_type, exc, tb))
-        if holding is not None and scope in holding.scopes:
+        if holding is not None and holding.scopes and scope in holding.scopes:
             holding.scopes.remove(scope)
-        cancelled = anyio.get_cancelled_exc_class()
+        cancelled = self._session.tasks.cancelled
         outer_cancel = exc_type is not None and issubclass(exc_type, cancelled) and not swallowed
         try:
             await self._release(task_id, confirm)

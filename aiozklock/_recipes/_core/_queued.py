@@ -21,6 +21,8 @@ class QueuedPrimitive(Primitive):
     """A recipe whose holding is our place at the head of one or more queues (the mutex,
     the multi-lock, election): the queue engine does the work, with ``decide``."""
 
+    __slots__ = ("_identity", "_queue")
+
     def __init__(
         self,
         session: Session,

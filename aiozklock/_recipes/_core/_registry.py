@@ -10,16 +10,15 @@ accumulate. With telemetry, each object gets its observer here, once.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol, TypeVar
-
-import anyio
 
 from aiozklock._acl import ACL
 from aiozklock._exceptions import UsageError
 from aiozklock._recipes._core._observe import Observer, RecipeObserver
 from aiozklock._recipes._core._order import LockOrder
 from aiozklock._recipes._core._primitive import Primitive, Registry
+from aiozklock._wire._tasks import TaskRef
 
 P = TypeVar("P", bound="Registered")
 
@@ -47,7 +46,9 @@ class Recipes:
         self._objects: weakref.WeakValueDictionary[Hashable, Registered] = (
             weakref.WeakValueDictionary()
         )
-        self._held_by: dict[int, list[Primitive]] = {}  # task id -> what it holds
+        # task id -> what it holds: the object itself while it is the only one (the usual
+        # case, and one list less per held lock), else a list in acquisition order
+        self._held_by: dict[int, Primitive | list[Primitive]] = {}
 
     def get(
         self,
@@ -80,7 +81,7 @@ class Recipes:
         self._objects[(cls, key)] = made
         return made
 
-    def check(self, primitive: Primitive, task: anyio.TaskInfo, limit: float | None) -> None:
+    def check(self, primitive: Primitive, task: TaskRef, limit: float | None) -> None:
         """Before ``task`` takes ``primitive`` anew, waiting up to ``limit`` seconds (None:
         without a timeout; only then is it called when the lock-order check is off).
 
@@ -90,13 +91,13 @@ class Recipes:
         mode (see ``_order.py``)."""
         task_id = task.id
         if limit is None:
-            for other in self._held_by.get(task_id, ()):
-                # An ended task's id may be reused: what that task held is not the caller's.
-                if other is primitive or not other._held_by_task(task_id):
+            paths = frozenset(primitive._paths)
+            for other in self._held(task_id):
+                # The path test first: a task may hold thousands, nearly all elsewhere. An
+                # ended task's id may be reused: what that task held is not the caller's.
+                if paths.isdisjoint(other._paths) or other is primitive:
                     continue
-                if primitive._may_hold_with(other):
-                    continue
-                if set(other._paths) & set(primitive._paths):
+                if other._held_by_task(task_id) and not primitive._may_hold_with(other):
                     raise UsageError(
                         f"this task holds the {other._label} and now acquires the "
                         f"{primitive._label}: it would wait for itself forever. Use one "
@@ -107,31 +108,46 @@ class Recipes:
         if self.order is not None and limit != 0 and task_id in self._held_by:
             self._check_order(self.order, primitive, task)
 
-    def _check_order(self, order: LockOrder, primitive: Primitive, task: anyio.TaskInfo) -> None:
+    def _check_order(self, order: LockOrder, primitive: Primitive, task: TaskRef) -> None:
         held = [
             other
-            for other in self._held_by.get(task.id, ())
+            for other in self._held(task.id)
             if other is not primitive and other._held_by_task(task.id)
         ]
         if held:
             order.check(primitive, held, task.name)
 
+    def _held(self, task_id: int) -> Sequence[Primitive]:
+        held = self._held_by.get(task_id)
+        return () if held is None else held if isinstance(held, list) else (held,)
+
     def held(self, primitive: Primitive, task_id: int) -> None:
         """``primitive`` is now held by the task: keep it alive until released."""
-        self._held_by.setdefault(task_id, []).append(primitive)
+        held = self._held_by.get(task_id)
+        if held is None:
+            self._held_by[task_id] = primitive
+        elif isinstance(held, list):
+            held.append(primitive)
+        else:
+            self._held_by[task_id] = [held, primitive]
 
     def released(self, primitive: Primitive, task_id: int) -> None:
         """``primitive`` was released by (or for) the task."""
         held = self._held_by.get(task_id)
-        if held is not None:
-            held.remove(primitive)
+        if held is primitive:
+            del self._held_by[task_id]
+        elif isinstance(held, list):
+            if held[-1] is primitive:  # released in reverse order, as nested ones are
+                held.pop()
+            else:
+                held.remove(primitive)
             if not held:
                 del self._held_by[task_id]
 
     async def reap_orphans(self) -> None:
         """Release what tasks that ended without releasing still hold (logged as errors)."""
         for held in list(self._held_by.values()):
-            for primitive in list(held):
+            for primitive in list(held) if isinstance(held, list) else [held]:
                 await primitive._reap_orphan()
 
 

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 
 from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner
 from aiozklock._recipes._core._handle import _task_ended
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._recipes._core._waiting import wait_woken
+from aiozklock._wire._tasks import TaskRef
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 class _Holder:
     """A task holding the shared holding: its reentrancy depth, and when it joined."""
 
-    task: anyio.TaskInfo
+    task: TaskRef
     depth: int
     since: float  # time.monotonic(), for telemetry
 
@@ -71,7 +71,7 @@ class SharedHolding(Primitive):
 
     # ---------------------------------------------------------------- what a recipe supplies
 
-    def _may_share(self, task: anyio.TaskInfo) -> bool:
+    def _may_share(self, task: TaskRef) -> bool:
         """Whether ``task`` may join the holding now, by local state (no request)."""
         return True
 
@@ -102,10 +102,10 @@ class SharedHolding(Primitive):
 
     # ---------------------------------------------------------------- acquire
 
-    async def _acquire(self, limit: float | None, task: anyio.TaskInfo | None = None) -> None:
+    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
         self._session.check_loop()
         if task is None:
-            task = anyio.get_current_task()
+            task = self._session.tasks.current()
         await self._reap_orphan()  # an ended holder would keep the holding forever
         holder = self._holders.get(task.id)
         if holder is not None:
@@ -116,7 +116,7 @@ class SharedHolding(Primitive):
             return
         await self._take_anew(limit, task)
 
-    async def _obtain(self, limit: float | None, task: anyio.TaskInfo) -> None:
+    async def _obtain(self, limit: float | None, task: TaskRef) -> None:
         """Join the holding, or take it first (see the module docstring)."""
         started = time.monotonic()
         deadline = None if limit is None else started + limit
@@ -134,7 +134,7 @@ class SharedHolding(Primitive):
         self._acquisitions += 1
         self._last_wait = time.monotonic() - started
 
-    async def _join_or_take(self, task: anyio.TaskInfo, deadline: float | None) -> None:
+    async def _join_or_take(self, task: TaskRef, deadline: float | None) -> None:
         """Return when ``self._holding`` is for ``task`` to join (or was just taken by it)."""
         waited_for: _Acquisition | None = None
         while True:
@@ -155,7 +155,7 @@ class SharedHolding(Primitive):
                 changed, deadline, f"{self._label} not acquired in time (shared with other tasks)"
             )
 
-    def _joinable(self, holding: Holding, task: anyio.TaskInfo) -> bool:
+    def _joinable(self, holding: Holding, task: TaskRef) -> bool:
         return not holding.lost and holding is not self._closed and self._may_share(task)
 
     async def _admitted(self, holding: Holding, deadline: float | None) -> bool:
@@ -165,7 +165,7 @@ class SharedHolding(Primitive):
             self._closed = holding
         return False
 
-    async def _take_first(self, task: anyio.TaskInfo, deadline: float | None) -> None:
+    async def _take_first(self, task: TaskRef, deadline: float | None) -> None:
         """Take the resource for the holders to come; the waiting tasks share the grant."""
         acquisition = self._acquiring = _Acquisition()
         try:
@@ -230,7 +230,7 @@ class SharedHolding(Primitive):
             self._giving_back = False
             self._wake()
         # The give-back was shielded; a cancellation that arrived meanwhile is delivered now.
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await self._session.tasks.checkpoint_if_cancelled()
 
     async def _reap_orphan(self) -> str | None:
         """Release the share of every holder task that ended without releasing (logged as
@@ -246,7 +246,7 @@ class SharedHolding(Primitive):
                 holder.task.name,
                 task_id,
             )
-            self._body_scopes.pop(task_id, None)
+            self._bodies = [body for body in self._bodies or () if body[0] != task_id]
             assert self._holding is not None
             with contextlib.suppress(LockLost):  # lost: the loss policy left it to the janitor
                 await self._leave(task_id, holder, self._holding, True)
