@@ -10,7 +10,6 @@ tells listeners about every state change. The request API and ``close`` are ``Se
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import random
 import ssl
@@ -47,17 +46,12 @@ class _CallSoon:
     """Flushes the requests queued for soon from an asyncio ``call_soon`` callback: one
     handle, cancelled when everything queued is taken back (a release folded)."""
 
-    __slots__ = ("_flush", "_handle", "_loop", "_ready")
+    __slots__ = ("_flush", "_handle", "_loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, flush: Callable[[], None]) -> None:
         self._loop = loop
         self._flush = flush
         self._handle: asyncio.Handle | None = None
-        # The loop's queue of ready callbacks (asyncio's own loop; None for another).
-        ready = getattr(loop, "_ready", None)
-        self._ready: collections.deque[object] | None = (
-            ready if isinstance(ready, collections.deque) else None
-        )
 
     def schedule(self) -> None:
         if self._handle is None:
@@ -68,12 +62,6 @@ class _CallSoon:
         if handle is not None:
             handle.cancel()
             self._handle = None
-            # A cancelled callback left in the ready queue costs the loop one more turn (a
-            # zero-timeout poll) before it waits for the reply: the usual fold, in the same
-            # step as the release, finds ours last in the queue.
-            ready = self._ready
-            if ready and ready[-1] is handle:
-                ready.pop()
 
     def _run(self) -> None:
         self._handle = None
