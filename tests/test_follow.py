@@ -233,3 +233,54 @@ async def test_an_acquire_given_up_while_following_leaves_no_node(
         assert not lock.statistics().locked
         assert s.order[:4] == ["B", "C", "A", "D"]  # D granted at A's release
         assert s.order[4:] == [how]
+
+
+# ---------------------------------------------------------------- a re-join proven alone
+
+
+async def test_an_uncontended_rejoin_is_proven_alone_without_a_listing(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    lock = client.lock(PATH)
+    with anyio.fail_after(10):
+        await lock.acquire()  # listed: ours is the only node
+        first = lock.statistics().node
+        proxy.reset_counters()
+        for _ in range(3):
+            await lock.release()  # no yield: folded into the next create
+            await lock.acquire()
+        assert (proxy.count(MULTI), proxy.count(GET_CHILDREN), len(proxy.requests)) == (3, 0, 3)
+        assert lock.statistics().node != first
+        await lock.release()
+    await gone(client, PATH)
+
+
+async def test_a_node_created_since_our_grant_is_seen_and_not_overtaken(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    client = await open_client(proxy)
+    observer = await open_client()
+    lock, other = client.lock(PATH), (await open_client()).lock(PATH)
+    order: list[str] = []
+    other_held = anyio.Event()
+
+    async def contend() -> None:
+        async with other:
+            order.append("other")
+            other_held.set()  # and it releases at once
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await lock.acquire()  # alone, as listed
+            order.append("ours")
+            tg.start_soon(contend)
+            await wait_for_queue(observer, PATH, 2)
+            proxy.reset_counters()
+            await lock.release()  # folded: the new node's number is two past the old one's
+            await lock.acquire()
+            order.append("ours again")
+            await lock.release()
+    assert other_held.is_set()
+    assert order == ["ours", "other", "ours again"]
+    assert proxy.count(GET_CHILDREN) == 1  # not proven alone: listed

@@ -16,6 +16,14 @@ resolution of a create whose reply was lost.
   the listing is deferred until it is gone, when one is needed anyway to know we are first
   (one request less per grant under contention). The hint is only trusted as far as the
   server confirms it: it must exist and be older than our new node; otherwise we list.
+* A join proven alone (``Alone``) sends no listing at all: our last holding was proven to be
+  the only node of the queue (a listing after its create, or this same proof), and this
+  join's create is folded with its delete. ZooKeeper names a sequential node after its
+  parent's child version, which every child create (and nothing else) increments by one; so
+  if our new node's sequence follows the old one's by exactly one, no node was created in
+  between, and none older is left: we are first. The folded delete succeeding proves the
+  old node was still there, so the parent was never empty (never reaped and re-created, which
+  would restart the count). Otherwise we list, one round trip more.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from aiozklock._exceptions import (
 )
 from aiozklock._recipes._core._names import in_sequence_order, nodes_of, sequence_of
 from aiozklock._recipes._core._queue_state import (
+    Alone,
     Hint,
     Listings,
     Names,
@@ -60,6 +69,7 @@ from aiozklock._wire._validation import join
 log = logging.getLogger("aiozklock._recipes._core._queue")
 
 _EPHEMERAL_SEQUENTIAL = CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL
+_WRAP = 1 << 32  # the sequence is the parent's signed 32-bit child version
 
 
 @dataclass(slots=True)
@@ -94,6 +104,7 @@ class Enqueuing(QueueState):
         containers: _Containers | None = None  # once a member path is missing
         guard = None if self._guard is None else self._guard.op
         hint, self.hint = self.hint, None  # for this join's first write only
+        alone, self.alone = self.alone, None
         self.followed = False
         while True:
             generation = self._session.generation
@@ -103,8 +114,9 @@ class Enqueuing(QueueState):
             self._data = ours
             parents = () if containers is None else containers.ops
             follow = self._follow(hint, generation)
-            hint = None
-            reads = self._listing_ops if follow is None else [follow.op]
+            proof = alone if self._provable(alone, folded, generation) else None
+            hint = alone = None
+            reads = [] if proof else self._listing_ops if follow is None else [follow.op]
             sent = Round(generation, deadline, create, folded, parents, guard, reads)
             try:
                 try:
@@ -117,6 +129,8 @@ class Enqueuing(QueueState):
                     return outcome  # a lost reply's nodes, found and adopted
                 self._guarded = outcome.guarded
                 if self._adopt_created(outcome.created, generation, len(folded)):
+                    if proof is not None:
+                        return await self._after_proof(proof, deadline)
                     if follow is not None:
                         return await self._after_follow(follow, outcome.listings[0], deadline)
                     return await self._listed(outcome.listings, generation, deadline)
@@ -133,6 +147,25 @@ class Enqueuing(QueueState):
         if len(complete) == len(listings):
             return dict(zip(self.members, complete, strict=True))
         return await self._relist(listings, generation, deadline)
+
+    def _provable(self, alone: Alone | None, folded: Names, generation: int) -> bool:
+        """Whether this join can be proven alone (see the module docstring): the old node
+        proven alone is the one whose delete is folded into this create, in its session."""
+        return (
+            alone is not None
+            and alone.generation == generation
+            and self._guard is None
+            and list(folded) == [(self.members[0], alone.name)]
+        )
+
+    async def _after_proof(self, alone: Alone, deadline: float | None) -> Listings:
+        """After a join that may be proven alone: our node alone if its sequence follows the
+        old one's by one (no node created in between), else the queue listed."""
+        member = self.members[0]
+        ours = self.nodes[member]
+        if (sequence_of(ours) - sequence_of(alone.name)) % _WRAP == 1:
+            return {member: [ours]}
+        return {member: await self.list_children(member, self.generation, deadline)}
 
     def _follow(self, hint: Hint | None, generation: int) -> _Follow | None:
         """The existence watch to write instead of the listing, if ``hint`` can be followed
@@ -241,9 +274,10 @@ class Enqueuing(QueueState):
     def _missing(self, failed: str, listings: Sequence[object]) -> list[str]:
         """The member whose create failed, and any whose listing says it is missing (the
         listing may also find a path another session created meanwhile)."""
+        padded = [*listings, *[None] * len(self.members)]  # a join proven alone lists nothing
         return [
             member
-            for member, listing in zip(self.members, listings, strict=True)
+            for member, listing in zip(self.members, padded)  # noqa: B905 (padded is longer)
             if member == failed or isinstance(listing, NoNodeError)
         ]
 

@@ -38,7 +38,7 @@ class Decision:
     children: bool = False
     mark: bool = False
     newest: str | None = field(default=None, compare=False)
-    behind: int = field(default=0, compare=False)
+    behind: int | None = field(default=None, compare=False)  # None: not counted
 
 
 Decide = Callable[[Iterable[str], str, str], Decision]
@@ -56,7 +56,7 @@ class Step:
     waits: dict[str, Decision]
     mark: bool = False  # held: mark our nodes (see ``Decision.mark``)
     newest: str | None = None  # held in one queue: see ``Decision.newest``
-    behind: int = 0
+    behind: int | None = None
 
 
 def plan(listings: dict[str, list[str]], nodes: dict[str, str], guid: str, decide: Decide) -> Step:

@@ -33,7 +33,7 @@ from aiozklock._recipes._core._give_back import GivingBack
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._names import node_prefix
 from aiozklock._recipes._core._plan import Step, plan
-from aiozklock._recipes._core._queue_state import Guard, Hint, Listings, Replies, Round
+from aiozklock._recipes._core._queue_state import Alone, Guard, Hint, Listings, Replies, Round
 from aiozklock._recipes._core._queue_wait import Waiting
 from aiozklock._recipes._core._retry import RETRY, refused
 from aiozklock._wire._protocol import Created, CreateMode, create_op, exists_op
@@ -64,6 +64,7 @@ class Queue(Enqueuing, Waiting, GivingBack):
 
     async def _take(self, deadline: float | None, data: Callable[[], bytes]) -> Holding:
         listings: Listings | None = None
+        self.handed_off = False
         while True:
             try:
                 enqueued = listings is None
@@ -77,11 +78,16 @@ class Queue(Enqueuing, Waiting, GivingBack):
                     self.ahead = max([d.ahead for d in waits.values()]) if waits else 0
                 if step.held and not (step.stale or step.requeue):
                     break
+                self.handed_off = False
                 listings = await self._next(step, listings, deadline)
             except SessionExpired:
                 listings = None  # our nodes' session is gone: queue again in the new one
         if step.newest is not None:
-            self.hint = Hint(step.newest, step.behind, self.generation)
+            self.hint = Hint(step.newest, step.behind or 0, self.generation)
+        elif step.behind == 0 and not self.handed_off:
+            # Nothing behind us, as listed. (After a hand-off nobody listed what is behind:
+            # a proof would then likely fail and cost a listing. It stays sound either way.)
+            self.alone = Alone(self.nodes[self.members[0]], self.generation)
         if step.mark:
             self._mark()
         assert self.token is not None

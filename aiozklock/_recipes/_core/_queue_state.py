@@ -57,6 +57,14 @@ class Hint(NamedTuple):
     generation: int
 
 
+class Alone(NamedTuple):
+    """Our node ``name``, in session ``generation``, proven the only node of its queue when
+    we were granted (see ``_enqueue.py``)."""
+
+    name: str
+    generation: int
+
+
 class Replies(NamedTuple):
     """The replies to a ``Round``, each under the name of its request (a reply is the
     request's result, or the exception it failed with)."""
@@ -138,6 +146,8 @@ class QueueState:
         self.ahead = 0  # contenders queued before us when we last joined (for telemetry)
         self.hint: Hint | None = None  # for the next join (see ``_enqueue.py``)
         self.followed = False  # the last join waited on its hint
+        self.alone: Alone | None = None  # for the next join (see ``_enqueue.py``)
+        self.handed_off = False  # the last wait ended in a direct hand-off (no listing)
 
     # ---------------------------------------------------------------- identity
 
@@ -243,4 +253,14 @@ class QueueState:
             self._janitor.delete(join(member, name), generation)
 
 
-__all__ = ("NOT_WRITTEN", "Guard", "Hint", "Listings", "Names", "QueueState", "Replies", "Round")
+__all__ = (
+    "NOT_WRITTEN",
+    "Alone",
+    "Guard",
+    "Hint",
+    "Listings",
+    "Names",
+    "QueueState",
+    "Replies",
+    "Round",
+)

@@ -83,6 +83,7 @@ class Waiting(QueueState):
                 and session.generation == generation
             ):
                 listings[member] = [self.nodes[member]]
+                self.handed_off = True  # first, but nothing is known of the nodes behind
             else:
                 listings[member] = await self.list_children(member, generation, deadline)
 
