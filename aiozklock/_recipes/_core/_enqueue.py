@@ -95,6 +95,8 @@ class _Follow:
 class Enqueuing(QueueState):
     """The queue engine's enqueue (see the module docstring)."""
 
+    __slots__ = ()
+
     async def _enqueue(self, deadline: float | None, data: Callable[[], bytes]) -> Listings:
         """Create our nodes and list the queues, in one round trip. Returns the listings.
 

@@ -39,6 +39,8 @@ from aiozklock._wire._validation import join
 class GivingBack(QueueState):
     """The queue engine's release and cleanup (see the module docstring)."""
 
+    __slots__ = ()
+
     def _mark(self) -> None:
         """Granted with a successor that may wait for our grant: change our node's data (to
         the same bytes), which fires the successor's watch. Written with the next request,

@@ -49,6 +49,8 @@ class Queue(Enqueuing, Waiting, GivingBack):
     recipe's local lock serialises its tasks).
     """
 
+    __slots__ = ()
+
     async def take(self, deadline: float | None, data: Callable[[], bytes]) -> Holding:
         """Queue on every member and wait until first on all; returns the holding.
 

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from aiozklock._acl import ACL
 from aiozklock._exceptions import ConnectionLoss, InvalidArgument, NoNodeError, SessionExpired
@@ -26,6 +26,9 @@ from aiozklock._wire._outgoing import Release
 from aiozklock._wire._protocol import Op, delete_op, encode_acl, get_children_op
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join
+
+if TYPE_CHECKING:
+    from aiozklock._recipes._core._queue_wait import _ChildWatch
 
 R = TypeVar("R")
 
@@ -111,6 +114,36 @@ class QueueState:
     recipe's local lock serialises its tasks).
     """
 
+    # One per lock object, alive while it is: slots, and nothing kept that a message or a
+    # listing can build when needed (a held lock's memory, issue 22).
+    __slots__ = (
+        "__weakref__",
+        "_acl",
+        "_armed",
+        "_data",
+        "_deadline",
+        "_decide",
+        "_give_back",
+        "_guard",
+        "_guarded",
+        "_in_doubt",
+        "_janitor",
+        "_label",
+        "_marker",
+        "_prefixes",
+        "_session",
+        "ahead",
+        "alone",
+        "followed",
+        "generation",
+        "guid",
+        "handed_off",
+        "hint",
+        "members",
+        "nodes",
+        "token",
+    )
+
     def __init__(
         self,
         session: Session,
@@ -132,11 +165,8 @@ class QueueState:
         self._janitor = janitor
         self._decide = decide
         self._label = label
-        self._late = f"{label} not acquired in time"  # a timed-out wait's message
         self.nodes: dict[str, str] = {}  # member -> our node's name, while queued or holding
-        # Built once (the hot path): the members' listings, and our create prefixes per GUID.
-        self._listing_ops = [get_children_op(session.server_path(m)) for m in self.members]
-        self._set_guid(uuid.uuid4().hex)
+        self._set_guid(uuid.uuid4().hex)  # and our create prefixes (the hot path)
         self.generation = -1
         self.token: int | None = None
         self._in_doubt = False  # a create was written and its outcome is unknown
@@ -148,6 +178,18 @@ class QueueState:
         self.followed = False  # the last join waited on its hint
         self.alone: Alone | None = None  # for the next join (see ``_enqueue.py``)
         self.handed_off = False  # the last wait ended in a direct hand-off (no listing)
+        self._armed: _ChildWatch | None = None  # a child watch kept between the waits
+
+    @property
+    def _late(self) -> str:
+        """A timed-out wait's message."""
+        return f"{self._label} not acquired in time"
+
+    @property
+    def _listing_ops(self) -> list[Op[list[str]]]:
+        """Every member's getChildren (a join proven alone needs none: built when listed)."""
+        server_path = self._session.server_path
+        return [get_children_op(server_path(m)) for m in self.members]
 
     # ---------------------------------------------------------------- identity
 

@@ -35,7 +35,7 @@ class _ChildWatch:
 class Waiting(QueueState):
     """The queue engine's waits (see the module docstring)."""
 
-    _armed: _ChildWatch | None = None  # kept between the waits of one acquire
+    __slots__ = ()
 
     async def _wait(
         self, waits: dict[str, Decision], listings: Listings, deadline: float | None
