@@ -42,19 +42,27 @@ async def hold_all(
     zk: aiozklock.ZooKeeperClient,
     params: Params,
     while_held: Callable[[], Awaitable[None]],
+    before: Callable[[], Awaitable[None]] | None = None,
 ) -> tuple[int, int, int]:
     """Acquire ``locks`` locks with ``threads`` tasks (task ``t`` takes every lock ``i``
     with ``i % threads == t``), call ``while_held`` once all are held, then release all.
-    Returns (locks held at once, acquire ns, release ns); the time of ``while_held`` is
-    in neither."""
+    ``before`` is called once every task exists (with its exit stack) and waits to begin,
+    so that a measurement there leaves the tasks' own memory out. Returns (locks held at
+    once, acquire ns, release ns); the time of ``before`` and ``while_held`` is in
+    neither."""
     tasks = max(1, min(params.threads, params.locks))
-    held = 0
+    held = started = 0
+    all_started, go = anyio.Event(), anyio.Event()
     all_held = anyio.Event()
     release_now = anyio.Event()
 
     async def holder(first: int) -> None:
-        nonlocal held
+        nonlocal held, started
         async with AsyncExitStack() as stack:
+            started += 1
+            if started == tasks:
+                all_started.set()
+            await go.wait()
             for index in range(first, params.locks, tasks):
                 await stack.enter_async_context(zk.lock(lock_path(params, index)))
                 held += 1
@@ -62,10 +70,14 @@ async def hold_all(
                 all_held.set()
             await release_now.wait()
 
-    start = time.monotonic_ns()
     async with anyio.create_task_group() as group:
         for first in range(tasks):
             group.start_soon(holder, first)
+        await all_started.wait()
+        if before is not None:
+            await before()
+        start = time.monotonic_ns()
+        go.set()
         await all_held.wait()
         acquired = time.monotonic_ns()
         count = held
@@ -83,19 +95,23 @@ def settled_rss_kib() -> int:
 
 
 async def scale(params: Params, gate: Gate) -> Result:
-    """RSS before (connected, one lock cycle done, collected), while all ``locks`` are held
-    (collected), and after all are released; the time to acquire and to release them."""
+    """RSS before (connected, one lock cycle done, the tasks started; collected), while all
+    ``locks`` are held (collected), and after all are released; the time to acquire and to
+    release them."""
     async with aiozklock.connect(params.hosts, session_timeout=SESSION_TIMEOUT) as zk:
         async with zk.lock(f"{params.path}/warm-up"):
             pass
         await gate.aready()
-        rss_before = settled_rss_kib()
         rss: dict[str, int] = {}
+
+        async def start() -> None:  # the tasks exist: their memory is not the locks'
+            rss["before"] = settled_rss_kib()
 
         async def probe() -> None:
             rss["held"] = settled_rss_kib()
 
-        held, acquire_ns, release_ns = await hold_all(zk, params, probe)
+        held, acquire_ns, release_ns = await hold_all(zk, params, probe, start)
+        rss_before = rss["before"]
         rss_after = settled_rss_kib()
         gate.measured()
     return {
@@ -117,17 +133,20 @@ async def breakdown(hosts: str, locks: int, path: str, top: int = 15) -> str:
     async with aiozklock.connect(hosts, session_timeout=SESSION_TIMEOUT) as zk:
         async with zk.lock(f"{path}/warm-up"):
             pass
-        gc.collect()
         tracemalloc.start(10)
-        before = tracemalloc.take_snapshot()
+        snapshots: list[tracemalloc.Snapshot] = []
+
+        async def start() -> None:
+            gc.collect()
+            snapshots.append(tracemalloc.take_snapshot())
 
         async def probe() -> None:
             gc.collect()
             after = tracemalloc.take_snapshot()
-            lines.extend(_top_growth(before, after, locks, top))
+            lines.extend(_top_growth(snapshots[0], after, locks, top))
             lines.extend(_one_lock_sizes(zk, lock_path(params, 0)))
 
-        await hold_all(zk, params, probe)
+        await hold_all(zk, params, probe, start)
         tracemalloc.stop()
     return "\n".join(lines)
 
