@@ -113,7 +113,6 @@ class Enqueuing(QueueState):
             self.nodes = {}
             ours = data()  # before the take-back: nothing may fail between it and the write
             folded, create = self._fold(generation, ours)
-            self._data = ours
             parents = () if containers is None else containers.ops
             follow = self._follow(hint, generation)
             proof = alone if self._provable(alone, folded, generation) else None

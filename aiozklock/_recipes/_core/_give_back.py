@@ -41,19 +41,15 @@ class GivingBack(QueueState):
 
     __slots__ = ()
 
-    def _mark(self) -> None:
+    def _mark(self, data: bytes) -> None:
         """Granted with a successor that may wait for our grant: change our node's data (to
-        the same bytes), which fires the successor's watch. Written with the next request,
-        no reply awaited; if it cannot be written now or its outcome is unknown, the
-        janitor writes it once reconnected (until then the successor waits for our node's
-        deletion or the mark). NoNode or a lost session: the deletion wakes the successor."""
+        ``data``, the bytes it was created with), which fires the successor's watch. Written
+        with the next request, no reply awaited; if it cannot be written now or its outcome
+        is unknown, the janitor writes it once reconnected (until then the successor waits
+        for our node's deletion or the mark). NoNode or a lost session: the deletion wakes
+        the successor."""
         ((member, name),) = self.nodes.items()
-        session, janitor, generation, data = (
-            self._session,
-            self._janitor,
-            self.generation,
-            self._data,
-        )
+        session, janitor, generation = self._session, self._janitor, self.generation
         node = join(member, name)
         op = set_data_op(session.server_path(node), data)
 

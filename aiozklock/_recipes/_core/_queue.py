@@ -91,7 +91,7 @@ class Queue(Enqueuing, Waiting, GivingBack):
             # a proof would then likely fail and cost a listing. It stays sound either way.)
             self.alone = Alone(self.nodes[self.members[0]], self.generation)
         if step.mark:
-            self._mark()
+            self._mark(data())  # the bytes our node was created with
         assert self.token is not None
         nodes = tuple([join(member, self.nodes[member]) for member in self.members])
         return Holding(nodes, self.generation, self.token)

@@ -120,7 +120,6 @@ class QueueState:
         "__weakref__",
         "_acl",
         "_armed",
-        "_data",
         "_deadline",
         "_decide",
         "_give_back",
@@ -159,7 +158,6 @@ class QueueState:
         self._marker = marker  # our nodes are named <guid><marker><sequence>
         self._guard = guard
         self._guarded: object = None  # the guard's reply at our last enqueue
-        self._data = b""  # our nodes' data at the last enqueue (a mark writes it again)
         self._acl = encode_acl(acl)  # our nodes', and the containers' we create
         self._session = session
         self._janitor = janitor
