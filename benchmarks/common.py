@@ -18,7 +18,8 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -224,3 +225,27 @@ def zookeeper(hosts: str | None) -> Iterator[str]:
         yield cluster.hosts
     finally:
         cluster.close()
+
+
+class RequestCount:
+    """The requests that ``clients`` (each counting its own in a ``requests`` Counter, by
+    method or command) sent between "go" and :meth:`stop`."""
+
+    def __init__(self, clients: Sequence[Any], gate: Gate) -> None:
+        self._clients = list(clients)
+        self._at_go: Counter[str] = Counter()
+        gate.on_go.append(self._start)
+
+    def _total(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for client in self._clients:
+            total.update(client.requests)
+        return total
+
+    def _start(self) -> None:
+        self._at_go = self._total()
+
+    def stop(self) -> dict[str, int]:
+        counts = self._total()
+        counts.subtract(self._at_go)
+        return {name: n for name, n in counts.items() if n}

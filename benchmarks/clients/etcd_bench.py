@@ -33,6 +33,7 @@ from benchmarks.common import (
     SESSION_TIMEOUT,
     Gate,
     Params,
+    RequestCount,
     Result,
     per_request_cycles,
     request_paths,
@@ -166,29 +167,6 @@ async def open_sessions(stack: AsyncExitStack, params: Params, count: int) -> li
         stack.push_async_callback(session.close)
         sessions.append(session)
     return sessions
-
-
-class RequestCount:
-    """The gRPC requests the sessions sent between "go" and :meth:`stop`."""
-
-    def __init__(self, sessions: list[EtcdSession], gate: Gate) -> None:
-        self._sessions = sessions
-        self._at_go: Counter[str] = Counter()
-        gate.on_go.append(self._start)
-
-    def _total(self) -> Counter[str]:
-        total: Counter[str] = Counter()
-        for session in self._sessions:
-            total.update(session.requests)
-        return total
-
-    def _start(self) -> None:
-        self._at_go = self._total()
-
-    def stop(self) -> dict[str, int]:
-        counts = self._total()
-        counts.subtract(self._at_go)
-        return {method: n for method, n in counts.items() if n}
 
 
 async def uncontended(params: Params, gate: Gate) -> Result:

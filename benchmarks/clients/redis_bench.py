@@ -24,6 +24,7 @@ from benchmarks.common import (
     SESSION_TIMEOUT,
     Gate,
     Params,
+    RequestCount,
     Result,
     per_request_cycles,
     request_paths,
@@ -58,29 +59,6 @@ class CountingRedis(redis.asyncio.Redis):
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         self.requests[str(args[0]).lower()] += 1
         return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
-
-
-class RequestCount:
-    """The commands the clients sent between "go" and :meth:`stop`."""
-
-    def __init__(self, clients: list[CountingRedis], gate: Gate) -> None:
-        self._clients = clients
-        self._at_go: Counter[str] = Counter()
-        gate.on_go.append(self._start)
-
-    def _total(self) -> Counter[str]:
-        total: Counter[str] = Counter()
-        for client in self._clients:
-            total.update(client.requests)
-        return total
-
-    def _start(self) -> None:
-        self._at_go = self._total()
-
-    def stop(self) -> dict[str, int]:
-        counts = self._total()
-        counts.subtract(self._at_go)
-        return {name: n for name, n in counts.items() if n}
 
 
 async def uncontended(params: Params, gate: Gate) -> Result:

@@ -107,7 +107,7 @@ class Enqueuing(QueueState):
         guard = None if self._guard is None else self._guard.op
         hint, self.hint = self.hint, None  # for this join's first write only
         alone, self.alone = self.alone, None
-        self.followed = False
+        self.followed = self.proven = False
         while True:
             generation = self._session.generation
             self.nodes = {}
@@ -165,6 +165,7 @@ class Enqueuing(QueueState):
         member = self.members[0]
         ours = self.nodes[member]
         if (sequence_of(ours) - sequence_of(alone.name)) % _WRAP == 1:
+            self.proven = True
             return {member: [ours]}
         return {member: await self.list_children(member, self.generation, deadline)}
 

@@ -40,6 +40,8 @@ from aiozklock._wire._protocol import Created, CreateMode, create_op, exists_op
 from aiozklock._wire._validation import join
 
 _LOST_OR_THERE = (ConnectionLoss, NodeExistsError)
+# A join proven alone: first, nothing stale, nothing behind.
+_ALONE = Step(stale=(), requeue=False, held=True, waits={}, behind=0)
 
 
 class Queue(Enqueuing, Waiting, GivingBack):
@@ -74,7 +76,10 @@ class Queue(Enqueuing, Waiting, GivingBack):
                     listings = await self._enqueue(deadline, data)
                     if self._guard is not None:
                         await self._guard.check(self._guarded, deadline)
-                step = plan(listings, self.nodes, self.guid, self._decide)
+                if enqueued and self.proven:
+                    step = _ALONE  # no other node: nothing to decide (see _enqueue.py)
+                else:
+                    step = plan(listings, self.nodes, self.guid, self._decide)
                 if enqueued and not self.followed:  # (no waits when held at once: hot path)
                     waits = step.waits
                     self.ahead = max([d.ahead for d in waits.values()]) if waits else 0

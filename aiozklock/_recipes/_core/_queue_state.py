@@ -140,6 +140,7 @@ class QueueState:
         "hint",
         "members",
         "nodes",
+        "proven",
         "token",
     )
 
@@ -174,6 +175,7 @@ class QueueState:
         self.ahead = 0  # contenders queued before us when we last joined (for telemetry)
         self.hint: Hint | None = None  # for the next join (see ``_enqueue.py``)
         self.followed = False  # the last join waited on its hint
+        self.proven = False  # the last join was proven alone: first, nothing else queued
         self.alone: Alone | None = None  # for the next join (see ``_enqueue.py``)
         self.handed_off = False  # the last wait ended in a direct hand-off (no listing)
         self._armed: _ChildWatch | None = None  # a child watch kept between the waits
