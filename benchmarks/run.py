@@ -1,7 +1,7 @@
 """Benchmark aiozklock against aiozk, kazoo and Apache Curator, side by side, in one run.
 
     python benchmarks/run.py --quick                  # 3 short rounds, a few minutes
-    python benchmarks/run.py                          # the full run: 5 rounds, ~23 min
+    python benchmarks/run.py                          # the full run: 5 rounds, ~18 min
     python benchmarks/run.py --only aiozklock,kazoo --scenarios uncontended,wire
 
 It starts its own ZooKeeper (free port, fsync on) unless --hosts is given, runs every
@@ -1031,9 +1031,12 @@ def machine_info() -> dict[str, Any]:
 
 def versions(hosts: str) -> dict[str, Any]:
     found: dict[str, Any] = {}
-    for name in ("aiozklock", "aiozk", "kazoo", "anyio", "trio"):
+    for name in ("aiozk", "kazoo", "anyio", "trio"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[name] = importlib.metadata.version(name)
+    import aiozklock  # the checkout's own (an editable install keeps its first version)
+
+    found = {"aiozklock": aiozklock.__version__, **found}
     git = subprocess.run(
         ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True
     )
