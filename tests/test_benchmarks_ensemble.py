@@ -99,6 +99,7 @@ def test_scale_table_states_the_growth_per_lock_at_each_size() -> None:
 
 def test_chart_draws_what_was_measured_only(tmp_path: Path) -> None:
     """An ensemble-only run (no main row, no value panel but one) still draws its ratios."""
+    pytest.importorskip("matplotlib", reason="the chart needs the bench dependency group")
     values = {
         "aiozklock": {"ens_cycle_median_us": 1000.0, "ens_cycles_per_s": 900.0},
         "Curator": {"ens_cycle_median_us": 2000.0, "ens_cycles_per_s": 450.0},
