@@ -73,22 +73,39 @@ class Queue(Enqueuing, Waiting, GivingBack):
             try:
                 enqueued = listings is None
                 if listings is None:
-                    listings = await self._enqueue(deadline, data)
-                    if self._guard is not None:
-                        await self._guard.check(self._guarded, deadline)
-                if enqueued and self.proven:
-                    step = _ALONE  # no other node: nothing to decide (see _enqueue.py)
-                else:
-                    step = plan(listings, self.nodes, self.guid, self._decide)
-                if enqueued and not self.followed:  # (no waits when held at once: hot path)
-                    waits = step.waits
-                    self.ahead = max([d.ahead for d in waits.values()]) if waits else 0
+                    listings = await self._join(deadline, data)
+                step = self._decided(listings, enqueued)
                 if step.held and not (step.stale or step.requeue):
                     break
                 self.handed_off = False
                 listings = await self._next(step, listings, deadline)
             except SessionExpired:
                 listings = None  # our nodes' session is gone: queue again in the new one
+        self._granted(step, data)
+        assert self.token is not None
+        nodes = tuple([join(member, self.nodes[member]) for member in self.members])
+        return Holding(nodes, self.generation, self.token)
+
+    async def _join(self, deadline: float | None, data: Callable[[], bytes]) -> Listings:
+        """Enqueue (and check the recipe's guard); returns the listings to decide on."""
+        listings = await self._enqueue(deadline, data)
+        if self._guard is not None:
+            await self._guard.check(self._guarded, deadline)
+        return listings
+
+    def _decided(self, listings: Listings, enqueued: bool) -> Step:
+        """The next step from ``listings``; right after a join, also how many are ahead."""
+        if enqueued and self.proven:
+            self.ahead = 0
+            return _ALONE  # no other node: nothing to decide (see _enqueue.py)
+        step = plan(listings, self.nodes, self.guid, self._decide)
+        if enqueued and not self.followed:  # (no waits when held at once: the hot path)
+            waits = step.waits
+            self.ahead = max([d.ahead for d in waits.values()]) if waits else 0
+        return step
+
+    def _granted(self, step: Step, data: Callable[[], bytes]) -> None:
+        """Held: what the next join may use (a hint, or our node proven alone), and the mark."""
         if step.newest is not None:
             self.hint = Hint(step.newest, step.behind or 0, self.generation)
         elif step.behind == 0 and not self.handed_off:
@@ -97,9 +114,6 @@ class Queue(Enqueuing, Waiting, GivingBack):
             self.alone = Alone(self.nodes[self.members[0]], self.generation)
         if step.mark:
             self._mark(data())  # the bytes our node was created with
-        assert self.token is not None
-        nodes = tuple([join(member, self.nodes[member]) for member in self.members])
-        return Holding(nodes, self.generation, self.token)
 
     async def _next(
         self, step: Step, listings: Listings, deadline: float | None
