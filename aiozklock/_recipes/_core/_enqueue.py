@@ -98,7 +98,9 @@ class Enqueuing(QueueState):
     __slots__ = ()
 
     async def _enqueue(self, deadline: float | None, data: Callable[[], bytes]) -> Listings:
-        """Create our nodes and list the queues, in one round trip. Returns the listings.
+        """Create our nodes and list the queues, in one round trip (a join that follows a
+        hint watches it instead and lists once it is gone; one proven alone lists nothing:
+        see the module docstring). Returns the listings to decide on.
 
         Raises what the create or a container create failed with (``NoNodeError`` once
         the container attempts are spent), and what ``session.pipeline`` raises when
