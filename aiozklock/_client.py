@@ -143,6 +143,7 @@ class ZooKeeperClient(RecipeFactories, Znodes):
             self._spawn = jobs.start_soon
             self._loss_monitor = LossMonitor(session, self.loss_policy, self._janitor)
             await session.wait_connected()
+            await session.learn_server()
         except BaseException:
             await self.close()
             raise

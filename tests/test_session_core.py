@@ -56,8 +56,12 @@ class Scheduler:
 Replies = list[tuple[Any, AiozklockError | None]]
 
 
-def core(*, max_request_bytes: int = 0xFFFFF, session_id: int = 0x42) -> SessionCore:
-    """A core attached at t=0 to session ``session_id`` (0: none yet), CONNECTED."""
+def core(
+    *, max_request_bytes: int = 0xFFFFF, session_id: int = 0x42, standalone: bool = True
+) -> SessionCore:
+    """A core attached at t=0 to session ``session_id`` (0: none yet), CONNECTED, to a
+    ``standalone`` server (else an ensemble: the clock probes through the leader, see
+    tests/test_leader_proof.py)."""
     session = SessionCore(
         chroot="",
         session_timeout=T,
@@ -66,6 +70,7 @@ def core(*, max_request_bytes: int = 0xFFFFF, session_id: int = 0x42) -> Session
         new_waker=Waker,
         scheduler=Scheduler(),
     )
+    session.leader.direct = standalone
     if session_id:
         handshake = framing.Handshake(int(T * 1000), session_id, b"p" * 16)
         assert session.attached(handshake, sent_at=0.0, now=0.0)

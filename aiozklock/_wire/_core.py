@@ -21,6 +21,7 @@ from typing import Any
 from aiozklock._exceptions import AiozklockError, ConnectionLoss, SessionExpired, error_for_code
 from aiozklock._wire import _framing as framing
 from aiozklock._wire._clock import LivenessClock, Tick
+from aiozklock._wire._leader import LeaderProof
 from aiozklock._wire._limits import FRAME_OVERHEAD, oversized
 from aiozklock._wire._multi import MultiCreate, MultiResult
 from aiozklock._wire._outgoing import FlushScheduler, OutgoingQueue, Release, Soon, release_op
@@ -105,6 +106,11 @@ class SessionCore:
     def timeout(self) -> float:
         """The negotiated session timeout in seconds (the server may clamp what we asked)."""
         return self._clock.timeout
+
+    @property
+    def leader(self) -> LeaderProof:
+        """What the leader is proven to have heard of the session (``_leader``)."""
+        return self._clock.leader
 
     @property
     def last_heard(self) -> float:
@@ -327,7 +333,7 @@ class SessionCore:
         new = not self.session_id  # we asked for a new session
         self.session_id = handshake.session_id
         self._password = handshake.password
-        self._clock.attached(handshake.timeout_ms / 1000, sent_at, now)
+        self._clock.attached(handshake.timeout_ms / 1000, sent_at, now, new)
         if new:
             log.info("new session 0x%x, timeout %.3f s", self.session_id, self.timeout)
             if handshake.timeout_ms != self.requested_timeout_ms:

@@ -34,6 +34,7 @@ from aiozklock._wire._connection import (
 from aiozklock._wire._core import SessionCore, SessionState, StateChange, StateListener
 from aiozklock._wire._diagnose import describe_failure
 from aiozklock._wire._handshake import ExpiredAnswer, close_stale_session, explained, handshake
+from aiozklock._wire._probe import unproven_reason, write_probe
 from aiozklock._wire._requests import Waker
 
 # The session logs on one logger, whichever of its modules speaks (docs/observability.md).
@@ -178,13 +179,17 @@ class SessionLifecycle(SessionCore):
         log.info(
             "session 0x%x: %s -> %s (%s)", session_id, change.previous.value, state.value, reason
         )
-        event, self._state_event = self._state_event, anyio.Event()
-        event.set()
+        self._wake_monitor()
         for listener in list(self._listeners):
             try:
                 listener(change)
             except Exception:
                 log.exception("state listener %r raised", listener)
+
+    def _wake_monitor(self) -> None:
+        """Run the liveness clock again now (a probe's answer moves its next deadline)."""
+        event, self._state_event = self._state_event, anyio.Event()
+        event.set()
 
     def _drop_connection(self, reason: str) -> None:
         """Abandon the current connection (callable from any task, synchronously)."""
@@ -232,10 +237,14 @@ class SessionLifecycle(SessionCore):
             decision, next_at = self.tick(now, connected)
             if decision is Tick.PING and conn is not None:
                 self._write(conn, framing.PING_FRAME)
+            elif decision is Tick.PROBE and conn is not None:
+                self._write(conn, write_probe(self, now, self._wake_monitor))
             elif decision is Tick.SILENT:
                 self._drop_connection(
                     f"nothing heard for {now - self.last_heard:.3f} s (half the session timeout)"
                 )
+            elif decision is Tick.UNPROVEN:
+                self._drop_connection(unproven_reason(self, now))
             elif decision is Tick.LOST:
                 self._session_gone("no reply within the session timeout (our clock)", stale=True)
             event = self._state_event

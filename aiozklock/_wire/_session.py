@@ -46,11 +46,13 @@ from aiozklock._exceptions import (
 from aiozklock._wire._connection import STREAM_ERRORS, HandshakeRejected, TLSRejected
 from aiozklock._wire._core import SessionState, StateChange, StateListener
 from aiozklock._wire._diagnose import describe_failure, per_host
+from aiozklock._wire._leader import config_op
 from aiozklock._wire._lifecycle import CLOSE_TIMEOUT, SessionLifecycle
 from aiozklock._wire._limits import DEFAULT_MAX_REQUEST_BYTES
 from aiozklock._wire._loop import LoopGuard
 from aiozklock._wire._ops import close_op
 from aiozklock._wire._outgoing import Release
+from aiozklock._wire._probe import server_kind
 from aiozklock._wire._records import Op, Watcher
 from aiozklock._wire._requests import Pending, ReplyCallback
 from aiozklock._wire._tasks import Tasks
@@ -149,6 +151,18 @@ class Session(SessionLifecycle):
             self.forget(pendings)
             raise
         return [p.error if p.error is not None else p.result for p in pendings]
+
+    async def learn_server(self) -> None:
+        """Read ``/zookeeper/config`` once: a standalone server proves the session with every
+        answer; an ensemble is probed through its leader (``_leader``). Bounded by
+        ``connect_timeout``; any failure but cancellation means an ensemble (the safe side)."""
+        try:
+            data: bytes | None = (
+                await self.call(config_op(), wait_until=time.monotonic() + self._connect_timeout)
+            )[0]
+        except (AiozklockError, TimeoutError):
+            data = None
+        server_kind(self.leader, data)
 
     async def wait_connected(
         self, generation: int | None = None, until: float | None = None
