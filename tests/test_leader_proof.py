@@ -1,0 +1,159 @@
+"""The proof that the leader heard of the session (``_wire._leader``) and the clock's rules
+around it (``_wire._clock``), with instants we choose: no server, no socket.
+
+The rule under test (docs/safety.md): a probe ``A``'s send time is proven once a probe ``B``
+is answered, written after the answer to a probe ``Y`` that was itself written at least
+``TOUCH_GAP x T`` after ``A``'s answer.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from aiozklock._wire import _framing as framing
+from aiozklock._wire._clock import LOST_MARGIN, Tick
+from aiozklock._wire._core import SessionCore, SessionState
+from aiozklock._wire._leader import PROBE_GAP, PROBE_WAIT, TOUCH_GAP, LeaderProof, standalone
+
+T = 8.0  # probes 1 s apart, the touch gap 2 s, a probe late after 1.333 s
+RTT = 0.01
+
+
+def probe(leader: LeaderProof, sent: float, *, proof: bool = True) -> float:
+    """One probe written at ``sent`` and answered RTT later; returns the answer's instant."""
+    leader.written(sent)
+    leader.answered(sent, sent + RTT, proof, T)
+    return sent + RTT
+
+
+def test_a_send_time_is_proven_two_probes_later_not_before() -> None:
+    leader = LeaderProof(0.0)
+    leader.attached(0.0, new_session=True)
+    a = 10.0
+    probe(leader, a)  # A
+    y = a + RTT + T * TOUCH_GAP  # Y: written a touch gap after A's answer
+    probe(leader, y)
+    assert leader.proven == 0.0  # Y's answer proves nothing yet: B must follow it
+    probe(leader, y + RTT + 0.001)  # B
+    assert leader.proven == a
+
+
+def test_probes_closer_than_the_touch_gap_prove_nothing() -> None:
+    leader = LeaderProof(0.0)
+    leader.attached(0.0, new_session=True)
+    gap = T * TOUCH_GAP - 2 * RTT  # the leader may not have pinged in between
+    at = 10.0
+    for _ in range(4):
+        at = probe(leader, at) + gap / 2
+    assert leader.proven == 0.0
+
+
+def test_a_failed_probe_proves_nothing_and_is_no_link_of_a_chain() -> None:
+    leader = LeaderProof(0.0)
+    leader.attached(0.0, new_session=True)
+    a_answer = probe(leader, 10.0)
+    y = a_answer + T * TOUCH_GAP
+    probe(leader, y, proof=False)  # e.g. the connection was lost
+    assert leader.outstanding is None
+    probe(leader, y + 0.5)  # answered: but no answered probe a touch gap after A precedes it
+    assert leader.proven == 0.0
+    probe(leader, y + 1.0)  # B: Y is the probe at y + 0.5, A's answer 2.5 s before it
+    assert leader.proven == 10.0
+
+
+def test_a_new_session_is_proven_at_its_handshake_a_reattach_by_the_next_probe() -> None:
+    leader = LeaderProof(0.0)
+    leader.attached(5.0, new_session=True)  # created by a committed transaction
+    assert leader.proven == 5.0
+    leader.attached(9.0, new_session=False)  # revalidated: by a leader that led a quorum?
+    assert leader.proven == 5.0
+    probe(leader, 9.2, proof=False)
+    assert leader.proven == 5.0
+    probe(leader, 9.3)  # committed after the revalidation, on the same server's stream
+    assert leader.proven == 9.0
+
+
+def test_a_new_connection_starts_a_new_chain() -> None:
+    leader = LeaderProof(0.0)
+    leader.attached(0.0, new_session=True)
+    a_answer = probe(leader, 10.0)
+    probe(leader, a_answer + T * TOUCH_GAP)
+    leader.attached(13.0, new_session=False)  # another server: its streams prove nothing old
+    probe(leader, 13.1)
+    assert leader.proven == 13.0  # the re-attach, not probe A of the other connection
+
+
+def test_only_an_empty_config_is_a_standalone_server() -> None:
+    assert standalone(b"")
+    assert not standalone(b"server.1=127.0.0.1:2888:3888:participant;0.0.0.0:2181\n")
+
+
+# ---------------------------------------------------------------- the clock on an ensemble
+
+
+def ensemble_core() -> SessionCore:
+    class Scheduler:
+        def schedule(self) -> None: ...
+
+        def cancel(self) -> None: ...
+
+    class Waker:
+        def set(self) -> None: ...
+
+        async def wait(self) -> None:
+            raise AssertionError
+
+    session = SessionCore(
+        chroot="",
+        session_timeout=T,
+        max_request_bytes=0xFFFFF,
+        now=0.0,
+        new_waker=Waker,
+        scheduler=Scheduler(),
+    )
+    assert session.attached(framing.Handshake(int(T * 1000), 0x42, b"p" * 16), 0.0, 0.0)
+    session.state = SessionState.CONNECTED
+    session.leader.direct = False
+    return session
+
+
+def test_an_ensemble_is_probed_not_pinged_and_a_late_probe_drops_the_server() -> None:
+    session = ensemble_core()
+    decision, wake = session.tick(0.0, connected=True)
+    assert decision is Tick.PROBE
+    assert wake == pytest.approx(T * PROBE_WAIT)  # when the probe is late
+    assert session.tick(T * PROBE_WAIT - 0.01, connected=True)[0] is Tick.WAIT
+    session._clock.last_heard = T * PROBE_WAIT  # the server answers its pings meanwhile
+    assert session.tick(T * PROBE_WAIT, connected=True)[0] is Tick.UNPROVEN
+
+
+def test_the_next_probe_is_written_a_probe_gap_after_the_answer() -> None:
+    session = ensemble_core()
+    assert session.tick(0.0, connected=True)[0] is Tick.PROBE
+    session.leader.answered(0.0, 0.05, True, T)
+    decision, wake = session.tick(0.06, connected=True)
+    assert (decision, wake) == (Tick.WAIT, pytest.approx(0.05 + T * PROBE_GAP))
+    session._clock.last_heard = wake
+    assert session.tick(wake, connected=True)[0] is Tick.PROBE
+
+
+def test_connected_past_the_proof_drops_the_server_then_loses_the_session() -> None:
+    session = ensemble_core()
+    valid_until = session.valid_until
+    assert valid_until == pytest.approx(T * (1 - LOST_MARGIN))  # the new session's handshake
+    for at in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0):
+        # Probes answered with errors (a leader that refuses them): nothing proven.
+        session.leader.written(at)
+        session.leader.answered(at, at + RTT, False, T)
+    session._clock.last_heard = valid_until
+    assert session.tick(valid_until, connected=True)[0] is Tick.UNPROVEN
+    session.state = SessionState.SUSPENDED
+    assert session.tick(valid_until, connected=False)[0] is Tick.LOST
+
+
+def test_a_standalone_server_keeps_the_answered_request_rule() -> None:
+    session = ensemble_core()
+    session.leader.direct = True
+    assert session.tick(0.0, connected=True)[0] is Tick.WAIT  # a ping later, no probe
+    session._clock.last_acked_send = 3.0
+    assert session.valid_until == pytest.approx(3.0 + T * (1 - LOST_MARGIN))
