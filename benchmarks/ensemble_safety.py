@@ -140,6 +140,9 @@ async def one_run(
                 await held.wait()
                 tg.start_soon(wait)
                 await _queued(waiter_zk, path, 2)
+                # A random phase of the probe cycle: from a session just proven by its
+                # handshake to one in the steady state (its proof ~0.4-0.5 x T old).
+                await anyio.sleep(rng.uniform(0, 0.625 * timeout))
                 times["cut"] = time.monotonic()
                 _cut(cluster, fault, target)
                 await granted.wait()

@@ -86,6 +86,7 @@ class SessionCore:
         self.state = SessionState.CONNECTING
         self.last_zxid = 0
         self._clock = LivenessClock(session_timeout, now)
+        self.leader: LeaderProof = self._clock.leader  # what the leader surely heard of us
         self._watches = WatchRegistry(self.client_path)
         self._requests = RequestTable(self._watches, self._clock.sent_at, new_waker)
         self._outgoing = OutgoingQueue(scheduler)
@@ -106,11 +107,6 @@ class SessionCore:
     def timeout(self) -> float:
         """The negotiated session timeout in seconds (the server may clamp what we asked)."""
         return self._clock.timeout
-
-    @property
-    def leader(self) -> LeaderProof:
-        """What the leader is proven to have heard of the session (``_leader``)."""
-        return self._clock.leader
 
     @property
     def last_heard(self) -> float:
