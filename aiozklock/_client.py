@@ -144,6 +144,7 @@ class ZooKeeperClient(RecipeFactories, Znodes):
             self._loss_monitor = LossMonitor(session, self.loss_policy, self._janitor)
             await session.wait_connected()
             await session.learn_server()
+            self._spawn(session.check_server_conf)
         except BaseException:
             await self.close()
             raise

@@ -14,6 +14,7 @@ from aiozklock._wire import _framing as framing
 from aiozklock._wire._clock import LOST_MARGIN, Tick
 from aiozklock._wire._core import SessionCore, SessionState
 from aiozklock._wire._leader import PROBE_GAP, PROBE_WAIT, TOUCH_GAP, LeaderProof, standalone
+from aiozklock._wire._server_conf import tick_warning
 
 T = 8.0  # probes 1 s apart, the touch gap 2 s, a probe late after 1.333 s
 RTT = 0.01
@@ -157,3 +158,12 @@ def test_a_standalone_server_keeps_the_answered_request_rule() -> None:
     assert session.tick(0.0, connected=True)[0] is Tick.WAIT  # a ping later, no probe
     session._clock.last_acked_send = 3.0
     assert session.valid_until == pytest.approx(3.0 + T * (1 - LOST_MARGIN))
+
+
+def test_a_tick_longer_than_half_the_timeout_is_warned_with_the_numbers() -> None:
+    conf = "clientPort=2181\ntickTime=2000\nmaxSessionTimeout=40000\n"
+    assert tick_warning(conf, 4.0) is None  # two ticks: the leader pings every T/4
+    warning = tick_warning(conf, 3.0)
+    assert warning is not None
+    assert "tickTime is 2000 ms" in warning and "session_timeout >= 4 s" in warning
+    assert tick_warning("conf is not executed because it is not in the whitelist.", 1) is None

@@ -55,6 +55,7 @@ from aiozklock._wire._outgoing import Release
 from aiozklock._wire._probe import server_kind
 from aiozklock._wire._records import Op, Watcher
 from aiozklock._wire._requests import Pending, ReplyCallback
+from aiozklock._wire._server_conf import check_server_conf
 from aiozklock._wire._tasks import Tasks
 
 T = TypeVar("T")
@@ -163,6 +164,15 @@ class Session(SessionLifecycle):
         except (AiozklockError, TimeoutError):
             data = None
         server_kind(self.leader, data)
+
+    async def check_server_conf(self) -> None:
+        """On an ensemble, warn once (logged) if its ``tickTime`` is too long for the
+        session timeout (``_server_conf``); bounded, and silent where ``conf`` is not
+        allowed."""
+        if self.leader.direct is False:
+            host, port = self._hosts[self._host_index]
+            bound = min(self._connect_timeout, 2.0)
+            await check_server_conf(host, port, self._tls, self.timeout, bound)
 
     async def wait_connected(
         self, generation: int | None = None, until: float | None = None
