@@ -165,5 +165,6 @@ def test_a_tick_longer_than_half_the_timeout_is_warned_with_the_numbers() -> Non
     assert tick_warning(conf, 4.0) is None  # two ticks: the leader pings every T/4
     warning = tick_warning(conf, 3.0)
     assert warning is not None
-    assert "tickTime is 2000 ms" in warning and "session_timeout >= 4 s" in warning
+    assert "tickTime is 2000 ms" in warning
+    assert "session_timeout >= 4 s" in warning
     assert tick_warning("conf is not executed because it is not in the whitelist.", 1) is None
