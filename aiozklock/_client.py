@@ -144,7 +144,7 @@ class ZooKeeperClient(RecipeFactories, Znodes):
             self._loss_monitor = LossMonitor(session, self.loss_policy, self._janitor)
             await session.wait_connected()
             await session.learn_server()
-            self._spawn(session.check_server_conf)
+            await session.check_server_conf()  # said before connect() returns
         except BaseException:
             await self.close()
             raise

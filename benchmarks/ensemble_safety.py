@@ -1,11 +1,11 @@
 """Margins on a real 3-node ensemble: a holder whose server is cut off from the others is
 stopped before another session is granted the lock (issue 29's figures).
 
-One run: a partitionable 3-node ensemble (``ZooKeeperCluster(3, partitionable=True)``) with
-the chosen server settings; a **holder** connected to one member only (the member the fault
-cuts off: it cannot fail over, so its session really expires at the leader) takes the lock
-and waits in its body; a **waiter** connected to the other two queues for the same lock. At
-``cut`` the fault starts:
+One run is ``aiozklock.testing.measure_cut`` on a partitionable 3-node ensemble
+(``ZooKeeperCluster(3, partitionable=True)``) with the chosen server settings: a **holder**
+connected to one member only (the member the fault cuts off: it cannot fail over, so its
+session really expires at the leader) takes the lock and waits in its body; a **waiter**
+connected to the other two queues for the same lock. At ``cut`` the fault starts:
 
 * ``isolate-follower``: every link of a follower (the holder's server) held silently;
 * ``isolate-leader``: every link of the leader (the holder's server) held silently;
@@ -29,13 +29,10 @@ initLimit 50, syncLimit 10, [0.4, 30] s).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import random
 import statistics
 import sys
-import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,7 +40,8 @@ from typing import Any
 import anyio
 
 import aiozklock
-from aiozklock.testing import ZooKeeperCluster, ZooKeeperMember
+from aiozklock.testing import ZooKeeperCluster, measure_cut
+from aiozklock.testing._cut_margin import CutFault
 
 SETTINGS: dict[str, tuple[int, dict[str, str]]] = {
     "stock": (
@@ -68,98 +66,36 @@ SETTINGS: dict[str, tuple[int, dict[str, str]]] = {
 FAULTS = ("isolate-follower", "isolate-leader", "split")
 
 
-def _target(cluster: ZooKeeperCluster, fault: str, rng: random.Random) -> ZooKeeperMember:
-    leader = cluster.leader()
-    followers = [m for m in cluster.members if m is not leader]
-    if fault == "isolate-leader":
-        return leader
-    if fault == "isolate-follower":
-        return rng.choice(followers)
-    return rng.choice([leader, *followers])
-
-
-def _cut(cluster: ZooKeeperCluster, fault: str, target: ZooKeeperMember) -> None:
-    if fault == "split":
-        cluster.partition([target], [m for m in cluster.members if m is not target])
-    else:
-        cluster.isolate(target)
-
-
-async def _queued(zk: aiozklock.ZooKeeperClient, path: str, count: int) -> None:
-    """Until ``path`` has ``count`` contenders (polled: the waiter's node is its queue entry)."""
-    while len(await zk.get_children(path, missing_ok=True)) < count:
-        await anyio.sleep(0.01)
-
-
 async def one_run(
     cluster: ZooKeeperCluster,
     fault: str,
-    timeout: float,
+    session_timeout: float,
     policy: aiozklock.LossPolicy,
     rng: random.Random,
 ) -> dict[str, Any]:
-    """One cut, measured from the cut; the ensemble is healed and serving again after it."""
-    target = _target(cluster, fault, rng)
-    role = "leader" if target is cluster.leader() else "follower"
-    others = ",".join(m.address for m in cluster.members if m is not target)
-    path = f"/safety/{uuid.uuid4().hex}"
-    times: dict[str, float] = {}
-    held, granted, stopped = anyio.Event(), anyio.Event(), anyio.Event()
-    bound = timeout * 2 + 60.0
-    async with contextlib.AsyncExitStack() as stack:
-        # Closed last to first, bounded and shielded: the cluster heals before, and serves after.
-        stack.push_async_callback(cluster.await_serving, 120)
-        stack.callback(cluster.heal)
-        holder_zk = await stack.enter_async_context(
-            aiozklock.connect(target.address, session_timeout=timeout, loss_policy=policy)
-        )
-        waiter_zk = await stack.enter_async_context(
-            aiozklock.connect(others, session_timeout=timeout)
-        )
-
-        async def hold() -> None:
-            try:
-                async with holder_zk.lock(path):
-                    held.set()
-                    try:
-                        await anyio.sleep_forever()
-                    finally:
-                        times["stopped"] = time.monotonic()
-                        stopped.set()
-            except aiozklock.LockLost:
-                pass
-
-        async def wait() -> None:
-            async with waiter_zk.lock(path):
-                times["granted"] = time.monotonic()
-                granted.set()
-
-        with anyio.fail_after(bound):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(hold)
-                await held.wait()
-                tg.start_soon(wait)
-                await _queued(waiter_zk, path, 2)
-                # A random phase of the probe cycle: from a session just proven by its
-                # handshake to one in the steady state (its proof ~0.4-0.5 x T old).
-                await anyio.sleep(rng.uniform(0, 0.625 * timeout))
-                times["cut"] = time.monotonic()
-                _cut(cluster, fault, target)
-                await granted.wait()
-                await stopped.wait()  # the holder may stop after the grant: an overlap
-                cluster.heal()
-                tg.cancel_scope.cancel()
-    cut = times["cut"]
-    stopped, granted_at = times["stopped"] - cut, times["granted"] - cut
+    """One cut (``aiozklock.testing.measure_cut``), at a random phase of the probe cycle:
+    from a session just proven by its handshake to one in the steady state."""
+    cut: CutFault
+    if fault == "split":
+        cut = rng.choice(("split-follower", "split-leader"))
+    else:
+        cut = "isolate-leader" if fault == "isolate-leader" else "isolate-follower"
+    result = await measure_cut(
+        cluster,
+        cut,
+        session_timeout=session_timeout,
+        loss_policy=policy,
+        phase=rng.uniform(0, 0.625 * session_timeout),
+    )
     return {
         "fault": fault,
-        "server": role,
-        "session_timeout": timeout,
+        "server": cut.rpartition("-")[2],
+        "session_timeout": session_timeout,
         "loss_policy": policy,
-        "stopped": round(stopped, 4),
-        "granted": round(granted_at, 4),
-        "margin": round(granted_at - stopped, 4),
-        "overlap": stopped > granted_at,
+        "stopped": round(result.stopped, 4),
+        "granted": round(result.granted, 4),
+        "margin": round(result.margin, 4),
+        "overlap": result.overlap,
     }
 
 

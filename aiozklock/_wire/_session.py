@@ -171,7 +171,7 @@ class Session(SessionLifecycle):
         allowed."""
         if self.leader.direct is False:
             host, port = self._hosts[self._host_index]
-            bound = min(self._connect_timeout, 2.0)
+            bound = min(self._connect_timeout, 1.0)
             await check_server_conf(host, port, self._tls, self.timeout, bound)
 
     async def wait_connected(

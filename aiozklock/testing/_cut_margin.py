@@ -1,0 +1,158 @@
+"""One measured cut on a partitionable ensemble: is a holder whose server is cut off from
+the others stopped before another session is granted its lock?
+
+A **holder** connects to one member only (the member the fault cuts off: it cannot fail over,
+so its session really expires at the leader), takes the lock and waits in its body; a
+**waiter** connected to the other members queues for the same lock. Then the fault starts
+(``cut``), and two instants are recorded after it: ``stopped``, when the holder's body saw
+its cancellation, and ``granted``, when the waiter holds. Both run in this process, on one
+clock. ``protect=False`` is the negative control: the holder's session is told its server
+is standalone, the rule of aiozklock 0.2 and of the other clients (an answered request
+proves the session alive), so the holder runs on while its server still answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+import anyio
+
+from aiozklock._client import ZooKeeperClient, connect
+from aiozklock._exceptions import LockLost
+from aiozklock._recipes._core._holding import LossPolicy
+from aiozklock._wire._ops import get_children_op
+
+from ._internals import session_of
+from ._server import ZooKeeperCluster
+from ._server_member import ZooKeeperMember
+
+__all__ = ["CUT_FAULTS", "CutMargin", "measure_cut"]
+
+CutFault = Literal["isolate-follower", "isolate-leader", "split-follower", "split-leader"]
+#: ``isolate-*``: every link of the holder's server held; ``split-*``: a 1|n-1 partition
+#: with the holder's server alone on its side (``how`` says silent or reset).
+CUT_FAULTS: tuple[CutFault, ...] = (
+    "isolate-follower",
+    "isolate-leader",
+    "split-follower",
+    "split-leader",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CutMargin:
+    """One cut's outcome: seconds after the cut at which the holder stopped and the other
+    session was granted the lock; ``margin`` is their difference (negative: an overlap)."""
+
+    fault: str
+    session_timeout: float
+    loss_policy: str
+    stopped: float
+    granted: float
+
+    @property
+    def margin(self) -> float:
+        """How long before the other session's grant the holder stopped."""
+        return self.granted - self.stopped
+
+    @property
+    def overlap(self) -> bool:
+        """The holder still ran when the other session was granted the lock."""
+        return self.stopped > self.granted
+
+
+def _target(cluster: ZooKeeperCluster, fault: CutFault) -> ZooKeeperMember:
+    leader = cluster.leader()
+    if fault.endswith("leader"):
+        return leader
+    return next(m for m in cluster.members if m is not leader and m.running)
+
+
+async def _queued(zk: ZooKeeperClient, path: str, count: int) -> None:
+    """Until ``path`` has ``count`` children, on children watches (no polling)."""
+    session = session_of(zk)
+    server_path = session.server_path(path)
+    while True:
+        changed = anyio.Event()
+
+        def wake(_: object, changed: anyio.Event = changed) -> None:
+            changed.set()
+
+        if len(await session.call(get_children_op(server_path, wake))) >= count:
+            session.remove_watcher(server_path, wake)
+            return
+        await changed.wait()
+
+
+async def measure_cut(
+    cluster: ZooKeeperCluster,
+    fault: CutFault,
+    *,
+    session_timeout: float,
+    loss_policy: LossPolicy = "suspended",
+    how: Literal["silent", "reset"] = "silent",
+    phase: float = 0.0,
+    protect: bool = True,
+) -> CutMargin:
+    """Cut the holder's server off (``fault``, ``phase`` seconds after the waiter queued),
+    and measure. The links are healed and the ensemble serves again when this returns.
+    Raises ``TimeoutError`` if the holder does not stop or the waiter is not granted
+    within ``2 x session_timeout + 60`` seconds, ``ValueError`` for an unknown fault."""
+    if fault not in CUT_FAULTS:
+        raise ValueError(f"fault must be one of {CUT_FAULTS}, not {fault!r}")
+    target = _target(cluster, fault)
+    others = ",".join(m.address for m in cluster.members if m is not target)
+    path = f"/cut-margin/{uuid.uuid4().hex}"
+    times: dict[str, float] = {}
+    held, granted, stopped = anyio.Event(), anyio.Event(), anyio.Event()
+    async with contextlib.AsyncExitStack() as stack:
+        # Closed last to first: the links heal first, the ensemble serves again last.
+        stack.push_async_callback(cluster.await_serving, 120.0)
+        stack.callback(cluster.heal)
+        holder = await stack.enter_async_context(
+            connect(target.address, session_timeout=session_timeout, loss_policy=loss_policy)
+        )
+        if not protect:
+            session_of(holder).leader.direct = True
+        waiter = await stack.enter_async_context(connect(others, session_timeout=session_timeout))
+
+        async def hold() -> None:
+            with contextlib.suppress(LockLost):
+                async with holder.lock(path):
+                    held.set()
+                    try:
+                        await anyio.sleep_forever()
+                    finally:
+                        times["stopped"] = time.monotonic()
+                        stopped.set()
+
+        async def wait() -> None:
+            async with waiter.lock(path):
+                times["granted"] = time.monotonic()
+                granted.set()
+
+        with anyio.fail_after(2 * session_timeout + 60.0):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(hold)
+                await held.wait()
+                tg.start_soon(wait)
+                await _queued(waiter, path, 2)
+                await anyio.sleep(phase)
+                times["cut"] = time.monotonic()
+                if fault.startswith("split"):
+                    rest = [m for m in cluster.members if m is not target]
+                    cluster.partition([target], rest, how=how)
+                else:
+                    cluster.isolate(target, how=how)
+                await granted.wait()
+                await stopped.wait()  # after the grant if the holder overlapped it
+                cluster.heal()
+                tg.cancel_scope.cancel()
+    cut = times["cut"]
+    return CutMargin(
+        fault, session_timeout, loss_policy, times["stopped"] - cut, times["granted"] - cut
+    )
