@@ -1016,12 +1016,15 @@ async def test_frozen_follower_clients_fail_over(
         release_to_waiter=waiter.acquired_at - released_at,
     )
     # Failed over after the silence (timeout/2 after the last frame heard: the session's own
-    # clock, exact whenever this process ran), well before the session could expire.
+    # clock, exact whenever this process ran), or sooner when a probe through the leader went
+    # unanswered for a sixth of the timeout; well before the session could expire.
     for name, log in logs.items():
         suspended = log.first(is_state(SessionState.SUSPENDED))
         assert suspended is not None
-        assert suspended.reason.startswith("nothing heard"), (name, suspended)
-        assert suspended.at >= log.clock(suspended).last_heard + timeout / 2
+        if suspended.reason.startswith("nothing heard"):
+            assert suspended.at >= log.clock(suspended).last_heard + timeout / 2
+        else:
+            assert suspended.reason.startswith("no answer through the leader"), (name, suspended)
         assert failover[name] < timeout
     for name, log in logs.items():
         assert log.first(is_state(SessionState.LOST)) is None, (name, log.changes)
