@@ -190,6 +190,7 @@ class ZooKeeperCluster:
 
     def _create_members(self, classpath: str, java: str, root: Path) -> None:
         ensemble = self.size > 1
+        self._bind_links()  # before choosing the real ports, so none of them is a proxy's
         ports = _free_ports(self.size * ((3 if ensemble else 1) + (self.tls is not None)))
         client_ports = ports[: self.size]
         secure_ports = ports[len(ports) - self.size :] if self.tls is not None else None
@@ -237,16 +238,20 @@ class ZooKeeperCluster:
                 )
             )
 
-    def _servers_by_member(self, real: dict[int, tuple[int, int]]) -> dict[int, dict[str, str]]:
-        """Each member's ``server.N`` lines: the same real ports for all, or (partitionable)
-        each member's own view through the proxies of a fresh :class:`ServerLinks`."""
+    def _bind_links(self) -> None:
         if self._links is not None:  # a retried start: the old proxies led to old ports
             self._links.close()
             self._links = None
-        if not self.partitionable:
+        if self.partitionable:
+            self._links = ServerLinks(range(1, self.size + 1))
+
+    def _servers_by_member(self, real: dict[int, tuple[int, int]]) -> dict[int, dict[str, str]]:
+        """Each member's ``server.N`` lines: the same real ports for all, or (partitionable)
+        each member's own view, through the proxies (started here)."""
+        if self._links is None:
             lines = {f"server.{i}": f"127.0.0.1:{q}:{e}" for i, (q, e) in real.items()}
             return dict.fromkeys(real, lines)
-        self._links = ServerLinks(real)
+        self._links.start(real)
         return {member: self._links.servers_for(member) for member in real}
 
     def wait_serving(self, timeout: float = 30.0) -> None:

@@ -117,30 +117,32 @@ def check_how(how: str) -> How:
 
 
 class ServerLinks:
-    """The proxies of an ensemble (``real``: member id -> its real quorum and election
-    ports) and their pump thread, running from construction until :meth:`close`."""
+    """The proxies of an ensemble of members ``ids`` and their pump thread, running from
+    :meth:`start` until :meth:`close`. The proxies listen from construction on: choose the
+    members' real ports after it, so that none of them can be a proxy's."""
 
-    def __init__(self, real: Mapping[int, tuple[int, int]]) -> None:
-        self._real = dict(real)
+    def __init__(self, ids: Iterable[int]) -> None:
+        ids = list(ids)
         self._pump = LinkPump()
+        self._real: dict[int, tuple[int, int]] = {}
         self._proxies: dict[Pair, tuple[Listener, Listener]] = {}
         try:
-            for dialer in real:
-                for target, (quorum, election) in real.items():
-                    if target != dialer:
-                        pair = (dialer, target)
-                        self._proxies[pair] = (
-                            self._pump.listen(pair, quorum),
-                            self._pump.listen(pair, election),
-                        )
-            for (dialer, target), (_, election_proxy) in self._proxies.items():
-                # The target dials back (if it must) through the reverse pair's proxy.
-                back = self._proxies[(target, dialer)][1].port
-                election_proxy.rewrite = _rewriter(dialer, f"127.0.0.1:{back}".encode())
-            self._pump.start()
+            for pair in ((dialer, target) for dialer in ids for target in ids):
+                if pair[0] != pair[1]:  # quorum, election
+                    self._proxies[pair] = (self._pump.listen(pair), self._pump.listen(pair))
         except BaseException:
             self._pump.close()
             raise
+
+    def start(self, real: Mapping[int, tuple[int, int]]) -> None:
+        """Forward to the members' ``real`` quorum and election ports, from now on."""
+        self._real = dict(real)
+        for (dialer, target), (quorum, election) in self._proxies.items():
+            quorum.upstream_port, election.upstream_port = real[target]
+            # The target dials back (if it must) through the reverse pair's proxy.
+            back = self._proxies[(target, dialer)][1].port
+            election.rewrite = _rewriter(dialer, f"127.0.0.1:{back}".encode())
+        self._pump.start()
 
     def servers_for(self, member: int) -> dict[str, str]:
         """The ``server.N`` lines of ``member``'s ``zoo.cfg``: itself at its real ports, the

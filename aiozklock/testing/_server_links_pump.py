@@ -56,8 +56,8 @@ class Listener:
     """The proxy of one ordered pair and one link, listening on 127.0.0.1:``port``."""
 
     pair: Pair
-    upstream_port: int
     sock: socket.socket
+    upstream_port: int = 0
     #: For an election link: rewrites the dialer's first message in place; True once done.
     rewrite: Callable[[bytearray], bool] | None = None
     pipes: set[_Pipe] = field(default_factory=set)
@@ -102,8 +102,9 @@ class LinkPump:
         self._stopping = False
         self._thread: threading.Thread | None = None
 
-    def listen(self, pair: Pair, upstream_port: int) -> Listener:
-        """A new listener on a free port of 127.0.0.1 (before :meth:`start`)."""
+    def listen(self, pair: Pair) -> Listener:
+        """A new listener on a free port of 127.0.0.1 (before :meth:`start`, which must
+        follow once its ``upstream_port`` is set)."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.bind(("127.0.0.1", 0))
@@ -112,7 +113,7 @@ class LinkPump:
         except OSError:
             sock.close()
             raise
-        listener = Listener(pair, upstream_port, sock)
+        listener = Listener(pair, sock)
         self._listeners.append(listener)
         self._selector.register(sock, _READ, listener)
         return listener
