@@ -89,8 +89,9 @@ class ZooKeeperCluster:
     ``partitionable=True`` (``size > 1``) routes the server-to-server links (quorum and
     election) through per-pair proxies, so that they can be cut and healed while client
     connections stay up: :meth:`isolate`, :meth:`partition`, :meth:`cut`, :meth:`heal`.
-    Raises ``ValueError`` if ``size == 1``. See :mod:`aiozklock.testing._server_links` for
-    how the election link's dial-back is kept behind the proxies.
+    Raises ``ValueError`` if ``size == 1``. The election proxies rewrite the address a
+    member announces when it dials, so ZooKeeper's election dial-back (at that address, not
+    at the one in its config) stays behind the proxies too.
     """
 
     def __init__(
