@@ -168,3 +168,17 @@ def test_a_tick_longer_than_half_the_timeout_is_warned_with_the_numbers() -> Non
     assert "tickTime is 2000 ms" in warning
     assert "session_timeout >= 4 s" in warning
     assert tick_warning("conf is not executed because it is not in the whitelist.", 1) is None
+
+
+def test_a_known_tick_time_makes_the_proof_one_probe_fresher() -> None:
+    leader = LeaderProof(0.0)
+    leader.tick = 0.2  # the leader pings every 0.1 s: a gap of 0.15 s is enough
+    assert leader.touch_gap(T) == pytest.approx(0.15)
+    leader.attached(0.0, new_session=True)
+    a_answer = probe(leader, 10.0)
+    y = a_answer + T * PROBE_GAP  # one probe gap, less than T * TOUCH_GAP
+    probe(leader, y)
+    probe(leader, y + RTT + 0.001)
+    assert leader.proven == 10.0
+    leader.tick = 20.0  # a tick longer than the timeout allows: the quarter still bounds it
+    assert leader.touch_gap(T) == T * TOUCH_GAP

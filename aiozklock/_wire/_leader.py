@@ -13,7 +13,8 @@ written, and ``A`` a probe answered at least ``TOUCH_GAP x timeout`` before ``Y`
 written. The server touched the session when ``A`` arrived; the leader pinged it at least
 once between answering ``A`` and answering ``Y`` (it pings every ``tickTime/2``, at most
 ``TOUCH_GAP x timeout`` when the timeout is at least two ticks, ZooKeeper's default
-``minSessionTimeout``); the ping's reply carried the touch and was written before ``B`` was
+``minSessionTimeout``; where the ensemble's ``tickTime`` is known, ``TICK_SLACK x tickTime/2``
+if that is shorter); the ping's reply carried the touch and was written before ``B`` was
 forwarded on the same stream; ``B``'s commit shows that this leader still led a quorum and
 still had our session. So no leader can expire the session earlier than ``timeout`` after
 ``A`` was sent: ``A``'s send time is **proven**.
@@ -40,6 +41,8 @@ TOUCH_GAP = 1 / 4
 # A probe unanswered this long: the server may be cut off from the leader; try another.
 PROBE_WAIT = 1 / 6
 CONFIG_PATH = "/zookeeper/config"
+# With tickTime known (``conf``), the leader's pings are tickTime/2 apart: this much slack.
+TICK_SLACK = 1.5
 # Enough answers to find one TOUCH_GAP before the newest (PROBE_GAP >= TOUCH_GAP / 3).
 _KEPT = 4
 
@@ -73,7 +76,7 @@ class LeaderProof:
     ``proven``: the newest send time proven to have touched the session at a leader that
     led a quorum. ``answers``: this connection's answered probes, ``(sent, answered)``."""
 
-    __slots__ = ("answers", "direct", "outstanding", "pending", "proven")
+    __slots__ = ("answers", "direct", "outstanding", "pending", "proven", "tick")
 
     def __init__(self, now: float) -> None:
         self.direct: bool | None = None
@@ -81,6 +84,7 @@ class LeaderProof:
         self.pending: float | None = None  # a re-attach's send time, proven by the next probe
         self.answers: collections.deque[tuple[float, float]] = collections.deque(maxlen=_KEPT)
         self.outstanding: float | None = None  # the send time of the probe in flight
+        self.tick: float | None = None  # the ensemble's tickTime (s), where ``conf`` said it
 
     def attached(self, sent_at: float, new_session: bool) -> None:
         """A handshake sent at ``sent_at`` attached the session on a new connection."""
@@ -91,6 +95,12 @@ class LeaderProof:
             self.pending = None
         else:
             self.pending = sent_at
+
+    def touch_gap(self, timeout: float) -> float:
+        """The longest the leader may go without pinging the server: a quarter of the
+        timeout, or less where the ensemble's ``tickTime`` is known."""
+        gap = timeout * TOUCH_GAP
+        return gap if self.tick is None else min(gap, self.tick / 2 * TICK_SLACK)
 
     def due(self, now: float, timeout: float) -> float | None:
         """When the next probe is to be written (None while one is in flight)."""
@@ -115,9 +125,9 @@ class LeaderProof:
             self.pending = None
         answers = self.answers
         if answers:
-            y_sent = answers[-1][0]
+            y_sent, gap = answers[-1][0], self.touch_gap(timeout)
             for a_sent, a_answered in reversed(answers):
-                if y_sent - a_answered >= timeout * TOUCH_GAP:
+                if y_sent - a_answered >= gap:
                     self.proven = max(self.proven, a_sent)
                     break
         answers.append((sent, now))

@@ -172,7 +172,8 @@ class Session(SessionLifecycle):
         if self.leader.direct is False:
             host, port = self._hosts[self._host_index]
             bound = min(self._connect_timeout, 1.0)
-            await check_server_conf(host, port, self._tls, self.timeout, bound)
+            tick = await check_server_conf(host, port, self._tls, self.timeout, bound)
+            self.leader.tick = tick
 
     async def wait_connected(
         self, generation: int | None = None, until: float | None = None

@@ -82,7 +82,8 @@ async def _queued(zk: ZooKeeperClient, path: str, count: int) -> None:
         def wake(_: object, changed: anyio.Event = changed) -> None:
             changed.set()
 
-        if len(await session.call(get_children_op(server_path, wake))) >= count:
+        children: list[str] = await session.call(get_children_op(server_path, wake))
+        if len(children) >= count:
             session.remove_watcher(server_path, wake)
             return
         await changed.wait()
