@@ -160,11 +160,11 @@ async def run_nemesis(
     kit's or the driver's error) when the store cannot be started or reached.
     """
     _check_arguments(recipe, max_leases, clients, processes, duration, session_timeout)
+    if unprotected:
+        check_unprotected(store, recipe)
     check_store(
         store, store_url, _current_backend(), shares_resource=traits_of(recipe).shares_resource
     )
-    if unprotected:
-        check_unprotected(store, recipe)
     cluster = target if isinstance(target, ZooKeeperCluster) else None
     if traits_of(recipe).ttl_lease and cluster is not None:
         _check_reaping(cluster)

@@ -38,15 +38,24 @@ def tally_by_kind(
     """The count of each kind that ran; ``started`` is the run's start (``time.monotonic()``,
     the faults' times are relative to it)."""
     tallies: dict[str, KindTally] = {}
+    pairs: dict[str, set[int]] = {}  # each pair and write counted once per kind
+    writes: dict[str, set[int]] = {}
     for record in faults:
-        tally = tallies.setdefault(record.spec.kind, KindTally())
+        kind = record.spec.kind
+        tally = tallies.setdefault(kind, KindTally())
         tally.run += 1
         tally.skipped += "skipped" in record.note
         low, high = record.start + started, record.end + started + session_timeout
-        tally.overlaps += sum(
-            1 for a, b in overlaps if max(a.enter, b.enter) <= high and min(a.exit, b.exit) >= low
+        pairs.setdefault(kind, set()).update(
+            i
+            for i, (a, b) in enumerate(overlaps)
+            if max(a.enter, b.enter) <= high and min(a.exit, b.exit) >= low
         )
-        tally.stale_accepted += sum(1 for s in stale_accepted if low <= s.write.t <= high)
+        writes.setdefault(kind, set()).update(
+            i for i, stale in enumerate(stale_accepted) if low <= stale.write.t <= high
+        )
+    for kind, tally in tallies.items():
+        tally.overlaps, tally.stale_accepted = len(pairs[kind]), len(writes[kind])
     return dict(sorted(tallies.items()))
 
 
