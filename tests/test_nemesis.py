@@ -675,6 +675,68 @@ def test_cli_negative_control_exits_non_zero(
     assert "[FAIL] fencing" in out
 
 
+# The ensemble's cuts: seed 124's first four groups are one of each kind (flap,
+# isolate-follower, isolate-leader, split) in 20 planned seconds; 26 s leave room for the
+# waits (a holder to aim at, the members rejoining after each heal).
+ENSEMBLE_SEED = 124
+ENSEMBLE_DURATION = 26.0
+ENSEMBLE_SESSION_TIMEOUT = 2.0
+#: Until the client stops a holder whose server is cut off from the leader before the leader
+#: can expire its session (the lead's client fix), an isolated follower shows overlaps on a
+#: protected run: the lead sets this to True once that fix lands.
+ENSEMBLE_CUTS_SAFE = False
+
+
+@pytest.fixture(scope="module")
+def partition_ensemble() -> Iterator[ZooKeeperCluster]:
+    """A 3-node ensemble with a proxy on each link between members (links can be cut)."""
+    with ZooKeeperCluster(3, partitionable=True) as cluster:
+        yield cluster
+
+
+@pytest.mark.anyio
+@pytest.mark.ensemble
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_nemesis_ensemble_cuts_short_seed(
+    partition_ensemble: ZooKeeperCluster, anyio_backend: str, tmp_path: Path
+) -> None:
+    seed = int(os.environ.get("AIOZKLOCK_NEMESIS_SEED", ENSEMBLE_SEED))
+    cluster = partition_ensemble
+    await cluster.await_serving(timeout=30)
+    started = time.monotonic()
+    try:
+        with anyio.fail_after(150):
+            report = await run_nemesis(
+                cluster,
+                seed=seed,
+                duration=ENSEMBLE_DURATION,
+                session_timeout=ENSEMBLE_SESSION_TIMEOUT,
+                clients=4,
+                processes=1,
+                kinds=PARTITION_KINDS,
+                log_dir=tmp_path,
+                command=f"AIOZKLOCK_NEMESIS_SEED={seed} pytest tests/test_nemesis.py -k cuts",
+            )
+    finally:
+        await restore_cluster(cluster)
+    print(f"\nNEMESIS ensemble cuts in {time.monotonic() - started:.1f} s\n{report}")
+    assert report.errors == []
+    ran = {kind: t.run - t.skipped for kind, t in report.by_kind.items()}
+    assert set(ran) == PARTITION_KINDS, ran
+    assert all(n > 0 for n in ran.values()), ran  # each kind cut something
+    text = str(report)
+    for kind in PARTITION_KINDS:
+        assert f"\n  {kind}: " in text
+    assert report.history.counters.get("section:completed", 0) >= 10
+    assert report.recovery is not None
+    assert cluster.cut_links == frozenset()
+    assert all(member.mode() in ("leader", "follower") for member in cluster.members)
+    if ENSEMBLE_CUTS_SAFE:
+        assert report.ok, text
+
+
 @pytest.fixture(scope="module")
 def lease_ensemble() -> Iterator[ZooKeeperCluster]:
     """A 3-node ensemble that reaps expired TTL nodes every 100 ms (the lease recipe)."""
