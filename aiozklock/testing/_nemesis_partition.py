@@ -46,13 +46,16 @@ async def partition_fault(n: _Nemesis, spec: FaultSpec, record: FaultRecord) -> 
     try:
         if spec.kind == "split":
             minority = _minority(cluster, member, spec)
-            record.target = _groups(minority, cluster)
+            whose = _holders_server(n, cluster, member)
+            record.target = _groups(minority, cluster) + (
+                f" (zk{member.id}{whose})" if whose else ""
+            )
             cuts.partition(
                 minority, [m for m in cluster.members if m not in minority], how=spec.option
             )
             await anyio.sleep(spec.duration)
         else:
-            record.target = f"zk{member.id} ({mode})"
+            record.target = f"zk{member.id} ({mode}{_holders_server(n, cluster, member)})"
             await _isolate(cuts, member, spec)
     finally:
         cuts.heal()  # synchronous: nothing to shield
@@ -70,6 +73,14 @@ async def _isolate(cuts: Cuttable, member: ZooKeeperMember, spec: FaultSpec) -> 
         else:
             cuts.heal()
         await anyio.sleep(step)
+
+
+def _holders_server(n: _Nemesis, cluster: ZooKeeperCluster, member: ZooKeeperMember) -> str:
+    """``, holder w1's server`` if the holder is connected to ``member``, else nothing."""
+    holder = n.holder
+    if holder is None or holder.active_member() != cluster.members.index(member):
+        return ""
+    return f", holder {holder.name}'s server"
 
 
 def _minority(
