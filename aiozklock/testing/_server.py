@@ -30,6 +30,7 @@ from ._server_install import (
     _find_java,
     find_zookeeper_classpath,
 )
+from ._server_links import ServerLinks, check_how, member_id, pairs_between, pairs_isolating
 from ._server_member import (
     _POLL_INTERVAL,
     _QUORUM_MODES,
@@ -84,6 +85,13 @@ class ZooKeeperCluster:
     per member (:attr:`secure_hosts`) beside the plain port (:attr:`hosts`, which four-letter
     words and observers keep using); ``client_auth="need"`` requires a client certificate
     signed by their CA (mutual TLS). Quorum traffic stays plain.
+
+    ``partitionable=True`` (``size > 1``) routes the server-to-server links (quorum and
+    election) through per-pair proxies, so that they can be cut and healed while client
+    connections stay up: :meth:`isolate`, :meth:`partition`, :meth:`cut`, :meth:`heal`.
+    Raises ``ValueError`` if ``size == 1``. The election proxies rewrite the address a
+    member announces when it dials, so ZooKeeper's election dial-back (at that address, not
+    at the one in its config) stays behind the proxies too.
     """
 
     def __init__(
@@ -97,9 +105,14 @@ class ZooKeeperCluster:
         superuser: str | None = None,
         tls: TLSFiles | None = None,
         client_auth: ClientAuth = "none",
+        partitionable: bool = False,
     ) -> None:
         if size < 1:
             raise ValueError("size must be >= 1")
+        if partitionable and size < 2:
+            raise ValueError("partitionable=True needs an ensemble (size > 1)")
+        self.partitionable = partitionable
+        self._links: ServerLinks | None = None
         self.tls = tls
         self.client_auth = client_auth
         self.size = size
@@ -178,6 +191,7 @@ class ZooKeeperCluster:
 
     def _create_members(self, classpath: str, java: str, root: Path) -> None:
         ensemble = self.size > 1
+        self._bind_links()  # before choosing the real ports, so none of them is a proxy's
         ports = _free_ports(self.size * ((3 if ensemble else 1) + (self.tls is not None)))
         client_ports = ports[: self.size]
         secure_ports = ports[len(ports) - self.size :] if self.tls is not None else None
@@ -195,15 +209,17 @@ class ZooKeeperCluster:
         }
         if self.tls is not None:
             base.update(self.tls.server_config(self.client_auth))
-        if ensemble:
-            for i in range(self.size):
-                peer, election = ports[self.size + 2 * i], ports[self.size + 2 * i + 1]
-                base[f"server.{i + 1}"] = f"127.0.0.1:{peer}:{election}"
+        real = {
+            i + 1: (ports[self.size + 2 * i], ports[self.size + 2 * i + 1])
+            for i in range(self.size if ensemble else 0)
+        }
+        servers = self._servers_by_member(real)
         self.members = []
         for i in range(self.size):
             member_dir = root / f"zk{i + 1}"
             config = {
                 **base,
+                **servers.get(i + 1, {}),
                 "dataDir": str(member_dir / "data"),
                 "clientPort": str(client_ports[i]),
                 **({"secureClientPort": str(secure_ports[i])} if secure_ports else {}),
@@ -222,6 +238,22 @@ class ZooKeeperCluster:
                     secure_client_port=secure_ports[i] if secure_ports else None,
                 )
             )
+
+    def _bind_links(self) -> None:
+        if self._links is not None:  # a retried start: the old proxies led to old ports
+            self._links.close()
+            self._links = None
+        if self.partitionable:
+            self._links = ServerLinks(range(1, self.size + 1))
+
+    def _servers_by_member(self, real: dict[int, tuple[int, int]]) -> dict[int, dict[str, str]]:
+        """Each member's ``server.N`` lines: the same real ports for all, or (partitionable)
+        each member's own view, through the proxies (started here)."""
+        if self._links is None:
+            lines = {f"server.{i}": f"127.0.0.1:{q}:{e}" for i, (q, e) in real.items()}
+            return dict.fromkeys(real, lines)
+        self._links.start(real)
+        return {member: self._links.servers_for(member) for member in real}
 
     def wait_serving(self, timeout: float = 30.0) -> None:
         """Block until every *running* member serves, and (ensemble) one is the leader."""
@@ -274,9 +306,73 @@ class ZooKeeperCluster:
         """The members that currently report ``Mode: follower``."""
         return [member for member in self.members if member.mode() == "follower"]
 
+    # --- server-to-server link faults (partitionable=True) ------------------------------
+
+    def isolate(self, member: ZooKeeperMember | int, *, how: str = "silent") -> None:
+        """Cut every server-to-server link into and out of ``member`` (a member or its
+        1-based id); its client port stays reachable.
+
+        ``how="silent"``: the links' bytes are held (neither forwarded nor dropped, the
+        connections stay open, new ones are accepted but not forwarded) and delivered in
+        order by :meth:`heal`, as after a real partition. ``how="reset"``: the links'
+        connections are reset, and new ones too until :meth:`heal`. Cuts add up; the
+        latest ``how`` wins for a link cut twice. Returns at once (no byte crosses a cut
+        link after it returns; resets are sent by the pump thread right after).
+
+        Raises ``RuntimeError`` if the cluster is not partitionable or not started,
+        ``ValueError`` for an unknown member or ``how``.
+        """
+        links, ids = self._links_or_raise(), [m.id for m in self.members]
+        links.cut(pairs_isolating(ids, member_id(self.members, member)), check_how(how))
+
+    def partition(self, *groups: Iterable[ZooKeeperMember | int], how: str = "silent") -> None:
+        """Cut every link between members of different ``groups``; members in no group
+        form one more group: ``partition([1], [2, 3])``, or on 5 members
+        ``partition([1, 2])`` (same as ``partition([1, 2], [3, 4, 5])``). ``how`` and the
+        errors as for :meth:`isolate`; ``ValueError`` also if a member is in two groups.
+        """
+        links, ids = self._links_or_raise(), [m.id for m in self.members]
+        resolved = [{member_id(self.members, member) for member in group} for group in groups]
+        links.cut(pairs_between(ids, resolved), check_how(how))
+
+    def cut(
+        self, a: ZooKeeperMember | int, b: ZooKeeperMember | int, *, how: str = "silent"
+    ) -> None:
+        """Cut the links between ``a`` and ``b``, both directions. ``how`` and the errors as
+        for :meth:`isolate`; ``ValueError`` also if ``a`` and ``b`` are the same member."""
+        links = self._links_or_raise()
+        first, second = member_id(self.members, a), member_id(self.members, b)
+        if first == second:
+            raise ValueError(f"cannot cut member {first} from itself")
+        links.cut({(first, second), (second, first)}, check_how(how))
+
+    def heal(self) -> None:
+        """Restore every link: held bytes are delivered in order, held connections are
+        forwarded. Returns at once. Raises ``RuntimeError`` as :meth:`isolate` does."""
+        self._links_or_raise().heal()
+
+    @property
+    def cut_links(self) -> frozenset[tuple[int, int]]:
+        """The cut links as ordered pairs of member ids ``(dialer, target)``: a cut
+        between 1 and 2 is ``{(1, 2), (2, 1)}``. Empty if not partitionable."""
+        return self._links.cut_links if self._links is not None else frozenset()
+
+    def _links_or_raise(self) -> ServerLinks:
+        if self._links is None:
+            if not self.partitionable:
+                raise RuntimeError(
+                    "this cluster's server links cannot be cut: create it with "
+                    "ZooKeeperCluster(size, partitionable=True)"
+                )
+            raise RuntimeError("the cluster is not started (or closed): call start() first")
+        return self._links
+
     def close(self) -> None:
         """Stop every member and remove the temp directory. Idempotent."""
         self._stop_members(self.members)
+        if self._links is not None:
+            self._links.close()
+            self._links = None
         if self.work_dir is not None:
             shutil.rmtree(self.work_dir, ignore_errors=True)
             self.work_dir = None
