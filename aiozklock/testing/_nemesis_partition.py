@@ -21,7 +21,7 @@ import anyio.to_thread
 from ._nemesis import _Nemesis
 from ._nemesis_plan import FaultSpec
 from ._nemesis_report import FaultRecord
-from ._nemesis_targets import Cuttable, cuttable, member_target, pick
+from ._nemesis_targets import cuttable, member_target, pick
 from ._server import ZooKeeperCluster
 from ._server_member import ZooKeeperMember
 
@@ -64,7 +64,7 @@ async def partition_fault(n: _Nemesis, spec: FaultSpec, record: FaultRecord) -> 
     record.note = f"serving again {time.monotonic() - started:.2f} s after the heal"
 
 
-async def _isolate(cuts: Cuttable, member: ZooKeeperMember, spec: FaultSpec) -> None:
+async def _isolate(cuts: ZooKeeperCluster, member: ZooKeeperMember, spec: FaultSpec) -> None:
     """``member`` cut from the rest for ``spec.duration``, or (a flap) by turns."""
     steps = spec.steps or (spec.duration,)
     for index, step in enumerate(steps):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Sequence
-from typing import Protocol, TypeVar, cast
+from collections.abc import Sequence
+from typing import TypeVar
 
 import anyio
 import anyio.to_thread
@@ -20,7 +20,6 @@ from ._server import ZooKeeperCluster
 from ._server_member import ZooKeeperMember
 
 __all__ = [
-    "Cuttable",
     "client_target",
     "cuttable",
     "described",
@@ -34,27 +33,9 @@ __all__ = [
 T = TypeVar("T")
 
 
-class Cuttable(Protocol):
-    """What the nemesis uses of a partitionable :class:`ZooKeeperCluster` (its per-pair
-    proxies on the quorum and election links)."""
-
-    members: list[ZooKeeperMember]
-
-    @property
-    def cut_links(self) -> frozenset[tuple[int, int]]: ...
-
-    def isolate(self, member: ZooKeeperMember | int, *, how: str = ...) -> None: ...
-
-    def partition(self, *groups: Iterable[ZooKeeperMember | int], how: str = ...) -> None: ...
-
-    def heal(self) -> None: ...
-
-
-def cuttable(cluster: ZooKeeperCluster | None) -> Cuttable | None:
+def cuttable(cluster: ZooKeeperCluster | None) -> ZooKeeperCluster | None:
     """``cluster`` if it was created with ``partitionable=True`` (its links can be cut)."""
-    if cluster is None or not getattr(cluster, "partitionable", False):
-        return None
-    return cast("Cuttable", cluster)
+    return cluster if cluster is not None and cluster.partitionable else None
 
 
 def sync_time(cluster: ZooKeeperCluster | None) -> float:
