@@ -36,9 +36,23 @@ FAULT_KINDS = (
     "server-kill",
     "leader-kill",
     "server-restart",
+    "isolate-follower",
+    "isolate-leader",
+    "split",
+    "flap",
 )
 """Every fault the nemesis knows (``nemesis --kinds``); its schedule weighs each
-(``testing._nemesis_plan.FAULT_WEIGHTS``)."""
+(``testing._nemesis_plan.FAULT_WEIGHTS``). The last four cut links between ensemble members:
+they need a partitionable ensemble (``--servers``), and run only when asked for."""
+
+#: The faults that cut the ensemble's own links (a partitionable cluster's per-pair proxies).
+PARTITION_KINDS = ("isolate-follower", "isolate-leader", "split", "flap")
+#: ``--kinds ensemble``: every fault of the ensemble's members: the cuts, and kill -9 +
+#: restart of a member (or of the leader) with its data.
+KIND_GROUPS = {
+    "ensemble": (*PARTITION_KINDS, "server-kill", "leader-kill", "server-restart"),
+    "partition": PARTITION_KINDS,
+}
 
 #: Where ``demo`` and ``nemesis`` keep their fenced counter (``--store``): the in-process
 #: ``FencedStore``, or a real server that decides each write (``testing._nemesis_store``).
@@ -53,4 +67,13 @@ STORE_URL_HELP = (
     "one from the local install, stopped at the end"
 )
 
-__all__ = ("FAULT_KINDS", "RECIPES", "STORES", "STORE_HELP", "STORE_URL_HELP", "recipe_help")
+__all__ = (
+    "FAULT_KINDS",
+    "KIND_GROUPS",
+    "PARTITION_KINDS",
+    "RECIPES",
+    "STORES",
+    "STORE_HELP",
+    "STORE_URL_HELP",
+    "recipe_help",
+)

@@ -1,7 +1,8 @@
 """``aiozklock nemesis``: contending clients under seeded random faults, then the history
 checked (:func:`aiozklock.testing.run_nemesis`). Without ``--hosts`` it starts a throwaway
-3-node ensemble, so that servers and the leader can be paused, killed and restarted too. The
-test kit is imported only when the command runs."""
+ensemble (``--servers`` 3 or 5), so that servers and the leader can be paused, killed and
+restarted too, and (``--kinds ensemble``) cut off from each other. ``--unprotected`` is the
+negative control. The test kit is imported only when the command runs."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ from typing import TYPE_CHECKING
 import anyio
 
 import aiozklock
-from aiozklock._cli._choices import FAULT_KINDS, RECIPES, recipe_help
+from aiozklock._cli._choices import (
+    FAULT_KINDS,
+    KIND_GROUPS,
+    PARTITION_KINDS,
+    RECIPES,
+    recipe_help,
+)
 from aiozklock._cli._common import Parser, positive_int, seconds
 from aiozklock._cli._demo import (
     EXIT_FAILED,
@@ -75,7 +82,10 @@ def add_nemesis_parser(commands: argparse._SubParsersAction[Parser]) -> None:
             "servers and of the leader. The history is then checked: no overlapping holders, "
             "tokens increasing, stale writes fenced, attempts bounded, no orphan node or "
             "leaked watch. The same seed replays the same fault schedule. Exit code 0 if "
-            "every check passes, 1 if not, 2 if ZooKeeper is not available."
+            "every check passes, 1 if not, 2 if ZooKeeper is not available. "
+            "--kinds ensemble cuts the local ensemble's own links (isolate a follower, the "
+            "leader, a minority, a flapping link) and kills -9 and restarts members; "
+            "--unprotected is the negative control, which must fail."
         ),
     )
     nemesis.add_argument("--seed", type=int, help="default: a random seed (printed)")
@@ -95,6 +105,15 @@ def add_nemesis_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         "--duration", type=seconds, default=60.0, help="seconds of faults (%(default)s)"
     )
     nemesis.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    nemesis.add_argument(
+        "--unprotected",
+        action="store_true",
+        help="the negative control: workers ignore the loss of their lock (they keep acting "
+        "and writing with their old token) and the store's fence is off, and the schedule "
+        "starts with a fault that expires the holder's session while it holds; the report "
+        "must show overlaps and accepted stale writes, and the run always fails (exit 1); "
+        "memory store only",
+    )
     add_store_options(nemesis)
     _add_target_options(nemesis)
     nemesis.set_defaults(usage_error=nemesis.error)
@@ -117,8 +136,18 @@ def _add_target_options(nemesis: argparse.ArgumentParser) -> None:
     nemesis.add_argument("--session-timeout", type=seconds, default=6.0, help="s (%(default)s)")
     nemesis.add_argument(
         "--kinds",
-        help=f"comma-separated fault kinds (default: all the target allows): "
-        f"{', '.join(FAULT_KINDS)}",
+        help=f"comma-separated fault kinds (default: all the target allows, but the cuts of "
+        f"the ensemble's links): {', '.join(FAULT_KINDS)}; or a group: "
+        + "; ".join(f"{name} = {','.join(kinds)}" for name, kinds in KIND_GROUPS.items())
+        + f". {', '.join(PARTITION_KINDS)} need the local ensemble (not --hosts): it is then "
+        "started with a proxy on each link between members",
+    )
+    nemesis.add_argument(
+        "--servers",
+        type=int,
+        choices=(3, 5),
+        default=3,
+        help="members of the local ensemble (%(default)s)",
     )
     nemesis.add_argument(
         "--loss-policy",
@@ -152,6 +181,10 @@ def reproduce_command(args: argparse.Namespace) -> str:
         parts.append(f"--loss-policy {args.loss_policy}")
     if args.hosts:
         parts.append(f"--hosts {args.hosts}")
+    elif args.servers != 3:
+        parts.append(f"--servers {args.servers}")
+    if args.unprotected:
+        parts.append("--unprotected")
     if args.store != "memory":
         parts.append(f"--store {args.store}")
     if args.store_url:
@@ -204,10 +237,15 @@ def _checked(args: argparse.Namespace) -> list[str] | None:
         args.seed = random.SystemRandom().randrange(1, 2**31)
     kinds = None
     if args.kinds:
-        kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
+        named = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
+        kinds = list(dict.fromkeys(k for name in named for k in KIND_GROUPS.get(name, (name,))))
         unknown = sorted(set(kinds) - set(FAULT_KINDS))
         if unknown:
             raise _Refused(f"unknown fault kind(s) {unknown}")
+        if args.hosts and set(kinds) & set(PARTITION_KINDS):
+            raise _Refused(f"{', '.join(PARTITION_KINDS)} need the local ensemble, not --hosts")
+    if args.unprotected and args.store != "memory":
+        raise _Refused("--unprotected needs --store memory (a real store's fence stays on)")
     if not 0 <= args.processes <= args.clients:
         raise _Refused("need 0 <= --processes <= --clients")
     if args.backend == "trio":
@@ -218,6 +256,7 @@ def _checked(args: argparse.Namespace) -> list[str] | None:
     missing = check_store_options(args)  # a usage error exits
     if missing is not None:
         raise _Refused(missing)
+    args.kinds_list = kinds
     return kinds
 
 
@@ -256,11 +295,18 @@ def _target(args: argparse.Namespace) -> Iterator[ZooKeeperCluster | str]:
         return
     if find_zookeeper_classpath() is None:
         raise _Refused(INSTALL_HINT.replace("aiozklock demo: ", "").replace("demo", "nemesis"))
-    print("starting a throwaway 3-node ZooKeeper ensemble ...", file=sys.stderr, flush=True)
+    # The cuts of the ensemble's links need a proxy on each of them.
+    cuts = bool(set(args.kinds_list or ()) & set(PARTITION_KINDS))
+    print(
+        f"starting a throwaway {args.servers}-node ZooKeeper ensemble"
+        f"{' with its links behind proxies' if cuts else ''} ...",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         # A lease needs expired TTL nodes reaped promptly (the default is every minute).
         jvm = LEASE_JVM_PROPERTIES if traits_of(args.recipe).ttl_lease else None
-        cluster = ZooKeeperCluster(3, jvm_properties=jvm).start()
+        cluster = ZooKeeperCluster(args.servers, jvm_properties=jvm, partitionable=cuts).start()
     except ZooKeeperUnavailableForTests as exc:
         raise _Refused(str(exc)) from None
     except ZooKeeperStartError as exc:
@@ -319,6 +365,7 @@ async def _run_nemesis(
         max_leases=args.max_leases,
         store=args.store,
         store_url=args.store_url,
+        unprotected=args.unprotected,
     )
 
 

@@ -196,6 +196,10 @@ class FencedStore:
 
     A holder should :meth:`read` (or write) as soon as it is granted the lock: its token then
     fences every older holder from that moment on, not only from its first write.
+
+    ``fenced=False`` switches the fence off (the nemesis's negative control): every access is
+    accepted, stale or not, and recorded as such, so that the history's replay must find the
+    stale writes it let through.
     """
 
     accepted: list[FencedWrite] = field(default_factory=list)
@@ -203,13 +207,18 @@ class FencedStore:
     max_token: int | None = None
     value: object = None
     reads: list[FencedRead] = field(default_factory=list)
+    fenced: bool = True
+
+    def _admits(self, token: int) -> bool:
+        return not self.fenced or self.max_token is None or token >= self.max_token
 
     def write(self, client: str, token: int, value: object) -> bool:
-        """Apply the write iff ``token >= max_token``; returns whether it was accepted."""
-        ok = self.max_token is None or token >= self.max_token
+        """Apply the write iff ``token >= max_token`` (or the fence is off); returns whether
+        it was accepted."""
+        ok = self._admits(token)
         record = FencedWrite(client, token, value, time.monotonic(), ok, self.value)
         if ok:
-            self.max_token = token
+            self.max_token = max(token, self.max_token or token)
             self.value = value
             self.accepted.append(record)
         else:
@@ -221,10 +230,10 @@ class FencedStore:
 
     def read(self, client: str, token: int) -> tuple[bool, object]:
         """A fenced read: ``(True, value)`` and ``token`` is registered iff it is at least
-        ``max_token``; ``(False, None)`` for a stale token."""
-        ok = self.max_token is None or token >= self.max_token
+        ``max_token`` (or the fence is off); ``(False, None)`` for a stale token."""
+        ok = self._admits(token)
         self.reads.append(FencedRead(client, token, time.monotonic(), ok))
         if not ok:
             return False, None
-        self.max_token = token
+        self.max_token = max(token, self.max_token or token)
         return True, self.value

@@ -72,6 +72,8 @@ class _Nemesis:
     cluster: ZooKeeperCluster | None
     hosts: list[str]
     log_dir: Path
+    #: the negative control: workers ignore the loss of their lock, the store does not fence
+    unprotected: bool = False
     #: what the recipe is (``_recipes/_traits.py``)
     traits: RecipeTraits = field(init=False)
     #: the lock paths: one, or the multi-lock's shared ones (each a fenced resource)
@@ -110,7 +112,9 @@ class _Nemesis:
         )
         shared = traits.shares_resource
         self.history = History(max_holders=self.max_leases if shared else 1)
-        self.gate = StoreGate(() if shared else self.paths, self.errors.append)
+        self.gate = StoreGate(
+            () if shared else self.paths, self.errors.append, fenced=not self.unprotected
+        )
         self.stores = self.gate.stores
         self.resumes_done.set()
 

@@ -5,12 +5,10 @@ turned into the history's pauses."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
 import time
-from collections.abc import Sequence
-from typing import Literal, TypeVar
+from typing import Literal
 
 import anyio
 import anyio.to_thread
@@ -18,8 +16,10 @@ import anyio.to_thread
 from ._expiry import expire_session
 from ._nemesis import _Nemesis
 from ._nemesis_clients import _Client, _kill_quietly
-from ._nemesis_plan import PROCESS_KINDS, SERVER_KINDS, FaultGroup, FaultSpec
+from ._nemesis_partition import heal_links, partition_fault
+from ._nemesis_plan import PARTITION_KINDS, PROCESS_KINDS, SERVER_KINDS, FaultGroup, FaultSpec
 from ._nemesis_report import FaultRecord
+from ._nemesis_targets import client_target, cuttable, described, direct_hosts, member_target
 from ._proxy_records import Opcode
 from ._rawclient_records import RawConnectionClosed, RawSessionExpired, RawZooKeeperError
 from ._server import ZooKeeperCluster
@@ -28,8 +28,6 @@ from ._server_member import ZooKeeperMember
 __all__ = ["EXPIRE_REACTION", "heal_all", "register_expiries", "restore_cluster", "run_group"]
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 _SERVER_TIMEOUT = 60.0  # a restarted member serving again
 #: A holder whose session is expired must stop acting this soon after (fault-matrix F6: the
@@ -51,7 +49,9 @@ async def _run_fault(n: _Nemesis, spec: FaultSpec, record: FaultRecord) -> None:
     record.start = n.now()
     n.history.count(f"fault:{spec.kind}")
     try:
-        if spec.kind in SERVER_KINDS:
+        if spec.kind in PARTITION_KINDS:
+            await partition_fault(n, spec, record)
+        elif spec.kind in SERVER_KINDS:
             await _server_fault(n, spec, record)
         elif spec.kind in PROCESS_KINDS:
             await _process_fault(n, spec, record)
@@ -66,80 +66,13 @@ async def _run_fault(n: _Nemesis, spec: FaultSpec, record: FaultRecord) -> None:
         logger.info("fault done: %s", record)
 
 
-# -------------------------------------------------------------------------- targets
-
-
-def _pick(candidates: Sequence[T], pick: float) -> T:
-    return candidates[min(int(pick * len(candidates)), len(candidates) - 1)]
-
-
-async def _long_holder(n: _Nemesis, pool: Sequence[_Client]) -> _Client | None:
-    """The holder, once one of ``pool`` holds for long enough that a fault lands while
-    it still acts (at most a session timeout's wait); else whoever holds now."""
-    with anyio.move_on_after(n.session_timeout):
-        while True:
-            holder = n.holder
-            if (
-                holder in pool
-                and holder is not None
-                and holder.hold_until - time.monotonic() > n.session_timeout / 2
-            ):
-                return holder
-            await n.holder_changed.wait()
-    return n.holder if n.holder in pool else None
-
-
-async def _client_target(
-    n: _Nemesis, spec: FaultSpec, pool: Sequence[_Client] | None = None
-) -> _Client:
-    candidates = list(pool if pool is not None else n.clients)
-    if spec.target == "holder":
-        holder = await _long_holder(n, candidates)
-        if holder is not None:
-            return holder
-    return _pick(candidates, spec.pick)
-
-
-async def _member_target(n: _Nemesis, spec: FaultSpec) -> ZooKeeperMember:
-    assert n.cluster is not None
-    cluster = n.cluster
-    healthy = [m for m in cluster.members if m.running and not m.paused]
-    if spec.target == "leader":
-        with contextlib.suppress(LookupError):
-            return await anyio.to_thread.run_sync(cluster.leader)
-    elif spec.target == "holder-server":
-        holder = await _long_holder(n, n.clients)
-        index = holder.active_member() if holder is not None else None
-        if index is not None and cluster.members[index] in healthy:
-            return cluster.members[index]
-    elif spec.target == "follower":
-        followers = await anyio.to_thread.run_sync(cluster.followers)
-        if followers:
-            return _pick(followers, spec.pick)
-    return _pick(healthy, spec.pick)
-
-
-def _direct_hosts(n: _Nemesis) -> str:
-    if n.cluster is None:
-        return ",".join(n.hosts)
-    members = [m for m in n.cluster.members if m.running and not m.paused]
-    return ",".join(m.address for m in members) or n.cluster.hosts
-
-
-def _described(n: _Nemesis, client: _Client) -> str:
-    if client is not n.holder:
-        return client.name
-    left = client.hold_until - time.monotonic()
-    return f"{client.name} (holder, {left:.1f} s left)" if left > 0.5 else f"{client.name} (holder)"
-
-
 # -------------------------------------------------------------------------- client faults
 
 
 async def _client_fault(n: _Nemesis, spec: FaultSpec, record: FaultRecord) -> None:
-    client = await _client_target(n, spec)
+    client = await client_target(n, spec)
     record.start = n.now()
-    record.target = _described(n, client)
+    record.target = described(n, client)
     if spec.kind == "drop":
         for proxy in client.proxies:
             await proxy.drop_all(rst=spec.option == "rst")
@@ -190,7 +123,7 @@ async def _expire(n: _Nemesis, client: _Client, record: FaultRecord) -> None:
         return
     start = time.monotonic()
     try:
-        await expire_session(_direct_hosts(n), session_id, password, timeout=5.0)
+        await expire_session(direct_hosts(n), session_id, password, timeout=5.0)
         record.note = f"session 0x{session_id:x} expired"
     except RawSessionExpired:
         record.note = f"session 0x{session_id:x} already gone"
@@ -214,9 +147,9 @@ async def _process_fault(n: _Nemesis, spec: FaultSpec, record: FaultRecord) -> N
     if not children:
         record.note = "no running child process: skipped"
         return
-    client = await _client_target(n, spec, children)
+    client = await client_target(n, spec, children)
     record.start = n.now()
-    record.target = _described(n, client)
+    record.target = described(n, client)
     assert client.pid is not None
     if spec.kind == "pause-before-write":
         await _pause_before_write(client, spec, record)
@@ -254,10 +187,11 @@ async def _pause_before_write(client: _Client, spec: FaultSpec, record: FaultRec
 async def _server_fault(n: _Nemesis, spec: FaultSpec, record: FaultRecord) -> None:
     assert n.cluster is not None
     cluster = n.cluster
-    if any(not m.running or m.paused for m in cluster.members):
-        record.note = "a member is still down: skipped"
+    cuts = cuttable(cluster)
+    if any(not m.running or m.paused for m in cluster.members) or (cuts and cuts.cut_links):
+        record.note = "a member is still down or cut off: skipped"
         return
-    member = await _member_target(n, spec)
+    member = await member_target(n, spec)
     record.start = n.now()
     mode = await anyio.to_thread.run_sync(member.mode)
     record.target = f"zk{member.id} ({mode})"
@@ -342,8 +276,10 @@ async def heal_all(n: _Nemesis) -> None:
 
 
 async def restore_cluster(cluster: ZooKeeperCluster) -> None:
-    """Resume paused members, start stopped ones, and wait until all serve (shielded)."""
+    """Heal every cut link, resume paused members, start stopped ones, and wait until all
+    serve (shielded)."""
     with anyio.CancelScope(shield=True):
+        heal_links(cluster)
         for member in cluster.members:
             if member.paused:
                 await anyio.to_thread.run_sync(member.resume)

@@ -90,6 +90,11 @@ async def _add_clients(stack: AsyncExitStack, n: _Nemesis) -> None:
 
 
 def _worker_config(n: _Nemesis, client: _Client) -> WorkerConfig:
+    """What ``client`` does. Unprotected (the negative control), every section holds long
+    (0.6-1.2 x the session timeout: a fault aimed at the holder lands while it acts) and
+    lingers 1.5 session timeouts after it saw its loss: past the server's expiry of its
+    session, and so past the next grant."""
+    timeout = n.session_timeout
     return WorkerConfig(
         name=client.name,
         hosts=",".join(p.address for p in client.proxies),
@@ -99,14 +104,16 @@ def _worker_config(n: _Nemesis, client: _Client) -> WorkerConfig:
         loss_policy=n.loss_policy,
         acquire_timeout=n.acquire_timeout,
         attempt_grace=n.attempt_grace,
-        long_hold=(0.3 * n.session_timeout, n.session_timeout),
-        long_hold_probability=0.06,
+        long_hold=(0.6 * timeout, 1.2 * timeout) if n.unprotected else (0.3 * timeout, timeout),
+        long_hold_probability=1.0 if n.unprotected else 0.06,
         backend=n.backend,
         control=n.control_address,
         recipe=n.recipe,
         paths=n.paths if n.traits.multi_path else (),
         lease_ttl=n.session_timeout if n.traits.ttl_lease else 0.0,
         max_leases=n.max_leases,
+        unprotected=n.unprotected,
+        linger=1.5 * timeout if n.unprotected else 0.0,
     )
 
 

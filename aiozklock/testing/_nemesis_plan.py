@@ -3,7 +3,8 @@
 The schedule is a pure function of the seed and the run's parameters (:func:`plan_faults`):
 a failing seed replays the same faults; the timing (and so which client holds when a fault
 starts) differs between runs. Client faults are biased toward the current holder, server
-faults toward the holder's server and the leader.
+faults toward the holder's server and the leader. The ensemble's cuts (``PARTITION_KINDS``)
+are server faults: never two at once, nor with another server fault.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import random
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from aiozklock._cli._choices import FAULT_KINDS
+from aiozklock._cli._choices import FAULT_KINDS, KIND_GROUPS
+from aiozklock._cli._choices import PARTITION_KINDS as _PARTITION_KINDS
 
 __all__ = [
     "CLIENT_KINDS",
     "FAULT_KINDS",
     "FAULT_WEIGHTS",
+    "KIND_GROUPS",
+    "PARTITION_KINDS",
     "PROCESS_KINDS",
     "SERVER_KINDS",
     "FaultGroup",
@@ -40,20 +44,31 @@ FAULT_WEIGHTS: dict[str, float] = {
     "server-kill": 1,  # SIGKILL a server, start it again a little later
     "leader-kill": 1,  # SIGKILL the leader, start it again a little later
     "server-restart": 1,  # SIGKILL + immediate restart of a server
+    # The ensemble's own links cut (silently: bytes held, sockets open) for 1.3-2.2 x the
+    # session timeout, and at least long enough for a follower to give up its leader:
+    "isolate-follower": 2,  # a follower (the holder's server if it is one) from the rest
+    "isolate-leader": 2,  # the leader from the rest: they elect another
+    "split": 2,  # a minority with the holder's server (1|2 on 3 nodes, 2|3 on 5) from the rest
+    "flap": 1,  # the holder's server's links cut and healed 4-8 times (0.2-1 x the timeout)
 }
 CLIENT_KINDS = frozenset(
     {"drop", "blackhole-short", "blackhole-long", "lost-create-reply", "lost-delete-reply"}
     | {"expire"}
 )
 PROCESS_KINDS = frozenset({"pause-short", "pause-long", "pause-before-write"})
-SERVER_KINDS = frozenset({"server-pause", "server-kill", "leader-kill", "server-restart"})
+PARTITION_KINDS = frozenset(_PARTITION_KINDS)
+SERVER_KINDS = (
+    frozenset({"server-pause", "server-kill", "leader-kill", "server-restart"}) | PARTITION_KINDS
+)
 
 
 @dataclass(frozen=True, slots=True)
 class FaultSpec:
     """One planned fault. ``target`` is a role resolved when the fault starts: ``holder``
     (the current holder, else a client chosen by ``pick``), ``any``, ``holder-server`` (the
-    server the holder is connected to), ``leader`` or ``follower``."""
+    server the holder is connected to), ``holder-follower`` (that server if it is a
+    follower, else a follower), ``leader`` or ``follower``. ``steps``: a flap's cut and
+    healed periods, alternating (cut first)."""
 
     kind: str
     target: str
@@ -62,6 +77,7 @@ class FaultSpec:
     option: str = ""  # rst/fin for drops, hang/refuse for black-holes, short/long for pauses
     pick: float = 0.0  # in [0, 1): chooses among candidates at run time
     window: float = 0.0  # pause-before-write: how long it stays armed before the pause
+    steps: tuple[float, ...] = ()  # flap: cut, healed, cut, ... (s)
 
     @property
     def length(self) -> float:
@@ -73,7 +89,8 @@ class FaultSpec:
         at = f" at +{self.offset:.1f} s" if self.offset else ""
         lasting = f" for {self.duration:.1f} s" if self.duration else ""
         armed = f" (armed up to {self.window:.1f} s)" if self.window else ""
-        return f"{self.kind}{option} -> {self.target}{lasting}{armed}{at}"
+        flaps = f" in {(len(self.steps) + 1) // 2} cuts" if self.steps else ""
+        return f"{self.kind}{option} -> {self.target}{lasting}{flaps}{armed}{at}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +118,32 @@ def _category(kind: str) -> str:
     return kind
 
 
-def _spec(kind: str, rng: random.Random, timeout: float, offset: float) -> FaultSpec:
+def _partition_spec(
+    kind: str, rng: random.Random, timeout: float, offset: float, sync_time: float, pick: float
+) -> FaultSpec:
+    """A cut of the ensemble's links. ``sync_time`` (syncLimit x tickTime) is how long a
+    follower waits for its leader before it gives up: an isolation outlasts it (twice, and a
+    tick) as well as the session timeout, so that the follower does give up and the leader
+    expires the sessions it no longer hears of."""
+    if kind == "flap":
+        steps: list[float] = []
+        for flap in range(rng.randint(4, 8)):
+            if flap:
+                steps.append(rng.uniform(0.1, 0.3) * timeout)  # healed
+            steps.append(rng.uniform(0.2, 1.0) * timeout)  # cut
+        return FaultSpec(
+            kind, "holder-server", offset, sum(steps), "silent", pick, steps=tuple(steps)
+        )
+    duration = max(rng.uniform(1.3, 2.2) * timeout, 2 * sync_time + 0.2)
+    target = {"isolate-follower": "holder-follower", "isolate-leader": "leader"}.get(
+        kind, "holder-server"
+    )
+    return FaultSpec(kind, target, offset, duration, "silent", pick)
+
+
+def _spec(
+    kind: str, rng: random.Random, timeout: float, offset: float, sync_time: float = 1.0
+) -> FaultSpec:
     """One fault of ``kind``; every random draw comes from ``rng`` in a fixed order.
 
     Durations are relative to the session ``timeout``, with ZooKeeper's expiry granularity in
@@ -146,6 +188,8 @@ def _spec(kind: str, rng: random.Random, timeout: float, offset: float) -> Fault
     if kind == "server-restart":
         target = rng.choices(("holder-server", "leader", "follower"), (4, 3, 3))[0]
         return FaultSpec(kind, target, offset, 0.0, "", pick)
+    if kind in PARTITION_KINDS:
+        return _partition_spec(kind, rng, timeout, offset, sync_time, pick)
     raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(FAULT_KINDS)}")
 
 
@@ -156,6 +200,7 @@ def plan_faults(
     kinds: Collection[str] = FAULT_KINDS,
     *,
     warmup: float = 1.0,
+    sync_time: float = 1.0,
 ) -> list[FaultGroup]:
     """The fault schedule of a run: a pure function of its arguments.
 
@@ -163,7 +208,8 @@ def plan_faults(
     ``warmup``); about one group in four has two faults of different categories (never two
     server faults: the ensemble keeps its quorum). Groups are planned while they end within
     ``duration``; a run skips the rest of the plan once a group would end more than a
-    session timeout after ``duration`` (healing takes longer than planned).
+    session timeout after ``duration`` (healing takes longer than planned). ``sync_time``:
+    the ensemble's syncLimit x tickTime in seconds (see ``_partition_spec``).
     """
     unknown = set(kinds) - set(FAULT_KINDS)
     if unknown:
@@ -178,7 +224,7 @@ def plan_faults(
     while True:
         gap = warmup if not groups else rng.uniform(0.5, 2.0)
         first = rng.choices(available, weights)[0]
-        specs = [_spec(first, rng, session_timeout, 0.0)]
+        specs = [_spec(first, rng, session_timeout, 0.0, sync_time)]
         if rng.random() < 0.25:
             others = [
                 (kind, weight)
@@ -188,7 +234,7 @@ def plan_faults(
             if others:
                 second = rng.choices([k for k, _ in others], [w for _, w in others])[0]
                 offset = rng.uniform(0.0, 0.5) * max(specs[0].duration, 1.0)
-                specs.append(_spec(second, rng, session_timeout, offset))
+                specs.append(_spec(second, rng, session_timeout, offset, sync_time))
         group = FaultGroup(len(groups) + 1, gap, tuple(specs))
         if planned + gap + group.length > duration:
             return groups

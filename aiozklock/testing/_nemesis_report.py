@@ -10,10 +10,16 @@ from aiozklock._recipes._traits import traits_of
 
 from ._history_report import HistoryReport
 from ._nemesis_plan import FaultGroup, FaultSpec
+from ._nemesis_tally import KindTally, render_tally
 
 __all__ = ["FaultRecord", "NemesisReport"]
 
 Check = tuple[bool, str]  # (passed, what was checked)
+
+_UNPROTECTED = (
+    "UNPROTECTED run (negative control): holders ignored the loss of their lock and the "
+    "store did not fence; it cannot pass"
+)
 
 
 @dataclass
@@ -73,9 +79,15 @@ class NemesisReport:
     #: every access), and a real store's URL
     store: str = "memory"
     store_where: str = ""
+    #: the negative control (``run_nemesis(unprotected=True)``): holders ignored the loss of
+    #: their lock and the store did not fence, so the checks must fail (the run never passes)
+    unprotected: bool = False
+    #: per fault kind: how many ran, and the safety failures while one was active
+    by_kind: dict[str, KindTally] = field(default_factory=dict)
 
     def failures(self) -> list[str]:
-        problems = list(self.history.failures())
+        problems = [_UNPROTECTED] if self.unprotected else []
+        problems += self.history.failures()
         if self.integrity_errors:
             problems.append(f"fenced counter: {self.integrity_errors[0]}")
         if self.orphans:
@@ -95,7 +107,15 @@ class NemesisReport:
 
     @property
     def ok(self) -> bool:
+        """Every check passed (never for an unprotected run)."""
         return not self.failures()
+
+    @property
+    def caught(self) -> bool:
+        """An unprotected run's checks found what its holders did: overlapping holders and
+        stale writes accepted (the negative control worked)."""
+        history = self.history
+        return self.unprotected and bool(history.overlaps) and bool(history.fencing_violations)
 
     def faults_by_kind(self) -> Counter[str]:
         return Counter(record.spec.kind for record in self.faults)
@@ -125,6 +145,13 @@ def _header(report: NemesisReport) -> list[str]:
     ]
     if r.store != "memory":
         lines.append(f"fenced store: {r.store} at {r.store_where}: the server decides each access")
+    if r.unprotected:
+        lines.append(
+            "UNPROTECTED (negative control): workers ignore the loss notification (they keep "
+            "acting and writing with their old token after LockLost) and the store's fence is "
+            "off (stale writes are accepted): the checks below must find overlaps and "
+            "accepted stale writes"
+        )
     if r.command:
         lines.append(f"reproduce: {r.command}")
     return lines
@@ -139,6 +166,7 @@ def _schedule(report: NemesisReport) -> list[str]:
     lines.extend(f"  {f}" for f in sorted(r.faults, key=lambda f: (f.group, f.start)))
     kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(r.faults_by_kind().items()))
     lines.append(f"faults by kind: {kinds or 'none'}")
+    lines.extend(render_tally(r.by_kind))
     return lines
 
 
@@ -307,5 +335,16 @@ def _footer(report: NemesisReport) -> list[str]:
     lines.extend(f"  ! {error}" for error in r.integrity_errors[:5])
     if r.log_dir:
         lines.append(f"logs: {r.log_dir}")
+    if r.unprotected:
+        h = r.history
+        found = (
+            f"{len(h.overlaps)} overlapping pair(s) of holders, {len(h.fencing_violations)} "
+            "stale write(s) accepted"
+        )
+        lines.append(
+            f"negative control: the checker found {found}, as it must"
+            if r.caught
+            else f"NEGATIVE CONTROL INCONCLUSIVE: the checker found only {found}; it must find both"
+        )
     lines.append(("PASSED" if r.ok else "FAILED") + f" (seed {r.seed})")
     return lines

@@ -77,11 +77,21 @@ from aiozklock._recipes._traits import traits_of
 from ._history_report import HistoryReport
 from ._nemesis import _Nemesis
 from ._nemesis_checks import _check_reaping, _counter_integrity, _real_values
+from ._nemesis_control import check_unprotected, control_plan
 from ._nemesis_faults import register_expiries, restore_cluster
 from ._nemesis_phases import _run
-from ._nemesis_plan import FAULT_KINDS, PROCESS_KINDS, SERVER_KINDS, FaultGroup, plan_faults
+from ._nemesis_plan import (
+    FAULT_KINDS,
+    PARTITION_KINDS,
+    PROCESS_KINDS,
+    SERVER_KINDS,
+    FaultGroup,
+    plan_faults,
+)
 from ._nemesis_report import NemesisReport
 from ._nemesis_store import check_store, open_store
+from ._nemesis_tally import tally_by_kind
+from ._nemesis_targets import cuttable, sync_time
 from ._server import ZooKeeperCluster
 
 __all__ = ["run_nemesis"]
@@ -106,6 +116,7 @@ async def run_nemesis(
     max_leases: int = 2,
     store: str = "memory",
     store_url: str | None = None,
+    unprotected: bool = False,
 ) -> NemesisReport:
     """Run the nemesis for ``duration`` seconds (plus healing and the end checks).
 
@@ -130,6 +141,16 @@ async def run_nemesis(
     stopped at the end. A real store needs the asyncio backend (its drivers run on asyncio
     only) and a recipe with a fenced store (not ``semaphore``).
 
+    ``unprotected=True`` runs the negative control (:mod:`._nemesis_control`): workers ignore
+    the loss of their lock and the store does not fence, and the schedule starts with a fault
+    that costs the holder its session while it holds; the report says so, and never passes
+    (``report.caught``: its checks found overlapping holders and accepted stale writes, as
+    they must). It needs the memory store and a recipe with a fenced store.
+
+    The ensemble's cuts (``isolate-follower``, ``isolate-leader``, ``split``, ``flap``) need
+    a cluster created with ``partitionable=True``: included by default on one, refused
+    (``ValueError``) if asked for on another target.
+
     Logs of the child processes go to ``log_dir`` (default: a temporary directory, removed
     if the run passes). Returns the report; raises only if the run could not take place
     (e.g. ``ZooKeeperUnavailable``), and ``ValueError`` for bad arguments (an unknown
@@ -139,6 +160,8 @@ async def run_nemesis(
     kit's or the driver's error) when the store cannot be started or reached.
     """
     _check_arguments(recipe, max_leases, clients, processes, duration, session_timeout)
+    if unprotected:
+        check_unprotected(store, recipe)
     check_store(
         store, store_url, _current_backend(), shares_resource=traits_of(recipe).shares_resource
     )
@@ -146,7 +169,9 @@ async def run_nemesis(
     if traits_of(recipe).ttl_lease and cluster is not None:
         _check_reaping(cluster)
     allowed = _allowed_kinds(kinds, cluster, processes)
-    plan = plan_faults(seed, duration, session_timeout, [k for k in FAULT_KINDS if k in allowed])
+    ordered = [k for k in FAULT_KINDS if k in allowed]
+    planner = control_plan if unprotected else plan_faults
+    plan = planner(seed, duration, session_timeout, ordered, sync_time=sync_time(cluster))
     keep_logs = log_dir is not None
     logs = _log_dir(log_dir)
     nemesis = _Nemesis(
@@ -166,6 +191,7 @@ async def run_nemesis(
         cluster=cluster,
         hosts=_hosts(target),
         log_dir=logs,
+        unprotected=unprotected,
     )
     report = _new_report(nemesis, plan, command)
     try:
@@ -239,8 +265,17 @@ def _allowed_kinds(
     kinds: Collection[str] | None, cluster: ZooKeeperCluster | None, processes: int
 ) -> set[str]:
     """``kinds`` (default: all), less those the target cannot take: server faults need a
-    cluster of at least 3 members, process faults a child process."""
+    cluster of at least 3 members, process faults a child process. The ensemble's cuts need
+    a partitionable cluster: ``ValueError`` if ``kinds`` names one for another target."""
     allowed = set(FAULT_KINDS if kinds is None else kinds)
+    if cuttable(cluster) is None or len(cluster.members if cluster else ()) < 3:
+        asked = sorted(allowed & PARTITION_KINDS)
+        if kinds is not None and asked:
+            raise ValueError(
+                f"fault kind(s) {asked} cut the ensemble's links: they need a "
+                "ZooKeeperCluster(3 or more, partitionable=True)"
+            )
+        allowed -= PARTITION_KINDS
     if cluster is None or len(cluster.members) < 3:
         allowed -= SERVER_KINDS
     if processes == 0:
@@ -282,6 +317,7 @@ def _new_report(n: _Nemesis, plan: list[FaultGroup], command: str) -> NemesisRep
         command=command,
         recipe=n.recipe,
         max_leases=n.max_leases if n.traits.shares_resource else 0,
+        unprotected=n.unprotected,
     )
 
 
@@ -292,6 +328,13 @@ def _judge(n: _Nemesis, report: NemesisReport, held: dict[str, int] | None) -> N
     stores = n.stores
     report.history = n.history.check(stores=stores)
     report.errors = n.errors
+    report.by_kind = tally_by_kind(
+        n.faults,
+        report.history.overlaps,
+        report.history.fencing_violations,
+        started=n.started,
+        session_timeout=n.session_timeout,
+    )
     report.store_accepted = sum(len(store.accepted) for store in stores.values())
     report.store_rejected = sum(len(store.rejected) for store in stores.values())
     values = {resource.rpartition("/")[2]: store.value for resource, store in stores.items()}

@@ -146,17 +146,20 @@ async def _throwaway(store: str) -> AsyncIterator[str]:
 @dataclass(eq=False)
 class StoreGate:
     """The fenced accesses of a run, one :class:`FencedStore` per resource (the record),
-    and the real store that decides them, if any. ``on_error`` hears a real store's call
+    and the real store that decides them, if any (``fenced=False``: none, and the record's
+    stores accept stale accesses). ``on_error`` hears a real store's call
     that failed (the access is then refused: a failed call is no verdict)."""
 
     resources: Sequence[str]
     on_error: Callable[[str], None]
     real: RealStore | None = None
+    #: False: the in-process stores accept stale accesses (the negative control)
+    fenced: bool = True
     stores: dict[str, FencedStore] = field(init=False)
     _turns: dict[str, anyio.Lock] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.stores = {resource: FencedStore() for resource in self.resources}
+        self.stores = {resource: FencedStore(fenced=self.fenced) for resource in self.resources}
         self._turns = {resource: anyio.Lock() for resource in self.resources}
 
     @property

@@ -39,6 +39,7 @@ from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._traits import Setup, Sides, traits_of
 
 from ._nemesis_worker_config import Record, WorkerConfig, WorkerSink
+from ._nemesis_worker_unprotected import act_ignoring_loss
 
 __all__ = [
     "recorded_client",
@@ -328,7 +329,12 @@ async def _critical_section(
         }
     )
     try:
-        section.outcome = await _act(primitive, section, pauses, sink)
+        if config.unprotected:  # the negative control
+            section.outcome = await act_ignoring_loss(
+                primitive, section, pauses, sink, config.linger
+            )
+        else:
+            section.outcome = await _act(primitive, section, pauses, sink)
     except anyio.get_cancelled_exc_class():
         section.outcome = "cancelled" if _still_held(primitive) else "lost"
         raise

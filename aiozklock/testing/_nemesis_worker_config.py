@@ -41,6 +41,11 @@ class WorkerConfig:
     paths: tuple[str, ...] = ()  # multilock: the shared paths (each acquisition takes 2-3)
     lease_ttl: float = 0.0  # lease: the TTL, s
     max_leases: int = 0  # semaphore: its max_leases
+    #: the negative control: the section ignores the loss of its lock (shielded from the
+    #: loss policy's cancellation, no pre-write check) and keeps writing with its token
+    #: for ``linger`` s after it saw the loss
+    unprotected: bool = False
+    linger: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
