@@ -289,6 +289,7 @@ def _target(args: argparse.Namespace) -> Iterator[ZooKeeperCluster | str]:
         find_zookeeper_classpath,
     )
     from aiozklock.testing._nemesis import LEASE_JVM_PROPERTIES
+    from aiozklock.testing._nemesis_partition import lingering_config
 
     if args.hosts:
         yield args.hosts
@@ -306,7 +307,11 @@ def _target(args: argparse.Namespace) -> Iterator[ZooKeeperCluster | str]:
     try:
         # A lease needs expired TTL nodes reaped promptly (the default is every minute).
         jvm = LEASE_JVM_PROPERTIES if traits_of(args.recipe).ttl_lease else None
-        cluster = ZooKeeperCluster(args.servers, jvm_properties=jvm, partitionable=cuts).start()
+        # Cut off, a follower answers its clients for 2 x the session timeout, as in production.
+        config = lingering_config(args.session_timeout) if cuts else None
+        cluster = ZooKeeperCluster(
+            args.servers, jvm_properties=jvm, partitionable=cuts, extra_config=config
+        ).start()
     except ZooKeeperUnavailableForTests as exc:
         raise _Refused(str(exc)) from None
     except ZooKeeperStartError as exc:

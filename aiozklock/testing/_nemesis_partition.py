@@ -13,6 +13,7 @@ net (:func:`heal_links`) heals them too.
 
 from __future__ import annotations
 
+import math
 import time
 
 import anyio
@@ -25,9 +26,17 @@ from ._nemesis_targets import cuttable, member_target, pick
 from ._server import ZooKeeperCluster
 from ._server_member import ZooKeeperMember
 
-__all__ = ["heal_links", "partition_fault"]
+__all__ = ["heal_links", "lingering_config", "partition_fault"]
 
 _SERVER_TIMEOUT = 60.0  # every member serving again after the heal
+
+
+def lingering_config(session_timeout: float, tick_time: int = 200) -> dict[str, str]:
+    """``zoo.cfg`` keys under which a follower cut off from the leader goes on serving its
+    clients for twice ``session_timeout`` (``syncLimit x tickTime``, in ms for ``tick_time``),
+    as ZooKeeper's sample settings do (10 s): the cuts then open the gap between what a
+    client's own server says and what the leader decided."""
+    return {"syncLimit": str(max(5, math.ceil(2000 * session_timeout / tick_time)))}
 
 
 async def partition_fault(n: _Nemesis, spec: FaultSpec, record: FaultRecord) -> None:

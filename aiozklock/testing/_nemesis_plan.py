@@ -122,9 +122,9 @@ def _partition_spec(
     kind: str, rng: random.Random, timeout: float, offset: float, sync_time: float, pick: float
 ) -> FaultSpec:
     """A cut of the ensemble's links. ``sync_time`` (syncLimit x tickTime) is how long a
-    follower waits for its leader before it gives up: an isolation outlasts it (twice, and a
-    tick) as well as the session timeout, so that the follower does give up and the leader
-    expires the sessions it no longer hears of."""
+    follower waits for its leader before it gives up: an isolation outlasts it (and a tick)
+    as well as the session timeout, so that the follower does give up and the leader expires
+    the sessions it no longer hears of."""
     if kind == "flap":
         steps: list[float] = []
         for flap in range(rng.randint(4, 8)):
@@ -134,7 +134,7 @@ def _partition_spec(
         return FaultSpec(
             kind, "holder-server", offset, sum(steps), "silent", pick, steps=tuple(steps)
         )
-    duration = max(rng.uniform(1.3, 2.2) * timeout, 2 * sync_time + 0.2)
+    duration = max(rng.uniform(1.3, 2.2) * timeout, sync_time + 0.2)
     target = {"isolate-follower": "holder-follower", "isolate-leader": "leader"}.get(
         kind, "holder-server"
     )
