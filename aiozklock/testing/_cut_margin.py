@@ -89,13 +89,46 @@ async def _queued(zk: ZooKeeperClient, path: str, count: int) -> None:
         await changed.wait()
 
 
+class _Race:
+    """The holder's and the waiter's instants, and the events that say they are taken."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+        self.held, self.granted, self.stopped = anyio.Event(), anyio.Event(), anyio.Event()
+
+    async def hold(self, holder: ZooKeeperClient, path: str) -> None:
+        with contextlib.suppress(LockLost):
+            async with holder.lock(path):
+                self.held.set()
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    self.times["stopped"] = time.monotonic()
+                    self.stopped.set()
+
+    async def wait(self, waiter: ZooKeeperClient, path: str) -> None:
+        async with waiter.lock(path):
+            self.times["granted"] = time.monotonic()
+            self.granted.set()
+
+
+How = Literal["silent", "reset"]
+
+
+def _cut(cluster: ZooKeeperCluster, fault: CutFault, target: ZooKeeperMember, how: How) -> None:
+    if fault.startswith("split"):
+        cluster.partition([target], [m for m in cluster.members if m is not target], how=how)
+    else:
+        cluster.isolate(target, how=how)
+
+
 async def measure_cut(
     cluster: ZooKeeperCluster,
     fault: CutFault,
     *,
     session_timeout: float,
     loss_policy: LossPolicy = "suspended",
-    how: Literal["silent", "reset"] = "silent",
+    how: How = "silent",
     phase: float = 0.0,
     protect: bool = True,
 ) -> CutMargin:
@@ -108,8 +141,7 @@ async def measure_cut(
     target = _target(cluster, fault)
     others = ",".join(m.address for m in cluster.members if m is not target)
     path = f"/cut-margin/{uuid.uuid4().hex}"
-    times: dict[str, float] = {}
-    held, granted, stopped = anyio.Event(), anyio.Event(), anyio.Event()
+    race = _Race()
     async with contextlib.AsyncExitStack() as stack:
         # Closed last to first: the links heal first, the ensemble serves again last.
         stack.push_async_callback(cluster.await_serving, 120.0)
@@ -120,39 +152,20 @@ async def measure_cut(
         if not protect:
             session_of(holder).leader.direct = True
         waiter = await stack.enter_async_context(connect(others, session_timeout=session_timeout))
-
-        async def hold() -> None:
-            with contextlib.suppress(LockLost):
-                async with holder.lock(path):
-                    held.set()
-                    try:
-                        await anyio.sleep_forever()
-                    finally:
-                        times["stopped"] = time.monotonic()
-                        stopped.set()
-
-        async def wait() -> None:
-            async with waiter.lock(path):
-                times["granted"] = time.monotonic()
-                granted.set()
-
         with anyio.fail_after(2 * session_timeout + 60.0):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(hold)
-                await held.wait()
-                tg.start_soon(wait)
+                tg.start_soon(race.hold, holder, path)
+                await race.held.wait()
+                tg.start_soon(race.wait, waiter, path)
                 await _queued(waiter, path, 2)
                 await anyio.sleep(phase)
-                times["cut"] = time.monotonic()
-                if fault.startswith("split"):
-                    rest = [m for m in cluster.members if m is not target]
-                    cluster.partition([target], rest, how=how)
-                else:
-                    cluster.isolate(target, how=how)
-                await granted.wait()
-                await stopped.wait()  # after the grant if the holder overlapped it
+                race.times["cut"] = time.monotonic()
+                _cut(cluster, fault, target, how)
+                await race.granted.wait()
+                await race.stopped.wait()  # after the grant if the holder overlapped it
                 cluster.heal()
                 tg.cancel_scope.cancel()
+    times = race.times
     cut = times["cut"]
     return CutMargin(
         fault, session_timeout, loss_policy, times["stopped"] - cut, times["granted"] - cut
