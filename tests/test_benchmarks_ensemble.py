@@ -12,7 +12,7 @@ import pytest
 
 import aiozklock
 from aiozklock.testing import ZooKeeperCluster
-from benchmarks import ensemble, report, run, scale
+from benchmarks import ensemble, probe_traffic, report, run, scale
 from benchmarks.clients import aiozklock_scale
 from benchmarks.common import Gate, Params
 from tests.conftest import gone
@@ -173,3 +173,32 @@ def test_scale_rows_through_the_runner(zk_hosts: str, chroot: str, tmp_path: Pat
     assert bench.raw["aiozklock"]["scale-30"]["held"] == 30
     assert bench.raw["aiozklock"]["scale-many-20"]["held"] == 20
     assert bench.flags == {}
+
+
+def test_ensemble_regression_columns_stay_out_of_the_ensemble_table() -> None:
+    """The regression's columns on the ensemble get their own table: ``skip`` keeps them out
+    of the ensemble's, and the ensemble's regression rows pair them per round."""
+    values: Values = {
+        "aiozklock": {"ens_cycle_median_us": 1000.0},
+        "now": {"ens_cycle_median_us": 900.0, "ens_requests_10_per_s": 500.0},
+        "then": {"ens_cycle_median_us": 1000.0, "ens_requests_10_per_s": 400.0},
+    }
+    text, _ = ensemble.render(["aiozklock"], rounds_with(values), {}, (10,), ["now", "then"])
+    assert "| now" not in text
+    assert "| then" not in text
+    assert "| aiozklock |" in text
+    rows = ensemble.regression_rows()
+    assert all(m.key.startswith(ensemble.PREFIX) for m in rows)
+    text, summary = report.regression(rows, rounds_with(values), "now", "then", {})
+    assert summary["ens_cycle_median_us"]["ratio_median"] == pytest.approx(1000 / 900)
+    assert summary["ens_requests_10_per_s"]["ratio_median"] == pytest.approx(1.25)
+
+
+def test_traffic_table_shows_each_column_and_the_difference() -> None:
+    key = "ens_" + probe_traffic.key("idle", 4.0, "own_per_s")
+    values: Values = {"now": {key: 2.0}, "then": {key: 1.5}}
+    rounds = [values, {}]  # counted in round 1 only
+    text = probe_traffic.render(rounds, ["now", "then"], "ens_")
+    assert "| idle, T = 4 s | its own (pings + probes) | 2.00 | 1.50 | +0.50 |" in text
+    assert "| busy" not in text  # not measured: no row
+    assert probe_traffic.render([{}], ["now", "then"], "ens_") == ""
