@@ -138,6 +138,38 @@ def test_ensemble_round_through_the_runner(
     assert len(runs.round_s) == 1
 
 
+@pytest.mark.timeout(240)
+def test_ensemble_regression_and_traffic_through_the_runner(
+    zk_ensemble: ZooKeeperCluster, chroot: str, tmp_path: Path
+) -> None:
+    """With a regression pair (here this checkout twice), an ensemble round measures both
+    columns' regression rows, and round 1 counts their own traffic through the wire tap:
+    an idle session on an ensemble probes through the leader and sends no ping."""
+    settings = dataclasses.replace(
+        run.QUICK, iterations=5, warmup=2, duration=0.2, contended_warmup=1, concurrency=(3,)
+    )
+    settings = dataclasses.replace(settings, traffic_window=1.5)
+    main = run.Bench(settings, zk_ensemble.hosts, tmp_path)
+    main.baseline = (
+        run.python_driver("aiozklock", "now", ["regression"]),
+        run.python_driver("aiozklock", "then", ["regression"]),
+    )
+    child = run.Bench(ensemble.settings_for(settings), zk_ensemble.hosts, tmp_path / "ens")
+    child.root = main.root = chroot
+    (tmp_path / "ens").mkdir()
+    runs = ensemble.Ensemble(child, [], 0.0, runner=run.ensemble_runner())
+    ensemble.run_round(main, runs, run.run_scenario)
+    assert main.notes == []
+    for column in ("now", "then"):
+        values = main.values[column]
+        assert all(values[m.key] > 0 for m in ensemble.regression_rows()), values
+        idle = "ens_" + probe_traffic.key("idle", 4.0, "")
+        assert values[idle + "probes_per_s"] > 0
+        assert values[idle + "pings_per_s"] == 0
+        assert values["ens_" + probe_traffic.key("busy", 10.0, "cycles_per_s")] > 0
+    assert main.flags == {}
+
+
 def test_ensemble_starts_three_members_and_stops_them(tmp_path: Path) -> None:
     """The runner's ensemble: 3 serving members, fsync left at ZooKeeper's default (no
     ``forceSync`` in their config), all stopped when the run's stack closes."""
