@@ -55,6 +55,7 @@ class Params:
     hold: float = 0.0  # requests: seconds a lock is held (0: one yield to the scheduler)
     poll: float = 0.1  # redis: redis-py Lock's sleep between tries when taken (its default)
     profile: bool = False  # profile the measured part with cProfile (top functions in result)
+    session_timeout: float = SESSION_TIMEOUT  # aiozklock's idle and busy (traffic) scenarios
 
     def to_words(self) -> list[str]:
         return [f"{field.name}={getattr(self, field.name)}" for field in dataclasses.fields(self)]

@@ -10,6 +10,12 @@ clients of :data:`COLUMNS` that are in the run) and for the :func:`extra_drivers
 same rounds as everything else; every client's connect string names all three members.
 Its metrics are the main ones with the prefix ``ens_``.
 
+With ``--baseline-commit``, the regression rows run on the ensemble too (:func:`regression`:
+this checkout and the baseline commit, uncontended, contended with
+:data:`REGRESSION_SESSIONS` sessions and per-request at C = :data:`REGRESSION_CONCURRENCY`,
+in every round), and in round 1 both aiozklocks' own traffic is counted
+(``benchmarks/probe_traffic.py``).
+
 Other services plug in two ways. A column of the main run that already runs on a
 3-member cluster of its own (:data:`MIRRORED`: ``etcd (3 members)``) is not run again: its
 values of the same round (uncontended, contended 10/50, per-request) are copied under the
@@ -29,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from benchmarks import report
+from benchmarks import probe_traffic, report
 from benchmarks.report import Metric, Table
 
 if TYPE_CHECKING:
     from aiozklock.testing import ZooKeeperCluster
-    from benchmarks.run import Bench, Driver, Settings
+    from benchmarks.run import Bench, Driver, Settings, Tap
 
 SCENARIO = "ensemble"
 PREFIX = "ens_"
@@ -47,6 +53,9 @@ MIRRORED = ("etcd (3 members)",)
 SCENARIOS = ("uncontended", "contended", "requests")
 #: Contending sessions in one process, on the ensemble.
 SESSIONS = (10, 50)
+#: The regression rows on the ensemble: contended sessions, per-request tasks.
+REGRESSION_SESSIONS = 10
+REGRESSION_CONCURRENCY = 10
 
 
 def extra_drivers(stack: ExitStack, libraries: Sequence[str]) -> tuple[list[Driver], list[str]]:
@@ -65,6 +74,7 @@ class Ensemble:
     drivers: list[Driver]
     start_s: float  # how long the ensemble took to start and warm up
     cluster: ZooKeeperCluster | None = None  # None: servers not started by the runner
+    runner: Runner | None = None  # run.py's pieces (None: no traffic count)
     round_s: list[float] = dataclasses.field(default_factory=list)  # its share of each round
 
     @property
@@ -83,6 +93,7 @@ class Runner(Protocol):
     def make_bench(self, settings: Settings, hosts: str, log_dir: Path) -> Bench: ...
     def warm_server(self, hosts: str, root: str, seconds: float) -> None: ...
     def say(self, message: str) -> None: ...
+    def make_tap(self, upstream: str) -> Tap: ...
 
 
 def start(
@@ -106,7 +117,7 @@ def start(
     extra, notes = extra_drivers(stack, libraries)
     chosen = [d for d in drivers if d.column in COLUMNS] + extra
     runner.warm_server(cluster.hosts, bench.root, settings.server_warmup)
-    return Ensemble(bench, chosen, time.monotonic() - clock, cluster), notes
+    return Ensemble(bench, chosen, time.monotonic() - clock, cluster, runner), notes
 
 
 def run_round(
@@ -125,6 +136,13 @@ def run_round(
     clock = time.monotonic()
     for scenario in SCENARIOS:
         run_scenario(child, scenario, order)
+    if bench.baseline is not None:
+        regression(child, bench.baseline, ensemble.runner)
+    if child.round_index == 0 and ensemble.runner is not None:
+        subject = [d for d in drivers if d.column == report.SUBJECT]
+        counted = list(bench.baseline) if bench.baseline is not None else subject
+        member = child.hosts.split(",")[0]
+        probe_traffic.run(child, counted, ensemble.runner.make_tap(member), ensemble.runner.say)
     for column, values in child.values.items():
         bench.values.setdefault(column, {}).update({PREFIX + k: v for k, v in values.items()})
     for column, raw in child.raw.items():
@@ -135,6 +153,47 @@ def run_round(
     ensemble.round_s.append(time.monotonic() - clock)
     mirror(bench.values, bench.settings.concurrency)
     child.values, child.raw, child.notes = {}, {}, []
+
+
+def regression(child: Bench, pair: tuple[Driver, Driver], runner: Runner | None = None) -> None:
+    """The regression rows on the ensemble: this checkout and the baseline commit (``pair``),
+    scenario by scenario, their order alternating each round (one paired ratio per round)."""
+    first, second = pair if child.round_index % 2 == 0 else pair[::-1]
+    steps: list[tuple[str, Callable[[Driver], None]]] = [
+        ("uncontended", child.uncontended),
+        (
+            f"contended N={REGRESSION_SESSIONS}",
+            lambda d: child.contended(d, REGRESSION_SESSIONS, processes=False),
+        ),
+        (
+            f"requests C={REGRESSION_CONCURRENCY}",
+            lambda d: child.requests(d, REGRESSION_CONCURRENCY),
+        ),
+    ]
+    for what, step in steps:
+        for driver in (first, second):
+            if runner is not None:
+                runner.say(
+                    f"round {child.round_index + 1}, ensemble regression {what}: {driver.column}"
+                )
+            try:
+                step(driver)
+            except RuntimeError as exc:  # run.WorkerError: noted, as the other rows' failures
+                child.notes.append(
+                    f"regression {what}, {driver.column} (round {child.round_index + 1}): "
+                    f"failed: {exc}"
+                )
+
+
+def regression_rows() -> list[Metric]:
+    """The regression rows measured on the ensemble (keys with the ``ens_`` prefix)."""
+    c = REGRESSION_CONCURRENCY
+    wanted = (f"requests_{c}_per_s", f"requests_{c}_p50_us")
+    chosen = [
+        *report.regression_rows([REGRESSION_SESSIONS]),
+        *(m for m in report.requests_rows([c]) if m.key in wanted),
+    ]
+    return [dataclasses.replace(m, key=PREFIX + m.key) for m in chosen]
 
 
 def mirror(values: dict[str, dict[str, float]], concurrency: Sequence[int]) -> None:
@@ -179,10 +238,12 @@ def render(
     rounds: report.Rounds,
     flags: dict[str, dict[str, str]],
     concurrency: Sequence[int],
+    skip: Sequence[str] = (),
 ) -> tuple[str, dict[str, Any]]:
-    """The ensemble table (its columns: whichever have an ``ens_`` value in some round)
-    and its ratio summary for latest.json."""
+    """The ensemble table (its columns: whichever have an ``ens_`` value in some round, but
+    ``skip``: the regression's) and its ratio summary for latest.json."""
     measured = {c for r in rounds for c, v in r.items() if any(k.startswith(PREFIX) for k in v)}
+    measured -= set(skip)
     known = {report.SUBJECT, "aiozk", "kazoo", "Curator", *MIRRORED}
     extra = sorted(measured - known)
     ens = table(concurrency, extra)

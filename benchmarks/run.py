@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make ``benchmarks`` and ``aiozklock`` importable
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import ensemble, peers, report, scale  # noqa: E402
+from benchmarks import ensemble, peers, probe_traffic, report, scale  # noqa: E402
 from benchmarks.common import Params, zookeeper  # noqa: E402
 from benchmarks.stats import (  # noqa: E402
     CpuShare,
@@ -115,6 +115,7 @@ class Settings:
     server_warmup: float  # seconds of lock cycles to warm ZooKeeper's JIT before round 1
     scale_locks: tuple[int, ...] = (1_000, 10_000)  # scale: locks held by one session
     scale_big: int = 100_000  # scale: sizes of this many locks or more run in round 1 only
+    traffic_window: float = 10.0  # ensemble, round 1: seconds of each session traffic count
 
 
 QUICK = Settings(
@@ -158,6 +159,7 @@ FULL = dataclasses.replace(
     server_warmup=10.0,
     scale_locks=(1_000, 10_000, 100_000),
     scale_big=100_000,  # 100,000 locks: round 1 only (about 4 min on a loaded machine)
+    traffic_window=20.0,
 )
 
 
@@ -1077,6 +1079,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
     parser.add_argument("--hosts", help="use these ZooKeeper servers instead of starting one")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument(
+        "--name", default="latest", help="the outputs' name: OUTPUT/NAME.{json,md,png}"
+    )
+    parser.add_argument(
         "--baseline-commit",
         help="also measure aiozklock at this commit (a temporary git worktree) for the "
         "regression rows: uncontended and contended, interleaved with this checkout",
@@ -1112,6 +1117,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Settings]:
         ("server-warmup", float, "seconds of lock cycles to warm ZooKeeper up before round 1"),
         ("scale-locks", ints, "scale: locks held at once by one session, e.g. 1000,100000"),
         ("scale-big", int, "scale: sizes of this many locks or more run in round 1 only"),
+        ("traffic-window", float, "ensemble: seconds of each count of a session's own traffic"),
     ]
     for name, kind, help_text in options:
         parser.add_argument(f"--{name}", type=kind, help=help_text)
@@ -1256,7 +1262,7 @@ def measure(
 def ensemble_runner() -> ensemble.Runner:
     """This module's functions for ``ensemble.start`` (run.py is ``__main__`` when run as
     a script: ``benchmarks.ensemble`` must not import it a second time)."""
-    runner: Any = SimpleNamespace(make_bench=Bench, warm_server=warm_server, say=say)
+    runner: Any = SimpleNamespace(make_bench=Bench, warm_server=warm_server, say=say, make_tap=Tap)
     return runner  # type: ignore[no-any-return]
 
 
@@ -1294,7 +1300,7 @@ def main(argv: Sequence[str]) -> int:
             )
         ],
     }
-    write_outputs(args.output, document, table, bench.rounds)
+    write_outputs(args.output / args.name, document, table, bench.rounds)
     print(table)
     if bench.notes:
         print("\n" + report.notes_markdown(bench.notes))
@@ -1330,33 +1336,58 @@ def render(bench: Bench, columns: Sequence[str]) -> tuple[str, dict[str, Any]]:
         "ratios": report.ratio_summary([*rows, *(m for t in tables for m in t.rows)], rounds),
         "regression": None,
     }
+    skip: list[str] = []  # the regression's columns: tables of their own
     if bench.baseline is not None:
-        this_column, baseline_column = (d.column for d in bench.baseline)
-        text, regression = report.regression(
-            report.regression_rows(s.sessions), rounds, this_column, baseline_column, flags
-        )
-        sections.append(
-            f"### Regression check: this checkout vs {baseline_column}\n\n"
-            "Measured in every round (their order alternates), each in fresh worker processes; "
-            "columns: medians over the rounds; ratio: of each round's pair, **> 1.00x means "
-            "this checkout is better**, median [min-max] over the rounds. The baseline's "
-            "aiozklock is imported from a temporary `git worktree` of that commit (checked in "
-            "each worker).\n\n" + text
-        )
-        summary["regression"] = {"columns": [this_column, baseline_column], "summary": regression}
-    text, summary["ensemble_ratios"] = ensemble.render(columns, rounds, flags, s.concurrency)
+        skip = [d.column for d in bench.baseline]
+        text, summary["regression"] = render_regression(bench, *skip)
+        sections.append(text)
+    text, summary["ensemble_ratios"] = ensemble.render(columns, rounds, flags, s.concurrency, skip)
     sections.append(text)
+    sections.append(probe_traffic.render(rounds, skip or [report.SUBJECT], ensemble.PREFIX))
     text, summary["scale"] = scale.render(columns, rounds, flags, s.scale_locks, s.locks)
     sections.append(text)
     sections.append("### Rounds\n\n" + report.rounds_markdown(bench.machine_rounds))
     return "\n\n".join(section for section in sections if section.count("\n") >= 2), summary
 
 
-def write_outputs(
-    output: Path, document: dict[str, Any], table: str, rounds: report.Rounds
-) -> None:
-    """latest.json (everything), latest.md (the table and its context), latest.png."""
-    (output / "latest.json").write_text(json.dumps(report.jsonable(document), indent=1) + "\n")
+def render_regression(
+    bench: Bench, this_column: str, baseline_column: str
+) -> tuple[str, dict[str, Any]]:
+    """The regression tables (the standalone server's, the ensemble's) and their summary."""
+    rounds, flags = bench.rounds, bench.flags
+    text, regression = report.regression(
+        report.regression_rows(bench.settings.sessions), rounds, this_column, baseline_column, flags
+    )
+    ens_text, ens_regression = report.regression(
+        ensemble.regression_rows(), rounds, this_column, baseline_column, flags
+    )
+    how = (
+        "Measured in every round (their order alternates), each in fresh worker processes; "
+        "columns: medians over the rounds; ratio: of each round's pair, **> 1.00x means "
+        "this checkout is better**, median [min-max] over the rounds. The baseline's "
+        "aiozklock is imported from a temporary `git worktree` of that commit (checked in "
+        "each worker)."
+    )
+    sections = [f"### Regression check: this checkout vs {baseline_column}\n\n{how}\n\n{text}"]
+    if ens_text.count("\n") >= 2:
+        sections.append(
+            f"### Regression check on the {ensemble.MEMBERS}-node ensemble, fsync on\n\n"
+            f"{how} Scenario by scenario, on the ensemble of the table below (all three "
+            "members in the connect string).\n\n" + ens_text
+        )
+    summary = {
+        "columns": [this_column, baseline_column],
+        "summary": regression,
+        "ensemble": ens_regression,
+    }
+    return "\n\n".join(sections), summary
+
+
+def write_outputs(stem: Path, document: dict[str, Any], table: str, rounds: report.Rounds) -> None:
+    """``stem``.json (everything), .md (the table and its context), .png (the chart)."""
+    output = stem.parent
+    text = json.dumps(report.jsonable(document), indent=1) + "\n"
+    output.joinpath(stem.name + ".json").write_text(text)
     machine, versions, settings = document["machine"], document["versions"], document["settings"]
     load = machine["load_average_at_start"][0], machine["load_average_at_end"][0]
     lines = [
@@ -1375,21 +1406,24 @@ def write_outputs(
     if document["notes"]:
         lines += ["", "Notes:", "", report.notes_markdown(document["notes"])]
     lines += ["", f"Settings: `{json.dumps(settings)}`", ""]
-    (output / "latest.md").write_text("\n".join(lines))
+    output.joinpath(stem.name + ".md").write_text("\n".join(lines))
     columns = [c for c in document["columns"] if c != NON_FAIR]
     ratio_rows = [
         *report.metrics(settings["sessions"], settings["process_sessions"], settings["waiters"]),
         *report.requests_rows(settings["concurrency"]),
         *ensemble.headline_rows(settings["concurrency"]),
     ]
-    report.chart(
-        output / "latest.png",
-        columns,
-        rounds,
-        report.chart_rows(ratio_rows),
-        settings["sessions"],
-        settings["concurrency"],
-    )
+    try:
+        report.chart(
+            output.joinpath(stem.name + ".png"),
+            columns,
+            rounds,
+            report.chart_rows(ratio_rows),
+            settings["sessions"],
+            settings["concurrency"],
+        )
+    except ImportError as exc:  # matplotlib is in the bench group only
+        say(f"no chart ({exc}): the json and md are written")
     if document["profile"]:
         (output / "profile-aiozklock.txt").write_text(document["profile"])
 

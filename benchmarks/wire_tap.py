@@ -10,7 +10,10 @@ It prints its own ``127.0.0.1:PORT``, then answers one JSON line per command on 
   session's close request are left out);
 - ``round_trips``: how often a connection went from no request outstanding to one: a
   pipelined burst counts once, and so do requests sent while others are still in flight;
-- ``notifications``: server→client watch events (WATCHER_EVENT, xid -1).
+- ``notifications``: server→client watch events (WATCHER_EVENT, xid -1);
+- ``pings``: the sessions' pings (xid -2), and ``probes``: the multis of one version
+  check (aiozklock's probe through the leader on an ensemble, ``multi([check(path, v)])``;
+  also counted in ``requests``).
 
 aiozklock's ``FaultProxy`` is not used here: it lives in the caller's event loop (kazoo is
 threaded, Curator is a JVM) and does not look at server→client frames.
@@ -31,7 +34,11 @@ _LENGTH = struct.Struct("!i")
 _REQUEST_HEADER = struct.Struct("!ii")  # xid, opcode
 _REPLY_XID = struct.Struct("!i")
 WATCHER_EVENT_XID = -1
+PING_XID = -2
 CLOSE_OPCODE = -11
+MULTI_OPCODE, CHECK_OPCODE = 14, 13
+_MULTI_HEADER = struct.Struct("!i?i")  # type, done, err
+_PROBE_END = _MULTI_HEADER.pack(-1, True, -1)
 
 
 @dataclass
@@ -39,6 +46,8 @@ class Counts:
     requests: Counter[int] = field(default_factory=Counter)
     round_trips: int = 0
     notifications: int = 0
+    pings: int = 0
+    probes: int = 0
 
     def as_json(self) -> str:
         return json.dumps(
@@ -47,6 +56,8 @@ class Counts:
                 "by_opcode": {str(op): n for op, n in sorted(self.requests.items())},
                 "round_trips": self.round_trips,
                 "notifications": self.notifications,
+                "pings": self.pings,
+                "probes": self.probes,
             }
         )
 
@@ -89,6 +100,10 @@ class WireTap:
     ) -> None:
         while frame := await read_frame(source):
             xid, opcode = _REQUEST_HEADER.unpack_from(frame, 4)
+            if xid == PING_XID:
+                self.counts.pings += 1
+            elif opcode == MULTI_OPCODE and is_probe(frame):
+                self.counts.probes += 1
             if xid > 0 and opcode != CLOSE_OPCODE:
                 self.counts.requests[opcode] += 1
                 if not outstanding:
@@ -108,6 +123,17 @@ class WireTap:
             outstanding.discard(xid)
             sink.write(frame)
             await sink.drain()
+
+
+def is_probe(frame: bytes) -> bool:
+    """A multi request ``frame`` (length, xid, opcode, ...) of exactly one version check."""
+    offset = 12
+    kind, _, _ = _MULTI_HEADER.unpack_from(frame, offset)
+    if kind != CHECK_OPCODE:
+        return False
+    offset += _MULTI_HEADER.size
+    offset += 4 + _LENGTH.unpack_from(frame, offset)[0] + 4  # the path, the version
+    return frame[offset:] == _PROBE_END
 
 
 async def first_to_finish(pumps: list[Coroutine[Any, Any, None]]) -> None:

@@ -4,8 +4,8 @@
 
 LIBRARY is aiozklock, aiozk, kazoo, etcd or redis; SCENARIO is one of the client module's SCENARIOS
 (uncontended, contended, multilock, election, rw_write, rw_read, rwmix, semaphore_cycle,
-semaphore, many, floor, requests; aiozklock: request_floor; aiozk: no semaphore; etcd and
-redis: uncontended, contended and requests only).
+semaphore, many, floor, requests; aiozklock: request_floor, scale, idle, busy; aiozk: no
+semaphore; etcd and redis: uncontended, contended and requests only).
 The ready/go protocol and the parameters are described in ``benchmarks.common``.
 """
 

@@ -12,7 +12,7 @@ import pytest
 
 import aiozklock
 from aiozklock.testing import ZooKeeperCluster
-from benchmarks import ensemble, report, run, scale
+from benchmarks import ensemble, probe_traffic, report, run, scale
 from benchmarks.clients import aiozklock_scale
 from benchmarks.common import Gate, Params
 from tests.conftest import gone
@@ -138,6 +138,38 @@ def test_ensemble_round_through_the_runner(
     assert len(runs.round_s) == 1
 
 
+@pytest.mark.timeout(240)
+def test_ensemble_regression_and_traffic_through_the_runner(
+    zk_ensemble: ZooKeeperCluster, chroot: str, tmp_path: Path
+) -> None:
+    """With a regression pair (here this checkout twice), an ensemble round measures both
+    columns' regression rows, and round 1 counts their own traffic through the wire tap:
+    an idle session on an ensemble probes through the leader and sends no ping."""
+    settings = dataclasses.replace(
+        run.QUICK, iterations=5, warmup=2, duration=0.2, contended_warmup=1, concurrency=(3,)
+    )
+    settings = dataclasses.replace(settings, traffic_window=1.5)
+    main = run.Bench(settings, zk_ensemble.hosts, tmp_path)
+    main.baseline = (
+        run.python_driver("aiozklock", "now", ["regression"]),
+        run.python_driver("aiozklock", "then", ["regression"]),
+    )
+    child = run.Bench(ensemble.settings_for(settings), zk_ensemble.hosts, tmp_path / "ens")
+    child.root = main.root = chroot
+    (tmp_path / "ens").mkdir()
+    runs = ensemble.Ensemble(child, [], 0.0, runner=run.ensemble_runner())
+    ensemble.run_round(main, runs, run.run_scenario)
+    assert main.notes == []
+    for column in ("now", "then"):
+        values = main.values[column]
+        assert all(values[m.key] > 0 for m in ensemble.regression_rows()), values
+        idle = "ens_" + probe_traffic.key("idle", 4.0, "")
+        assert values[idle + "probes_per_s"] > 0
+        assert values[idle + "pings_per_s"] == 0
+        assert values["ens_" + probe_traffic.key("busy", 10.0, "cycles_per_s")] > 0
+    assert main.flags == {}
+
+
 def test_ensemble_starts_three_members_and_stops_them(tmp_path: Path) -> None:
     """The runner's ensemble: 3 serving members, fsync left at ZooKeeper's default (no
     ``forceSync`` in their config), all stopped when the run's stack closes."""
@@ -173,3 +205,32 @@ def test_scale_rows_through_the_runner(zk_hosts: str, chroot: str, tmp_path: Pat
     assert bench.raw["aiozklock"]["scale-30"]["held"] == 30
     assert bench.raw["aiozklock"]["scale-many-20"]["held"] == 20
     assert bench.flags == {}
+
+
+def test_ensemble_regression_columns_stay_out_of_the_ensemble_table() -> None:
+    """The regression's columns on the ensemble get their own table: ``skip`` keeps them out
+    of the ensemble's, and the ensemble's regression rows pair them per round."""
+    values: Values = {
+        "aiozklock": {"ens_cycle_median_us": 1000.0},
+        "now": {"ens_cycle_median_us": 900.0, "ens_requests_10_per_s": 500.0},
+        "then": {"ens_cycle_median_us": 1000.0, "ens_requests_10_per_s": 400.0},
+    }
+    text, _ = ensemble.render(["aiozklock"], rounds_with(values), {}, (10,), ["now", "then"])
+    assert "| now" not in text
+    assert "| then" not in text
+    assert "| aiozklock |" in text
+    rows = ensemble.regression_rows()
+    assert all(m.key.startswith(ensemble.PREFIX) for m in rows)
+    text, summary = report.regression(rows, rounds_with(values), "now", "then", {})
+    assert summary["ens_cycle_median_us"]["ratio_median"] == pytest.approx(1000 / 900)
+    assert summary["ens_requests_10_per_s"]["ratio_median"] == pytest.approx(1.25)
+
+
+def test_traffic_table_shows_each_column_and_the_difference() -> None:
+    key = "ens_" + probe_traffic.key("idle", 4.0, "own_per_s")
+    values: Values = {"now": {key: 2.0}, "then": {key: 1.5}}
+    rounds = [values, {}]  # counted in round 1 only
+    text = probe_traffic.render(rounds, ["now", "then"], "ens_")
+    assert "| idle, T = 4 s | its own (pings + probes) | 2.00 | 1.50 | +0.50 |" in text
+    assert "| busy" not in text  # not measured: no row
+    assert probe_traffic.render([{}], ["now", "then"], "ens_") == ""

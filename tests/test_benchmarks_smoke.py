@@ -31,7 +31,7 @@ from benchmarks.stats import (
     Summary,
     cpu_times,
 )
-from benchmarks.wire_tap import WireTap
+from benchmarks.wire_tap import WireTap, is_probe
 from tests.conftest import gone
 
 pytestmark = pytest.mark.anyio
@@ -183,6 +183,21 @@ async def test_wire_tap_counts_requests_and_round_trips(zk_hosts: str, chroot: s
             assert tap.counts.notifications == 0
     finally:
         server.close()
+
+
+def test_wire_tap_tells_a_probe_from_other_multis() -> None:
+    """aiozklock's probe through the leader (a multi of one check) counts as a probe; a
+    multi of two checks, or of a delete, does not."""
+    from aiozklock._wire._leader import probe_op
+    from aiozklock._wire._multi import MultiCheck, MultiDelete, multi_op
+
+    def frame(body: bytes) -> bytes:  # length, xid, then the op's body (opcode first)
+        return len(body + b"1234").to_bytes(4, "big") + (7).to_bytes(4, "big") + body
+
+    assert is_probe(frame(probe_op().body))
+    two = multi_op((MultiCheck("/", -1), MultiCheck("/a", 3)), str)
+    assert not is_probe(frame(two.body))
+    assert not is_probe(frame(multi_op((MultiDelete("/a"),), str).body))
 
 
 def test_grants_detect_overlaps_and_hand_offs() -> None:

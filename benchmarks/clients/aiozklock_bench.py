@@ -20,6 +20,7 @@ import anyio.lowlevel
 
 import aiozklock
 from benchmarks.clients.aiozklock_scale import scale
+from benchmarks.clients.aiozklock_traffic import busy, idle
 from benchmarks.common import (
     SESSION_TIMEOUT,
     Gate,
@@ -353,6 +354,8 @@ SCENARIOS: dict[str, Scenario] = {
     "requests": requests,
     "request_floor": request_floor,
     "scale": scale,
+    "idle": idle,
+    "busy": busy,
 }
 
 
