@@ -229,6 +229,7 @@ async def test_scans_follow_the_interval_as_a_floor(
     proxy: FaultProxy, open_client: ClientFactory, otel: Metrics
 ) -> None:
     watched = await open_client(proxy)
+    proxy.reset_counters()  # connect() reads /zookeeper/config: a getData of its own
     every = 0.2
     # The prefix does not exist: each scan is exactly one getData.
     gauges = DoctorGauges(watched, ["/nothing"], every=every, meter_provider=otel.provider)
@@ -245,6 +246,7 @@ async def test_refreshes_at_once_share_rounds_and_scans_never_overlap(
     proxy: FaultProxy, open_client: ClientFactory, otel: Metrics
 ) -> None:
     watched = await open_client(proxy)
+    proxy.reset_counters()  # connect() reads /zookeeper/config: a getData of its own
     gauges = DoctorGauges(watched, ["/nothing"], every=3600, meter_provider=otel.provider)
     with anyio.fail_after(HANG):
         async with gauges:

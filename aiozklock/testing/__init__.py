@@ -8,7 +8,6 @@ Server fixtures for pytest live in :mod:`aiozklock.testing.pytest_plugin`.
 
 from aiozklock._acl import digest_id as digest_id
 
-from ._cut_margin import CUT_FAULTS as CUT_FAULTS
 from ._cut_margin import CutMargin as CutMargin
 from ._cut_margin import measure_cut as measure_cut
 from ._expiry import expire_session as expire_session
@@ -59,7 +58,6 @@ from ._tls import TLSFiles as TLSFiles
 
 __all__ = (
     "session_of",
-    "CUT_FAULTS",
     "CutMargin",
     "measure_cut",
     "FAULT_KINDS",
