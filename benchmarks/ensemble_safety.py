@@ -73,6 +73,8 @@ async def one_run(
     session_timeout: float,
     policy: aiozklock.LossPolicy,
     rng: random.Random,
+    *,
+    protect: bool = True,
 ) -> dict[str, Any]:
     """One cut (``aiozklock.testing.measure_cut``), at a random phase of the probe cycle:
     from a session just proven by its handshake to one in the steady state."""
@@ -87,6 +89,7 @@ async def one_run(
         session_timeout=session_timeout,
         loss_policy=policy,
         phase=rng.uniform(0, 0.625 * session_timeout),
+        protect=protect,
     )
     return {
         "fault": fault,
@@ -97,6 +100,7 @@ async def one_run(
         "granted": round(result.granted, 4),
         "margin": round(result.margin, 4),
         "overlap": result.overlap,
+        "protected": protect,
     }
 
 
@@ -108,7 +112,9 @@ async def run_all(args: argparse.Namespace) -> None:
         for fault in args.faults.split(","):
             for timeout in (float(t) for t in args.timeouts.split(",")):
                 for index in range(args.runs):
-                    record = await one_run(cluster, fault, timeout, args.loss_policy, rng)
+                    record = await one_run(
+                        cluster, fault, timeout, args.loss_policy, rng, protect=not args.unprotected
+                    )
                     record.update(settings=args.settings, run=index)
                     line = json.dumps(record)
                     print(line, flush=True)
@@ -124,7 +130,8 @@ def report(paths: Sequence[str]) -> str:
     for path in paths:
         for line in Path(path).read_text().splitlines():
             r = json.loads(line)
-            key = (r["settings"], r["loss_policy"], r["fault"], r["session_timeout"])
+            policy = r["loss_policy"] + ("" if r.get("protected", True) else " (unprotected)")
+            key = (r["settings"], policy, r["fault"], r["session_timeout"])
             rows.setdefault(key, []).append(r)
     lines = [
         "| settings | loss policy | fault | session timeout | runs | holder stopped (median) "
@@ -151,6 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--settings", choices=sorted(SETTINGS), default="stock")
     parser.add_argument("--loss-policy", choices=("suspended", "expired"), default="suspended")
     parser.add_argument("--seed", type=int, default=29)
+    parser.add_argument(
+        "--unprotected",
+        action="store_true",
+        help="the negative control: the holder trusts its own server (no leader proof)",
+    )
     parser.add_argument("--out", help="append one JSON line per run to this file")
     parser.add_argument("--report", nargs="+", metavar="JSONL", help="print the table only")
     args = parser.parse_args(argv)
