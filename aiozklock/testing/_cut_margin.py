@@ -22,9 +22,9 @@ from typing import Literal
 import anyio
 
 from aiozklock._client import ZooKeeperClient, connect
-from aiozklock._exceptions import LockLost
+from aiozklock._exceptions import LockLost, NoNodeError
 from aiozklock._recipes._core._holding import LossPolicy
-from aiozklock._wire._ops import get_children_op
+from aiozklock._wire._ops import exists_op, get_children_op
 
 from ._internals import session_of
 from ._server import ZooKeeperCluster
@@ -73,7 +73,8 @@ def _target(cluster: ZooKeeperCluster, fault: CutFault) -> ZooKeeperMember:
 
 
 async def _queued(zk: ZooKeeperClient, path: str, count: int) -> None:
-    """Until ``path`` has ``count`` children, on children watches (no polling)."""
+    """Until ``path`` has ``count`` children, on watches (no polling). ``zk``'s server may
+    not have seen ``path`` created yet (a follower lags): then its creation is awaited."""
     session = session_of(zk)
     server_path = session.server_path(path)
     while True:
@@ -82,7 +83,14 @@ async def _queued(zk: ZooKeeperClient, path: str, count: int) -> None:
         def wake(_: object, changed: anyio.Event = changed) -> None:
             changed.set()
 
-        children: list[str] = await session.call(get_children_op(server_path, wake))
+        try:
+            children: list[str] = await session.call(get_children_op(server_path, wake))
+        except NoNodeError:
+            if await session.call(exists_op(server_path, wake)) is None:
+                await changed.wait()  # created meanwhile: list it again
+            else:
+                session.remove_watcher(server_path, wake)
+            continue
         if len(children) >= count:
             session.remove_watcher(server_path, wake)
             return
