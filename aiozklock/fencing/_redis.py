@@ -132,8 +132,9 @@ class RedisFence:
     A key must exist before it is written: :meth:`recover` creates it at a floor read from
     ZooKeeper. A missing key refuses every token (``FenceMissing``): Redis cannot tell a key
     never written from one it evicted, flushed or lost in a failover, and accepting a token
-    there would let a stale holder in. The fence keeps no expiry: expiring the token would
-    let a stale writer in again.
+    there would let a stale holder in. The fence keeps no expiry: an expired key would be a
+    missing one.
+
     Constructing it sends nothing. Raises ``InvalidArgument`` if ``redis`` is not an
     asyncio client of redis-py (a synchronous ``redis.Redis`` would block the event loop; a
     pipeline only queues commands), and ``ImportError`` if redis-py is not installed
@@ -172,11 +173,11 @@ class RedisFence:
         greater, and nothing is written; ``FenceMissing`` (a ``StaleFencingToken``) when
         the key does not exist, whatever the token: the fence fails closed, since a key
         evicted, flushed or lost in a failover no longer knows the newest token (call
-        :meth:`recover`; a new key is created the same way); ``InvalidArgument``, before any
-        command, for a key
-        that is not a non-empty str, a value that is not bytes or str, or a token that is
-        not an int in 0..2**63-1; redis-py's errors (``ConnectionError``, ``ResponseError``
-        when ``key`` holds something else than a fence) pass through.
+        :meth:`recover`; a new key is created the same way); ``InvalidArgument``, before
+        any command, for a key that is not a non-empty str, a value that is not bytes or
+        str, or a token that is not an int in 0..2**63-1; redis-py's errors
+        (``ConnectionError``, ``ResponseError`` when ``key`` holds something else than a
+        fence) pass through.
         """
         key = _check_key(key)
         if not isinstance(value, (bytes, str)):
@@ -235,12 +236,13 @@ class RedisFence:
         was lost (``FenceMissing``), or for a key never written; returns the token now in
         force (the floor, or a newer token already stored).
 
-        The floor is the zxid of a write made now through ``zk`` (a probe node created and
-        deleted under ``under`` in one ``multi``; it leaves no node): greater than every
-        token ZooKeeper had issued before, so a holder granted before the call is refused
-        from then on, and must leave its lock and acquire it again; a later grant's token is
-        above the floor. The key's token becomes the greater of the floor and the stored
-        token: it is never lowered, and the value, if any, stays. So the call is also safe
+        ``zk`` must be a client of the ensemble that grants the tokens. The floor is the
+        zxid of a write made now through it (a probe node created and deleted under
+        ``under`` in one ``multi``; it leaves no node): greater than every token ZooKeeper
+        had issued before, so a holder granted before the call is refused from then on, and
+        must leave its lock and acquire it again; a later grant's token is above the floor.
+        The key's token becomes the greater of the floor and the stored token: it is never
+        lowered, and the value, if any, stays. So the call is also safe
         on a key that was not lost, e.g. after a failover to a replica that may hold an
         older token (Redis cannot tell): it fences out everything issued before it.
 
