@@ -20,6 +20,7 @@ from aiozklock._exceptions import AuthenticationFailed as AuthenticationFailed
 from aiozklock._exceptions import BadVersionError as BadVersionError
 from aiozklock._exceptions import ClientClosed as ClientClosed
 from aiozklock._exceptions import ConnectionLoss as ConnectionLoss
+from aiozklock._exceptions import FenceMissing as FenceMissing
 from aiozklock._exceptions import InvalidACLError as InvalidACLError
 from aiozklock._exceptions import InvalidArgument as InvalidArgument
 from aiozklock._exceptions import LeadershipLost as LeadershipLost
@@ -99,6 +100,7 @@ __all__ = (
     "Contender",
     "Diagnosis",
     "Election",
+    "FenceMissing",
     "Finding",
     "FindingKind",
     "InvalidACLError",

@@ -317,3 +317,27 @@ class MaxLeasesMismatch(AiozklockError, ValueError):
             f"{found} (written by the clients that use it): every client of one semaphore "
             "must use the same max_leases"
         )
+
+
+# ---- fences (append-only block) ----
+class FenceMissing(StaleFencingToken):
+    """A store's fence has lost its record of the newest token (Redis: the fence's key is
+    gone, by eviction under ``maxmemory``, ``FLUSHALL``/``FLUSHDB``, a ``DEL``, a restart
+    without persistence or a failover to a replica that never had it), so it cannot tell a
+    stale token from a current one, and refuses every write (``newer`` is None).
+
+    Nothing was written. What to do: leave the lock (this is a ``LockLost``), re-create
+    the fence with ``await fence.recover(key, zk)``, which sets it to a floor read from
+    ZooKeeper now, so that every token issued before is refused, then acquire the lock
+    again: its new token is above the floor."""
+
+    def __init__(self, resource: str, token: int | None, newer: int | None = None) -> None:
+        super().__init__(resource, token, newer)
+        self.args = (
+            f"the fence of {short_repr(resource)} is missing from the store (evicted under "
+            "maxmemory, flushed, deleted, or lost in a restart or a failover), so no token "
+            f"can be checked and token {token} was refused: nothing was written. Leave the "
+            f"lock, call `await fence.recover({short_repr(resource)}, zk)` (it re-creates "
+            "the fence at a floor read from ZooKeeper: tokens issued before it stay "
+            "refused), then acquire the lock again",
+        )

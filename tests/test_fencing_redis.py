@@ -49,9 +49,16 @@ def fence(client: redis.asyncio.Redis) -> RedisFence:
 
 
 @pytest.fixture
-def key() -> str:
-    """A key of this test's own on the shared server."""
-    return f"aiozklock-test:{uuid.uuid4().hex[:12]}"
+async def key(client: redis.asyncio.Redis) -> str:
+    """A key of this test's own on the shared server, holding a new fence at token 0.
+
+    A missing key refuses every token (``tests/test_fencing_redis_loss.py``): an
+    application creates it with ``recover()``, at a floor read from ZooKeeper. These tests
+    use small tokens of their own, and no holder of the key exists before them: the fence's
+    documented layout, at token 0, is written directly."""
+    name = f"aiozklock-test:{uuid.uuid4().hex[:12]}"
+    await client.hset(name, "token", "0" * 19)
+    return name
 
 
 async def refused(write: Awaitable[object]) -> StaleFencingToken:

@@ -53,6 +53,9 @@ async def test_a_paused_holders_writes_are_refused_by_redis_after_a_new_grant(
 ) -> None:
     fence = RedisFence(client)
     key = f"aiozklock-test:{uuid.uuid4().hex[:12]}"
+    other = await open_client(session_timeout=STEADY_TIMEOUT)
+    await other.ensure_path("/")  # the test's chroot, where the floor's probe goes
+    await fence.recover(key, other)  # a new key: created at a floor, before any grant
     process = await open_holder(
         "_redis_pause_holder",
         zk_hosts + chroot,
@@ -62,7 +65,6 @@ async def test_a_paused_holders_writes_are_refused_by_redis_after_a_new_grant(
         key,
         str(STALE_WRITES),
     )
-    other = await open_client(session_timeout=STEADY_TIMEOUT)
     other_lock = other.lock(PATH, identifier="other")
     try:
         lines = ChildLines(process)

@@ -15,8 +15,9 @@ type, looked up among the modules the application has already imported (see
 from __future__ import annotations
 
 import hashlib
+import math
 import re
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from aiozklock._exceptions import InvalidArgument, StaleFencingToken, UsageError, short_repr
 
@@ -58,6 +59,16 @@ _CREATE = (
     "CREATE TABLE IF NOT EXISTS {table} "
     "(resource text PRIMARY KEY, token bigint NOT NULL CHECK (token >= 0))"
 )
+# A refusal aborts the caller's transaction in the server: a caller that catches
+# StaleFencingToken and carries on can commit nothing of it (issue 30). Only integers are
+# interpolated (tokens, checked by check_token): no quoting to get wrong.
+_ABORT = (
+    "DO $$ BEGIN RAISE EXCEPTION 'aiozklock fence: stale fencing token {token} (the fence "
+    "holds {newer}): this transaction is aborted' USING HINT = 'roll back; another "
+    "holder has the lock now'; END $$"
+)
+# Transaction-local: in force until the caller's transaction ends. Milliseconds, an int.
+_LOCK_TIMEOUT = "SET LOCAL lock_timeout = {ms}"
 # Concurrent CREATE TABLE IF NOT EXISTS of one name can fail with a unique violation in
 # the catalog; creators take turns on a transaction-level advisory lock instead.
 _CREATE_LOCK = "SELECT pg_advisory_xact_lock({key})"
@@ -99,6 +110,29 @@ def check_resource(resource: object) -> str:
     return resource
 
 
+def check_lock_timeout(seconds: object) -> int | None:
+    """``seconds`` in whole milliseconds (at least 1), or None for None; ``InvalidArgument``
+    unless it is a number of seconds in (0, 86400]."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise InvalidArgument(f"lock_timeout must be seconds (a number), got {short_repr(seconds)}")
+    if not 0 < seconds <= 86400:  # NaN fails this too
+        raise InvalidArgument(f"lock_timeout must be in (0, 86400] seconds, got {seconds!r}")
+    return max(1, math.ceil(seconds * 1000))  # 0 would mean "no timeout" to PostgreSQL
+
+
+async def _abort(driver: Driver, refusal: StaleFencingToken) -> NoReturn:
+    """Make the server abort the caller's transaction, then raise ``refusal`` (its cause:
+    the driver's error for the server's exception)."""
+    newer = "none" if refusal.newer is None else refusal.newer
+    try:
+        await driver.run(_ABORT.format(token=refusal.token, newer=newer))
+    except Exception as exc:  # the driver's error for our RAISE: the transaction is dead
+        raise refusal from exc
+    raise refusal  # not reached: RAISE EXCEPTION always raises
+
+
 class PostgresFence:
     """A fence that PostgreSQL enforces: a row ``(resource, token)`` per resource in
     ``table`` (default ``aiozklock_fence``, optionally ``schema.table``; quoted, so its case
@@ -109,6 +143,12 @@ class PostgresFence:
     pool's), a **psycopg 3** ``AsyncConnection``, or a **SQLAlchemy** ``AsyncConnection``
     or ``AsyncSession`` (over asyncpg or psycopg). The drivers are asyncio-only.
 
+    A refused :meth:`advance` aborts the transaction in the server: nothing of it can
+    commit, whatever the caller catches. ``lock_timeout`` (seconds, default None: wait as
+    long as it takes): the longest :meth:`advance` waits for another transaction that
+    holds the fence row (a paused holder's, say), as a ``SET LOCAL lock_timeout`` in force
+    until the transaction ends; ``InvalidArgument`` unless it is a number in (0, 86400].
+
     Isolation levels: under READ COMMITTED (PostgreSQL's default), a writer whose fence row
     another open transaction has advanced waits for it to end, then compares its token with
     the committed one. Under REPEATABLE READ or SERIALIZABLE it gets a serialization failure
@@ -118,14 +158,19 @@ class PostgresFence:
     under every level.
     """
 
-    def __init__(self, table: str = "aiozklock_fence") -> None:
+    def __init__(
+        self, table: str = "aiozklock_fence", *, lock_timeout: float | None = None
+    ) -> None:
         self._table = quote_table(table)
         self.table = table
+        self.lock_timeout = lock_timeout
+        self._lock_timeout_ms = check_lock_timeout(lock_timeout)
         key = hashlib.blake2b(f"aiozklock.fencing:{self._table}".encode(), digest_size=8)
         self._lock_key = int.from_bytes(key.digest(), "big", signed=True)
 
     def __repr__(self) -> str:
-        return f"PostgresFence(table={self.table!r})"
+        timeout = f", lock_timeout={self.lock_timeout!r}" if self.lock_timeout is not None else ""
+        return f"PostgresFence(table={self.table!r}{timeout})"
 
     def _sql(self, driver: Driver, template: str) -> str:
         return template.format(table=self._table, p1=driver.param(1), p2=driver.param(2))
@@ -153,8 +198,14 @@ class PostgresFence:
         writing twice). Until the transaction ends, other writers of ``resource`` wait.
 
         Raises ``StaleFencingToken`` (``newer``: the stored token) if the store has seen a
-        newer token: nothing is recorded, and the caller must roll back (let the exception
-        leave the transaction block). ``InvalidArgument`` for a resource that is not a
+        newer token: nothing is recorded, and the fence makes the server abort the
+        transaction first (a ``RAISE EXCEPTION``, the exception's ``__cause__``): whatever
+        the caller catches, its later statements fail (SQLSTATE 25P02) and its ``COMMIT``
+        rolls back, so nothing of the transaction can commit (a savepoint the caller opened
+        before ``advance()`` and rolls back to is the one way around: don't). With
+        ``lock_timeout``, the driver's lock-not-available error (SQLSTATE 55P03) when
+        another transaction keeps the fence row longer (the transaction is aborted: retry
+        it). ``InvalidArgument`` for a resource that is not a
         non-empty str (at most 2000 UTF-8 bytes, no NUL), a token that is not an int in
         ``[0, 2**63 - 1]`` or a connection of no supported driver, and ``UsageError`` if
         the statement would commit on its own (asyncpg outside ``conn.transaction()``, a
@@ -171,12 +222,14 @@ class PostgresFence:
                 f"the caller's own writes join: {driver.how_to_begin} (outside one, the "
                 "fence would be committed alone, which protects nothing)"
             )
+        if self._lock_timeout_ms is not None:
+            await driver.run(_LOCK_TIMEOUT.format(ms=self._lock_timeout_ms))
         accepted = await driver.fetch_token(self._sql(driver, _ADVANCE), resource, token)
         if accepted is None:
             # The row is ours locked until the transaction ends: this reads the token that
             # refused us (READ COMMITTED: the newest committed one).
             newer = await driver.fetch_token(self._sql(driver, _CURRENT), resource)
-            raise StaleFencingToken(resource, token, newer)
+            await _abort(driver, StaleFencingToken(resource, token, newer))
 
     async def current(self, conn: PostgresConnection, resource: str) -> int | None:
         """The newest token recorded for ``resource`` that ``conn`` can see, or None if

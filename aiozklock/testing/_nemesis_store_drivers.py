@@ -177,6 +177,10 @@ class RedisCounter:
         try:
             if resources:
                 await redis.delete(*[redis_key(resource) for resource in resources])
+                # A missing fence refuses every token: the run's keys are created new, at
+                # token 0, in the fence's own layout, before any holder of the run exists.
+                for resource in resources:
+                    await redis.hset(redis_key(resource), "token", "0" * 19)
         except BaseException:
             await redis.aclose()
             raise
