@@ -24,6 +24,7 @@ from aiozklock._wire._protocol import (
     MultiSetData,
     Op,
     Stat,
+    exists_op,
     get_children_op,
     get_data_op,
     multi_op,
@@ -134,6 +135,16 @@ async def relist(session: Session, paths: Iterable[str]) -> dict[str, frozenset[
     }
 
 
+async def created(session: Session, paths: Iterable[str]) -> dict[str, int]:
+    """The czxid of each node now (0 for one that is gone or unreadable)."""
+    ordered = sorted(set(paths))
+    replies = await pipelined(session, [exists_op(session.server_path(p)) for p in ordered])
+    return {
+        path: reply.czxid if isinstance(reply, Stat) else 0
+        for path, reply in zip(ordered, replies, strict=True)
+    }
+
+
 async def server_clock(session: Session, prefix: str) -> tuple[int, float] | None:
     """The server's time now, as the zxid of a write and its time (Unix seconds), or None
     if it cannot be read.
@@ -180,6 +191,7 @@ async def server_clock(session: Session, prefix: str) -> tuple[int, float] | Non
 __all__ = (
     "BATCH",
     "CLOCK_ATTEMPTS",
+    "created",
     "Scan",
     "Znode",
     "pipelined",
