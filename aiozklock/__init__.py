@@ -23,6 +23,7 @@ from aiozklock._exceptions import ConnectionLoss as ConnectionLoss
 from aiozklock._exceptions import FenceMissing as FenceMissing
 from aiozklock._exceptions import InvalidACLError as InvalidACLError
 from aiozklock._exceptions import InvalidArgument as InvalidArgument
+from aiozklock._exceptions import LayoutConflict as LayoutConflict
 from aiozklock._exceptions import LeadershipLost as LeadershipLost
 from aiozklock._exceptions import LockLost as LockLost
 from aiozklock._exceptions import LockOrderViolation as LockOrderViolation
@@ -105,6 +106,7 @@ __all__ = (
     "FindingKind",
     "InvalidACLError",
     "InvalidArgument",
+    "LayoutConflict",
     "LeadershipLost",
     "LeaseLock",
     "LeaseStatistics",

@@ -103,6 +103,14 @@ class UsageError(AiozklockError, RuntimeError):
     itself). The message says what to do instead."""
 
 
+class LayoutConflict(AiozklockError, RuntimeError):
+    """An acquisition was refused: Curator's or kazoo's contender on the path cannot order
+    the nodes this recipe writes with its ``compat=`` (its recipe does not see them), so
+    both could hold at once. Our node is removed (nothing of ours is left queued); the
+    message names the node and the fix: ``compat="kazoo"``, ``compat="curator"``, the
+    recipe Curator uses there, or a path of its own."""
+
+
 class LockOrderViolation(UsageError):
     """With ``connect(check_lock_order="raise")``: a task took locks in an order that
     inverts one taken before in this process (tasks running both orders at once would

@@ -121,7 +121,7 @@ async def test_a_default_semaphore_beside_kazoos_is_an_unsafe_mix(
     assert zk.session_id in finding.sessions
 
 
-async def test_our_default_lock_beside_kazoos_is_a_warning_naming_compat(
+async def test_kazoo_holding_beside_our_default_lock_is_a_critical_double_hold(
     zk: aiozklock.ZooKeeperClient, hosts: str
 ) -> None:
     path = "/mix/k"
@@ -132,10 +132,12 @@ async def test_our_default_lock_beside_kazoos_is_a_warning_naming_compat(
             diagnosis = await zk.diagnose("/mix")
             await in_thread(lock.release)
     (finding,) = diagnosis.of_kind(FindingKind.UNSAFE_MIX)
-    # kazoo built with extra_lock_patterns=["-lock-"] would see our node: a warning.
-    assert finding.severity is Severity.WARNING
+    # Ours holds, and kazoo's node is the first of those kazoo sees: a live double hold.
+    assert finding.severity is Severity.CRITICAL
     assert "kazoo's Lock does not see aiozklock's 'lock-' nodes on /mix/k" in finding.message
+    assert "both hold now" in finding.message
     assert 'pass compat="kazoo"' in finding.action
+    assert zk.session_id in finding.sessions
 
 
 async def test_a_fair_and_a_non_fair_lock_on_one_path_are_an_unsafe_mix(

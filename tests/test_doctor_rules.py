@@ -163,3 +163,31 @@ def test_readers_hold_together_and_a_writer_waits_for_each() -> None:
         1,
         2,
     ]
+
+
+def kazoo_node(sequence: int, session: int, marker: str = "__lock__") -> Member:
+    return Member(f"{HEX}{marker}{sequence:010d}", b"kazoo", stat(session), "kazoo", marker)
+
+
+@pytest.mark.parametrize(
+    ("queue", "severity"),
+    [
+        # Ours first, kazoo's behind it: kazoo's is the first node kazoo sees, so both hold.
+        ((queued(1, 1), kazoo_node(2, 2)), Severity.CRITICAL),
+        ((queued(1, 1, "__WRIT__"), kazoo_node(2, 2, "__rlock__")), Severity.CRITICAL),
+        ((queued(1, 1, "__READ__"), kazoo_node(2, 2)), Severity.CRITICAL),
+        # Two readers hold together: no double hold.
+        ((queued(1, 1, "__READ__"), kazoo_node(2, 2, "__rlock__")), Severity.WARNING),
+        # kazoo's first: ours waits behind it (an older aiozklock), nobody holds twice yet.
+        ((kazoo_node(1, 2), queued(2, 1)), Severity.WARNING),
+        # kazoo's waits behind another kazoo node that waits behind ours: one holder each.
+        ((queued(1, 1), kazoo_node(2, 2), kazoo_node(3, 3)), Severity.CRITICAL),
+    ],
+)
+def test_kazoo_beside_our_default_layout_is_critical_when_both_hold_now(
+    queue: tuple[Member, ...], severity: Severity
+) -> None:
+    (finding,) = mix_findings(PathLayout("/p", queue=queue))
+    assert finding.severity is severity
+    assert ("both hold now" in finding.message) is (severity is Severity.CRITICAL)
+    assert 'compat="kazoo"' in finding.action

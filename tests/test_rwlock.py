@@ -539,12 +539,15 @@ async def test_unknown_children_are_ignored_and_foreign_lock_nodes_respected(
     zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
 ) -> None:
     """A ``.keep`` child never blocks (Curator would hang on it); a kazoo write node
-    (``__lock__``) blocks readers and writers, a kazoo read node (``__rlock__``) writers."""
+    (``__lock__``) blocks readers and writers, a kazoo read node (``__rlock__``) writers
+    (with ``compat="kazoo"``: our default names are refused beside kazoo's, which kazoo's
+    recipes do not see)."""
     foreign = await open_client()
     await zk.ensure_path(PATH)
     await zk.create(f"{PATH}/.keep")
     await zk.create(f"{PATH}/config", b"x")
-    rw = zk.rw_lock(PATH)
+    rw = zk.rw_lock(PATH, compat="kazoo")
+    default = zk.rw_lock(PATH)
     with anyio.fail_after(10):
         async with rw.write_lock:
             pass
@@ -555,6 +558,9 @@ async def test_unknown_children_are_ignored_and_foreign_lock_nodes_respected(
         )
         assert await rw.read_lock.try_acquire() is False
         assert await rw.write_lock.try_acquire() is False
+        for refused in (default.read_lock, default.write_lock):
+            with pytest.raises(aiozklock.LayoutConflict, match='compat="kazoo"'):
+                await refused.try_acquire()
         await foreign.delete(kazoo_write)
         kazoo_read = await foreign.create(
             f"{PATH}/{'cd' * 16}__rlock__", ephemeral=True, sequential=True
@@ -686,14 +692,16 @@ def kazoo_worker(
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("compat", ["curator", "kazoo"])
+@pytest.mark.parametrize("told", [False, True], ids=["kazoo as is", "kazoo told of Curator's"])
 async def test_kazoo_read_and_write_locks_share_the_queue(
-    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory, hosts: str, compat: str
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory, hosts: str, told: bool
 ) -> None:
     """kazoo readers and writers and ours on one path, until both libraries read and wrote
     ``PER_SIDE`` times (a fair queue makes that happen): no writer ever overlaps anyone.
-    With Curator's names kazoo must be told of our markers; with ``compat="kazoo"`` it reads
-    ours as its own."""
+    With ``compat="kazoo"`` kazoo reads ours as its own, whether or not it was also told of
+    Curator's markers (``extra_lock_patterns``); our default names are refused beside
+    kazoo's (``tests/test_compat_refusal.py``)."""
+    compat = "kazoo"
     await zk.ensure_path(PATH)  # and the chroot, which kazoo expects to exist
     clients = [zk, await open_client()]
     intervals: list[tuple[str, str, float, float]] = []  # who, mode, start, end
@@ -713,7 +721,6 @@ async def test_kazoo_read_and_write_locks_share_the_queue(
             changes.notify()
 
     async def theirs(index: int) -> None:
-        told = compat == "curator"
         await anyio.to_thread.run_sync(
             kazoo_worker, hosts, f"k{index}", index, stop, intervals, told, changes
         )

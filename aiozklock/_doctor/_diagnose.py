@@ -8,11 +8,16 @@ queues as the recipes decide them (``_queues``), deadlocks in the wait-for graph
 itself (by watches) calls them on every change.
 
 A deadlock is confirmed because the scan reads paths one after another, not at one instant:
-a cycle could be put together from queues read at different times. Names of sequential
-nodes are never reused, so a node listed both in the scan and again afterwards existed all
-along in between; the deadlock is then looked for among those nodes only (a node that came
-later queues behind them, and can only block more), and is reported only if it is still
-there.
+a cycle could be put together from queues read at different times. A node that existed all
+along, from its path's scan to the listing again, was there at one instant with all the
+others that did; the deadlock is looked for among those nodes only (leaving a node out can
+only let others hold: no rule lets a node hold because of one ahead of it; those left out
+came or went meanwhile, and did not unblock the cycle's parties for good), and is reported
+only if it is still there. Names of sequential nodes are never reused, so listed twice
+means there all along. Not so a read/write lock's downgrade node (a plain node named with
+its write node's older sequence: it sorts ahead of nodes queued before it was made, and its
+name comes back whenever its holder takes the read lock at that place again): a read node
+listed again counts only if its czxid is the scan's (``_scan.created``).
 """
 
 from __future__ import annotations
@@ -36,11 +41,11 @@ from aiozklock._doctor._layout import PathLayout, classify
 from aiozklock._doctor._mixes import mix_findings
 from aiozklock._doctor._model import Diagnosis, Finding, FindingKind, QueueState
 from aiozklock._doctor._queues import View, build_views, listed_paths, queue_state, restrict
-from aiozklock._doctor._scan import Scan, relist, scan, server_clock
+from aiozklock._doctor._scan import Scan, created, relist, scan, server_clock
 from aiozklock._doctor._waitfor import Deadlock, find_deadlocks
 from aiozklock._exceptions import InvalidArgument
 from aiozklock._wire._session import Session
-from aiozklock._wire._validation import positive_seconds, validate_path
+from aiozklock._wire._validation import join, positive_seconds, validate_path
 
 _KINDS = list(FindingKind)
 
@@ -115,8 +120,31 @@ async def confirm(session: Session, assessment: Assessment) -> Assessment:
     parties = {party for d in deadlocks for party in (*d.parties, *d.stuck)}
     involved = [v for v in assessment.views if any(e.party in parties for e in v.entries)]
     listings = await relist(session, set().union(*(listed_paths(v) for v in involved)))
+    listings = await _there_all_along(session, involved, listings)
     confirmed = find_deadlocks(restrict(involved, listings))
     return Assessment(assessment.layouts, assessment.views, confirmed)
+
+
+async def _there_all_along(
+    session: Session, views: list[View], listings: dict[str, frozenset[str]]
+) -> dict[str, frozenset[str]]:
+    """``listings`` without the read nodes listed again that are not the nodes the scan
+    read (another czxid: gone and made again under the same name, see the docstring)."""
+    scanned = {
+        join(view.path, entry.node): entry.contender.fencing_token
+        for view in views
+        if view.kind == "rwlock"
+        for entry in view.entries
+        if not entry.writes and entry.node in listings.get(view.path, frozenset())
+    }
+    if not scanned:
+        return listings
+    now = await created(session, scanned)
+    remade = {path for path, czxid in scanned.items() if now[path] != czxid}
+    return {
+        path: frozenset(name for name in names if join(path, name) not in remade)
+        for path, names in listings.items()
+    }
 
 
 def needs_clock(found: Scan, assessment: Assessment) -> bool:

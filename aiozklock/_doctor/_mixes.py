@@ -14,10 +14,12 @@ two of them can hold at once. The rules are the interoperability table's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
-from aiozklock._doctor._layout import KAZOO_MARKERS, Member, PathLayout
+from aiozklock._doctor._layout import KAZOO_MARKERS, READ_MARKERS, Member, PathLayout
 from aiozklock._doctor._model import Finding, FindingKind, Library, Severity
+from aiozklock._recipes._core._names import queue_order
+from aiozklock._recipes._rwdecision import rw_order
 
 View = tuple[Library, str]  # the library of a peer's node and its marker: the peer's recipe
 
@@ -75,30 +77,83 @@ def _finding(
 
 def _queue_mixes(layout: PathLayout) -> Iterator[Finding]:
     views = sorted({view for m in layout.queue if (view := (m.library, m.marker or "")) in _SEES})
+    queue_holders = holders(layout.queue)
     for view in views:
         peers = [m for m in layout.queue if (m.library, m.marker) == view]
         unseen = [m for m in layout.queue if m.marker not in _SEES[view]]
+        # Who holds by the peer's own order, which skips the nodes it does not see.
+        theirs_held = holders([m for m in layout.queue if m.marker in _SEES[view]])
         for library in sorted({m.library for m in unseen}):
             theirs = [m for m in unseen if m.library == library]
-            yield _verdict(layout.path, view, library, theirs, peers)
+            double = _double_hold([m for m in theirs_held if m in peers], queue_holders, theirs)
+            yield _verdict(layout.path, view, library, theirs, peers, double)
+
+
+def holders(members: Sequence[Member]) -> list[Member]:
+    """The nodes among ``members`` that hold by the queue's order (the recipes' rules: a
+    mutex's first node; a read/write lock's writer when first, readers while no writer is
+    ahead, a downgrade node at its writer's place). Only the head is read."""
+    by_name = {m.name: m for m in members}
+    if not any(m.marker in READ_MARKERS for m in members):
+        order = queue_order(by_name)
+        return [by_name[order[0]]] if order else []
+    found: list[Member] = []
+    sequences: set[int] = set()  # of the nodes ahead
+    writers: set[int] = set()  # of the write nodes ahead
+    for name, is_write, sequence in rw_order(by_name):
+        if (sequences if is_write else writers) - {sequence}:
+            break  # blocked, and so is every node behind it
+        found.append(by_name[name])
+        sequences.add(sequence)
+        if is_write:
+            writers.add(sequence)
+    return found
+
+
+def _double_hold(
+    peer_held: list[Member], queue_held: list[Member], unseen: list[Member]
+) -> tuple[Member, Member] | None:
+    """A peer's node that holds by the peer's order and one it does not see that holds by
+    the queue's, excluding each other (one of them writes): both hold now."""
+    for held in peer_held:
+        for other in queue_held:
+            if other in unseen and not (
+                held.marker in READ_MARKERS and other.marker in READ_MARKERS
+            ):
+                return held, other
+    return None
 
 
 def _verdict(
-    path: str, view: View, library: Library, theirs: list[Member], peers: list[Member]
+    path: str,
+    view: View,
+    library: Library,
+    theirs: list[Member],
+    peers: list[Member],
+    double: tuple[Member, Member] | None = None,
 ) -> Finding:
-    """What ``view`` (a peer's recipe) not seeing ``theirs`` (``library``'s nodes) means."""
+    """What ``view`` (a peer's recipe) not seeing ``theirs`` (``library``'s nodes) means;
+    ``double``: the peer's node and one of ``theirs`` that both hold now."""
     recipe = _RECIPE[view]
     markers = ", ".join(sorted({f"'{m.marker}'" for m in theirs}))
     involved = [*peers, *theirs]
     if {view[0], library} == {"curator", "kazoo"}:
         message = f"Curator's and kazoo's contenders share {path}: both can hold at once"
         return _finding(path, Severity.CRITICAL, message, _NEVER_SHARE, involved)
+    action = _TO_KAZOO if library == "aiozklock" else _OWN_PATH
+    if view[0] == "kazoo" and double is not None:  # fail closed: a double hold, live
+        held, other = double
+        message = (
+            f"{recipe} does not see {library}'s {markers} nodes on {path}: both hold now "
+            f"({held.name!r} first by kazoo's order, {other.name!r} ahead of it by the "
+            "queue's; only a kazoo peer built with extra_lock_patterns would wait)"
+        )
+        return _finding(path, Severity.CRITICAL, message, action, involved)
     if view[0] == "kazoo":  # unless the kazoo peers were built with extra_lock_patterns
         message = (
             f"{recipe} does not see {library}'s {markers} nodes on {path} (unless built with "
             "extra_lock_patterns): both can hold at once"
         )
-        action = _TO_KAZOO if library == "aiozklock" else _OWN_PATH
         return _finding(path, Severity.WARNING, message, action, involved)
     message = (
         f"{recipe} orders {library}'s {markers} nodes on {path} by their whole name: "
@@ -159,4 +214,4 @@ def _semaphore_mixes(layout: PathLayout) -> Iterator[Finding]:
         yield _finding(path, Severity.CRITICAL, message, _NEVER_SHARE, involved)
 
 
-__all__ = ("mix_findings",)
+__all__ = ("holders", "mix_findings")

@@ -10,6 +10,7 @@ one whose ACL refuses us is listed as unreadable.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from aiozklock._wire._protocol import (
     MultiSetData,
     Op,
     Stat,
+    exists_op,
     get_children_op,
     get_data_op,
     multi_op,
@@ -33,6 +35,9 @@ from aiozklock._wire._validation import join
 BATCH = 2000  # requests per pipelined write
 SYSTEM = "/zookeeper"  # the server's own nodes (quotas, config): never a recipe's
 PROBE_PREFIX = "aiozklock-doctor-clock-"
+CLOCK_ATTEMPTS = 3  # the probe is asked this many times at most when its reply is lost
+
+log = logging.getLogger("aiozklock._doctor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +135,16 @@ async def relist(session: Session, paths: Iterable[str]) -> dict[str, frozenset[
     }
 
 
+async def created(session: Session, paths: Iterable[str]) -> dict[str, int]:
+    """The czxid of each node now (0 for one that is gone or unreadable)."""
+    ordered = sorted(set(paths))
+    replies = await pipelined(session, [exists_op(session.server_path(p)) for p in ordered])
+    return {
+        path: reply.czxid if isinstance(reply, Stat) else 0
+        for path, reply in zip(ordered, replies, strict=True)
+    }
+
+
 async def server_clock(session: Session, prefix: str) -> tuple[int, float] | None:
     """The server's time now, as the zxid of a write and its time (Unix seconds), or None
     if it cannot be read.
@@ -139,7 +154,10 @@ async def server_clock(session: Session, prefix: str) -> tuple[int, float] | Non
     writes one ``multi`` under ``prefix``: create an ephemeral probe node, set its data,
     delete it. All or nothing, it leaves no node (no listing can ever see the probe); what
     lasts is the parent's child-change counters (``cversion``, ``pzxid``), and children
-    watches on ``prefix`` fire once. A refusal (ACL, an ephemeral ``prefix``) gives None.
+    watches on ``prefix`` fire once. A refusal (ACL, an ephemeral ``prefix``) gives None,
+    and so does a connection lost ``CLOCK_ATTEMPTS`` times in a row (logged as a warning: a
+    flapping link must not keep the doctor asking for ever). Raises what the session raises
+    other than ConnectionLoss and a server's error (``SessionExpired``, ``ClientClosed``).
     """
     probe = session.server_path(join(prefix, PROBE_PREFIX + uuid.uuid4().hex))
     op = multi_op(
@@ -150,7 +168,7 @@ async def server_clock(session: Session, prefix: str) -> tuple[int, float] | Non
         ],
         session.client_path,
     )
-    while True:
+    for _ in range(CLOCK_ATTEMPTS):
         try:
             result = await session.call(op)
         except ConnectionLoss:
@@ -161,6 +179,23 @@ async def server_clock(session: Session, prefix: str) -> tuple[int, float] | Non
         if not result.ok or not isinstance(stat, Stat):
             return None
         return stat.mzxid, stat.mtime / 1000
+    log.warning(
+        "the server's clock could not be read under %s: the connection was lost %d times "
+        "in a row; ages are by this machine's clock",
+        prefix,
+        CLOCK_ATTEMPTS,
+    )
+    return None
 
 
-__all__ = ("BATCH", "Scan", "Znode", "pipelined", "relist", "scan", "server_clock")
+__all__ = (
+    "BATCH",
+    "CLOCK_ATTEMPTS",
+    "created",
+    "Scan",
+    "Znode",
+    "pipelined",
+    "relist",
+    "scan",
+    "server_clock",
+)

@@ -40,7 +40,8 @@ from aiozklock._exceptions import (
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
-from aiozklock._recipes._core._names import LATCH_MARKER, Compat, marker_for, queue_order
+from aiozklock._recipes._core._names import KAZOO_MARKER, LATCH_MARKER, Compat, queue_order
+from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._queued import QueuedPrimitive
 from aiozklock._recipes._decision import decide
 from aiozklock._wire._protocol import (
@@ -118,7 +119,7 @@ class Election(QueuedPrimitive):
             f"election {self.path}",
             self.identifier,
             acl,
-            marker_for(compat, LATCH_MARKER),
+            layout=Layout(compat, LATCH_MARKER, KAZOO_MARKER, "zk.election()"),
         )
 
     async def resign(self) -> None:

@@ -23,7 +23,8 @@ from aiozklock._exceptions import short_repr
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
-from aiozklock._recipes._core._names import LOCK_MARKER, Compat, marker_for
+from aiozklock._recipes._core._names import KAZOO_MARKER, LOCK_MARKER, Compat
+from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._queued import QueuedPrimitive
 from aiozklock._recipes._decision import decide
 from aiozklock._wire._session import Session
@@ -103,7 +104,7 @@ class Lock(PathLock):
             f"lock {self.path}",
             self.identifier,
             acl,
-            marker_for(compat, LOCK_MARKER),
+            layout=Layout(compat, LOCK_MARKER, KAZOO_MARKER, "zk.lock()"),
         )
 
     async def contenders(self) -> list[Contender]:

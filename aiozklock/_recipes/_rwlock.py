@@ -29,6 +29,7 @@ from aiozklock._recipes._core._handle import _FactoryMade
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat
+from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._recipes._core._shared import SharedHolding
@@ -73,14 +74,22 @@ class _Side(PathLock):
         janitor: Janitor,
         acl: tuple[ACL, ...],
         decide: Decide,
-        marker: str,
+        layout: Layout,
     ) -> None:
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
         label = f"{self._mode} lock {self.path}"
-        self._marker = marker
+        self._marker = layout.marker
         super().__init__(
-            session, monitor, janitor, (self.path,), decide, label, self.identifier, acl, marker
+            session,
+            monitor,
+            janitor,
+            (self.path,),
+            decide,
+            label,
+            self.identifier,
+            acl,
+            layout=layout,
         )
 
     async def contenders(self) -> list[Contender]:
@@ -147,7 +156,7 @@ class WriteLock(_Side):
             janitor=janitor,
             acl=acl,
             decide=decide_write,
-            marker=WRITE_MARKER if compat == "curator" else KAZOO_WRITE_MARKER,
+            layout=Layout(compat, WRITE_MARKER, KAZOO_WRITE_MARKER, "zk.rw_lock()"),
         )
 
     async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
@@ -211,7 +220,7 @@ class ReadLock(SharedHolding, _Side):
             janitor=janitor,
             acl=write_lock.acl,
             decide=decide_read,
-            marker=READ_MARKER if write_lock.compat == "curator" else KAZOO_READ_MARKER,
+            layout=Layout(write_lock.compat, READ_MARKER, KAZOO_READ_MARKER, "zk.rw_lock()"),
         )
         self._writer = write_lock
         write_lock._reader = self

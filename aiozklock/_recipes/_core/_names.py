@@ -65,6 +65,15 @@ def _match(name: str) -> re.Match[str] | None:
     return found if found is not None and found.start() > 0 else None
 
 
+def parts_of(name: str) -> tuple[str, str] | None:
+    """What precedes the marker of a contender's node ``name`` (its GUID, with the ``-``
+    that Curator's read/write markers follow), and the marker; None for another child."""
+    found = _match(name)
+    if found is None:
+        return None
+    return name[: found.start()], name[found.start() : found.start("seq")]
+
+
 def is_lock_node(name: str) -> bool:
     """Whether ``name`` looks like a contender's node, ours or another library's (other
     children are ignored)."""
@@ -132,6 +141,7 @@ __all__ = (
     "validate_compat",
     "node_prefix",
     "nodes_of",
+    "parts_of",
     "queue_order",
     "sequence_of",
 )

@@ -74,6 +74,9 @@ class Queue(Enqueuing, Waiting, GivingBack):
                 enqueued = listings is None
                 if listings is None:
                     listings = await self._join(deadline, data)
+                if self._layout is not None:
+                    for member, children in listings.items():  # fail closed: see _peers.py
+                        self._layout.check(member, children, self.guid, self._label)
                 step = self._decided(listings, enqueued)
                 if step.held and not (step.stale or step.requeue):
                     break

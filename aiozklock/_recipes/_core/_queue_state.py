@@ -20,6 +20,7 @@ from aiozklock._acl import ACL
 from aiozklock._exceptions import ConnectionLoss, InvalidArgument, NoNodeError, SessionExpired
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LOCK_MARKER, node_prefix
+from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._retry import RETRY
 from aiozklock._wire._outgoing import Release
@@ -128,6 +129,7 @@ class QueueState:
         "_in_doubt",
         "_janitor",
         "_label",
+        "_layout",
         "_marker",
         "_prefixes",
         "_session",
@@ -154,9 +156,11 @@ class QueueState:
         acl: tuple[ACL, ...],
         marker: str = LOCK_MARKER,
         guard: Guard | None = None,
+        layout: Layout | None = None,
     ) -> None:
         self.members = tuple(members)
         self._marker = marker  # our nodes are named <guid><marker><sequence>
+        self._layout = layout  # peers that cannot order our nodes are refused (None: no check)
         self._guard = guard
         self._guarded: object = None  # the guard's reply at our last enqueue
         self._acl = encode_acl(acl)  # our nodes', and the containers' we create

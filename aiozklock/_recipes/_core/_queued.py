@@ -11,6 +11,7 @@ from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LOCK_MARKER
+from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._recipes._core._queue import Guard, Queue
@@ -19,7 +20,8 @@ from aiozklock._wire._session import Session
 
 class QueuedPrimitive(Primitive):
     """A recipe whose holding is our place at the head of one or more queues (the mutex,
-    the multi-lock, election): the queue engine does the work, with ``decide``."""
+    the multi-lock, election): the queue engine does the work, with ``decide``. ``layout``:
+    what we write, to refuse peers that cannot order it (``_peers.py``); None: no check."""
 
     __slots__ = ("_identity", "_queue")
 
@@ -35,9 +37,14 @@ class QueuedPrimitive(Primitive):
         acl: tuple[ACL, ...],
         marker: str = LOCK_MARKER,
         guard: Guard | None = None,
+        layout: Layout | None = None,
     ) -> None:
         super().__init__(session, monitor, label, members, acl)
-        self._queue = Queue(session, janitor, members, decide, self._label, acl, marker, guard)
+        if layout is not None:
+            marker = layout.marker
+        self._queue = Queue(
+            session, janitor, members, decide, self._label, acl, marker, guard, layout
+        )
         self._identity = Identity(identifier)
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
