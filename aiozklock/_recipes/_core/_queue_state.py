@@ -236,8 +236,7 @@ class QueueState:
         The one place that records a create of ours whose outcome is unknown (``abandon``
         takes the record, and then sweeps our GUID): from the write until the create's
         reply, or until ``resolve`` returns. An exception leaves it recorded, except one of
-        ``NOT_WRITTEN`` raised by the write (nothing was written; the folded deletes, taken
-        back, go to the janitor)."""
+        ``NOT_WRITTEN`` raised by the write (nothing was written)."""
         self._in_doubt = True
         try:
             results = await self._session.pipeline(
