@@ -193,7 +193,7 @@ async def test_a_multi_lock_release_and_create_too_large_together_go_apart(
     proxy: FaultProxy, open_client: ClientFactory
 ) -> None:
     # 40 paths of 14 KB: their creates fit one request (~570 KB), and so do their deletes,
-    # but not both: the re-acquire must not fold the release into its create.
+    # but not both: the release and the re-acquire must go apart.
     zk = await open_client(proxy)
     paths = [_long(f"/locks/f{i}/", 14_000) for i in range(40)]
     multi = zk.multi_lock(paths)

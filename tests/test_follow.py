@@ -28,7 +28,8 @@ PATH = "/locks/follow"
 GET_DATA = 4
 EXISTS = 3
 GET_CHILDREN = 8
-MULTI = 14
+DELETE = 2
+CREATE2 = 15
 
 
 @dataclass
@@ -141,9 +142,10 @@ async def test_a_rejoin_behind_two_watches_the_newest_and_lists_once(
         s.release["E"].set()
         await wait_for_children(s.observer, PATH, lambda children: children == [])
     assert s.order == ["B", "C", "A", "D", "E", "A2"]
-    # The fold's transaction and the watch on E in one round trip, one listing once E is
-    # gone (listing at the join as well: two listings).
-    assert (proxy.count(MULTI), proxy.count(EXISTS), proxy.count(GET_CHILDREN)) == (1, 1, 1)
+    # The release's delete (written at the call), then the create and the watch on E in
+    # one round trip, one listing once E is gone (listing at the join as well: two).
+    assert proxy.requests[0].opcode == DELETE
+    assert (proxy.count(CREATE2), proxy.count(EXISTS), proxy.count(GET_CHILDREN)) == (1, 1, 1)
 
 
 async def test_a_hint_whose_node_is_gone_lists_and_keeps_the_order(
@@ -153,7 +155,7 @@ async def test_a_hint_whose_node_is_gone_lists_and_keeps_the_order(
         s.scopes["E"].cancel()  # E leaves the queue before A joins again
         await wait_for_children(s.observer, PATH, lambda children: len(children) == 2)
         before = set(await s.observer.get_children(PATH))
-        s.go.set()  # A's delete and A2's create: one transaction
+        s.go.set()  # A's delete, then A2's create
         await wait_for_children(s.observer, PATH, lambda now: len(now) == 2 and set(now) != before)
         await s.wait_held("D")  # granted at A's release; A2 waits for it
         assert s.order == ["B", "C", "A", "D"]
@@ -248,9 +250,10 @@ async def test_an_uncontended_rejoin_is_proven_alone_without_a_listing(
         first = lock.statistics().node
         proxy.reset_counters()
         for _ in range(3):
-            await lock.release()  # no yield: folded into the next create
+            await lock.release()  # written now; no other transaction before the create
             await lock.acquire()
-        assert (proxy.count(MULTI), proxy.count(GET_CHILDREN), len(proxy.requests)) == (3, 0, 3)
+        counts = (proxy.count(DELETE), proxy.count(CREATE2), proxy.count(GET_CHILDREN))
+        assert (*counts, len(proxy.requests)) == (3, 3, 0, 6)
         assert lock.statistics().node != first
         await lock.release()
     await gone(client, PATH)
@@ -277,7 +280,7 @@ async def test_a_node_created_since_our_grant_is_seen_and_not_overtaken(
             tg.start_soon(contend)
             await wait_for_queue(observer, PATH, 2)
             proxy.reset_counters()
-            await lock.release()  # folded: the new node's number is two past the old one's
+            await lock.release()  # the new node's number is two past the old one's
             await lock.acquire()
             order.append("ours again")
             await lock.release()

@@ -1,5 +1,6 @@
 """A release costs the caller no round trip (issue 10): leaving ``async with`` and
-``release()`` return once the delete is written; the session's later requests are ordered
+``release()`` return once the delete is written (issue 30: at the call, not at the event
+loop's next turn: ``test_release_written.py``); the session's later requests are ordered
 after it, so a re-acquire is pipelined; no other session is granted before the delete
 commits; a delete that fails is retried by the janitor; ``confirm=True`` waits for it.
 
@@ -199,9 +200,14 @@ async def test_a_release_while_disconnected_returns_and_is_done_after_the_reconn
     assert client.session_id == session_id  # deleted by us after the reconnect, not expired
 
 
-FOLDED = {
-    "lock": (lambda zk: zk.lock(PATH), [PATH]),
-    "multilock": (lambda zk: zk.multi_lock([PATH + "/a", PATH + "/b"]), [PATH + "/a", PATH + "/b"]),
+# Each recipe, its member paths, and the opcodes of its release and of its create.
+REJOINED = {
+    "lock": (lambda zk: zk.lock(PATH), [PATH], (DELETE, CREATE2)),
+    "multilock": (
+        lambda zk: zk.multi_lock([PATH + "/a", PATH + "/b"]),
+        [PATH + "/a", PATH + "/b"],
+        (MULTI, MULTI),
+    ),
 }
 
 
@@ -217,11 +223,11 @@ async def _only_nodes(observer: aiozklock.ZooKeeperClient, members: list[str]) -
     return czxids
 
 
-@pytest.mark.parametrize("recipe", sorted(FOLDED))
-async def test_a_reacquire_before_the_delete_is_written_takes_it_into_its_create(
+@pytest.mark.parametrize("recipe", sorted(REJOINED))
+async def test_a_reacquire_right_after_a_release_writes_after_its_deletes(
     proxy: FaultProxy, open_client: ClientFactory, recipe: str
 ) -> None:
-    make, members = FOLDED[recipe]
+    make, members, (released, created) = REJOINED[recipe]
     client = await open_client(proxy)
     observer = await open_client()
     lock = make(client)
@@ -229,25 +235,24 @@ async def test_a_reacquire_before_the_delete_is_written_takes_it_into_its_create
         await lock.acquire()
         first = lock.fencing_token
         proxy.reset_counters()
-        await lock.release()  # no yield until the re-acquire writes
+        await lock.release()  # written now: no re-acquire takes it into its create
         await lock.acquire()
-        # One transaction: the old nodes' deletes and the new creates, one commit (without
-        # the fold: a delete, or a multi-lock's multi of deletes, then the creates).
-        assert proxy.requests[0].opcode == MULTI
-        assert proxy.count(MULTI) == 1
-        assert proxy.count(DELETE) == 0
-        assert proxy.count(CREATE2) == 0
+        # The deletes (one delete, or a multi-lock's multi of deletes), then the creates.
+        assert [r.opcode for r in proxy.requests][:2] == [released, created]
         assert await _only_nodes(observer, members) == [lock.fencing_token] * len(members)
         assert lock.fencing_token > first
         await lock.release()
 
 
 @pytest.mark.parametrize("applied", [True, False], ids=["applied", "never-arrived"])
-@pytest.mark.parametrize("recipe", sorted(FOLDED))
-async def test_a_folded_create_whose_reply_is_lost_leaves_only_the_new_nodes(
+@pytest.mark.parametrize("recipe", sorted(REJOINED))
+async def test_a_rejoin_whose_create_reply_is_lost_leaves_only_the_new_nodes(
     proxy: FaultProxy, open_client: ClientFactory, recipe: str, applied: bool
 ) -> None:
-    make, members = FOLDED[recipe]
+    """The release's deletes and the re-acquire's create, written back to back, are lost
+    together (or the create's reply is): the old nodes carry the same GUID, and are never
+    adopted as the new ones (``Round.released``)."""
+    make, members, (released, created) = REJOINED[recipe]
     client = await open_client(proxy)
     observer = await open_client()
     lock = make(client)
@@ -259,7 +264,7 @@ async def test_a_folded_create_whose_reply_is_lost_leaves_only_the_new_nodes(
         tokens.append(lock.fencing_token)
         held.set()
         await go.wait()
-        await lock.release()  # no yield until the re-acquire writes
+        await lock.release()  # written; the re-acquire's create right behind it
         await lock.acquire()
         tokens.append(lock.fencing_token)
         reheld.set()
@@ -272,12 +277,14 @@ async def test_a_folded_create_whose_reply_is_lost_leaves_only_the_new_nodes(
             await held.wait()
             session_id = client.session_id
             proxy.reset_counters()
+            # The create is the second of the two (a multi-lock's release is a multi too).
+            second = 2 if released == created else 1
             if applied:  # the server applies it; its reply is lost with the connection
-                proxy.arm_drop_after([MULTI])
-            else:  # held in the partition, then discarded: the server never sees it
+                proxy.arm_drop_after([created], second)
+            else:  # both held in the partition, then discarded: the server sees neither
                 proxy.blackhole(True)
             go.set()
-            await proxy.wait_for_request(MULTI)
+            await proxy.wait_for_request(created, second)
             if not applied:
                 await proxy.drop_all()
                 proxy.blackhole(False)
@@ -285,14 +292,14 @@ async def test_a_folded_create_whose_reply_is_lost_leaves_only_the_new_nodes(
             assert await _only_nodes(observer, members) == [tokens[1]] * len(members)
             checked.set()
             await wait_for_children(observer, members[0], lambda children: children == [])
-        # The old nodes went: by the transaction, or (never arrived) as stale nodes of ours
-        # once the new ones were created; the new ones were adopted, not the old.
+        # The old nodes went: by their deletes, or (never arrived) by the janitor; the new
+        # ones were adopted, not the old.
         assert tokens[1] > tokens[0]
         assert client.session_id == session_id
-        assert proxy.count(MULTI) >= 1
+        assert proxy.count(created) >= second
 
 
-async def test_a_folded_create_refused_by_an_acl_still_deletes_the_released_node(
+async def test_a_create_refused_by_an_acl_after_a_release_leaves_nothing(
     open_client: ClientFactory,
 ) -> None:
     from aiozklock._wire import _protocol as proto
@@ -311,5 +318,5 @@ async def test_a_folded_create_refused_by_an_acl_still_deletes_the_released_node
         await session.call(proto.Op(body + proto.LENGTH.pack(-1), server_path, lambda *_: None))
         await lock.release()
         with pytest.raises(aiozklock.NoAuthError):
-            await lock.acquire()  # the transaction (delete + create) is refused whole
-        await gone(observer, PATH)  # the janitor deleted the released node
+            await lock.acquire()  # the delete went through; the create is refused
+        await gone(observer, PATH)

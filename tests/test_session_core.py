@@ -20,7 +20,6 @@ from aiozklock._exceptions import (
 from aiozklock._wire import _framing as framing
 from aiozklock._wire._clock import Tick
 from aiozklock._wire._core import SessionCore, SessionState
-from aiozklock._wire._multi import MultiCreate, MultiDelete, multi_op
 from aiozklock._wire._ops import delete_op, exists_op
 from aiozklock._wire._protocol import CreateMode, WatchedEvent
 
@@ -325,78 +324,39 @@ def test_no_watch_nothing_to_rearm() -> None:
     assert core().rearm_request(now=1.0) == b""
 
 
-# ---------------------------------------------------------------- the release fold
+# ---------------------------------------------------------------- requests written soon
 
-CREATE = MultiCreate("/l/n-", b"", EPHEMERAL_SEQUENTIAL)
+MARK = delete_op("/l/n-1")
 
 
-def test_a_release_is_folded_into_the_next_create() -> None:
+def test_a_request_queued_for_soon_is_flushed_alone_when_nothing_follows() -> None:
     session = core()
     replies: Replies = []
-    release = session.queue_release(["/l/n-1"], session.generation, recorder(replies))
+    session.queue_soon([MARK], session.generation, recorder(replies))
     assert scheduler_of(session).scheduled == 1
-    folded = session.fold(release, [CREATE], session.generation)
-    assert folded is not None
-    assert folded.body == multi_op([MultiDelete("/l/n-1"), CREATE], str).body
-    assert scheduler_of(session).cancelled == 1  # nothing left to flush
-    assert session.frame_queued(1.0) == b""
-    assert session.fold(release, [CREATE], session.generation) is None  # only once
-    assert replies == []  # the multi's reply is the create's caller's
-
-
-def test_a_release_of_several_nodes_is_one_multi_and_folds_all_of_them() -> None:
-    session = core()
-    release = session.queue_release(["/a/n-1", "/b/n-1"], session.generation, recorder([]))
-    assert release.ops[0].body == multi_op([MultiDelete("/a/n-1"), MultiDelete("/b/n-1")], str).body
-    folded = session.fold(release, [CREATE], session.generation)
-    assert folded is not None
-    deletes = [MultiDelete("/a/n-1"), MultiDelete("/b/n-1")]
-    assert folded.body == multi_op([*deletes, CREATE], str).body
-
-
-def test_a_release_is_flushed_alone_when_no_create_follows() -> None:
-    session = core()
-    replies: Replies = []
-    release = session.queue_release(["/l/n-1"], session.generation, recorder(replies))
     data = session.frame_queued(1.0)
-    assert frames_of(data) == [framing.frame(1, delete_op("/l/n-1").body)]
-    assert session.fold(release, [CREATE], session.generation) is None  # written already
+    assert frames_of(data) == [framing.frame(1, MARK.body)]
     session.receive(reply(1), now=1.1)
-    assert replies == [(None, None)]
+    assert len(replies) == 1
 
 
-def test_a_request_made_before_the_flush_goes_after_the_release_in_one_write() -> None:
+def test_a_request_made_before_the_flush_goes_after_the_queued_one_in_one_write() -> None:
     session = core()
-    session.queue_release(["/l/n-1"], session.generation, recorder([]))
+    session.queue_soon([MARK], session.generation, recorder([]))
     pendings, data = session.frame_now([exists_op("/l")], None, None, now=1.0)
     assert xids_of(data) == [1, 2]
     assert pendings[0].xid == 2
     assert session.frame_queued(1.0) == b""
 
 
-def test_a_release_is_never_folded_across_a_reconnect() -> None:
+def test_a_queued_request_is_never_written_across_a_reconnect() -> None:
     session = core()
     replies: Replies = []
-    release = session.queue_release(["/l/n-1"], session.generation, recorder(replies))
+    take_back = session.queue_soon([MARK], session.generation, recorder(replies))
     session.fail_all(lambda: ConnectionLoss("connection lost"))  # the connection dropped
     assert isinstance(replies[0][1], ConnectionLoss)  # its caller hands it to the janitor
-    assert session.fold(release, [CREATE], session.generation) is None
-
-
-def test_a_release_is_never_folded_into_another_generation() -> None:
-    session = core()
-    release = session.queue_release(["/l/n-1"], session.generation, recorder([]))
-    assert session.fold(release, [CREATE], session.generation + 1) is None
-    assert session.fold(release, [CREATE], session.generation) is not None
-
-
-def test_a_fold_too_large_for_one_request_leaves_the_release_queued() -> None:
-    limit = 128 * 1024
-    session = core(max_request_bytes=limit)
-    release = session.queue_release(["/l/n-1"], session.generation, recorder([]))
-    big = MultiCreate("/l/n-", b"x" * limit, EPHEMERAL_SEQUENTIAL)
-    assert session.fold(release, [big], session.generation) is None
-    assert frames_of(session.frame_queued(1.0)) == [framing.frame(1, delete_op("/l/n-1").body)]
+    assert not take_back()
+    assert session.frame_queued(1.0) == b""
 
 
 def test_a_taken_back_request_is_never_written_nor_told() -> None:

@@ -142,8 +142,8 @@ async def test_uncontended_acquire_and_release_take_one_round_trip_each(
     create, listing = (r for r in proxy.requests if r.opcode != PING)
     assert create.connection_index == listing.connection_index
     proxy.reset_counters()
-    await lock.release()
-    await proxy.wait_for_request(DELETE)  # written before release() returned
+    # Confirmed: a re-acquire before its reply would skip the listing (a proof alone).
+    await lock.release(confirm=True)
     assert requests_except_pings(proxy) == [DELETE]
 
     # Pipelined, not sequential: with every request held by the proxy, a request sent after

@@ -3,8 +3,8 @@ frames to write, the next deadline and decisions out. No socket, no await, no ev
 
 ``SessionCore`` holds what the protocol needs to remember: the session's identity (id,
 password, generation, negotiated timeout, last zxid), the liveness clock (``_clock``), the
-requests in flight (``_requests``), the requests queued to be written soon and the release
-fold (``_outgoing``), the watchers (``_watches``), and a session our clock gave up that must
+requests in flight (``_requests``), the requests queued to be written soon (``_outgoing``),
+the watchers (``_watches``), and a session our clock gave up that must
 still be closed on the server. ``Session`` (``_session``) is the socket shell around it: it
 writes what this returns, feeds in what it reads, sleeps until ``tick``'s next deadline, and
 tells listeners about state changes.
@@ -23,8 +23,7 @@ from aiozklock._wire import _framing as framing
 from aiozklock._wire._clock import LivenessClock, Tick
 from aiozklock._wire._leader import LeaderProof
 from aiozklock._wire._limits import FRAME_OVERHEAD, oversized
-from aiozklock._wire._multi import MultiCreate, MultiResult
-from aiozklock._wire._outgoing import FlushScheduler, OutgoingQueue, Release, Soon, release_op
+from aiozklock._wire._outgoing import FlushScheduler, OutgoingQueue, Soon
 from aiozklock._wire._records import FIRES, EventType, Op
 from aiozklock._wire._requests import Pending, ReplyCallback, RequestTable, Waker
 from aiozklock._wire._watches import WatchRegistry
@@ -201,26 +200,6 @@ class SessionCore:
         outgoing = self._outgoing
         outgoing.queue(soon)
         return lambda: outgoing.take_back(soon)
-
-    def queue_release(
-        self, paths: Sequence[str], generation: int, on_done: ReplyCallback
-    ) -> Release:
-        """Queue the deletes of the nodes at the server paths ``paths``, to be written soon
-        or folded into the next create (``fold``). Raises ``SessionExpired`` if
-        ``generation`` is gone, ``InvalidArgument`` if too large."""
-        if generation != self.generation:
-            raise SessionExpired(f"session generation {generation} is gone")
-        op = release_op(paths, self.client_path)
-        self._refuse_oversized((op,))
-        return self._outgoing.release(op, paths, generation, on_done)
-
-    def fold(
-        self, release: Release, creates: Sequence[MultiCreate], generation: int
-    ) -> Op[MultiResult] | None:
-        """``release``'s deletes then ``creates`` in one multi, the deletes taken back
-        (``_outgoing``: the release fold); None if they cannot be folded (written already,
-        another generation, too large): they are then written on their own, first."""
-        return self._outgoing.fold(release, creates, generation, self.client_path, self._max_body)
 
     def forget(self, pendings: Sequence[Pending]) -> None:
         """Their callers are gone: late replies are skipped, their watchers dropped."""

@@ -45,7 +45,7 @@ CLOSE_TIMEOUT = 1.0  # close() waits at most this long for the server to confirm
 
 class _CallSoon:
     """Flushes the requests queued for soon from an asyncio ``call_soon`` callback: one
-    handle, cancelled when everything queued is taken back (a release folded)."""
+    handle, cancelled when everything queued is taken back."""
 
     __slots__ = ("_flush", "_handle", "_loop")
 
@@ -89,7 +89,7 @@ class _FlushTask:
     Used where there is no cheap ``call_soon`` (trio: ``TrioToken.run_sync_soon`` writes to
     a wake-up socket on every call, and would turn a raised exception into
     ``TrioInternalError``). The task runs after the tasks already scheduled, as a
-    ``call_soon`` callback does: a release is folded alike on both."""
+    ``call_soon`` callback does: queued requests are written alike on both."""
 
     __slots__ = ("_flush", "_ready")
 

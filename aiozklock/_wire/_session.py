@@ -6,14 +6,14 @@ It is built in three layers, each in its own module:
 * ``SessionCore`` (``_core``), without I/O: framing and xid matching (``_requests``: a request
   the server left unanswered while it answered a later one fails with ``ConnectionLoss``),
   the liveness clock (``_clock``: pings after a sixth of the timeout idle, SUSPENDED after
-  half of it silent, LOST at our own deadline), the requests queued for soon and the release
-  fold (``_outgoing``), which session to present at a reconnect and which stale one to close;
+  half of it silent, LOST at our own deadline), the requests queued for soon
+  (``_outgoing``), which session to present at a reconnect and which stale one to close;
 * ``SessionLifecycle`` (``_lifecycle``), the socket shell: connects, serves each connection
   (feeding the bytes read to the core), reconnects across the host list (authenticating and
   re-arming every watch with SetWatches before anything else is sent: ``_handshake``), runs
   the clock's decisions, and tells every listener about state changes;
-* ``Session`` (here): the request API (``call``, ``pipeline``, ``send``, ``send_soon``,
-  ``release_soon``/``fold``) and ``close``.
+* ``Session`` (here): the request API (``call``, ``pipeline``, ``send``, ``send_soon``) and
+  ``close``.
 
 Requests are written synchronously by the task that makes them (no lock, no task, no yield),
 so a round trip costs one write and one read; no blind resend: a request whose connection
@@ -51,7 +51,6 @@ from aiozklock._wire._lifecycle import CLOSE_TIMEOUT, SessionLifecycle
 from aiozklock._wire._limits import DEFAULT_MAX_REQUEST_BYTES
 from aiozklock._wire._loop import LoopGuard
 from aiozklock._wire._ops import close_op
-from aiozklock._wire._outgoing import Release
 from aiozklock._wire._probe import server_kind
 from aiozklock._wire._records import Op, Watcher
 from aiozklock._wire._requests import Pending, ReplyCallback
@@ -245,19 +244,6 @@ class Session(SessionLifecycle):
         if self._conn is None or self.state is not SessionState.CONNECTED:
             return None
         return self.queue_soon(ops, generation, on_done)
-
-    def release_soon(
-        self, paths: Sequence[str], *, generation: int, on_done: ReplyCallback
-    ) -> Release | None:
-        """A release: the deletes of the nodes at the server paths ``paths`` (one delete, or
-        one multi), written soon as ``send_soon``'s are, or folded into this session's next
-        create if it comes first (``fold``; the mechanism: ``_outgoing``). ``on_done`` is
-        told the delete's (or the multi's) reply, unless folded. None (nothing queued) if
-        not connected now. Raises like ``send_soon``."""
-        self.check_loop()
-        if self._conn is None or self.state is not SessionState.CONNECTED:
-            return None
-        return self.queue_release(paths, generation, on_done)
 
     def _send_now(
         self,

@@ -5,8 +5,9 @@ resolution of a create whose reply was lost.
   ``getChildren`` of every member: the session's requests run in order, so the listings
   already contain our nodes. A missing member path costs one more round trip: its container
   goes in the same write as the retried create.
-* The last release's deletes, if not written yet, go in the create's transaction (one
-  commit on the server, one wake-up here).
+* The last release's deletes were written when it returned (``_give_back.py``), so they
+  are ahead of this create in the session's order; a lost create reply never adopts
+  their nodes (``Round.released``).
 * A lost create reply is resolved by GUID, never by a blind resend: a node is adopted only
   if its ephemeral owner is our current session, and only a whole node set (one node per
   member); duplicates are deleted.
@@ -17,13 +18,16 @@ resolution of a create whose reply was lost.
   (one request less per grant under contention). The hint is only trusted as far as the
   server confirms it: it must exist and be older than our new node; otherwise we list.
 * A join proven alone (``Alone``) sends no listing at all: our last holding was proven to be
-  the only node of the queue (a listing after its create, or this same proof), and this
-  join's create is folded with its delete. ZooKeeper names a sequential node after its
-  parent's child version, which every child create (and nothing else) increments by one; so
-  if our new node's sequence follows the old one's by exactly one, no node was created in
-  between, and none older is left: we are first. The folded delete succeeding proves the
-  old node was still there, so the parent was never empty (never reaped and re-created, which
-  would restart the count). Otherwise we list, one round trip more.
+  the only node of the queue (a listing after its create, or this same proof), its release
+  deleted it (that delete's reply came before our create's: same session, in order), and
+  our new node's czxid is the old one's plus two: the ensemble committed exactly one
+  transaction in between, which can only be that delete (ours, written before this create).
+  So nothing else happened anywhere in between: no node was created (nor is any older one
+  left), and the parent was never reaped and re-created while empty (which would restart
+  its sequence count): we are first. The sequence following the old one's by exactly one
+  (ZooKeeper names a sequential node after its parent's child version, which every child
+  create increments) is checked too. Otherwise we list, one round trip more: on an
+  ensemble with other writers that is the common case, and the proof only saves a read.
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ from aiozklock._recipes._core._queue_state import (
     Alone,
     Hint,
     Listings,
-    Names,
     QueueState,
     Replies,
     Round,
@@ -110,17 +113,17 @@ class Enqueuing(QueueState):
         hint, self.hint = self.hint, None  # for this join's first write only
         alone, self.alone = self.alone, None
         self.followed = self.proven = False
+        released, self._released = self._released, ()
         while True:
             generation = self._session.generation
             self.nodes = {}
-            ours = data()  # before the take-back: nothing may fail between it and the write
-            folded, create = self._fold(generation, ours)
+            create = self._create_op(data())
             parents = () if containers is None else containers.ops
             follow = self._follow(hint, generation)
-            proof = alone if self._provable(alone, folded, generation) else None
+            proof = alone if self._provable(alone, generation) else None
             hint = alone = None
             reads = [] if proof else self._listing_ops if follow is None else [follow.op]
-            sent = Round(generation, deadline, create, folded, parents, guard, reads)
+            sent = Round(generation, deadline, create, released, parents, guard, reads)
             try:
                 try:
                     outcome = await self._write_create(sent, self._resolve_lost_create)
@@ -131,7 +134,7 @@ class Enqueuing(QueueState):
                 if not isinstance(outcome, Replies):
                     return outcome  # a lost reply's nodes, found and adopted
                 self._guarded = outcome.guarded
-                if self._adopt_created(outcome.created, generation, len(folded)):
+                if self._adopt_created(outcome.created, generation):
                     if proof is not None:
                         return await self._after_proof(proof, deadline)
                     if follow is not None:
@@ -151,22 +154,35 @@ class Enqueuing(QueueState):
             return dict(zip(self.members, complete, strict=True))
         return await self._relist(listings, generation, deadline)
 
-    def _provable(self, alone: Alone | None, folded: Names, generation: int) -> bool:
-        """Whether this join can be proven alone (see the module docstring): the old node
-        proven alone is the one whose delete is folded into this create, in its session."""
+    def _provable(self, alone: Alone | None, generation: int) -> bool:
+        """Whether this join may be proven alone (see the module docstring): one member, no
+        guard, our last holding proven alone in this session, and its release's delete
+        written and not answered yet: a re-acquire right after the release (a loop), when
+        no other transaction is likely to come between. Later, one likely did, the proof
+        would fail and its listing cost a round trip more: the listing goes with the
+        create. The proof itself needs the replies (``_after_proof``)."""
         return (
             alone is not None
             and alone.generation == generation
             and self._guard is None
-            and list(folded) == [(self.members[0], alone.name)]
+            and len(self.members) == 1
+            and alone.written
+            and not alone.answered
         )
 
     async def _after_proof(self, alone: Alone, deadline: float | None) -> Listings:
-        """After a join that may be proven alone: our node alone if its sequence follows the
-        old one's by one (no node created in between), else the queue listed."""
+        """After a join that may be proven alone: our node alone if the old one's delete
+        succeeded, no transaction but that delete came between the two creates (czxid),
+        and its sequence follows the old one's by one; else the queue listed."""
         member = self.members[0]
         ours = self.nodes[member]
-        if (sequence_of(ours) - sequence_of(alone.name)) % _WRAP == 1:
+        token = self.token
+        if (
+            alone.deleted
+            and token is not None
+            and token == alone.token + 2
+            and (sequence_of(ours) - sequence_of(alone.name)) % _WRAP == 1
+        ):
             self.proven = True
             return {member: [ours]}
         return {member: await self.list_children(member, self.generation, deadline)}
@@ -194,20 +210,6 @@ class Enqueuing(QueueState):
             await follow.wakeup.wait(deadline, self._late)
         return {member: await self.list_children(member, generation, deadline)}
 
-    def _fold(self, generation: int, data: bytes) -> tuple[list[tuple[str, str]], Op[Any]]:
-        """Our create, with the last release's deletes folded into it if the session still
-        can (``Session.fold``: one transaction, one commit on the server, one wake-up here).
-        Deletes left alone are written first, on their own."""
-        give_back, self._give_back = self._give_back, None
-        if give_back is not None:
-            release, nodes = give_back
-            acl = self._acl
-            creates = [MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in self._prefixes]
-            folded = self._session.fold(release, creates, generation)
-            if folded is not None:
-                return nodes, folded
-        return [], self._create_op(data)
-
     def _create_op(self, data: bytes) -> Op[Any]:
         """Our creates: one create, or one transaction of them (a multi-lock)."""
         acl, prefixes, strip = self._acl, self._prefixes, self._session.client_path
@@ -215,14 +217,13 @@ class Enqueuing(QueueState):
             return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, strip, acl=acl)
         return multi_op([MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in prefixes], strip)
 
-    def _adopt_created(self, created: object, generation: int, skip: int) -> bool:
-        """Record our nodes from a create's reply (after ``skip`` folded deletes); False if
-        it failed."""
+    def _adopt_created(self, created: object, generation: int) -> bool:
+        """Record our nodes from a create's reply; False if it failed."""
         if isinstance(created, Created):
             self._adopt({self.members[0]: created.path}, created.stat.czxid, generation)
             return True
         if isinstance(created, MultiResult) and created.ok:
-            paths = dict(zip(self.members, created.results[skip:], strict=True))
+            paths = dict(zip(self.members, created.results, strict=True))
             self._adopt(paths, created.zxid, generation)  # the transaction's zxid: the czxid
             return True
         return False
@@ -247,10 +248,9 @@ class Enqueuing(QueueState):
         """Our create failed: the container creates to write with the next one (a member
         path is missing), or the same if nothing was created. Raises the failure
         otherwise (a container create's, if one was refused)."""
-        failed, failure = self._failure_of(replies.created, sent.folded)
-        if isinstance(failure, SessionExpired) or failed is None:
-            return containers  # nothing was created (a folded delete failed: that node is gone)
-        self._janitor_deletes(sent.folded, sent.generation)  # refused with it: not applied
+        failed, failure = self._failure_of(replies.created)
+        if isinstance(failure, SessionExpired):
+            return containers  # nothing was created
         if isinstance(failure, NoNodeError) and refused(replies.parents) is None:
             containers = _Containers() if containers is None else containers
             if containers.attempts > 0:
@@ -264,14 +264,12 @@ class Enqueuing(QueueState):
                 raise result
         raise failure
 
-    def _failure_of(self, created: object, folded: Names) -> tuple[str | None, BaseException]:
-        """Which member's create failed (None: one of the ``folded`` deletes before the
-        creates), and why."""
+    def _failure_of(self, created: object) -> tuple[str, BaseException]:
+        """Which member's create failed, and why."""
         if isinstance(created, MultiResult):
             failure = created.failure
             assert failure is not None
-            index = failure[0] - len(folded)
-            return (self.members[index] if index >= 0 else None), failure[1]
+            return self.members[failure[0]], failure[1]
         assert isinstance(created, BaseException)
         return self.members[0], created
 
@@ -313,8 +311,8 @@ class Enqueuing(QueueState):
     # ---------------------------------------------------------------- a lost create reply
 
     async def _resolve_lost_create(self, sent: Round, replies: Replies) -> Listings | None:
-        """After a ConnectionLoss on our create: find our nodes by GUID (not the folded
-        ones, still there if the transaction was not applied: they are then stale).
+        """After a ConnectionLoss on our create: find our nodes by GUID (not those of our
+        last release, still there if its deletes were lost too: they are the janitor's).
         Returns the listings if a node set of ours was adopted, None to create again."""
         self._guarded = replies.guarded
         try:
@@ -329,7 +327,7 @@ class Enqueuing(QueueState):
             (m, name)
             for m in self.members
             for name in nodes_of(listings[m], self.guid, self._marker)
-            if (m, name) not in sent.folded
+            if (m, name) not in sent.released
         ]
         # Without every answer we cannot tell "not created" from "reply lost": asked again.
         stats = await RETRY.pipeline(

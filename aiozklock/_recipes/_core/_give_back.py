@@ -2,9 +2,9 @@
 failed or cancelled acquire.
 
 Nothing of ours is left behind: cleanup is shielded and bounded, and what cannot be done at
-once goes to the janitor (in the nodes' session, which it never outlives). Once an
-acquire's deadline has passed, nothing more is sent nor waited for: the deletes are written
-as a release's, their replies not awaited.
+once goes to the janitor (in the nodes' session, which it never outlives). A release's
+deletes are written at the call, their replies not awaited; once an acquire's deadline has
+passed, nothing more is waited for either: the deletes are written as a release's.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from aiozklock._recipes._core._retry import GONE_ALREADY, delete_node
 from aiozklock._wire._protocol import (
     MultiDelete,
     MultiResult,
+    Op,
     delete_op,
     multi_op,
     set_data_op,
 )
-from aiozklock._wire._session import SessionState
+from aiozklock._wire._session import Session, SessionState
 from aiozklock._wire._validation import join
 
 
@@ -83,34 +84,40 @@ class GivingBack(QueueState):
                     await delete_node(session, node, self.generation)
 
     def delete_own_nowait(self) -> None:
-        """Have the deletes of our nodes written before the event loop next waits, and
-        return without their replies. Every later request of this session is ordered after
-        them, so a re-acquire goes out at once: one round trip per cycle, and a re-acquire
-        by this queue before they are written takes them into its create's transaction. A
-        delete that fails, or that cannot be written now (disconnected), is the janitor's."""
+        """Write the deletes of our nodes now, and return without their replies: when this
+        returns they are handed to the OS (a caller that blocks next keeps nothing from
+        anyone), and every later request of this session is ordered after them, so a
+        re-acquire goes out at once: one round trip per cycle. A delete that fails, or that
+        cannot be written now (disconnected: there is no wire), is the janitor's, in the
+        same session."""
         if not self.nodes:
             return
         session, janitor, generation = self._session, self._janitor, self.generation
         names = [(m, self.nodes[m]) for m in self.members]
         nodes = [join(m, name) for m, name in names]
-        paths = [session.server_path(node) for node in nodes]
+        alone = self.alone if self.alone is not None and self.alone.name == names[0][1] else None
 
         def done(result: Any, error: AiozklockError | None) -> None:
             failed_multi = isinstance(result, MultiResult) and not result.ok
-            if isinstance(error, GONE_ALREADY) or (error is None and not failed_multi):
+            if alone is not None:  # for the next join's proof (``_enqueue.py``)
+                alone.answered, alone.deleted = True, error is None and not failed_multi
+            if error is None and not failed_multi:
+                return
+            if isinstance(error, GONE_ALREADY):
                 return
             for node in nodes:  # outcome unknown, or a multi that a missing node failed
                 janitor.delete(node, generation)
 
+        self._released = names  # never adopted after a lost create reply
         try:
-            release = session.release_soon(paths, generation=generation, on_done=done)
-            if release is None:
-                for node in nodes:
-                    janitor.delete(node, generation)  # once reconnected, in this session
-            else:
-                self._give_back = (release, names)
+            written = session.send(_deletes(session, nodes), generation=generation, on_done=done)
         except SessionExpired:
-            pass  # their session is gone, and the server deletes them with it
+            return  # their session is gone, and the server deletes them with it
+        if not written:
+            for node in nodes:
+                janitor.delete(node, generation)  # once reconnected, in this session
+        elif alone is not None:
+            alone.written = True
 
     async def _delete_in_one(self, paths: list[str]) -> bool:
         """One ``multi`` of deletes (one round trip); False to fall back to single deletes
@@ -200,6 +207,16 @@ class GivingBack(QueueState):
         results = await session.pipeline(ops, generation=generation, wait_until=time.monotonic())
         errors = [r for r in results if isinstance(r, BaseException)]
         return all(isinstance(e, NoNodeError | SessionExpired) for e in errors)
+
+
+def _deletes(session: Session, nodes: list[str]) -> list[Op[Any]]:
+    """The deletes of ``nodes``: one delete, or one multi of them (one transaction: the
+    next waiter is woken once), or single deletes if that multi is too large to send."""
+    paths = [session.server_path(node) for node in nodes]
+    if len(paths) == 1:
+        return [delete_op(paths[0])]
+    multi = multi_op([MultiDelete(path) for path in paths], session.client_path)
+    return [multi] if session.fits(multi) else [delete_op(path) for path in paths]
 
 
 __all__ = ("GivingBack",)

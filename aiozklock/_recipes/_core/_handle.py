@@ -239,7 +239,8 @@ class Handle(metaclass=_FactoryMade):
         multi-lock, read/write lock, election, semaphore) send nothing more and do not wait
         for their cleanup: the attempt's node is deleted as ``release()`` deletes, written at
         once (before this client's next request), its reply not awaited, so another session
-        may list it for a moment. Raises ``LockTimeout`` if not acquired
+        may list it for a moment; it is handed to the OS before ``LockTimeout`` is raised
+        (as the cleanup of a cancelled or failed acquire). Raises ``LockTimeout`` if not acquired
         in time, ``InvalidArgument`` for a bad ``timeout``, ``UsageError`` outside the
         client's event loop, or if the task holds another object on the same path and
         ``timeout`` is None (it would wait for itself forever). Never awaited nor entered,
@@ -263,15 +264,16 @@ class Handle(metaclass=_FactoryMade):
         """Release what the current task holds (one level, if reentered).
 
         Returns at once, without waiting for the server (so does leaving ``async with``):
-        the delete is written before the event loop next waits, or with this client's next
-        request (a re-acquire of this lock by then takes it into its own transaction).
-        ZooKeeper runs this session's requests in order, so everything this client sends
-        later is ordered after it, and no other contender can be granted before it is
-        applied: until then other sessions may still list our node, and a caller that
-        blocks the event loop delays it. A delete that fails, or cannot be written now
-        (disconnected), is done in the background once reconnected in the same session;
-        ``close()`` sends it before closing. ``confirm=True`` waits until the server has
-        applied the release (one round trip more; through a reconnect if need be).
+        the delete is written before it returns (handed to the OS; only a socket whose
+        kernel buffer is full keeps the rest for the event loop), so a caller that blocks
+        next (CPU-bound work, a synchronous library) keeps it from nobody. ZooKeeper runs
+        this session's requests in order, so everything this client sends later is ordered
+        after it, and no other contender can be granted before it is applied: until then
+        other sessions may still list our node. A delete that fails, or cannot be written
+        now (disconnected: there is no wire), is done in the background once reconnected
+        in the same session; ``close()`` ends the session, and its nodes with it.
+        ``confirm=True`` waits until the server has applied the release (one round trip
+        more; through a reconnect if need be).
 
         Raises ``NotLockOwner`` if the current task does not hold it (if it was held by a
         task that ended without releasing it, it is released now, and logged as an error),

@@ -114,7 +114,8 @@ class Queue(Enqueuing, Waiting, GivingBack):
         elif step.behind == 0 and not self.handed_off:
             # Nothing behind us, as listed. (After a hand-off nobody listed what is behind:
             # a proof would then likely fail and cost a listing. It stays sound either way.)
-            self.alone = Alone(self.nodes[self.members[0]], self.generation)
+            assert self.token is not None
+            self.alone = Alone(self.nodes[self.members[0]], self.generation, self.token)
         if step.mark:
             self._mark(data())  # the bytes our node was created with
 

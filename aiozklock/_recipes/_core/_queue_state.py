@@ -23,7 +23,6 @@ from aiozklock._recipes._core._names import LOCK_MARKER, node_prefix
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._retry import RETRY
-from aiozklock._wire._outgoing import Release
 from aiozklock._wire._protocol import Op, delete_op, encode_acl, get_children_op
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join
@@ -61,12 +60,18 @@ class Hint(NamedTuple):
     generation: int
 
 
-class Alone(NamedTuple):
-    """Our node ``name``, in session ``generation``, proven the only node of its queue when
-    we were granted (see ``_enqueue.py``)."""
+class Alone:
+    """Our node ``name`` (czxid ``token``), in session ``generation``, proven the only node
+    of its queue when we were granted (see ``_enqueue.py``). ``written``: its release's
+    delete was written; ``answered``: its reply has come; ``deleted``: it succeeded."""
 
-    name: str
-    generation: int
+    __slots__ = ("answered", "deleted", "generation", "name", "token", "written")
+
+    def __init__(self, name: str, generation: int, token: int) -> None:
+        self.name = name
+        self.generation = generation
+        self.token = token
+        self.written = self.answered = self.deleted = False
 
 
 class Replies(NamedTuple):
@@ -80,16 +85,17 @@ class Replies(NamedTuple):
 
 
 class Round(NamedTuple):
-    """One write of ours: our ``create`` (a transaction with the ``folded`` deletes of our
-    last release, if any), after the ``parents`` (container creates for missing member
-    paths) and the ``guard``'s read, and before the ``listings`` (each member's
-    getChildren), all in one round trip, in session ``generation``, bounded by
-    ``deadline``."""
+    """One write of ours: our ``create``, after the ``parents`` (container creates for
+    missing member paths) and the ``guard``'s read, and before the ``listings`` (each
+    member's getChildren), all in one round trip, in session ``generation``, bounded by
+    ``deadline``. ``released``: the nodes of our last release, whose deletes were written
+    before: never adopted after a lost create reply (with the same GUID, they are still
+    listed if those deletes were lost too, and then the janitor deletes them)."""
 
     generation: int
     deadline: float | None
     create: Op[Any]
-    folded: Names = ()
+    released: Names = ()
     parents: Sequence[Op[Any]] = ()
     guard: Op[Any] | None = None
     listings: Sequence[Op[Any]] = ()
@@ -123,7 +129,6 @@ class QueueState:
         "_armed",
         "_deadline",
         "_decide",
-        "_give_back",
         "_guard",
         "_guarded",
         "_in_doubt",
@@ -132,6 +137,7 @@ class QueueState:
         "_layout",
         "_marker",
         "_prefixes",
+        "_released",
         "_session",
         "ahead",
         "alone",
@@ -173,8 +179,8 @@ class QueueState:
         self.generation = -1
         self.token: int | None = None
         self._in_doubt = False  # a create was written and its outcome is unknown
-        # Our last release's deletes, which the next create may fold in, and their nodes.
-        self._give_back: tuple[Release, list[tuple[str, str]]] | None = None
+        # The nodes of our last release written without waiting (``Round.released``).
+        self._released: Names = ()
         self._deadline: float | None = None  # the current acquire's (abandon() reads it)
         self.ahead = 0  # contenders queued before us when we last joined (for telemetry)
         self.hint: Hint | None = None  # for the next join (see ``_enqueue.py``)
@@ -234,17 +240,14 @@ class QueueState:
         The one place that records a create of ours whose outcome is unknown (``abandon``
         takes the record, and then sweeps our GUID): from the write until the create's
         reply, or until ``resolve`` returns. An exception leaves it recorded, except one of
-        ``NOT_WRITTEN`` raised by the write (nothing was written; the folded deletes, taken
-        back, go to the janitor)."""
+        ``NOT_WRITTEN`` raised by the write (nothing was written)."""
         self._in_doubt = True
         try:
             results = await self._session.pipeline(
                 sent.ops(), generation=sent.generation, wait_until=sent.deadline
             )
-        except NOT_WRITTEN as exc:
+        except NOT_WRITTEN:
             self._in_doubt = False
-            if not isinstance(exc, SessionExpired):
-                self._janitor_deletes(sent.folded, sent.generation)
             raise
         replies = sent.replies(results)
         if isinstance(replies.created, unknown):
@@ -292,11 +295,6 @@ class QueueState:
             if isinstance(result, BaseException) and not isinstance(result, NoNodeError):
                 self._janitor.delete(join(member, name), session.generation)
                 self.retire_guid()
-
-    def _janitor_deletes(self, names: Names, generation: int) -> None:
-        """Have the janitor delete these nodes of ours (in session ``generation``)."""
-        for member, name in names:
-            self._janitor.delete(join(member, name), generation)
 
 
 __all__ = (
