@@ -16,8 +16,7 @@ import aiozklock
 from aiozklock._recipes._core._queue import Queue
 from aiozklock._recipes._core._queue_wait import Waiting
 from aiozklock._recipes._core._waiting import Wakeup
-from aiozklock._wire._protocol import get_children_op
-from aiozklock.testing import FaultProxy, session_of
+from aiozklock.testing import FaultProxy, wait_for_children
 
 pytest_plugins = ("aiozklock.testing.pytest_plugin",)
 
@@ -76,25 +75,6 @@ async def open_client(zk_hosts: str, chroot: str) -> AsyncIterator[Callable[...,
 async def proxy(zk_hosts: str) -> AsyncIterator[FaultProxy]:
     async with FaultProxy(zk_hosts) as fault_proxy:
         yield fault_proxy
-
-
-async def wait_for_children(
-    zk: aiozklock.ZooKeeperClient, path: str, done: Callable[[list[str]], bool]
-) -> list[str]:
-    """Wait, on children watches (no polling), until ``done(children of path)``."""
-    session = session_of(zk)
-    server_path = session.server_path(path)
-    while True:
-        changed = anyio.Event()
-
-        def wake(_: object, changed: anyio.Event = changed) -> None:
-            changed.set()
-
-        children = await session.call(get_children_op(server_path, wake))
-        if done(children):
-            session.remove_watcher(server_path, wake)
-            return children
-        await changed.wait()
 
 
 async def wait_for_queue(zk: aiozklock.ZooKeeperClient, path: str, size: int) -> list[str]:

@@ -8,6 +8,7 @@ Server fixtures for pytest live in :mod:`aiozklock.testing.pytest_plugin`.
 
 from aiozklock._acl import digest_id as digest_id
 
+from ._children import wait_for_children as wait_for_children
 from ._cut_margin import CutMargin as CutMargin
 from ._cut_margin import measure_cut as measure_cut
 from ._expiry import expire_session as expire_session
@@ -60,6 +61,7 @@ __all__ = (
     "session_of",
     "CutMargin",
     "measure_cut",
+    "wait_for_children",
     "FAULT_KINDS",
     "AcquireAttempt",
     "CriticalSection",

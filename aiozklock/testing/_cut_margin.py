@@ -22,10 +22,10 @@ from typing import Literal
 import anyio
 
 from aiozklock._client import ZooKeeperClient, connect
-from aiozklock._exceptions import LockLost, NoNodeError
+from aiozklock._exceptions import LockLost
 from aiozklock._recipes._core._holding import LossPolicy
-from aiozklock._wire._ops import exists_op, get_children_op
 
+from ._children import wait_for_children
 from ._internals import session_of
 from ._server import ZooKeeperCluster
 from ._server_member import ZooKeeperMember
@@ -70,31 +70,6 @@ def _target(cluster: ZooKeeperCluster, fault: CutFault) -> ZooKeeperMember:
     if fault.endswith("leader"):
         return leader
     return next(m for m in cluster.members if m is not leader and m.running)
-
-
-async def _queued(zk: ZooKeeperClient, path: str, count: int) -> None:
-    """Until ``path`` has ``count`` children, on watches (no polling). ``zk``'s server may
-    not have seen ``path`` created yet (a follower lags): then its creation is awaited."""
-    session = session_of(zk)
-    server_path = session.server_path(path)
-    while True:
-        changed = anyio.Event()
-
-        def wake(_: object, changed: anyio.Event = changed) -> None:
-            changed.set()
-
-        try:
-            children: list[str] = await session.call(get_children_op(server_path, wake))
-        except NoNodeError:
-            if await session.call(exists_op(server_path, wake)) is None:
-                await changed.wait()  # created meanwhile: list it again
-            else:
-                session.remove_watcher(server_path, wake)
-            continue
-        if len(children) >= count:
-            session.remove_watcher(server_path, wake)
-            return
-        await changed.wait()
 
 
 class _Race:
@@ -165,7 +140,9 @@ async def measure_cut(
                 tg.start_soon(race.hold, holder, path)
                 await race.held.wait()
                 tg.start_soon(race.wait, waiter, path)
-                await _queued(waiter, path, 2)
+                await wait_for_children(
+                    waiter, path, lambda children: len(children) >= 2, await_creation=True
+                )
                 await anyio.sleep(phase)
                 race.times["cut"] = time.monotonic()
                 _cut(cluster, fault, target, how)
