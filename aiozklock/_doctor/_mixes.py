@@ -19,40 +19,16 @@ from collections.abc import Iterator, Sequence
 from aiozklock._doctor._layout import KAZOO_MARKERS, READ_MARKERS, Member, PathLayout
 from aiozklock._doctor._model import Finding, FindingKind, Library, Severity
 from aiozklock._recipes._core._names import queue_order
+from aiozklock._recipes._core._peers import NEVER_SHARE, RECIPES, SAME_RECIPE, SEES
 from aiozklock._recipes._rwdecision import rw_order
 
 View = tuple[Library, str]  # the library of a peer's node and its marker: the peer's recipe
 
-_SEES: dict[View, frozenset[str]] = {
-    ("curator", "lock-"): frozenset({"lock-"}),
-    ("curator", "latch-"): frozenset({"latch-"}),
-    ("curator", "__READ__"): frozenset({"__READ__", "__WRIT__"}),
-    ("curator", "__WRIT__"): frozenset({"__READ__", "__WRIT__"}),
-    ("kazoo", "__lock__"): KAZOO_MARKERS,
-    ("kazoo", "__rlock__"): KAZOO_MARKERS,
-}
-_RECIPE: dict[View, str] = {
-    ("curator", "lock-"): "Curator's InterProcessMutex",
-    ("curator", "latch-"): "Curator's LeaderLatch",
-    ("curator", "__READ__"): "Curator's InterProcessReadWriteLock",
-    ("curator", "__WRIT__"): "Curator's InterProcessReadWriteLock",
-    ("kazoo", "__lock__"): "kazoo's Lock",
-    ("kazoo", "__rlock__"): "kazoo's ReadLock",
-}
-_NEVER_SHARE = (
-    "never share a path between Curator and kazoo: move one of them to a path of its own "
-    "(no setting makes them order each other's nodes)"
-)
 _TO_KAZOO = (
     'pass compat="kazoo" to aiozklock\'s lock(), multi_lock(), election() or rw_lock() on '
     "this path (kazoo's Lock, ReadLock, WriteLock and Election all see those nodes)"
 )
 _TO_CURATOR = 'use compat="curator" (the default) on aiozklock\'s recipes on this path'
-_SAME_RECIPE = (
-    "beside Curator use the recipe Curator uses on the path: zk.lock() beside "
-    "InterProcessMutex or LeaderSelector, zk.election() beside LeaderLatch, zk.rw_lock() "
-    "beside InterProcessReadWriteLock"
-)
 _OWN_PATH = "give each recipe a path of its own"
 
 
@@ -76,13 +52,13 @@ def _finding(
 
 
 def _queue_mixes(layout: PathLayout) -> Iterator[Finding]:
-    views = sorted({view for m in layout.queue if (view := (m.library, m.marker or "")) in _SEES})
+    views = sorted({view for m in layout.queue if (view := (m.library, m.marker or "")) in SEES})
     queue_holders = holders(layout.queue)
     for view in views:
         peers = [m for m in layout.queue if (m.library, m.marker) == view]
-        unseen = [m for m in layout.queue if m.marker not in _SEES[view]]
+        unseen = [m for m in layout.queue if m.marker not in SEES[view]]
         # Who holds by the peer's own order, which skips the nodes it does not see.
-        theirs_held = holders([m for m in layout.queue if m.marker in _SEES[view]])
+        theirs_held = holders([m for m in layout.queue if m.marker in SEES[view]])
         for library in sorted({m.library for m in unseen}):
             theirs = [m for m in unseen if m.library == library]
             double = _double_hold([m for m in theirs_held if m in peers], queue_holders, theirs)
@@ -134,12 +110,12 @@ def _verdict(
 ) -> Finding:
     """What ``view`` (a peer's recipe) not seeing ``theirs`` (``library``'s nodes) means;
     ``double``: the peer's node and one of ``theirs`` that both hold now."""
-    recipe = _RECIPE[view]
+    recipe = RECIPES[view]
     markers = ", ".join(sorted({f"'{m.marker}'" for m in theirs}))
     involved = [*peers, *theirs]
     if {view[0], library} == {"curator", "kazoo"}:
         message = f"Curator's and kazoo's contenders share {path}: both can hold at once"
-        return _finding(path, Severity.CRITICAL, message, _NEVER_SHARE, involved)
+        return _finding(path, Severity.CRITICAL, message, NEVER_SHARE, involved)
     action = _TO_KAZOO if library == "aiozklock" else _OWN_PATH
     if view[0] == "kazoo" and double is not None:  # fail closed: a double hold, live
         held, other = double
@@ -162,7 +138,7 @@ def _verdict(
     if library != "aiozklock":
         return _finding(path, Severity.CRITICAL, message, _OWN_PATH, involved)
     kazoo_style = all(m.marker in KAZOO_MARKERS for m in theirs)
-    action = _TO_CURATOR if kazoo_style else _SAME_RECIPE
+    action = _TO_CURATOR if kazoo_style else SAME_RECIPE
     return _finding(path, Severity.CRITICAL, message, action, involved)
 
 
@@ -211,7 +187,7 @@ def _semaphore_mixes(layout: PathLayout) -> Iterator[Finding]:
             f"kazoo's and Curator's semaphores share {path}: kazoo counts Curator's "
             "'leases' and 'locks' as leases and Curator ignores kazoo's"
         )
-        yield _finding(path, Severity.CRITICAL, message, _NEVER_SHARE, involved)
+        yield _finding(path, Severity.CRITICAL, message, NEVER_SHARE, involved)
 
 
 __all__ = ("holders", "mix_findings")

@@ -32,7 +32,7 @@ View = tuple[PeerLibrary, str]  # a peer's library and its node's marker: its re
 
 # What each peer's recipe orders (markers without the "-" before them); any other node is
 # misplaced (Curator: keyed by its whole name) or ignored (kazoo).
-SEES: Mapping[View, frozenset[str]] = {
+SEES: Mapping[tuple[str, str], frozenset[str]] = {
     ("curator", "lock-"): frozenset({"lock-"}),
     ("curator", "latch-"): frozenset({"latch-"}),
     ("curator", "__READ__"): frozenset({"__READ__", "__WRIT__"}),
@@ -40,7 +40,7 @@ SEES: Mapping[View, frozenset[str]] = {
     ("kazoo", "__lock__"): frozenset({"__lock__", "__rlock__"}),
     ("kazoo", "__rlock__"): frozenset({"__lock__", "__rlock__"}),
 }
-RECIPES: Mapping[View, str] = {
+RECIPES: Mapping[tuple[str, str], str] = {
     ("curator", "lock-"): "Curator's InterProcessMutex",
     ("curator", "latch-"): "Curator's LeaderLatch",
     ("curator", "__READ__"): "Curator's InterProcessReadWriteLock",
