@@ -184,7 +184,8 @@ def answer(
     assert commits is not None
     if commits.committed:
         return unknown(errors, f"{label} was lost after a part of the request was committed")
-    return unavailable(errors, f"{label} was lost before anything was committed: {lost or exc}")
+    why = exc if isinstance(exc, LockLost) else lost  # a refusal says more than the loss
+    return unavailable(errors, f"{label}: nothing was committed: {why}")
 
 
 def unavailable(errors: HTTPErrors, detail: str) -> HTTPException:

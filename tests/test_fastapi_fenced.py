@@ -77,6 +77,7 @@ async def test_a_request_with_a_stale_token_is_503_and_writes_nothing(
             (stale,) = await post_all(http, ["/orders/157/ship"])
     assert stale.status_code == 503
     assert stale.headers["Retry-After"] == "1"
+    assert stale.headers["Aiozklock-Outcome"] == "not-written"
     assert str(newer) in stale.json()["detail"]
     row = await pg.fetchrow("SELECT shipped_with FROM orders WHERE id = 157")
     assert row["shipped_with"] == token  # the stale request's update was rolled back
