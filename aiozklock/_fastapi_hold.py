@@ -9,6 +9,7 @@ went down while it waited in the queue.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,6 +20,7 @@ from fastapi import Depends, HTTPException, Request
 
 from aiozklock._client import ZooKeeperClient
 from aiozklock._exceptions import ClientClosed, LockLost, LockTimeout, ZooKeeperUnavailable
+from aiozklock._fastapi_outcome import OUTCOME_HEADER, answer, commits_of, unavailable
 from aiozklock._fastapi_routes import TEMPLATES, fields, fill
 from aiozklock._recipes._core._handle import AcquireContext
 from aiozklock._recipes._core._primitive import Primitive
@@ -69,7 +71,8 @@ def dependency(
                 if zk.state is not SessionState.CONNECTED:  # it waited for ZooKeeper
                     raise unavailable(errors, f"{label}: ZooKeeper is unreachable") from exc
                 detail = f"{label} is held by another request; not acquired within {timeout} s"
-                raise HTTPException(errors.not_acquired, detail) from exc
+                headers = {OUTCOME_HEADER: "not-written"}
+                raise HTTPException(errors.not_acquired, detail, headers=headers) from exc
             except _UNAVAILABLE as exc:
                 raise unavailable(errors, f"{label} cannot be acquired: {exc}") from exc
             finally:
@@ -77,16 +80,18 @@ def dependency(
             if outage.scope.cancel_called:
                 # Granted just as the session went down for good: give it back at once
                 # (its cancellation, or its loss, ends here) and answer 503 below.
-                await _exit(acquiring, None, errors, label, confirm=False)
+                with contextlib.suppress(*_UNAVAILABLE):  # answered below
+                    await acquiring.exit(None, None, None, confirm=False)
             else:
                 # FastAPI runs the endpoint in this task, inside this yield: a loss cancels
-                # the endpoint wherever it awaits.
+                # the endpoint wherever it awaits (until it commits through Commit).
+                commits_of(request).hold(held)
                 try:
                     yield held
                 except BaseException as exc:
-                    await _exit(acquiring, exc, errors, label)
+                    await _exit(acquiring, request, exc, errors, label)
                     raise
-                await _exit(acquiring, None, errors, label)
+                await _exit(acquiring, request, None, errors, label)
         if outage.scope.cancel_called:
             waited = f", and stayed down {wait_for_connection} s" if wait_for_connection else ""
             raise unavailable(
@@ -147,32 +152,28 @@ class _Outage:
 
 async def _exit(
     acquiring: AcquireContext[Primitive],
+    request: Request,
     exc: BaseException | None,
     errors: HTTPErrors,
     label: str,
-    *,
-    confirm: bool = True,
 ) -> None:
     """Release, confirmed by the server (so that a client that has the response finds the
-    lock free from any process); a loss (or a close) on the way out becomes
-    ``errors.unavailable``."""
+    lock free from any process). Raises the answer that says what the request wrote, if
+    the endpoint's own does not (``_fastapi_outcome.answer``)."""
+    lost: BaseException | None = None
     try:
         await acquiring.exit(
             type(exc) if exc else None,
             exc,
             exc.__traceback__ if exc else None,
-            confirm=confirm,
+            confirm=True,
         )
     except _UNAVAILABLE as error:
-        if error is exc:  # the endpoint's own error, passed through
-            raise
-        raise unavailable(errors, f"{label} was lost during the request: {error}") from error
+        if error is not exc:  # else the endpoint's own error, passed through
+            lost = error
+    replaced = answer(request, exc, lost, errors, label)
+    if replaced is not None:
+        raise replaced from lost or exc
 
 
-def unavailable(errors: HTTPErrors, detail: str) -> HTTPException:
-    """``errors.unavailable`` with its ``Retry-After``."""
-    headers = None if errors.retry_after is None else {"Retry-After": str(errors.retry_after)}
-    return HTTPException(errors.unavailable, detail, headers=headers)
-
-
-__all__ = ("dependency", "unavailable")
+__all__ = ("dependency",)

@@ -21,6 +21,8 @@ from aiozklock._wire._validation import validate_recipe_path
 # The attribute marking our lock dependencies, with their templates and fields, so that
 # startup can check them against their routes.
 TEMPLATES = "_aiozklock_templates"
+# The attribute marking the Commit dependency, which needs a lock dependency on its route.
+COMMIT_MARK = "_aiozklock_commit"
 
 
 def fields(template: str) -> tuple[str, ...]:
@@ -69,7 +71,8 @@ def fill(template: str, names: tuple[str, ...], request: Request) -> str:
 
 def check_routes(routes: Iterable[BaseRoute], mounted: frozenset[str] = frozenset()) -> None:
     """Check the lock dependencies of ``routes`` (and of mounted routers): every template
-    field must be a path parameter of its route, and the endpoint must be ``async def``.
+    field must be a path parameter of its route, the endpoint must be ``async def``, and a
+    route that declares ``Commit`` must hold a lock.
 
     ``lifespan`` calls it at startup; call it yourself when you do not use ``lifespan``.
     ``mounted``: the path parameters of the enclosing mounts. Raises ``UsageError``; warns
@@ -79,10 +82,18 @@ def check_routes(routes: Iterable[BaseRoute], mounted: frozenset[str] = frozense
             check_routes(route.routes, mounted | set(route.param_convertors))
         elif isinstance(route, APIRoute):
             params = mounted | set(route.param_convertors)
+            locks = commits = 0
             for dependant in _dependants(route.dependant):
                 templates = getattr(dependant.call, TEMPLATES, {})
+                commits += bool(getattr(dependant.call, COMMIT_MARK, False))
+                locks += bool(templates)
                 for template, names in templates.items():
                     _check_route(route, template, names, params)
+            if commits and not locks:
+                raise UsageError(
+                    f"route {sorted(route.methods or ())} {route.path!r} declares Commit but "
+                    "holds no lock: add a locked(...) or locked_all(...) dependency"
+                )
 
 
 def _check_route(
@@ -132,4 +143,4 @@ def _dependants(dependant: Dependant) -> Iterable[Dependant]:
         yield from _dependants(sub)
 
 
-__all__ = ("TEMPLATES", "check_routes", "fields", "fill")
+__all__ = ("COMMIT_MARK", "TEMPLATES", "check_routes", "fields", "fill")

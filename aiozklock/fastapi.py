@@ -17,9 +17,13 @@
 The lock is held while the endpoint runs and released before the response is sent (a yield
 dependency with ``scope="function"``). It is entered in the request's task, around the
 endpoint: when the lock is lost, the loss policy cancels the endpoint where it awaits, so it
-writes nothing after the loss, and the client gets 503 with ``Retry-After``. Not acquired in
-time: 409 (configurable, e.g. 423). While the session is not connected no lock can be
-granted: a request then answers 503 at once (``wait_for_connection`` to wait a while).
+writes nothing after the loss. What the client gets says what was written: an endpoint that
+commits through ``commit: Commit`` (``async with commit(session.begin()): ...``) answers
+503 with ``Retry-After`` if the loss came before any commit (nothing written: retry), its
+own answer once a commit returned, and 500 with ``Aiozklock-Outcome: unknown`` if a commit
+raised (replay with an idempotency key). Not acquired in time: 409 (configurable, e.g.
+423). While the session is not connected no lock can be granted: a request then answers 503
+at once (``wait_for_connection`` to wait a while).
 ``lifespan`` takes every option of ``aiozklock.connect()`` (TLS, credentials, telemetry...).
 Install with ``pip install "aiozklock[fastapi]"``.
 """
@@ -39,6 +43,7 @@ from aiozklock._acl import ACL, OPEN_ACL_UNSAFE
 from aiozklock._client import ZooKeeperClient, connect
 from aiozklock._exceptions import InvalidArgument, UsageError
 from aiozklock._fastapi_hold import dependency
+from aiozklock._fastapi_outcome import OUTCOME_HEADER, Commits, commit_dependency
 from aiozklock._fastapi_routes import check_routes
 from aiozklock._recipes._core._holding import LossPolicy
 from aiozklock._recipes._core._observe import Observer
@@ -137,6 +142,12 @@ def client(request: Request) -> ZooKeeperClient:
 ZooKeeper = Annotated[ZooKeeperClient, Depends(client)]
 """An endpoint parameter annotated with it receives the application's client."""
 
+Commit = Annotated[Commits, Depends(commit_dependency)]
+"""An endpoint parameter annotated with it (``commit: Commit``) receives the request's
+commit points: commit through them, ``async with commit(session.begin()): ...``, and a lost
+lock is answered by what was committed (see ``Commits`` and ``HTTPErrors``). Startup raises
+``UsageError`` for a route that declares it without a lock dependency."""
+
 
 @dataclass(frozen=True, slots=True)
 class HTTPErrors:
@@ -145,17 +156,24 @@ class HTTPErrors:
     ``not_acquired``: the status when the lock is not acquired within the timeout (409
     Conflict by default; 423 Locked is the other usual choice). ``unavailable``: the status
     when ZooKeeper cannot be reached (the session not connected: see ``locked``'s
-    ``wait_for_connection``), the client is closed, or the lock was lost during the endpoint
-    (503 by default), sent with ``Retry-After: retry_after`` seconds (no header if ``None``).
-    Raises ``InvalidArgument`` for a status outside 400-599 or a negative ``retry_after``.
+    ``wait_for_connection``), the client is closed, or the lock was lost (or the fence
+    refused) before the endpoint committed anything through ``Commit`` (503 by default),
+    sent with ``Retry-After: retry_after`` seconds (no header if ``None``). Both say that
+    nothing was written (``Aiozklock-Outcome: not-written``): the caller may retry.
+    ``outcome_unknown``: the status when the request may have written (500 by default,
+    with ``Aiozklock-Outcome: unknown`` and no ``Retry-After``): a commit raised (the
+    connection lost during COMMIT), the lock was lost after a commit, or it was lost during
+    an endpoint that does not commit through ``Commit``. Raises ``InvalidArgument`` for a
+    status outside 400-599 or a negative ``retry_after``.
     """
 
     not_acquired: int = 409
     unavailable: int = 503
     retry_after: int | None = 1
+    outcome_unknown: int = 500
 
     def __post_init__(self) -> None:
-        for name in ("not_acquired", "unavailable"):
+        for name in ("not_acquired", "unavailable", "outcome_unknown"):
             status = getattr(self, name)
             if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status < 600:
                 raise InvalidArgument(f"{name} must be an HTTP error status (400-599): {status!r}")
@@ -184,7 +202,8 @@ def locked(
     ``7`` one lock). ``timeout``: seconds to wait for the lock, the wait for the connection
     included (``None``: no bound; a web request rarely should wait unbounded, so it must be
     chosen). The lock is released before the response is sent; if it is lost meanwhile,
-    the endpoint is cancelled.
+    the endpoint is cancelled, unless it has sent a commit through ``Commit``. An endpoint
+    that returned gets its own answer, even if the lock was found lost on the way out.
 
     ``wait_for_connection``: seconds a request waits for a session that is not connected
     (suspended, lost, reconnecting), when it comes or while it waits in the queue, before
@@ -196,9 +215,12 @@ def locked(
     ``wait_for_connection``. At request time raises ``HTTPException``:
     ``errors.not_acquired`` (409) if not acquired in time, ``errors.unavailable`` (503,
     ``Retry-After``) if ZooKeeper is unavailable (the session down longer than
-    ``wait_for_connection``, or the time ran out while disconnected), the client closed or
-    the lock lost, 422 if a path parameter cannot be a node name (a ``/``, ``.``, ``..``, a
-    control character); ``UsageError`` (a 500) for a template field the route does not have.
+    ``wait_for_connection``, or the time ran out while disconnected), the client closed, or
+    the lock lost before anything was committed through ``Commit``;
+    ``errors.outcome_unknown`` (500, ``Aiozklock-Outcome: unknown``) if the request may have
+    written (see ``HTTPErrors``); 422 if a path parameter cannot be a node name (a ``/``,
+    ``.``, ``..``, a control character); ``UsageError`` (a 500) for a template field the
+    route does not have.
     """
     if not isinstance(fair, bool):
         raise InvalidArgument(f"fair must be a bool, not {fair!r}")
@@ -260,7 +282,10 @@ def _dependency(
 
 
 __all__ = (
+    "OUTCOME_HEADER",
     "STATE_ATTRIBUTE",
+    "Commit",
+    "Commits",
     "HTTPErrors",
     "ZooKeeper",
     "check_routes",

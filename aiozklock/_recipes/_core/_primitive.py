@@ -176,6 +176,13 @@ class Primitive(Handle):
             raise NotLockOwner(f"the {self._label} is not held{why}")
         return self
 
+    def _detach_bodies(self) -> None:
+        """Let a loss no longer cancel the bodies entered so far (still marked lost, and
+        raised by the release): for an integration's commit point, after which what the
+        body waits for has been sent and cannot be called back."""
+        if self._holding is not None and self._holding.scopes:
+            self._holding.scopes.clear()
+
     def _push_body(self, task_id: int) -> None:
         if self._bodies is None:
             self._bodies = []
