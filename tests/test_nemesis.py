@@ -769,7 +769,8 @@ async def _run_recipe_seed(cluster: ZooKeeperCluster, recipe: str, backend: str)
     assert report.faults, "no fault was injected"
     assert report.history.counters.get("section:completed", 0) >= 10
     assert report.recovery is not None
-    assert all(member.mode() in ("leader", "follower") for member in cluster.members)
+    # Every member serves again (a one-shot srvr may time out on a loaded machine: bounded).
+    await cluster.await_serving(timeout=30)
     if recipe == "semaphore":  # max_leases 2 of 4 clients: the leases were held together
         assert report.history.peak_holders == 2
         assert report.tokens_checked > 0
