@@ -68,11 +68,7 @@ def dependency(
             try:
                 held = await acquiring.__aenter__()
             except LockTimeout as exc:
-                if zk.state is not SessionState.CONNECTED:  # it waited for ZooKeeper
-                    raise unavailable(errors, f"{label}: ZooKeeper is unreachable") from exc
-                detail = f"{label} is held by another request; not acquired within {timeout} s"
-                headers = {OUTCOME_HEADER: "not-written"}
-                raise HTTPException(errors.not_acquired, detail, headers=headers) from exc
+                raise _not_acquired(zk, errors, label, timeout) from exc
             except _UNAVAILABLE as exc:
                 raise unavailable(errors, f"{label} cannot be acquired: {exc}") from exc
             finally:
@@ -102,6 +98,17 @@ def dependency(
 
     setattr(hold, TEMPLATES, names)
     return Depends(hold, scope="function")
+
+
+def _not_acquired(
+    zk: ZooKeeperClient, errors: HTTPErrors, label: str, timeout: float | None
+) -> HTTPException:
+    """The answer to an acquire that timed out: 503 if it was waiting for ZooKeeper, else
+    ``errors.not_acquired`` (nothing was written either way)."""
+    if zk.state is not SessionState.CONNECTED:
+        return unavailable(errors, f"{label}: ZooKeeper is unreachable")
+    detail = f"{label} is held by another request; not acquired within {timeout} s"
+    return HTTPException(errors.not_acquired, detail, headers={OUTCOME_HEADER: "not-written"})
 
 
 async def _connected(zk: ZooKeeperClient, within: float) -> bool:
