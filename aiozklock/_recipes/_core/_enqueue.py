@@ -166,13 +166,16 @@ class Enqueuing(QueueState):
         return Joined(listings, replies.guarded)
 
     async def _listed(
-        self, listings: list[Any], generation: int, deadline: float | None
+        self, listings: Sequence[object], generation: int, deadline: float | None
     ) -> Listings:
         """The listings that came with our create, those that failed read again."""
-        complete = [listing for listing in listings if isinstance(listing, list)]
-        if len(complete) == len(listings):
-            return dict(zip(self.members, complete, strict=True))
-        return await self._relist(listings, generation, deadline)
+        listed: Listings = {}
+        for member, listing in zip(self.members, listings, strict=True):
+            if isinstance(listing, list):
+                listed[member] = listing
+            else:
+                listed[member] = await self.list_children(member, generation, deadline)
+        return listed
 
     def _proof(self, lead: Lead, generation: int) -> Alone | None:
         """``lead`` if this join may be proven alone (see the module docstring): one member, no
@@ -251,18 +254,6 @@ class Enqueuing(QueueState):
             self._adopt(paths, created.zxid, generation)  # the transaction's zxid: the czxid
             return True
         return False
-
-    async def _relist(
-        self, listings: Sequence[object], generation: int, deadline: float | None
-    ) -> Listings:
-        """The listings that came with our create, those that failed read again."""
-        relisted: Listings = {}
-        for member, listing in zip(self.members, listings, strict=True):
-            if isinstance(listing, list):
-                relisted[member] = listing
-            else:
-                relisted[member] = await self.list_children(member, generation, deadline)
-        return relisted
 
     # ---------------------------------------------------------------- a failed create
 

@@ -91,7 +91,8 @@ class Queue(Enqueuing, Waiting, GivingBack):
                 if step.held and not (step.stale or step.requeue):
                     break
                 if step.stale or step.requeue:
-                    listings, handed_off = await self._drop(step, listings), False
+                    listings = await self._drop(step, listings)
+                    handed_off = False
                 else:
                     handed_off = await self._wait(step.waits, listings, deadline)
             except SessionExpired:
