@@ -5,7 +5,9 @@ we have, the session generation they live in, and the one record of a create of 
 outcome is unknown (``_write_create`` writes it, ``abandon`` takes it). The engine's parts
 build on it: ``_enqueue.py`` (the create, and a lost create reply), ``_queue_wait.py``
 (waiting for a predecessor) and ``_give_back.py`` (release and cleanup); ``_queue.py``
-puts them together.
+puts them together. What a step learns travels as its value (a join's ``Joined``, a wait's
+hand-off); only what must outlive an acquire is kept: the grant's ``Lead`` for the next
+join, and the nodes of our last release (``Round.released``).
 """
 
 from __future__ import annotations
