@@ -47,6 +47,8 @@ from aiozklock._recipes._core._names import in_sequence_order, nodes_of, sequenc
 from aiozklock._recipes._core._queue_state import (
     Alone,
     Hint,
+    Joined,
+    Lead,
     Listings,
     QueueState,
     Replies,
@@ -100,77 +102,100 @@ class Enqueuing(QueueState):
 
     __slots__ = ()
 
-    async def _enqueue(self, deadline: float | None, data: Callable[[], bytes]) -> Listings:
+    async def _enqueue(
+        self, deadline: float | None, data: Callable[[], bytes], lead: Lead
+    ) -> Joined:
         """Create our nodes and list the queues, in one round trip (a join that follows a
         hint watches it instead and lists once it is gone; one proven alone lists nothing:
-        see the module docstring). Returns the listings to decide on.
+        see the module docstring); ``lead``: what our last grant left for it. Returns what
+        the join learned.
 
         Raises what the create or a container create failed with (``NoNodeError`` once
         the container attempts are spent), and what ``session.pipeline`` raises when
         nothing was written."""
         containers: _Containers | None = None  # once a member path is missing
         guard = None if self._guard is None else self._guard.op
-        hint, self.hint = self.hint, None  # for this join's first write only
-        alone, self.alone = self.alone, None
-        self.followed = self.proven = False
         released, self._released = self._released, ()
         while True:
             generation = self._session.generation
             self.nodes = {}
             create = self._create_op(data())
             parents = () if containers is None else containers.ops
-            follow = self._follow(hint, generation)
-            proof = alone if self._provable(alone, generation) else None
-            hint = alone = None
-            reads = [] if proof else self._listing_ops if follow is None else [follow.op]
+            follow = self._follow(lead, generation)
+            proof = self._proof(lead, generation)
+            lead = None  # for this join's first write only
+            reads = (
+                [] if proof is not None else self._listing_ops if follow is None else [follow.op]
+            )
             sent = Round(generation, deadline, create, released, parents, guard, reads)
             try:
-                try:
-                    outcome = await self._write_create(sent, self._resolve_lost_create)
-                except SessionExpired:
-                    continue  # the session changed before the write: bind to the new one
-                if outcome is None:
-                    continue  # the lost create made nothing of ours: create again
-                if not isinstance(outcome, Replies):
+                outcome = await self._write_join(sent)
+                if isinstance(outcome, Replies):
+                    if self._adopt_created(outcome.created, generation):
+                        return await self._joined(outcome, proof, follow, deadline)
+                    containers = self._after_failure(sent, outcome, containers)
+                elif outcome is not None:
                     return outcome  # a lost reply's nodes, found and adopted
-                self._guarded = outcome.guarded
-                if self._adopt_created(outcome.created, generation):
-                    if proof is not None:
-                        return await self._after_proof(proof, deadline)
-                    if follow is not None:
-                        return await self._after_follow(follow, outcome.listings[0], deadline)
-                    return await self._listed(outcome.listings, generation, deadline)
-                containers = self._after_failure(sent, outcome, containers)
+                # Otherwise nothing of ours was created: create again.
             finally:
                 if follow is not None:
                     follow.wakeup.close()  # its watch fires unheard if not waited on
 
+    async def _write_join(self, sent: Round) -> Replies | Joined | None:
+        """Write ``sent``: its replies, or a lost create reply's nodes found and adopted, or
+        None if nothing of ours was created (a lost reply's create made nothing, or the
+        session changed before the write: bind to the new one)."""
+        try:
+            return await self._write_create(sent, self._resolve_lost_create)
+        except SessionExpired:
+            return None
+
+    async def _joined(
+        self,
+        replies: Replies,
+        proof: Alone | None,
+        follow: _Follow | None,
+        deadline: float | None,
+    ) -> Joined:
+        """Our create succeeded (our nodes adopted): what the join learned."""
+        if proof is not None:
+            return await self._after_proof(proof, replies.guarded, deadline)
+        if follow is not None:
+            return await self._after_follow(follow, replies, deadline)
+        listings = await self._listed(replies.listings, self.generation, deadline)
+        return Joined(listings, replies.guarded)
+
     async def _listed(
-        self, listings: list[Any], generation: int, deadline: float | None
+        self, listings: Sequence[object], generation: int, deadline: float | None
     ) -> Listings:
         """The listings that came with our create, those that failed read again."""
-        complete = [listing for listing in listings if isinstance(listing, list)]
-        if len(complete) == len(listings):
-            return dict(zip(self.members, complete, strict=True))
-        return await self._relist(listings, generation, deadline)
+        listed: Listings = {}
+        for member, listing in zip(self.members, listings, strict=True):
+            if isinstance(listing, list):
+                listed[member] = listing
+            else:
+                listed[member] = await self.list_children(member, generation, deadline)
+        return listed
 
-    def _provable(self, alone: Alone | None, generation: int) -> bool:
-        """Whether this join may be proven alone (see the module docstring): one member, no
+    def _proof(self, lead: Lead, generation: int) -> Alone | None:
+        """``lead`` if this join may be proven alone (see the module docstring): one member, no
         guard, our last holding proven alone in this session, and its release's delete
         written and not answered yet: a re-acquire right after the release (a loop), when
         no other transaction is likely to come between. Later, one likely did, the proof
         would fail and its listing cost a round trip more: the listing goes with the
         create. The proof itself needs the replies (``_after_proof``)."""
-        return (
-            alone is not None
-            and alone.generation == generation
+        if (
+            isinstance(lead, Alone)
+            and lead.generation == generation
             and self._guard is None
             and len(self.members) == 1
-            and alone.written
-            and not alone.answered
-        )
+            and lead.written
+            and not lead.answered
+        ):
+            return lead
+        return None
 
-    async def _after_proof(self, alone: Alone, deadline: float | None) -> Listings:
+    async def _after_proof(self, alone: Alone, guarded: object, deadline: float | None) -> Joined:
         """After a join that may be proven alone: our node alone if the old one's delete
         succeeded, no transaction but that delete came between the two creates (czxid),
         and its sequence follows the old one's by one; else the queue listed."""
@@ -183,32 +208,34 @@ class Enqueuing(QueueState):
             and token == alone.token + 2
             and (sequence_of(ours) - sequence_of(alone.name)) % _WRAP == 1
         ):
-            self.proven = True
-            return {member: [ours]}
-        return {member: await self.list_children(member, self.generation, deadline)}
+            return Joined({member: [ours]}, guarded, proven=True)
+        listing = await self.list_children(member, self.generation, deadline)
+        return Joined({member: listing}, guarded)
 
-    def _follow(self, hint: Hint | None, generation: int) -> _Follow | None:
-        """The existence watch to write instead of the listing, if ``hint`` can be followed
-        (one member, no guard, the hint's session)."""
-        if hint is None or hint.generation != generation or self._guard is not None:
+    def _follow(self, lead: Lead, generation: int) -> _Follow | None:
+        """The existence watch to write instead of the listing, if ``lead`` is a hint that
+        can be followed (one member, no guard, the hint's session)."""
+        if not isinstance(lead, Hint) or lead.generation != generation or self._guard is not None:
             return None
         session = self._session
         wakeup = Wakeup(session)
-        path = session.server_path(join(self.members[0], hint.name))
-        return _Follow(hint, wakeup, exists_op(path, wakeup.watch(path)))
+        path = session.server_path(join(self.members[0], lead.name))
+        return _Follow(lead, wakeup, exists_op(path, wakeup.watch(path)))
 
     async def _after_follow(
-        self, follow: _Follow, reply: object, deadline: float | None
-    ) -> Listings:
+        self, follow: _Follow, replies: Replies, deadline: float | None
+    ) -> Joined:
         """After a join that followed a hint: wait until its node is gone if it is there and
-        older than ours (then it is ahead of us: we cannot be first before it is gone), then
-        list the queue to decide on."""
+        older than ours (then it is ahead of us: we cannot be first before it is gone; the
+        join ``followed`` it), then list the queue to decide on."""
         member, generation = self.members[0], self.generation
         hinted, ours = follow.hint.name, self.nodes[member]
-        if isinstance(reply, Stat) and _older(hinted, ours):
-            self.ahead, self.followed = follow.hint.behind, True
+        followed = None
+        if isinstance(replies.listings[0], Stat) and _older(hinted, ours):
+            followed = follow.hint
             await follow.wakeup.wait(deadline, self._late)
-        return {member: await self.list_children(member, generation, deadline)}
+        listing = await self.list_children(member, generation, deadline)
+        return Joined({member: listing}, replies.guarded, followed=followed)
 
     def _create_op(self, data: bytes) -> Op[Any]:
         """Our creates: one create, or one transaction of them (a multi-lock)."""
@@ -227,18 +254,6 @@ class Enqueuing(QueueState):
             self._adopt(paths, created.zxid, generation)  # the transaction's zxid: the czxid
             return True
         return False
-
-    async def _relist(
-        self, listings: Sequence[object], generation: int, deadline: float | None
-    ) -> Listings:
-        """The listings that came with our create, those that failed read again."""
-        relisted: Listings = {}
-        for member, listing in zip(self.members, listings, strict=True):
-            if isinstance(listing, list):
-                relisted[member] = listing
-            else:
-                relisted[member] = await self.list_children(member, generation, deadline)
-        return relisted
 
     # ---------------------------------------------------------------- a failed create
 
@@ -310,15 +325,16 @@ class Enqueuing(QueueState):
 
     # ---------------------------------------------------------------- a lost create reply
 
-    async def _resolve_lost_create(self, sent: Round, replies: Replies) -> Listings | None:
+    async def _resolve_lost_create(self, sent: Round, replies: Replies) -> Joined | None:
         """After a ConnectionLoss on our create: find our nodes by GUID (not those of our
         last release, still there if its deletes were lost too: they are the janitor's).
-        Returns the listings if a node set of ours was adopted, None to create again."""
-        self._guarded = replies.guarded
+        Returns what the join learned if a node set of ours was adopted, None to create
+        again."""
         try:
-            return await self._recover_create(sent)
+            listings = await self._recover_create(sent)
         except SessionExpired:
             return None  # the session and any node it made are gone
+        return None if listings is None else Joined(listings, replies.guarded)
 
     async def _recover_create(self, sent: Round) -> Listings | None:
         session, generation = self._session, sent.generation

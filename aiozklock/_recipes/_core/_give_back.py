@@ -23,7 +23,7 @@ from aiozklock._exceptions import (
     SessionExpired,
 )
 from aiozklock._recipes._core._names import nodes_of
-from aiozklock._recipes._core._queue_state import QueueState
+from aiozklock._recipes._core._queue_state import Alone, QueueState
 from aiozklock._recipes._core._retry import GONE_ALREADY, delete_node
 from aiozklock._wire._protocol import (
     MultiDelete,
@@ -95,7 +95,8 @@ class GivingBack(QueueState):
         session, janitor, generation = self._session, self._janitor, self.generation
         names = [(m, self.nodes[m]) for m in self.members]
         nodes = [join(m, name) for m, name in names]
-        alone = self.alone if self.alone is not None and self.alone.name == names[0][1] else None
+        lead = self._lead  # what our grant left for the next join (``_queue.py``)
+        alone = lead if isinstance(lead, Alone) and lead.name == names[0][1] else None
 
         def done(result: Any, error: AiozklockError | None) -> None:
             failed_multi = isinstance(result, MultiResult) and not result.ok

@@ -33,7 +33,16 @@ from aiozklock._recipes._core._give_back import GivingBack
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._names import node_prefix
 from aiozklock._recipes._core._plan import Step, plan
-from aiozklock._recipes._core._queue_state import Alone, Guard, Hint, Listings, Replies, Round
+from aiozklock._recipes._core._queue_state import (
+    Alone,
+    Guard,
+    Hint,
+    Joined,
+    Lead,
+    Listings,
+    Replies,
+    Round,
+)
 from aiozklock._recipes._core._queue_wait import Waiting
 from aiozklock._recipes._core._retry import RETRY, refused
 from aiozklock._wire._protocol import Created, CreateMode, create_op, exists_op
@@ -68,74 +77,82 @@ class Queue(Enqueuing, Waiting, GivingBack):
 
     async def _take(self, deadline: float | None, data: Callable[[], bytes]) -> Holding:
         listings: Listings | None = None
-        self.handed_off = False
+        handed_off = False  # the last wait ended in a direct hand-off (nothing listed behind)
         while True:
             try:
-                enqueued = listings is None
+                joined = None
                 if listings is None:
-                    listings = await self._join(deadline, data)
+                    joined = await self._join(deadline, data)
+                    listings = joined.listings
                 if self._layout is not None:
                     for member, children in listings.items():  # fail closed: see _peers.py
                         self._layout.check(member, children, self.guid, self._label)
-                step = self._decided(listings, enqueued)
+                step = self._decided(listings, joined)
                 if step.held and not (step.stale or step.requeue):
                     break
-                self.handed_off = False
-                listings = await self._next(step, listings, deadline)
+                if step.stale or step.requeue:
+                    listings = await self._drop(step, listings)
+                    handed_off = False
+                else:
+                    handed_off = await self._wait(step.waits, listings, deadline)
             except SessionExpired:
-                listings = None  # our nodes' session is gone: queue again in the new one
-        self._granted(step, data)
+                # Our nodes' session is gone: queue again in the new one.
+                listings, handed_off = None, False
+        self._lead = self._lead_for(step, handed_off)
+        if step.mark:
+            self._mark(data())  # the bytes our node was created with
         assert self.token is not None
         nodes = tuple([join(member, self.nodes[member]) for member in self.members])
         return Holding(nodes, self.generation, self.token)
 
-    async def _join(self, deadline: float | None, data: Callable[[], bytes]) -> Listings:
-        """Enqueue (and check the recipe's guard); returns the listings to decide on."""
-        listings = await self._enqueue(deadline, data)
+    async def _join(self, deadline: float | None, data: Callable[[], bytes]) -> Joined:
+        """Enqueue (and check the recipe's guard), with what our last grant left for this
+        join (taken: for this join only); returns what the join learned."""
+        lead, self._lead = self._lead, None
+        joined = await self._enqueue(deadline, data, lead)
         if self._guard is not None:
-            await self._guard.check(self._guarded, deadline)
-        return listings
+            await self._guard.check(joined.guarded, deadline)
+        return joined
 
-    def _decided(self, listings: Listings, enqueued: bool) -> Step:
-        """The next step from ``listings``; right after a join, also how many are ahead."""
-        if enqueued and self.proven:
+    def _decided(self, listings: Listings, joined: Joined | None) -> Step:
+        """The next step from ``listings``; right after a join (``joined``), also how many
+        are ahead."""
+        if joined is not None and joined.proven:
             self.ahead = 0
             return _ALONE  # no other node: nothing to decide (see _enqueue.py)
         step = plan(listings, self.nodes, self.guid, self._decide)
-        if enqueued and not self.followed:  # (no waits when held at once: the hot path)
+        if joined is None:
+            return step
+        if joined.followed is not None:
+            self.ahead = joined.followed.behind  # counted when we were last granted
+        else:  # (no waits when held at once: the hot path)
             waits = step.waits
             self.ahead = max([d.ahead for d in waits.values()]) if waits else 0
         return step
 
-    def _granted(self, step: Step, data: Callable[[], bytes]) -> None:
-        """Held: what the next join may use (a hint, or our node proven alone), and the mark."""
+    def _lead_for(self, step: Step, handed_off: bool) -> Lead:
+        """Held: what the next join may use (a hint, or our node proven alone)."""
         if step.newest is not None:
-            self.hint = Hint(step.newest, step.behind or 0, self.generation)
-        elif step.behind == 0 and not self.handed_off:
+            return Hint(step.newest, step.behind or 0, self.generation)
+        if step.behind == 0 and not handed_off:
             # Nothing behind us, as listed. (After a hand-off nobody listed what is behind:
             # a proof would then likely fail and cost a listing. It stays sound either way.)
             assert self.token is not None
-            self.alone = Alone(self.nodes[self.members[0]], self.generation, self.token)
-        if step.mark:
-            self._mark(data())  # the bytes our node was created with
+            return Alone(self.nodes[self.members[0]], self.generation, self.token)
+        return None
 
-    async def _next(
-        self, step: Step, listings: Listings, deadline: float | None
-    ) -> Listings | None:
-        """Not held yet: delete our stale nodes, or leave every queue (to enqueue again: a
-        node of ours is missing), or wait. Returns the listings to decide on next, None to
-        enqueue again."""
+    async def _drop(self, step: Step, listings: Listings) -> Listings | None:
+        """Not held, with stale nodes of ours or one missing: delete our stale nodes, or
+        leave every queue (to enqueue again). Returns the listings to decide on next, None
+        to enqueue again."""
         if step.stale:
             await self._delete_stale(step.stale)
             for member, name in step.stale:
                 listings[member] = [c for c in listings[member] if c != name]
             return listings
-        if step.requeue:
-            if len(self.members) > 1:
-                await self._delete_all_of_ours()  # never re-create one member alone
-            return None
-        await self._wait(step.waits, listings, deadline)
-        return listings
+        if len(self.members) > 1:
+            await self._delete_all_of_ours()  # never re-create one member alone
+        return None
 
     async def take_at(
         self, sequence: str, generation: int, deadline: float | None, data: bytes

@@ -5,7 +5,9 @@ we have, the session generation they live in, and the one record of a create of 
 outcome is unknown (``_write_create`` writes it, ``abandon`` takes it). The engine's parts
 build on it: ``_enqueue.py`` (the create, and a lost create reply), ``_queue_wait.py``
 (waiting for a predecessor) and ``_give_back.py`` (release and cleanup); ``_queue.py``
-puts them together.
+puts them together. What a step learns travels as its value (a join's ``Joined``, a wait's
+hand-off); only what must outlive an acquire is kept: the grant's ``Lead`` for the next
+join, and the nodes of our last release (``Round.released``).
 """
 
 from __future__ import annotations
@@ -74,6 +76,23 @@ class Alone:
         self.written = self.answered = self.deleted = False
 
 
+# What our last grant left for the next join: a hint to follow, or our node proven alone
+# (see ``_enqueue.py``); the grant returns it, and the next join takes it.
+Lead = Hint | Alone | None
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """What a join learned: the ``listings`` to decide on, the guard's reply (``guarded``,
+    None without a guard), whether it was ``proven`` alone (first, nothing else queued), and
+    the hint it ``followed`` (waited on), if any (see ``_enqueue.py``)."""
+
+    listings: Listings
+    guarded: object = None
+    proven: bool = False
+    followed: Hint | None = None
+
+
 class Replies(NamedTuple):
     """The replies to a ``Round``, each under the name of its request (a reply is the
     request's result, or the exception it failed with)."""
@@ -130,25 +149,20 @@ class QueueState:
         "_deadline",
         "_decide",
         "_guard",
-        "_guarded",
         "_in_doubt",
         "_janitor",
         "_label",
         "_layout",
+        "_lead",
         "_marker",
         "_prefixes",
         "_released",
         "_session",
         "ahead",
-        "alone",
-        "followed",
         "generation",
         "guid",
-        "handed_off",
-        "hint",
         "members",
         "nodes",
-        "proven",
         "token",
     )
 
@@ -168,7 +182,6 @@ class QueueState:
         self._marker = marker  # our nodes are named <guid><marker><sequence>
         self._layout = layout  # peers that cannot order our nodes are refused (None: no check)
         self._guard = guard
-        self._guarded: object = None  # the guard's reply at our last enqueue
         self._acl = encode_acl(acl)  # our nodes', and the containers' we create
         self._session = session
         self._janitor = janitor
@@ -183,11 +196,9 @@ class QueueState:
         self._released: Names = ()
         self._deadline: float | None = None  # the current acquire's (abandon() reads it)
         self.ahead = 0  # contenders queued before us when we last joined (for telemetry)
-        self.hint: Hint | None = None  # for the next join (see ``_enqueue.py``)
-        self.followed = False  # the last join waited on its hint
-        self.proven = False  # the last join was proven alone: first, nothing else queued
-        self.alone: Alone | None = None  # for the next join (see ``_enqueue.py``)
-        self.handed_off = False  # the last wait ended in a direct hand-off (no listing)
+        # What our last grant left for the next join (written by ``take``, the release
+        # records its deletes' outcome on an ``Alone``).
+        self._lead: Lead = None
         self._armed: _ChildWatch | None = None  # a child watch kept between the waits
 
     @property
@@ -302,6 +313,8 @@ __all__ = (
     "Alone",
     "Guard",
     "Hint",
+    "Joined",
+    "Lead",
     "Listings",
     "Names",
     "QueueState",

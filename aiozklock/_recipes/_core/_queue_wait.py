@@ -39,30 +39,34 @@ class Waiting(QueueState):
 
     async def _wait(
         self, waits: dict[str, Decision], listings: Listings, deadline: float | None
-    ) -> None:
+    ) -> bool:
         """Wait until a predecessor is gone (or the session changes); updates ``listings``.
-        Raises ``LockTimeout`` at ``deadline``."""
+        Returns whether the wait ended in a direct hand-off (``_wait_one``). Raises
+        ``LockTimeout`` at ``deadline``."""
         left = math.inf if deadline is None else deadline - time.monotonic()
+        handed_off = False
         with anyio.move_on_after(left) as bound:
             if len(self.members) == 1:
                 ((member, decision),) = waits.items()
                 if decision.children:
                     await self._wait_children(member, listings, deadline)
                 else:
-                    await self._wait_one(member, decision, listings, deadline)
+                    handed_off = await self._wait_one(member, decision, listings, deadline)
             else:
                 await self._wait_many(waits, listings, deadline)
         if bound.cancelled_caught:
             raise LockTimeout(self._late)
+        return handed_off
 
     async def _wait_one(
         self, member: str, decision: Decision, listings: Listings, deadline: float | None
-    ) -> None:
+    ) -> bool:
         """One queue (the mutex, election: the hot path): one existence watch.
 
         If the predecessor was the only node ahead of ours, we are first once the server says
         it was deleted: nothing can queue ahead of us later (sequence numbers only grow, and
-        a path with children is never reaped), so no listing is needed to know it.
+        a path with children is never reaped), so no listing is needed to know it: a direct
+        hand-off (returns True: first, but nothing is known of the nodes behind).
         """
         session, generation = self._session, self.generation
         assert decision.predecessor is not None
@@ -83,9 +87,9 @@ class Waiting(QueueState):
                 and session.generation == generation
             ):
                 listings[member] = [self.nodes[member]]
-                self.handed_off = True  # first, but nothing is known of the nodes behind
-            else:
-                listings[member] = await self.list_children(member, generation, deadline)
+                return True
+            listings[member] = await self.list_children(member, generation, deadline)
+            return False
 
     async def _wait_many(
         self, waits: dict[str, Decision], listings: Listings, deadline: float | None
