@@ -216,7 +216,7 @@ def _print_banner(cluster: ZooKeeperCluster, args: argparse.Namespace, source: s
     except (OSError, IndexError):
         version = "?"
     kind = "standalone" if args.ensemble == 1 else f"an ensemble of {args.ensemble}"
-    root = first.member_dir.parent
+    root = args.data if args.data is not None else cluster.work_dir
     kept = "kept" if args.data is not None else "removed at exit; --data DIR keeps it"
     lines = [
         f"ZooKeeper {version}, {kind}, jars from {source}",
