@@ -25,7 +25,7 @@ from aiozklock._recipes._semaphore import Semaphore
 from aiozklock._recipes._semaphore_compat import CompatSemaphore
 from aiozklock._recipes._traits import TRAITS
 from aiozklock._wire._session import Session
-from aiozklock._wire._validation import validate_flag
+from aiozklock._wire._validation import validate_flag, validate_lock_delay
 
 
 class _Recipe(Registered, Protocol):
@@ -154,6 +154,7 @@ class RecipeFactories:
         fair: Literal[True] = True,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> Lock: ...
 
     @overload
@@ -165,6 +166,7 @@ class RecipeFactories:
         fair: Literal[False],
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: None = None,
     ) -> NonFairLock: ...
 
     @overload
@@ -176,6 +178,7 @@ class RecipeFactories:
         fair: bool,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> Lock | NonFairLock: ...
 
     def lock(
@@ -186,6 +189,7 @@ class RecipeFactories:
         fair: bool = True,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> Lock | NonFairLock:
         """A reentrant, loss-aware lock on ``path`` (validated now, before any traffic).
 
@@ -202,16 +206,33 @@ class RecipeFactories:
         or ``"kazoo"`` (kazoo's ``Lock``); either way every library's nodes are read. The
         non-fair lock has no counterpart in either.
 
+        ``lock_delay``: seconds (Chubby's lock-delay, for a resource that cannot check a
+        fencing token): a grant that follows one of ours whose node vanished without a
+        release (session expired, process killed, partition) comes no earlier than
+        ``lock_delay`` after it vanished; a release hands over at once. Every aiozklock
+        contender on the path honors it, with or without ``lock_delay`` of its own; it
+        costs one write per grant, and nothing on paths that never use it (see
+        docs/fencing.md). Not with ``fair=False``.
+
         Raises ``InvalidArgument`` for a bad path, identifier, acl, compat (or a kazoo one
-        with ``fair=False``) or a non-bool ``fair``,
+        with ``fair=False``), lock_delay (a positive number of seconds, or None; none with
+        ``fair=False``) or a non-bool ``fair``,
         ``UsageError`` if this client's object for the path has another ``acl``, or when
         called outside the event loop the client was opened in, ``ClientClosed`` if the
         client is not connected.
         """
         compat = validate_compat(compat)
+        delay = validate_lock_delay(lock_delay)
         if validate_flag("fair", fair):
-            key = (path, identifier, compat)
-            return self._made(Lock, _LOCK, key, acl, path, identifier=identifier, compat=compat)
+            key = (path, identifier, compat, delay)
+            return self._made(
+                Lock, _LOCK, key, acl, path, identifier=identifier, compat=compat, lock_delay=delay
+            )
+        if delay is not None:
+            raise InvalidArgument(
+                "lock_delay needs the fair lock (fair=True): the non-fair lock has no queue "
+                "to tell a release from a vanished holder in"
+            )
         if compat != "curator":
             raise InvalidArgument("the non-fair lock has no kazoo counterpart: compat='curator'")
         return self._made(
@@ -225,19 +246,29 @@ class RecipeFactories:
         identifier: str | None = None,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> MultiLock:
         """All-or-nothing lock of several paths, deadlock-free; returns a ``MultiLock``.
-        ``compat``: as for ``lock()``, on each path.
+        ``compat`` and ``lock_delay``: as for ``lock()``, on each path.
 
-        Validated now: bad or empty paths, identifier, acl or compat raise ``InvalidArgument``
+        Validated now: bad or empty paths, identifier, acl, compat or lock_delay raise
+        ``InvalidArgument``
         (duplicates are dropped); ``UsageError`` if this client's object for the paths has
         another ``acl``; ``ClientClosed`` if the client is not connected.
         """
         members = paths if isinstance(paths, str) else tuple(paths)
         compat = validate_compat(compat)
-        key = (members, identifier, compat)
+        delay = validate_lock_delay(lock_delay)
+        key = (members, identifier, compat, delay)
         return self._made(
-            MultiLock, _MULTI, key, acl, members, identifier=identifier, compat=compat
+            MultiLock,
+            _MULTI,
+            key,
+            acl,
+            members,
+            identifier=identifier,
+            compat=compat,
+            lock_delay=delay,
         )
 
     def election(
@@ -247,16 +278,29 @@ class RecipeFactories:
         identifier: str | None = None,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> Election:
         """A leader election on ``path``; returns an ``Election``: ``async with
         zk.election(path):`` runs its body as leader. ``compat``: whose node names to
         write: ``"curator"`` (Curator's ``LeaderLatch`` orders them) or ``"kazoo"``
-        (kazoo's ``Election``). Validated now: a bad path, identifier, acl or compat raises
+        (kazoo's ``Election``). ``lock_delay``: as for ``lock()`` (a leader elected after
+        one whose node vanished without resigning takes office no earlier than that).
+        Validated now: a bad path, identifier, acl, compat or lock_delay raises
         ``InvalidArgument``; ``UsageError`` if this client's object for the path has
         another ``acl``; ``ClientClosed`` if the client is not connected."""
         compat = validate_compat(compat)
-        key = (path, identifier, compat)
-        return self._made(Election, _ELECTION, key, acl, path, identifier=identifier, compat=compat)
+        delay = validate_lock_delay(lock_delay)
+        key = (path, identifier, compat, delay)
+        return self._made(
+            Election,
+            _ELECTION,
+            key,
+            acl,
+            path,
+            identifier=identifier,
+            compat=compat,
+            lock_delay=delay,
+        )
 
     def rw_lock(
         self,

@@ -45,6 +45,7 @@ class LockStatistics:
     acquisitions: int
     losses: int
     last_wait: float | None  # seconds the last acquisition waited
+    lock_delay_waited: float  # of which, waiting out a lock-delay (0.0 if none)
 
 
 class PathLock(QueuedPrimitive):
@@ -68,6 +69,7 @@ class PathLock(QueuedPrimitive):
             acquisitions=self._acquisitions,
             losses=self._losses,
             last_wait=self._last_wait,
+            lock_delay_waited=self._delay_waited(),
         )
 
 
@@ -92,6 +94,7 @@ class Lock(PathLock):
         janitor: Janitor,
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> None:
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
@@ -105,6 +108,7 @@ class Lock(PathLock):
             self.identifier,
             acl,
             layout=Layout(compat, LOCK_MARKER, KAZOO_MARKER, "zk.lock()"),
+            lock_delay=lock_delay,
         )
 
     async def contenders(self) -> list[Contender]:
