@@ -21,6 +21,7 @@ lock-delay on a path whose listings show neither a record nor a lock-delay node.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import NamedTuple
 
@@ -159,7 +160,8 @@ class Delaying(QueueState):
             return
         session = self._session
         ops = [delete_op(session.server_path(join(m, RECORD)), v) for m, v in versions.items()]
-        session.send(ops, generation=self.generation, on_done=lambda result, error: None)
+        with contextlib.suppress(SessionExpired):  # gone with its session: nothing to do
+            session.send(ops, generation=self.generation, on_done=lambda result, error: None)
 
 
 __all__ = ("Delaying",)
