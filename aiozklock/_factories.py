@@ -4,17 +4,13 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
-from ssl import SSLContext
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, TypeVar, overload
+from collections.abc import Iterable, Sequence
+from typing import Literal, overload
 
-from aiozklock._acl import ACL, Credentials, validate_acl
+from aiozklock._acl import ACL
 from aiozklock._exceptions import InvalidArgument, UsageError
-from aiozklock._recipes._core._holding import LossMonitor
-from aiozklock._recipes._core._janitor import Janitor, Spawn
+from aiozklock._making import RecipeMaking
 from aiozklock._recipes._core._names import Compat, validate_compat
-from aiozklock._recipes._core._registry import Recipes, Registered
 from aiozklock._recipes._election import Election
 from aiozklock._recipes._lease import LeaseLock
 from aiozklock._recipes._lock import Lock
@@ -24,18 +20,7 @@ from aiozklock._recipes._rwlock import ReadLock, ReadWriteLock, WriteLock
 from aiozklock._recipes._semaphore import Semaphore
 from aiozklock._recipes._semaphore_compat import CompatSemaphore
 from aiozklock._recipes._traits import TRAITS
-from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_flag, validate_lock_delay
-
-
-class _Recipe(Registered, Protocol):
-    """A recipe class the client's factories make (through ``_FactoryMade._construct``)."""
-
-    @classmethod
-    def _construct(cls, *args: Any, **kwargs: Any) -> Self: ...
-
-
-R = TypeVar("R", bound=_Recipe)
 
 # The telemetry kind of each object (its ``aiozklock.recipe`` label), read once from its
 # recipe's description entry: a factory passes a constant, looked up at import, not per call.
@@ -48,102 +33,10 @@ _WRITE, _READ = TRAITS["rwlock"].kinds
 (_SEMAPHORE,) = TRAITS["semaphore"].kinds
 
 
-@dataclass(slots=True)
-class _Given:
-    """What every recipe object gets from its client: the live session, the loss monitor
-    (the loss policy), the janitor, the background task spawner (a lease's keepers), and
-    its ACL (validated, or ``default_acl``)."""
-
-    session: Session
-    monitor: LossMonitor
-    janitor: Janitor
-    spawn: Spawn
-    acl: tuple[ACL, ...]
-
-
-class RecipeFactories:
+class RecipeFactories(RecipeMaking):
     """The recipe factories of ``ZooKeeperClient``, which supplies what they read here."""
 
-    default_acl: tuple[ACL, ...]
-    _auth: Credentials
-    _tls: SSLContext | None
-    _janitor: Janitor | None
-    _spawn: Spawn | None
-    _loss_monitor: LossMonitor | None
-    _recipes: Recipes
     _semaphores: weakref.WeakValueDictionary[str, Semaphore | CompatSemaphore]
-
-    if TYPE_CHECKING:  # ZooKeeperClient's
-
-        def _live_session(self) -> Session: ...
-
-    # Every factory takes ``acl``: what the recipe's nodes, and the containers it creates for
-    # them (the path, and its missing ancestors), are created with; ``default_acl`` if None.
-
-    def _kept(
-        self,
-        cls: type[R],
-        kind: str,
-        key: Hashable,
-        acl: Sequence[ACL] | None,
-        build: Callable[[_Given], R],
-    ) -> R:
-        """This client's object of recipe ``cls`` for ``key`` (its factory's arguments), or
-        if there is none, one built by ``build`` from what the client gives (``_Given``).
-        Every factory goes through here: the client must be connected (``ClientClosed``),
-        then ``acl`` is validated, then the registry (``_core/_registry.py``) shares, checks
-        the ACL of, and observes the object (as ``kind``, its description entry's)."""
-        session = self._live_session()
-        entries = self._acl(acl)
-        monitor, janitor, spawn = self._loss_monitor, self._janitor, self._spawn
-        assert monitor is not None
-        assert janitor is not None
-        assert spawn is not None
-
-        def create() -> R:  # only for a new object: an existing one is found without it
-            return build(_Given(session, monitor, janitor, spawn, entries))
-
-        return self._recipes.get(cls, kind, key, create, entries)
-
-    def _made(
-        self,
-        cls: type[R],
-        kind: str,
-        key: Hashable,
-        acl: Sequence[ACL] | None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> R:
-        """``_kept`` for a recipe of the common shape, whose holdings the client's loss
-        policy watches: ``cls._construct(session, *args, monitor=, janitor=, acl=,
-        **kwargs)``."""
-
-        def build(given: _Given) -> R:
-            return cls._construct(
-                given.session,
-                *args,
-                monitor=given.monitor,
-                janitor=given.janitor,
-                acl=given.acl,
-                **kwargs,
-            )
-
-        return self._kept(cls, kind, key, acl, build)
-
-    def _acl(self, acl: Sequence[ACL] | None) -> tuple[ACL, ...]:
-        return self.default_acl if acl is None else self._usable_acl(acl, "acl")
-
-    def _usable_acl(self, acl: object, what: str) -> tuple[ACL, ...]:
-        """``acl`` validated; an ``"auth"`` entry (the creator's identities) also needs an
-        identity: credentials, or a TLS client certificate (the server would refuse every
-        create with InvalidACL)."""
-        entries = validate_acl(acl, what=what)
-        if not self._auth and self._tls is None and any(e.scheme == "auth" for e in entries):
-            raise InvalidArgument(
-                f"{what} grants the creator ('auth' scheme), but this client has no identity: "
-                "pass auth=[('digest', 'user:password')] (or ssl= with a client certificate)"
-            )
-        return entries
 
     @overload
     def lock(
@@ -224,10 +117,7 @@ class RecipeFactories:
         compat = validate_compat(compat)
         delay = validate_lock_delay(lock_delay)
         if validate_flag("fair", fair):
-            key = (path, identifier, compat, delay)
-            return self._made(
-                Lock, _LOCK, key, acl, path, identifier=identifier, compat=compat, lock_delay=delay
-            )
+            return self._queued(Lock, _LOCK, path, acl, identifier, compat, delay)
         if delay is not None:
             raise InvalidArgument(
                 "lock_delay needs the fair lock (fair=True): the non-fair lock has no queue "
@@ -259,17 +149,7 @@ class RecipeFactories:
         members = paths if isinstance(paths, str) else tuple(paths)
         compat = validate_compat(compat)
         delay = validate_lock_delay(lock_delay)
-        key = (members, identifier, compat, delay)
-        return self._made(
-            MultiLock,
-            _MULTI,
-            key,
-            acl,
-            members,
-            identifier=identifier,
-            compat=compat,
-            lock_delay=delay,
-        )
+        return self._queued(MultiLock, _MULTI, members, acl, identifier, compat, delay)
 
     def election(
         self,
@@ -290,17 +170,7 @@ class RecipeFactories:
         another ``acl``; ``ClientClosed`` if the client is not connected."""
         compat = validate_compat(compat)
         delay = validate_lock_delay(lock_delay)
-        key = (path, identifier, compat, delay)
-        return self._made(
-            Election,
-            _ELECTION,
-            key,
-            acl,
-            path,
-            identifier=identifier,
-            compat=compat,
-            lock_delay=delay,
-        )
+        return self._queued(Election, _ELECTION, path, acl, identifier, compat, delay)
 
     def rw_lock(
         self,
