@@ -78,8 +78,10 @@ class Lock(PathLock):
 
     Fair (FIFO across processes and across the tasks of this process), reentrant per task,
     and loss-aware: the body of ``async with lock:`` is cancelled when the lock can no longer
-    be trusted to be ours, and ``LockLost`` is raised when it exits. Bad arguments raise
-    ``InvalidArgument`` here, before any request.
+    be trusted to be ours, and ``LockLost`` is raised when it exits. With ``lock_delay``
+    (``zk.lock(path, lock_delay=S)``), a grant after a holder that vanished without a release
+    waits until S seconds after the vanish (see docs/fencing.md, "Lock-delay"). Bad arguments
+    raise ``InvalidArgument`` here, before any request.
     """
 
     __slots__ = ("identifier",)
