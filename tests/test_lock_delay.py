@@ -275,3 +275,24 @@ async def test_a_lock_without_lock_delay_sends_what_it_sent_before(
 async def test_what_lock_delay_costs(proxy: FaultProxy, open_client: ClientFactory) -> None:
     sent = await _cycle(proxy, open_client, lock_delay=LONG)
     report("lock-delay requests for the cycle", before=str(BEFORE), with_lock_delay=str(sent))
+
+
+# ---------------------------------------------------------------- arguments
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_lock_delay_arguments(
+    zk: aiozklock.ZooKeeperClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    for bad in (0, -1.0, float("nan"), float("inf"), "2", True):
+        with pytest.raises(aiozklock.InvalidArgument, match="lock_delay"):
+            zk.lock(PATH, lock_delay=bad)  # type: ignore[arg-type]
+    with pytest.raises(aiozklock.InvalidArgument, match="fair=True"):
+        zk.lock(PATH, fair=False, lock_delay=DELAY)
+    assert zk.lock(PATH).lock_delay is None
+    assert zk.lock(PATH, lock_delay=LONG).lock_delay == LONG
+    assert zk.lock(PATH, lock_delay=LONG) is not zk.lock(PATH)  # another contender
+    assert "shorter than the session timeout" not in caplog.text
+    short = zk.negotiated_timeout / 2
+    zk.election(PATH, lock_delay=short)
+    assert "shorter than the session timeout" in caplog.text
