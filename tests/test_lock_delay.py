@@ -273,8 +273,12 @@ async def test_a_lock_without_lock_delay_sends_what_it_sent_before(
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_what_lock_delay_costs(proxy: FaultProxy, open_client: ClientFactory) -> None:
+    """The same cycle with lock_delay: each grant creates the record (create2), each release
+    deletes it with the node (one multi); no re-acquire is proven alone (the record's writes
+    come between), and the hand-off from a lock-delay holder creates the record at once."""
     sent = await _cycle(proxy, open_client, lock_delay=LONG)
     report("lock-delay requests for the cycle", before=str(BEFORE), with_lock_delay=str(sent))
+    assert sent == [*BEFORE[:10], 15, 14, 15, 8, 15, 14, 15, 8, 3, 15, 14]
 
 
 # ---------------------------------------------------------------- arguments

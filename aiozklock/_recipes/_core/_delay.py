@@ -42,7 +42,7 @@ from aiozklock._recipes._core._delay_record import (
     holder_record,
     parse_record,
 )
-from aiozklock._recipes._core._queue_state import QueueState
+from aiozklock._recipes._core._queue_state import Listings, QueueState
 from aiozklock._recipes._core._retry import RETRY
 from aiozklock._wire._protocol import CreateMode, create_op, delete_op, get_data_op, set_data_op
 from aiozklock._wire._validation import join
@@ -65,7 +65,7 @@ class Delaying(QueueState):
 
     __slots__ = ()
 
-    async def _honored(self, deadline: float | None) -> bool:
+    async def _honored(self, listings: Listings, deadline: float | None) -> bool:
         """First on every member: wait out any delay a record asks for, then write our
         own record (a lock-delay contender) or delete the one waited out. Returns False
         if a record changed meanwhile (decide again from a new listing). Raises
@@ -75,7 +75,11 @@ class Delaying(QueueState):
         assert delay is not None
         weighed: dict[str, _Weighed] = {}
         for member in self.members:
-            found = await self._weigh(member, delay.seen, deadline)
+            # A lock-delay contender creates its record if none is listed (a create that
+            # finds one makes us decide again, listing it); another reads it if it has seen
+            # a reason to (``delay_seen``).
+            read = RECORD in listings[member] if delay.seconds is not None else delay.seen
+            found = await self._weigh(member, read, deadline)
             if found is None:
                 return False
             weighed[member] = found
@@ -86,10 +90,10 @@ class Delaying(QueueState):
             return True
         return await self._write_records(delay.seconds, weighed)
 
-    async def _weigh(self, member: str, seen: bool, deadline: float | None) -> _Weighed | None:
-        """``member``'s record, and until when it makes us wait; None if it changed while
-        we wrote it."""
-        if not seen:
+    async def _weigh(self, member: str, read: bool, deadline: float | None) -> _Weighed | None:
+        """``member``'s record (if we ``read`` it), and until when it makes us wait; None if
+        it changed while we wrote it."""
+        if not read:
             return _Weighed(ABSENT)  # as far as we know there is none: created when granted
         session, generation = self._session, self.generation
         path = session.server_path(join(member, RECORD))

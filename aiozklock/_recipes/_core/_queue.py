@@ -97,7 +97,7 @@ class Queue(Enqueuing, Waiting, GivingBack, Delaying):
                         self._layout.check(member, children, self.guid, self._label)
                 step = self._decided(listings, joined)
                 if step.held and not (step.stale or step.requeue):
-                    if self._delay is None or await self._honored(deadline):
+                    if self._delay is None or await self._honored(listings, deadline):
                         break
                     listings = await self._list_all(self.generation, deadline)  # changed
                 elif step.stale or step.requeue:
