@@ -202,6 +202,39 @@ async def test_an_expired_holder_delays_late_contenders(
         await holder.release()
 
 
+async def test_a_waiter_without_lock_delay_honors_it(
+    chroot: str,
+    zk_hosts: str,
+    proxy: FaultProxy,
+    open_client: ClientFactory,
+    observer: RawZooKeeperConnection,
+) -> None:
+    """A waiter without lock_delay queued behind a lock-delay holder: woken by the holder's
+    expiry as its only predecessor (a hand-off with no listing), it still waits out the
+    delay: the listing it queued with showed a lock-delay node."""
+    holder_client = await open_client(proxy, session_timeout=1.0)
+    holder = holder_client.lock(PATH, lock_delay=1.0)
+    await holder.acquire()
+    deletion = DeletionWatch(observer, f"{chroot}{PATH}/{holder.statistics().node}")
+    await deletion.arm()
+    waiter_client = await open_client()
+    waiter = waiter_client.lock(PATH)
+    granted = Granted()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(granted.hold, waiter)
+        with anyio.fail_after(5):
+            await wait_for_queue(waiter_client, PATH, 3)
+        await expire(holder_client, proxy, zk_hosts)
+        with anyio.fail_after(BOUND):
+            await deletion.run()
+            await granted.done.wait()
+        assert waiter.statistics().lock_delay_waited > 0
+        granted.release.set()
+    assert granted.at - deletion.deleted_at >= 1.0
+    assert await lock_nodes(waiter_client) == []
+    assert await record_of(waiter_client) is None
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_multi_lock_honors_every_member(
     zk_hosts: str, proxy: FaultProxy, open_client: ClientFactory
