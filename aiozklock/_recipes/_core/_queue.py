@@ -19,8 +19,10 @@ deleted and every member is enqueued again in one transaction, which keeps the m
 ordering argument (see ``_multilock.py``).
 
 The parts, each a class ``Queue`` is made of, over the state they share (``_queue_state.py``):
-``_enqueue.py`` (the create and a lost create reply), ``_queue_wait.py`` (the waits) and
-``_give_back.py`` (release and cleanup). This module is the acquire loop.
+``_enqueue.py`` (the create and a lost create reply), ``_queue_wait.py`` (the waits),
+``_give_back.py`` (release and cleanup) and ``_delay.py`` (lock-delay: once first, a record
+left by a holder that vanished without a release is waited out). This module is the acquire
+loop.
 """
 
 from __future__ import annotations
