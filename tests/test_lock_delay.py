@@ -259,6 +259,30 @@ async def test_a_multi_lock_honors_every_member(
     assert [await record_of(other, p) for p in paths] == [None, None]
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_election_leader_takes_office_after_the_delay(
+    chroot: str,
+    zk_hosts: str,
+    proxy: FaultProxy,
+    open_client: ClientFactory,
+    observer: RawZooKeeperConnection,
+) -> None:
+    leader_client = await open_client(proxy, session_timeout=1.0)
+    leader = leader_client.election(PATH, lock_delay=1.0)
+    await leader.acquire()
+    (node,) = await lock_nodes(leader_client)
+    assert await record_of(leader_client) == node
+    deletion = DeletionWatch(observer, f"{chroot}{PATH}/{node}")
+    await deletion.arm()
+    await expire(leader_client, proxy, zk_hosts)
+    with anyio.fail_after(5):
+        await deletion.run()
+    candidate = (await open_client()).election(PATH, lock_delay=LONG)
+    await candidate.acquire()
+    assert time.monotonic() - deletion.deleted_at >= 1.0
+    await candidate.release()
+
+
 # ---------------------------------------------------------------- what it costs
 
 PING = 11
