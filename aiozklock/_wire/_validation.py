@@ -106,6 +106,11 @@ def positive_seconds(name: str, value: object) -> float:
     return float(value)
 
 
+def validate_lock_delay(value: object) -> float | None:
+    """``lock_delay=``: None, or a positive, finite number of seconds."""
+    return None if value is None else positive_seconds("lock_delay", value)
+
+
 MAX_IDENTIFIER = 1024
 
 
