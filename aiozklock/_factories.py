@@ -154,6 +154,7 @@ class RecipeFactories:
         fair: Literal[True] = True,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        revocable: bool = False,
     ) -> Lock: ...
 
     @overload
@@ -165,6 +166,7 @@ class RecipeFactories:
         fair: Literal[False],
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        revocable: Literal[False] = False,
     ) -> NonFairLock: ...
 
     @overload
@@ -176,6 +178,7 @@ class RecipeFactories:
         fair: bool,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        revocable: bool = False,
     ) -> Lock | NonFairLock: ...
 
     def lock(
@@ -186,6 +189,7 @@ class RecipeFactories:
         fair: bool = True,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        revocable: bool = False,
     ) -> Lock | NonFairLock:
         """A reentrant, loss-aware lock on ``path`` (validated now, before any traffic).
 
@@ -200,18 +204,35 @@ class RecipeFactories:
         not part of the identity. ``compat``: whose node names to write, for peers on the
         same path: ``"curator"`` (the default; Curator's ``InterProcessMutex`` orders them)
         or ``"kazoo"`` (kazoo's ``Lock``); either way every library's nodes are read. The
-        non-fair lock has no counterpart in either.
+        non-fair lock has no counterpart in either. ``revocable=True``: a revoke request
+        (``zk.revoke(path)``, ``aiozklock revoke PATH``, Curator's ``Revoker.attemptRevoke``)
+        cancels the holder's body and releases, raising ``LockRevoked``, and makes a waiter
+        give up its place; without it, requests are ignored (and cost nothing). Part of the
+        identity, as ``compat`` is; the fair lock only.
 
         Raises ``InvalidArgument`` for a bad path, identifier, acl, compat (or a kazoo one
-        with ``fair=False``) or a non-bool ``fair``,
+        with ``fair=False``), a non-bool ``fair`` or ``revocable``, or ``revocable=True``
+        with ``fair=False``,
         ``UsageError`` if this client's object for the path has another ``acl``, or when
         called outside the event loop the client was opened in, ``ClientClosed`` if the
         client is not connected.
         """
         compat = validate_compat(compat)
+        revocable = validate_flag("revocable", revocable)
         if validate_flag("fair", fair):
-            key = (path, identifier, compat)
-            return self._made(Lock, _LOCK, key, acl, path, identifier=identifier, compat=compat)
+            key = (path, identifier, compat, revocable)
+            return self._made(
+                Lock,
+                _LOCK,
+                key,
+                acl,
+                path,
+                identifier=identifier,
+                compat=compat,
+                revocable=revocable,
+            )
+        if revocable:
+            raise InvalidArgument("the non-fair lock is not revocable: use the fair lock")
         if compat != "curator":
             raise InvalidArgument("the non-fair lock has no kazoo counterpart: compat='curator'")
         return self._made(
@@ -225,19 +246,30 @@ class RecipeFactories:
         identifier: str | None = None,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        revocable: bool = False,
     ) -> MultiLock:
         """All-or-nothing lock of several paths, deadlock-free; returns a ``MultiLock``.
-        ``compat``: as for ``lock()``, on each path.
+        ``compat``: as for ``lock()``, on each path. ``revocable``: as for ``lock()``; a
+        request written to its node on any one path ends the whole holding.
 
-        Validated now: bad or empty paths, identifier, acl or compat raise ``InvalidArgument``
-        (duplicates are dropped); ``UsageError`` if this client's object for the paths has
-        another ``acl``; ``ClientClosed`` if the client is not connected.
+        Validated now: bad or empty paths, identifier, acl, compat or a non-bool
+        ``revocable`` raise ``InvalidArgument`` (duplicates are dropped); ``UsageError`` if
+        this client's object for the paths has another ``acl``; ``ClientClosed`` if the
+        client is not connected.
         """
         members = paths if isinstance(paths, str) else tuple(paths)
         compat = validate_compat(compat)
-        key = (members, identifier, compat)
+        revocable = validate_flag("revocable", revocable)
+        key = (members, identifier, compat, revocable)
         return self._made(
-            MultiLock, _MULTI, key, acl, members, identifier=identifier, compat=compat
+            MultiLock,
+            _MULTI,
+            key,
+            acl,
+            members,
+            identifier=identifier,
+            compat=compat,
+            revocable=revocable,
         )
 
     def election(
@@ -265,18 +297,31 @@ class RecipeFactories:
         identifier: str | None = None,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        revocable: bool = False,
     ) -> ReadWriteLock:
         """A read/write lock on ``path``; returns a ``ReadWriteLock`` (its ``read_lock`` and
         ``write_lock`` are this client's objects for the path and identifier, as for
         ``lock()``; this client's tasks hold the read lock together, on one node: see
         ``ReadLock``). ``compat``: whose node names to write: ``"curator"`` (Curator's
         ``InterProcessReadWriteLock``'s) or ``"kazoo"`` (kazoo's ``ReadLock`` and
-        ``WriteLock`` read them as their own). Validated now: a bad path, identifier, acl or
-        compat raises ``InvalidArgument``; ``UsageError`` if this client's object for the
+        ``WriteLock`` read them as their own). ``revocable``: the write lock is revocable, as
+        ``lock(revocable=True)`` is (the read lock, shared by this client's tasks on one
+        node, is not). Validated now: a bad path, identifier, acl, compat or a non-bool
+        ``revocable`` raises ``InvalidArgument``; ``UsageError`` if this client's object for the
         path has another ``acl``; ``ClientClosed`` if the client is not connected."""
         compat = validate_compat(compat)
-        key = (path, identifier, compat)
-        write = self._made(WriteLock, _WRITE, key, acl, path, identifier=identifier, compat=compat)
+        revocable = validate_flag("revocable", revocable)
+        key = (path, identifier, compat, revocable)
+        write = self._made(
+            WriteLock,
+            _WRITE,
+            key,
+            acl,
+            path,
+            identifier=identifier,
+            compat=compat,
+            revocable=revocable,
+        )
         # The read side is built on the write side: its session, loss monitor and ACL.
         read = self._kept(
             ReadLock,

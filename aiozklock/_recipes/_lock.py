@@ -76,8 +76,11 @@ class Lock(PathLock):
 
     Fair (FIFO across processes and across the tasks of this process), reentrant per task,
     and loss-aware: the body of ``async with lock:`` is cancelled when the lock can no longer
-    be trusted to be ours, and ``LockLost`` is raised when it exits. Bad arguments raise
-    ``InvalidArgument`` here, before any request.
+    be trusted to be ours, and ``LockLost`` is raised when it exits. With
+    ``zk.lock(path, revocable=True)``, a revoke request (``zk.revoke(path)``, Curator's
+    ``Revoker.attemptRevoke``) is such a loss: the body is cancelled, the lock released,
+    and ``LockRevoked`` raised. Bad arguments raise ``InvalidArgument`` here, before any
+    request.
     """
 
     __slots__ = ("identifier",)
@@ -92,6 +95,7 @@ class Lock(PathLock):
         janitor: Janitor,
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
+        revocable: bool = False,
     ) -> None:
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
@@ -105,6 +109,7 @@ class Lock(PathLock):
             self.identifier,
             acl,
             layout=Layout(compat, LOCK_MARKER, KAZOO_MARKER, "zk.lock()"),
+            revocable=revocable,
         )
 
     async def contenders(self) -> list[Contender]:

@@ -82,6 +82,7 @@ class MultiLock(QueuedPrimitive):
         janitor: Janitor,
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
+        revocable: bool = False,
     ) -> None:
         self.paths = validate_members(paths)
         self.identifier = validate_identifier(identifier)
@@ -95,6 +96,7 @@ class MultiLock(QueuedPrimitive):
             self.identifier,
             acl,
             layout=Layout(compat, LOCK_MARKER, KAZOO_MARKER, "zk.multi_lock()"),
+            revocable=revocable,
         )
 
     @property

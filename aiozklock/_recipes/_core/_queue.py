@@ -25,7 +25,7 @@ The parts, each a class ``Queue`` is made of, over the state they share (``_queu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aiozklock._exceptions import ConnectionLoss, NodeExistsError, SessionExpired
 from aiozklock._recipes._core._enqueue import Enqueuing
@@ -49,6 +49,8 @@ from aiozklock._wire._protocol import Created, CreateMode, create_op, exists_op
 from aiozklock._wire._validation import join
 
 _LOST_OR_THERE = (ConnectionLoss, NodeExistsError)
+# Told of our nodes (their server paths, their session generation) once a join made them.
+OnJoin = Callable[[Sequence[str], int], None]
 # A join proven alone: first, nothing stale, nothing behind.
 _ALONE = Step(stale=(), requeue=False, held=True, waits={}, behind=0)
 
@@ -62,20 +64,26 @@ class Queue(Enqueuing, Waiting, GivingBack):
 
     __slots__ = ()
 
-    async def take(self, deadline: float | None, data: Callable[[], bytes]) -> Holding:
+    async def take(
+        self, deadline: float | None, data: Callable[[], bytes], on_join: OnJoin | None = None
+    ) -> Holding:
         """Queue on every member and wait until first on all; returns the holding.
 
-        ``data()`` gives our nodes' data at each enqueue. Raises ``LockTimeout`` at
-        ``deadline``; after any failure or cancellation, ``abandon()`` leaves nothing queued.
+        ``data()`` gives our nodes' data at each enqueue; ``on_join(server_paths,
+        generation)`` is told of our nodes once each join has created them, before any wait
+        (a revocable recipe's watch). Raises ``LockTimeout`` at ``deadline``; after any
+        failure or cancellation, ``abandon()`` leaves nothing queued.
         """
         self._deadline = deadline
         try:
-            return await self._take(deadline, data)
+            return await self._take(deadline, data, on_join)
         finally:
             if self._armed is not None:
                 self._disarm()
 
-    async def _take(self, deadline: float | None, data: Callable[[], bytes]) -> Holding:
+    async def _take(
+        self, deadline: float | None, data: Callable[[], bytes], on_join: OnJoin | None
+    ) -> Holding:
         listings: Listings | None = None
         handed_off = False  # the last wait ended in a direct hand-off (nothing listed behind)
         while True:
@@ -84,6 +92,8 @@ class Queue(Enqueuing, Waiting, GivingBack):
                 if listings is None:
                     joined = await self._join(deadline, data)
                     listings = joined.listings
+                    if on_join is not None:
+                        on_join(self._server_nodes(), self.generation)
                 if self._layout is not None:
                     for member, children in listings.items():  # fail closed: see _peers.py
                         self._layout.check(member, children, self.guid, self._label)
@@ -104,6 +114,11 @@ class Queue(Enqueuing, Waiting, GivingBack):
         assert self.token is not None
         nodes = tuple([join(member, self.nodes[member]) for member in self.members])
         return Holding(nodes, self.generation, self.token)
+
+    def _server_nodes(self) -> list[str]:
+        """The server paths of our nodes, one per member."""
+        server_path = self._session.server_path
+        return [server_path(join(member, self.nodes[member])) for member in self.members]
 
     async def _join(self, deadline: float | None, data: Callable[[], bytes]) -> Joined:
         """Enqueue (and check the recipe's guard), with what our last grant left for this
@@ -197,4 +212,4 @@ class Queue(Enqueuing, Waiting, GivingBack):
         return stat.czxid
 
 
-__all__ = ("Guard", "Listings", "Queue", "refused")
+__all__ = ("Guard", "Listings", "OnJoin", "Queue", "refused")
