@@ -89,8 +89,9 @@ def deadlock_finding(deadlock: Deadlock, parties: Mapping[PartyKey, Party]) -> F
     message = f"{who} wait for each other: {chain}"
     if deadlock.stuck:
         message += f"; {len(deadlock.stuck)} more stuck with them"
+    revoke = f"aiozklock revoke {shlex.quote(waits[0].path)}"
     action = (
-        f"end one of them to break the cycle now: `aiozklock revoke {shlex.quote(waits[0].path)}` asks "
+        f"end one of them to break the cycle now: `{revoke}` asks "
         "its holder to let go (if it is revocable: zk.lock(path, revocable=True), Curator's "
         "makeRevocable), or stop it (its nodes go with its session); "
         "for good, take these locks in one order everywhere, or together with "
