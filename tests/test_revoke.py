@@ -1,0 +1,226 @@
+"""Revocation (issue 33, items 1 and 2): ``zk.lock(path, revocable=True)`` and
+``zk.revoke(path)``, by Curator's protocol (a node's data set to ``__REVOKE__``).
+
+A revocable holder's body is cancelled, its lock released (its node deleted) and
+``LockRevoked`` raised; a holder that did not opt in ignores a request; a revocable waiter
+gives up its place. ``zk.revoke`` refuses bad input before any traffic, and says why it
+could not revoke: no holder, not revocable, not gone in time. Real ZooKeeper, asyncio and
+trio; the command line's exit codes in a subprocess; the cost on the wire, counted by a
+FaultProxy. Curator both ways: ``tests/test_revoke_curator.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anyio
+import pytest
+
+import aiozklock
+from aiozklock import LockRevoked, NotRevoked
+from aiozklock.testing import FaultProxy, wait_for_children
+from tests.conftest import ClientFactory, node_gone, wait_for_queue
+from tests.test_bad_input import requests_except_pings
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+PATH = "/locks/revoke"
+REVOKE = b"__REVOKE__"
+HANG = 10.0  # a hang bound, not a duration
+CREATE2, DELETE, EXISTS, GET_DATA, GET_CHILDREN2 = 15, 2, 3, 4, 12
+
+
+@dataclass
+class Holder:
+    """A task holding ``lock`` in ``async with`` until ``done`` (or until cancelled): what
+    happened to its body, and what its block raised."""
+
+    lock: aiozklock.Lock
+    held: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    cancelled: bool = False
+    raised: BaseException | None = None
+    node: str = ""
+
+    async def hold(self) -> None:
+        try:
+            async with self.lock:
+                node = self.lock.statistics().node
+                assert node is not None
+                self.node = f"{self.lock.path}/{node}"
+                self.held.set()
+                try:
+                    await self.done.wait()
+                except anyio.get_cancelled_exc_class():
+                    self.cancelled = True
+                    raise
+        except aiozklock.LockLost as exc:
+            self.raised = exc
+        self.held.set()
+
+
+async def test_a_revocable_holder_lets_go_and_another_session_acquires(
+    open_client: ClientFactory,
+) -> None:
+    holder_client, other = await open_client(), await open_client()
+    holder = Holder(holder_client.lock(PATH, revocable=True))
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(holder.hold)
+            await holder.held.wait()
+            asked = await other.revoke(PATH)  # returns once the node is gone
+        assert asked == (holder.node,)
+        assert holder.cancelled
+        assert isinstance(holder.raised, LockRevoked)
+        assert "revoked" in str(holder.raised)
+        assert await other.exists(holder.node) is None
+        async with other.lock(PATH) as lock:  # granted: nothing of the holder's is left
+            assert lock.is_held
+    assert holder.lock.statistics().losses == 1
+    assert not holder.lock.statistics().locked
+
+
+async def test_a_holder_that_did_not_opt_in_ignores_a_revoke(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    holder_client = await open_client()
+    holder = Holder(holder_client.lock(PATH))
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(holder.hold)
+            await holder.held.wait()
+            data, _ = await zk.get_data(holder.node)
+            # zk.revoke knows it from its node's data: it does not write.
+            with pytest.raises(NotRevoked) as refused:
+                await zk.revoke(PATH, wait=0)
+            assert refused.value.reason == "not revocable"
+            assert refused.value.nodes == (holder.node,)
+            assert "did not opt in" in str(refused.value)
+            assert (await zk.get_data(holder.node))[0] == data
+            # Curator's Revoker does not ask: it writes. The holder's session reads the
+            # request back, so any notification of it would have reached it before.
+            await zk.set_data(holder.node, REVOKE)
+            assert (await holder_client.get_data(holder.node))[0] == REVOKE
+            assert holder.lock.is_held
+            assert not holder.cancelled
+            holder.done.set()
+    assert holder.raised is None
+    assert not holder.cancelled
+
+
+async def test_a_revocable_waiter_gives_up_its_place(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    holder = Holder(zk.lock(PATH))
+    waiter_client = await open_client()
+    waiter = waiter_client.lock(PATH, revocable=True)
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(holder.hold)
+            await holder.held.wait()
+
+            async def wait_for_it() -> None:
+                with pytest.raises(LockRevoked, match="while it waited"):
+                    await waiter.acquire()
+
+            tg.start_soon(wait_for_it)
+            queue = await wait_for_queue(zk, PATH, 2)
+            (theirs,) = [c for c in queue if f"{PATH}/{c}" != holder.node]
+            await zk.set_data(f"{PATH}/{theirs}", REVOKE)  # Curator's request, to the waiter
+            await node_gone(zk, f"{PATH}/{theirs}")
+            assert holder.lock.is_held  # the holder was not asked
+            holder.done.set()
+    assert holder.raised is None
+    assert not waiter.statistics().locked
+    assert await waiter_client.get_children(PATH) == []
+
+
+async def test_a_revoke_of_a_lock_nobody_holds_says_so(zk: aiozklock.ZooKeeperClient) -> None:
+    for path in ("/locks/never", PATH):  # missing, and there but empty
+        with pytest.raises(NotRevoked) as refused:
+            await zk.revoke(path)
+        assert refused.value.reason == "no holder"
+        assert refused.value.nodes == ()
+        await zk.ensure_path(PATH)
+
+
+async def test_a_holder_that_does_not_let_go_in_time(zk: aiozklock.ZooKeeperClient) -> None:
+    # A Curator-style node with empty data: perhaps a revocable Curator mutex, perhaps
+    # not (it may be anything: nobody here lets go).
+    await zk.ensure_path(PATH)
+    node = await zk.create(f"{PATH}/_c_{'0' * 8}-0000-0000-0000-{'0' * 12}-lock-", sequential=True)
+    [contender] = await zk.lock(PATH).contenders()
+    assert contender.revocable is None
+    with pytest.raises(NotRevoked) as refused:
+        await zk.revoke(PATH, wait=0.2)
+    assert refused.value.reason == "timeout"
+    assert "it may not be revocable" in str(refused.value)
+    assert (await zk.get_data(node))[0] == REVOKE
+    assert await zk.revoke(PATH, wait=0) == (node,)  # only asked: not waited for
+
+
+async def test_revoke_refuses_bad_input_before_any_traffic(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    zk = await open_client(proxy)
+    proxy.reset_counters()
+    for path, wait in [
+        ("relative", 1.0),
+        ("/", 1.0),
+        ("/a/", 1.0),
+        (PATH, -1.0),
+        (PATH, float("nan")),
+        (PATH, "1"),
+        (PATH, True),
+    ]:
+        with pytest.raises(aiozklock.InvalidArgument):
+            await zk.revoke(path, wait=wait)
+    assert requests_except_pings(proxy) == []
+
+
+async def test_a_revocable_lock_costs_one_request_more_and_no_round_trip(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    """Uncontended cycles: the create and the listing (one round trip), then the delete;
+    a revocable one adds its watch (a getData on its own node, not awaited)."""
+    zk = await open_client(proxy)
+    plain, revocable = zk.lock(PATH), zk.lock(PATH + "-r", revocable=True)
+    for lock in (plain, revocable):
+        async with lock:
+            pass  # the first cycle creates the path
+    seen = {}
+    for lock in (plain, revocable):
+        proxy.reset_counters()
+        async with lock:
+            pass
+        await zk.exists(lock.path)  # answered: the delete, written before it, is counted
+        seen[lock is revocable] = requests_except_pings(proxy)
+    assert seen[False] == [CREATE2, GET_CHILDREN2, DELETE, EXISTS]
+    assert seen[True] == [CREATE2, GET_CHILDREN2, GET_DATA, DELETE, EXISTS]
+
+
+async def test_a_revoked_multi_lock_lets_go_of_every_path(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    paths = [PATH + "/a", PATH + "/b"]
+    holder_client = await open_client()
+    multi = holder_client.multi_lock(paths, revocable=True)
+    raised: list[BaseException] = []
+    held = anyio.Event()
+
+    async def hold() -> None:
+        try:
+            async with multi:
+                held.set()
+                await anyio.sleep_forever()
+        except LockRevoked as exc:
+            raised.append(exc)
+
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold)
+            await held.wait()
+            await zk.revoke(paths[1])
+        for path in paths:
+            await wait_for_children(zk, path, lambda children: children == [])
+    assert len(raised) == 1
