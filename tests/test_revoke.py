@@ -101,7 +101,7 @@ async def test_a_holder_that_did_not_opt_in_ignores_a_revoke(
             # request back, so any notification of it would have reached it before.
             await zk.set_data(holder.node, REVOKE)
             assert (await holder_client.get_data(holder.node))[0] == REVOKE
-            assert holder.lock.is_held
+            assert holder.lock.statistics().locked  # (is_held is the holding task's)
             assert not holder.cancelled
             holder.done.set()
     assert holder.raised is None
@@ -128,7 +128,7 @@ async def test_a_revocable_waiter_gives_up_its_place(
             (theirs,) = [c for c in queue if f"{PATH}/{c}" != holder.node]
             await zk.set_data(f"{PATH}/{theirs}", REVOKE)  # Curator's request, to the waiter
             await node_gone(zk, f"{PATH}/{theirs}")
-            assert holder.lock.is_held  # the holder was not asked
+            assert holder.lock.statistics().locked  # the holder was not asked
             holder.done.set()
     assert holder.raised is None
     assert not waiter.statistics().locked
@@ -224,3 +224,35 @@ async def test_a_revoked_multi_lock_lets_go_of_every_path(
         for path in paths:
             await wait_for_children(zk, path, lambda children: children == [])
     assert len(raised) == 1
+
+
+async def test_the_doctors_deadlock_advice_names_the_revoke_that_breaks_it(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    one, two = await open_client(), await open_client()
+    a, b = "/dl/a", "/dl/b"
+    taken = [anyio.Event(), anyio.Event()]
+    outcome: dict[int, str] = {}
+
+    async def party(index: int, first: aiozklock.Lock, second: aiozklock.Lock) -> None:
+        try:
+            async with first:
+                taken[index].set()
+                async with second:
+                    outcome[index] = "got both"
+        except LockRevoked:
+            outcome[index] = "revoked"
+
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(party, 0, one.lock(a, revocable=True), one.lock(b, revocable=True))
+            tg.start_soon(party, 1, two.lock(b, revocable=True), two.lock(a, revocable=True))
+            for event in taken:
+                await event.wait()
+            await wait_for_queue(zk, a, 2)
+            await wait_for_queue(zk, b, 2)
+            (finding,) = (await zk.diagnose("/dl")).of_kind(aiozklock.FindingKind.DEADLOCK)
+            (revoke,) = [p for p in (a, b) if f"`aiozklock revoke {p}`" in finding.action]
+            await zk.revoke(revoke)
+    holder_of_it = 0 if revoke == a else 1
+    assert outcome == {holder_of_it: "revoked", 1 - holder_of_it: "got both"}
