@@ -221,16 +221,8 @@ class RecipeFactories:
         revocable = validate_flag("revocable", revocable)
         if validate_flag("fair", fair):
             key = (path, identifier, compat, revocable)
-            return self._made(
-                Lock,
-                _LOCK,
-                key,
-                acl,
-                path,
-                identifier=identifier,
-                compat=compat,
-                revocable=revocable,
-            )
+            given = {"identifier": identifier, "compat": compat, "revocable": revocable}
+            return self._made(Lock, _LOCK, key, acl, path, **given)
         if revocable:
             raise InvalidArgument("the non-fair lock is not revocable: use the fair lock")
         if compat != "curator":
@@ -261,16 +253,8 @@ class RecipeFactories:
         compat = validate_compat(compat)
         revocable = validate_flag("revocable", revocable)
         key = (members, identifier, compat, revocable)
-        return self._made(
-            MultiLock,
-            _MULTI,
-            key,
-            acl,
-            members,
-            identifier=identifier,
-            compat=compat,
-            revocable=revocable,
-        )
+        given = {"identifier": identifier, "compat": compat, "revocable": revocable}
+        return self._made(MultiLock, _MULTI, key, acl, members, **given)
 
     def election(
         self,
@@ -312,16 +296,8 @@ class RecipeFactories:
         compat = validate_compat(compat)
         revocable = validate_flag("revocable", revocable)
         key = (path, identifier, compat, revocable)
-        write = self._made(
-            WriteLock,
-            _WRITE,
-            key,
-            acl,
-            path,
-            identifier=identifier,
-            compat=compat,
-            revocable=revocable,
-        )
+        given = {"identifier": identifier, "compat": compat, "revocable": revocable}
+        write = self._made(WriteLock, _WRITE, key, acl, path, **given)
         # The read side is built on the write side: its session, loss monitor and ACL.
         read = self._kept(
             ReadLock,

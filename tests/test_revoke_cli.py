@@ -54,7 +54,7 @@ async def test_a_holder_that_does_not_let_go_in_time_exits_75(
 ) -> None:
     await zk.ensure_path(PATH)
     name = f"_c_{'0' * 8}-0000-0000-0000-{'0' * 12}-lock-"  # empty data: perhaps revocable
-    await zk.create(f"{PATH}/{name}", sequential=True)
+    await zk.create(f"{PATH}/{name}", ephemeral=True, sequential=True)
     with anyio.fail_after(HANG):
         late = await _cli("revoke", "--hosts", hosts, "--wait", "0.2", PATH)
     assert late.returncode == 75

@@ -102,9 +102,11 @@ class Revocation:
         session, generation = self._session, self._generation
 
         def done(result: object, error: AiozklockError | None) -> None:
+            if path not in self._paths:
+                return  # a reply for nodes we no longer watch (released meanwhile)
             if error is None and isinstance(result, tuple) and result[0] == REVOKE:
                 self._requested(path)
-            elif isinstance(error, ConnectionLoss) and path in self._paths:
+            elif isinstance(error, ConnectionLoss):
                 self._unread.add(path)  # its watch may not be set: read again
             # NoNode: our node is gone (released, or its session); nothing to watch.
 
