@@ -80,6 +80,30 @@ async def test_a_revocable_holder_lets_go_and_another_session_acquires(
     assert not holder.lock.statistics().locked
 
 
+async def test_a_revocable_holder_ignores_other_data_then_still_hears_a_request(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    holder_client = await open_client()
+    holder = Holder(holder_client.lock(PATH, revocable=True))
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(holder.hold)
+            await holder.held.wait()
+            # Another writer's data (say, a count of local waiters): not a request. The
+            # holder's session reads it back (so its watch has fired: ZooKeeper tells a
+            # watcher before it shows the new data), then once more: by then the read the
+            # watch made it send has been answered too.
+            await zk.set_data(holder.node, b'{"local_waiters": 3}')
+            for _ in range(2):
+                await holder_client.get_data(holder.node)
+            assert holder.lock.statistics().locked
+            assert not holder.cancelled
+            await zk.set_data(holder.node, REVOKE)  # its watch was set again: heard
+            await node_gone(zk, holder.node)
+    assert holder.cancelled
+    assert isinstance(holder.raised, LockRevoked)
+
+
 async def test_a_holder_that_did_not_opt_in_ignores_a_revoke(
     zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
 ) -> None:
@@ -101,6 +125,7 @@ async def test_a_holder_that_did_not_opt_in_ignores_a_revoke(
             # request back, so any notification of it would have reached it before.
             await zk.set_data(holder.node, REVOKE)
             assert (await holder_client.get_data(holder.node))[0] == REVOKE
+            await holder_client.exists(holder.node)  # a further round trip of its session
             assert holder.lock.statistics().locked  # (is_held is the holding task's)
             assert not holder.cancelled
             holder.done.set()
