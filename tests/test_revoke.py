@@ -35,7 +35,7 @@ class Holder:
     """A task holding ``lock`` in ``async with`` until ``done`` (or until cancelled): what
     happened to its body, and what its block raised."""
 
-    lock: aiozklock.Lock
+    lock: aiozklock.Lock | aiozklock.WriteLock
     held: anyio.Event = field(default_factory=anyio.Event)
     done: anyio.Event = field(default_factory=anyio.Event)
     cancelled: bool = False
@@ -284,3 +284,20 @@ async def test_the_doctors_deadlock_advice_names_the_revoke_that_breaks_it(
             await zk.revoke(revoke)
     holder_of_it = 0 if revoke == a else 1
     assert outcome == {holder_of_it: "revoked", 1 - holder_of_it: "got both"}
+
+
+async def test_a_revocable_write_lock_lets_go_and_a_reader_is_not_revocable(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    holder_client = await open_client()
+    writer = Holder(holder_client.rw_lock(PATH, revocable=True).write_lock)
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer.hold)
+            await writer.held.wait()
+            assert await zk.revoke(PATH) == (writer.node,)
+        assert isinstance(writer.raised, LockRevoked)
+        async with holder_client.rw_lock(PATH, revocable=True).read_lock:
+            with pytest.raises(NotRevoked) as refused:
+                await zk.revoke(PATH)
+    assert refused.value.reason == "not revocable"
