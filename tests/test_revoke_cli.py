@@ -1,6 +1,6 @@
 """``aiozklock revoke PATH [--wait S]`` (issue 33, item 2): its exit status says what
 happened (0 the holder let go, 1 no holder, 77 not revocable, 75 not gone in time, 64 bad
-usage), and the doctor's deadlock advice names it. A real subprocess, bounded."""
+usage). A real subprocess, bounded (bad usage, which contacts nothing, in this process)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 import aiozklock
+from aiozklock._cli import main
 from tests.test_cli import _cli
 from tests.test_revoke import Holder
 
@@ -44,9 +45,11 @@ async def test_the_exit_status_says_what_happened(
             assert b"is not revocable" in refused.stderr
             assert plain.lock.statistics().locked
             plain.done.set()
-    bad = await _cli("revoke", "--hosts", hosts, "relative/path")
-    assert bad.returncode == 64
-    assert bad.stdout == b""
+    # Bad usage is found before anything is contacted (in this process: no server needed).
+    assert main(["revoke", "--hosts", "127.0.0.1:1", "relative/path"]) == 64
+    with pytest.raises(SystemExit) as usage:
+        main(["revoke", "--hosts", hosts, "--wait", "-1", PATH])
+    assert usage.value.code == 64
 
 
 async def test_a_holder_that_does_not_let_go_in_time_exits_75(
