@@ -25,7 +25,7 @@ The parts, each a class ``Queue`` is made of, over the state they share (``_queu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from aiozklock._exceptions import ConnectionLoss, NodeExistsError, SessionExpired
 from aiozklock._recipes._core._enqueue import Enqueuing
@@ -40,6 +40,7 @@ from aiozklock._recipes._core._queue_state import (
     Joined,
     Lead,
     Listings,
+    OnJoin,
     Replies,
     Round,
 )
@@ -49,8 +50,7 @@ from aiozklock._wire._protocol import Created, CreateMode, create_op, exists_op
 from aiozklock._wire._validation import join
 
 _LOST_OR_THERE = (ConnectionLoss, NodeExistsError)
-# Told of our nodes (their server paths, their session generation) once a join made them.
-OnJoin = Callable[[Sequence[str], int], None]
+
 # A join proven alone: first, nothing stale, nothing behind.
 _ALONE = Step(stale=(), requeue=False, held=True, waits={}, behind=0)
 
@@ -90,10 +90,8 @@ class Queue(Enqueuing, Waiting, GivingBack):
             try:
                 joined = None
                 if listings is None:
-                    joined = await self._join(deadline, data)
+                    joined = await self._join(deadline, data, on_join)
                     listings = joined.listings
-                    if on_join is not None:
-                        on_join(self._server_nodes(), self.generation)
                 if self._layout is not None:
                     for member, children in listings.items():  # fail closed: see _peers.py
                         self._layout.check(member, children, self.guid, self._label)
@@ -115,16 +113,13 @@ class Queue(Enqueuing, Waiting, GivingBack):
         nodes = tuple([join(member, self.nodes[member]) for member in self.members])
         return Holding(nodes, self.generation, self.token)
 
-    def _server_nodes(self) -> list[str]:
-        """The server paths of our nodes, one per member."""
-        server_path = self._session.server_path
-        return [server_path(join(member, self.nodes[member])) for member in self.members]
-
-    async def _join(self, deadline: float | None, data: Callable[[], bytes]) -> Joined:
+    async def _join(
+        self, deadline: float | None, data: Callable[[], bytes], on_join: OnJoin | None
+    ) -> Joined:
         """Enqueue (and check the recipe's guard), with what our last grant left for this
         join (taken: for this join only); returns what the join learned."""
         lead, self._lead = self._lead, None
-        joined = await self._enqueue(deadline, data, lead)
+        joined = await self._enqueue(deadline, data, lead, on_join)
         if self._guard is not None:
             await self._guard.check(joined.guarded, deadline)
         return joined
