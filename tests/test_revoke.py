@@ -301,3 +301,45 @@ async def test_a_revocable_write_lock_lets_go_and_a_reader_is_not_revocable(
             with pytest.raises(NotRevoked) as refused:
                 await zk.revoke(PATH)
     assert refused.value.reason == "not revocable"
+
+
+async def test_a_revocable_waiter_hears_a_request_while_following_its_last_grants_hint(
+    zk: aiozklock.ZooKeeperClient, open_client: ClientFactory
+) -> None:
+    """A granted by a listing with D and E behind it (its hint: E) re-joins by waiting for
+    E's node inside its join (``tests/test_follow.py``): a request reaches it there."""
+    b, c, d, e = [Holder((await open_client()).lock(PATH)) for _ in range(4)]
+    a_lock = (await open_client()).lock(PATH, revocable=True)
+    a_granted, a_release = anyio.Event(), anyio.Event()
+    raised: list[BaseException] = []
+
+    async def a() -> None:
+        async with a_lock:
+            a_granted.set()
+            await a_release.wait()
+        try:  # again at once: it follows its hint
+            await a_lock.acquire()
+        except LockRevoked as exc:
+            raised.append(exc)
+
+    await zk.ensure_path(PATH)
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            for size, start in enumerate([b.hold, c.hold, a, d.hold, e.hold], start=1):
+                tg.start_soon(start)
+                await wait_for_queue(zk, PATH, size)
+            b.done.set()
+            await c.held.wait()
+            c.done.set()
+            await a_granted.wait()
+            a_release.set()
+            await d.held.wait()
+            queue = await wait_for_queue(zk, PATH, 3)  # D, E and A's new node
+            newest = max(queue, key=lambda name: name[-10:])
+            await zk.set_data(f"{PATH}/{newest}", REVOKE)
+            await node_gone(zk, f"{PATH}/{newest}")
+            assert len(raised) == 1
+            assert d.lock.statistics().locked  # heard before E's node (its hint) went
+            assert not e.held.is_set()
+            d.done.set()
+            e.done.set()
