@@ -23,7 +23,7 @@ from aiozklock._cli._common import (
 from aiozklock._wire._validation import validate_recipe_path
 
 EX_NOHOLDER = 1  # nothing holds the lock: nothing to revoke
-EX_NOPERM = 77  # the holder is not revocable (it did not opt in): nothing was written
+EX_NOPERM = 77  # not revocable (it did not opt in), or its node's ACL forbids the write
 
 #: The exit status of each ``NotRevoked.reason``.
 STATUS = {"no holder": EX_NOHOLDER, "not revocable": EX_NOPERM, "timeout": EX_TEMPFAIL}
@@ -35,7 +35,8 @@ _EPILOG = (
     "is cancelled and its lock released; others ignore it. A holder whose node says it did "
     "not opt in is not written to.",
     f"exit status: 0 the holder let go (with --wait 0: the request was written), "
-    f"{EX_NOHOLDER} no holder, {EX_NOPERM} the holder is not revocable, {EX_TEMPFAIL} it "
+    f"{EX_NOHOLDER} no holder, {EX_NOPERM} the holder is not revocable (or its node's ACL "
+    f"forbids the write), {EX_TEMPFAIL} it "
     f"did not let go within --wait seconds (it may not be revocable), {EX_USAGE} usage "
     f"error, {EX_UNAVAILABLE} ZooKeeper unavailable.",
 )
@@ -79,6 +80,9 @@ def revoke_command(args: argparse.Namespace) -> int:
     except aiozklock.NotRevoked as exc:
         say(args.command, str(exc))
         return STATUS[exc.reason]
+    except aiozklock.NoAuthError as exc:
+        say(args.command, f"not allowed to write the holder's node (its ACL): {exc}")
+        return EX_NOPERM
     except aiozklock.ZooKeeperUnavailable as exc:
         say(args.command, f"ZooKeeper unavailable: {exc}")
         return EX_UNAVAILABLE
