@@ -20,7 +20,8 @@ Metrics (instrumentation scope ``aiozklock``), each with the attributes ``aiozkl
 - ``aiozklock.lock.hold`` (histogram, s): how long each acquisition was held.
 - ``aiozklock.lock.acquisitions``, ``aiozklock.lock.timeouts`` (counters).
 - ``aiozklock.lock.losses`` (counter), with ``aiozklock.loss.cause``: ``suspended``,
-  ``lost``, ``closed`` (the session's state) or ``lease``.
+  ``lost``, ``closed`` (the session's state), ``lease`` or ``revoked`` (a revocable holder
+  asked to let go).
 - ``aiozklock.session.state_changes`` (counter), attributes ``aiozklock.session.state`` and
   ``aiozklock.session.previous_state`` (lower case, e.g. ``suspended``);
   ``aiozklock.session.reconnects`` (counter): back to ``connected`` from ``suspended``

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import shlex
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -88,8 +89,11 @@ def deadlock_finding(deadlock: Deadlock, parties: Mapping[PartyKey, Party]) -> F
     message = f"{who} wait for each other: {chain}"
     if deadlock.stuck:
         message += f"; {len(deadlock.stuck)} more stuck with them"
+    revoke = f"aiozklock revoke {shlex.quote(waits[0].path)}"
     action = (
-        "end one of them to break the cycle now (stop it: its nodes go with its session); "
+        f"end one of them to break the cycle now: `{revoke}` asks "
+        "its holder to let go (if it is revocable: zk.lock(path, revocable=True), Curator's "
+        "makeRevocable), or stop it (its nodes go with its session); "
         "for good, take these locks in one order everywhere, or together with "
         "zk.multi_lock(), and bound waits with timeouts"
     )

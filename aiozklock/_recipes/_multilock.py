@@ -84,6 +84,7 @@ class MultiLock(QueuedPrimitive):
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
         lock_delay: float | None = None,
+        revocable: bool = False,
     ) -> None:
         self.paths = validate_members(paths)
         self.identifier = validate_identifier(identifier)
@@ -98,6 +99,7 @@ class MultiLock(QueuedPrimitive):
             acl,
             layout=Layout(compat, LOCK_MARKER, KAZOO_MARKER, "zk.multi_lock()"),
             lock_delay=lock_delay,
+            revocable=revocable,
         )
 
     @property

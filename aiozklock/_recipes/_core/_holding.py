@@ -31,7 +31,9 @@ class Holding:
 
     ``guarded``: the node names are not unique to us (a fixed node), so a background delete
     must first check that the node still has our czxid. ``observer``: told of the loss
-    (``connect(telemetry=...)``).
+    (``connect(telemetry=...)``). ``revoked``: lost because its holder was asked to let go
+    (a revocable holding, ``_revocation.py``): unlike any other loss, the session is sound,
+    so the release still deletes our nodes, and raises ``LockRevoked``.
     """
 
     nodes: tuple[str, ...]
@@ -42,6 +44,7 @@ class Holding:
     lost: bool = False
     lost_reason: str = ""
     observer: RecipeObserver | None = None
+    revoked: bool = False
 
     def mark_lost(self, reason: str, cause: str) -> bool:
         """Mark the holding lost and cancel its bodies; True if it was not lost before.
@@ -57,6 +60,14 @@ class Holding:
         if self.observer is not None:
             self.observer.lost(cause)
         return True
+
+    def mark_revoked(self, reason: str) -> bool:
+        """A revoke request reached the holder: a loss with its own cause (``mark_lost``),
+        unless it was lost already (then its nodes are the janitor's). True if it was not."""
+        if self.lost:
+            return False
+        self.revoked = True
+        return self.mark_lost(reason, "revoked")
 
 
 class HoldingMonitor(Protocol):

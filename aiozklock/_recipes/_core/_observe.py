@@ -38,7 +38,7 @@ class RecipeObserver(Protocol):
     def lost(self, cause: str) -> None:
         """The holding was found lost; ``cause`` is one of a few words (``"suspended"``,
         ``"lost"``, ``"closed"`` for the session's state, ``"lease"`` for a lease that could
-        not be kept)."""
+        not be kept, ``"revoked"`` for a revocable holding asked to let go)."""
 
 
 @runtime_checkable

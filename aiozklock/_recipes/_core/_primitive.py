@@ -21,7 +21,7 @@ from typing import Protocol
 import anyio
 
 from aiozklock._acl import ACL
-from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner, shorten
+from aiozklock._exceptions import LockLost, LockRevoked, LockTimeout, NotLockOwner, shorten
 from aiozklock._recipes._core._gate import LocalGate
 from aiozklock._recipes._core._handle import Handle, _task_ended
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
@@ -209,7 +209,7 @@ class Primitive(Handle):
             elif self._owner.id == task.id:
                 assert self._holding is not None
                 if self._holding.lost:
-                    raise self._lost_error(f"{self._label} was lost: {self._holding.lost_reason}")
+                    raise self._loss(self._holding)
                 self._depth += 1
                 return
         await self._take_anew(limit, task)
@@ -293,9 +293,15 @@ class Primitive(Handle):
         if self._depth > 1:
             self._depth -= 1
             if holding.lost:
-                raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
+                raise self._loss(holding)
             return
         await self._let_go(holding, task_id, confirm)
+
+    def _loss(self, holding: Holding) -> LockLost:
+        """What a lost ``holding`` raises: ``LockRevoked`` if it was revoked."""
+        if holding.revoked:
+            return LockRevoked(f"{self._label} was revoked: {holding.lost_reason}")
+        return self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
 
     async def _let_go(self, holding: Holding, task_id: int, confirm: bool = True) -> None:
         self._depth = 0
@@ -309,13 +315,17 @@ class Primitive(Handle):
         try:
             if holding.lost:
                 self._losses += 1
-                raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
-            if not confirm and self._give_back_nowait(holding):
+                if not holding.revoked:  # its nodes are the janitor's (the loss policy's)
+                    raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
+            if confirm or not self._give_back_nowait(holding):
+                await self._give_back(holding)
+            elif not holding.revoked:
                 return  # nothing awaited: no cancellation can have arrived meanwhile
-            await self._give_back(holding)
         finally:
             self._drop(holding)
             self._local.release()
+        if holding.revoked:  # released: its nodes are deleted as by a release
+            raise LockRevoked(f"{self._label} was revoked: {holding.lost_reason}")
         # The give-back was shielded; a cancellation that arrived meanwhile is delivered now.
         await self._session.tasks.checkpoint_if_cancelled()
 

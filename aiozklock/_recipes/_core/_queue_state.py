@@ -37,6 +37,9 @@ R = TypeVar("R")
 
 Listings = dict[str, list[str]]  # member path -> its children
 Names = Sequence[tuple[str, str]]  # (member path, node name) pairs
+# Told of our nodes (their server paths, their session generation) as soon as a join has
+# created them, before it waits for anything (a revocable recipe's watch: _revocation.py).
+OnJoin = Callable[[Sequence[str], int], None]
 # Raised by a write before anything of it was written: nothing of ours can exist.
 NOT_WRITTEN = (SessionExpired, TimeoutError, InvalidArgument)
 
@@ -243,6 +246,11 @@ class QueueState:
         self.token = token
         self.generation = generation
 
+    def _server_nodes(self) -> list[str]:
+        """The server paths of our nodes, one per member."""
+        server_path = self._session.server_path
+        return [server_path(join(member, self.nodes[member])) for member in self.members]
+
     def forget(self) -> None:
         """Released or lost: no node is ours any more."""
         self.nodes = {}
@@ -330,6 +338,7 @@ __all__ = (
     "Lead",
     "Listings",
     "Names",
+    "OnJoin",
     "QueueState",
     "Replies",
     "Round",
