@@ -96,13 +96,27 @@ class Finding:
 class QueueState:
     """A path where contenders are: its ``kind`` (``"lock"``, ``"election"``, ``"rwlock"``,
     ``"semaphore"``, ``"nonfair"``, ``"lease"``, ``"kazoo-semaphore"``,
-    ``"curator-semaphore"``), its holders and waiters, in queue order. ``Contender``'s
+    ``"curator-semaphore"``), its holders and waiters (nodes), in queue order; ``size``
+    counts their local waiters too. ``Contender``'s
     ``enqueued_at`` is by the server's clock, as ``Diagnosis.server_time``."""
 
     path: str
     kind: str
     holders: tuple[Contender, ...]
     waiters: tuple[Contender, ...]
+
+    @property
+    def local_waiters(self) -> int:
+        """The tasks queued inside the contenders' processes behind their nodes (holders'
+        too), as the nodes' data last said (``Contender.local_waiters``; 0 where the data
+        does not say)."""
+        return sum(c.local_waiters or 0 for c in (*self.holders, *self.waiters))
+
+    @property
+    def size(self) -> int:
+        """How many wait: the waiting nodes and the contenders' local waiters (what the
+        queue warning compares with ``queue_warning``)."""
+        return len(self.waiters) + self.local_waiters
 
 
 Clock = Literal["server", "local"]

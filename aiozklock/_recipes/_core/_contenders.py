@@ -34,6 +34,10 @@ class Contender:
     pid: int | None
     task: str | None
     enqueued_at: float | None  # Unix time its node was created, by the server's clock
+    # Tasks of its process queued behind it on the same object, as its data last said;
+    # None if its data does not say (another library's node, a recipe that does not publish
+    # it: see docs/observability.md, "Local queues").
+    local_waiters: int | None = None
 
 
 class Identity:
@@ -44,18 +48,27 @@ class Identity:
 
     def __init__(self, identifier: str | None) -> None:
         self._identifier = identifier  # the rest is built when needed: one object per lock
-        self._last: tuple[str | None, bytes] | None = None  # a lock's task rarely changes
+        # A lock's task and count rarely change: the last data built, and what it was for.
+        self._last: tuple[str | None, int | None, bytes] | None = None
 
-    def data(self, task_name: str | None, **extra: str) -> bytes:
-        """The JSON object for one enqueue, with ``extra`` fields."""
+    @property
+    def last_task(self) -> str | None:
+        """The task named in the data built last (that of our newest node)."""
+        return None if self._last is None else self._last[0]
+
+    def data(self, task_name: str | None, waiters: int | None = None, **extra: str) -> bytes:
+        """The JSON object for one enqueue, with ``extra`` fields; ``waiters``: the local
+        waiters to publish (``local_waiters``; None: a recipe that does not publish it)."""
         last = self._last
-        if last is not None and last[0] == task_name and not extra:
-            return last[1]
+        if last is not None and last[0] == task_name and last[1] == waiters and not extra:
+            return last[2]
         head = {"identifier": self._identifier, "host": _HOST, "pid": os.getpid()}
-        fields = {**head, "task": task_name, **extra}
+        fields: dict[str, object] = {**head, "task": task_name, **extra}
+        if waiters is not None:
+            fields["local_waiters"] = waiters
         data = validate_data(_ENCODE(fields).encode())
         if not extra:
-            self._last = (task_name, data)
+            self._last = (task_name, waiters, data)
         return data
 
 
@@ -99,7 +112,15 @@ def contender_of(
         pid=identity.get("pid"),
         task=identity.get("task"),
         enqueued_at=stat.ctime / 1000 if stat.ctime else None,
+        local_waiters=_count(identity.get("local_waiters")),
     )
+
+
+def _count(value: object) -> int | None:
+    """A published count: a non-negative int (not a bool), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 __all__ = ("Contender", "Identity", "contender_of", "read_contenders")

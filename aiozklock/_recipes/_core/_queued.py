@@ -10,6 +10,7 @@ from aiozklock._acl import ACL
 from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._local_waiters import LocalWaiters, PublishedWaiters
 from aiozklock._recipes._core._names import LOCK_MARKER
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
@@ -24,6 +25,10 @@ class QueuedPrimitive(Primitive):
     what we write, to refuse peers that cannot order it (``_peers.py``); None: no check."""
 
     __slots__ = ("_identity", "_queue")
+
+    # Whether its node's data publishes its local waiters (``_local_waiters.py``): only
+    # where every peer that may watch the node tolerates a change of its data (the locks).
+    _publishes = False
 
     def __init__(
         self,
@@ -48,7 +53,22 @@ class QueuedPrimitive(Primitive):
         self._identity = Identity(identifier)
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        return await self._queue.take(deadline, lambda: self._identity.data(task_name))
+        holding = await self._queue.take(deadline, lambda: self._node_data(task_name))
+        if isinstance(self._waiters, PublishedWaiters):
+            self._waiters.settle()  # the count may have changed since our create
+        return holding
+
+    def _node_data(self, task_name: str | None) -> bytes:
+        """Our nodes' data at an enqueue: our identity, with the local waiters if published."""
+        waiters = self._waiters
+        if waiters is not None and waiters.publishes:
+            return waiters.data(task_name)
+        return self._identity.data(task_name, 0 if self._publishes else None)
+
+    def _new_waiters(self) -> LocalWaiters:
+        if not self._publishes:
+            return super()._new_waiters()
+        return PublishedWaiters(self._observer, self._session, self._queue, self._identity)
 
     def _ahead(self) -> int | None:
         return self._queue.ahead
