@@ -118,6 +118,7 @@ class PublishedWaiters(LocalWaiters):
         self._off = False  # a foreign write, or a lost reply: no more writes on it
         self._busy: int | None = None  # the node whose write is in flight
         self.writes = 0
+        queue.on_adopt = self._changed  # a node of ours: write the count if it changed
 
     def data(self, task_name: str | None) -> bytes:
         """The data of a node about to be created, with the count of now in it."""
@@ -134,10 +135,6 @@ class PublishedWaiters(LocalWaiters):
         if self._off or self._busy == token or self._shown == self.count:
             return
         self._write(token, self.count)
-
-    def settle(self) -> None:
-        """After a grant: write the count if it changed since the node's create."""
-        self._changed()
 
     def _write(self, token: int, count: int) -> None:
         queue, session = self._queue, self._session

@@ -53,10 +53,7 @@ class QueuedPrimitive(Primitive):
         self._identity = Identity(identifier)
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        holding = await self._queue.take(deadline, lambda: self._node_data(task_name))
-        if isinstance(self._waiters, PublishedWaiters):
-            self._waiters.settle()  # the count may have changed since our create
-        return holding
+        return await self._queue.take(deadline, lambda: self._node_data(task_name))
 
     def _node_data(self, task_name: str | None) -> bytes:
         """Our nodes' data at an enqueue: our identity, with the local waiters if published."""
