@@ -33,7 +33,10 @@ departure.
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from aiozklock._exceptions import AiozklockError
 from aiozklock._recipes._core._observe import RecipeObserver
@@ -42,6 +45,7 @@ from aiozklock._wire._validation import join
 
 if TYPE_CHECKING:
     from aiozklock._recipes._core._contenders import Identity
+    from aiozklock._recipes._core._gate import LocalGate
     from aiozklock._recipes._core._queue import Queue
     from aiozklock._wire._session import Session
 
@@ -57,6 +61,17 @@ class LocalWaiters:
     def __init__(self, observer: RecipeObserver | None) -> None:
         self._observer = observer
         self.count = 0
+
+    async def wait(self, gate: LocalGate, limit: float | None) -> bool:
+        """Wait for ``gate``, counted; False if ``limit`` (seconds) passed first (anyio's
+        semaphore gives the gate back if it came too late)."""
+        self.arrived()
+        try:
+            with anyio.move_on_after(math.inf if limit is None else limit) as scope:
+                await gate.acquire()
+        finally:
+            self.left()
+        return not scope.cancelled_caught
 
     def arrived(self) -> None:
         """A task starts waiting."""
@@ -128,8 +143,8 @@ class PublishedWaiters(LocalWaiters):
     def _changed(self) -> None:
         """Write the count if the node shows another one and no write is in flight."""
         token = self._queue.token
-        if token is None:
-            return  # no node (yet): the next create carries the count
+        if token is None or not self._queue.nodes:
+            return  # no node (yet, or queued anew): the next create carries the count
         if token != self._token:  # a node of ours we have not written yet
             self._token, self._version, self._shown, self._off = token, 0, self._created, False
         if self._off or self._busy == token or self._shown == self.count:

@@ -246,8 +246,7 @@ class Primitive(Handle):
         attempt.acquired(self._granted_at - started, self._ahead(), self._holding.token)
 
     def _new_waiters(self) -> LocalWaiters:
-        """The count of this object's local waiters, made with the first task that waits
-        (a recipe that publishes it in its node's data makes a ``PublishedWaiters``)."""
+        """Its local waiters, counted from the first task that waits (``_local_waiters.py``)."""
         return LocalWaiters(self._observer)
 
     def _ahead(self) -> int | None:
@@ -262,16 +261,9 @@ class Primitive(Handle):
         try:
             self._local.acquire_nowait()
         except anyio.WouldBlock:
-            waiters = self._waiters
-            if waiters is None:
-                waiters = self._waiters = self._new_waiters()
-            waiters.arrived()
-            try:
-                with anyio.move_on_after(math.inf if limit is None else limit) as scope:
-                    await self._local.acquire()
-            finally:
-                waiters.left()
-            if scope.cancelled_caught:  # anyio's semaphore gives it back if cancelled late
+            if self._waiters is None:
+                self._waiters = self._new_waiters()
+            if not await self._waiters.wait(self._local, limit):
                 raise LockTimeout(
                     f"{self._label} not acquired within {limit} s "
                     "(other tasks of this process were first)"
