@@ -83,6 +83,7 @@ async def test_a_crowd_in_two_sessions_shows_its_local_waiters(
     in another process too, the doctor counts 1 waiting node + 48 local waiters, and the
     arrivals cost a few writes, not 48."""
     a, b = await open_client(proxy), await open_client(proxy)
+    await zk.ensure_path(PATH)
     release = anyio.Event()
     proxy.reset_counters()
     with anyio.fail_after(BOUND):
@@ -147,6 +148,7 @@ async def test_a_burst_of_arrivals_costs_a_few_writes(
     latest count after it), and the drain writes nothing more."""
     size = 200
     client = await open_client(proxy)
+    await zk.ensure_path(PATH)
     release = anyio.Event()
     with anyio.fail_after(BOUND):
         async with crowd(client.lock(PATH), 1, release):
@@ -204,6 +206,7 @@ async def test_an_election_does_not_publish(
     (its one-shot watch acts on deletions only), and our followers watch the leader's data:
     an election never writes its node; its nodes say nothing (None)."""
     client = await open_client()
+    await zk.ensure_path(PATH)
     release = anyio.Event()
     with anyio.fail_after(BOUND):
         async with crowd(client.election(PATH), 3, release):
