@@ -25,6 +25,7 @@ from aiozklock.testing import FaultProxy
 from aiozklock.testing._proxy import Opcode
 from tests.conftest import ClientFactory, wait_for_queue
 from tests.test_cli import _cli
+from tests.test_compat_kazoo import in_thread, kazoo
 from tests.test_otel import Recorded, recorded  # noqa: F401 (a fixture)
 from tests.test_top import row_of, top
 
@@ -245,3 +246,31 @@ async def test_top_shows_the_local_waiters(
     assert status == 0, err
     assert row_of(out, PATH)[1:4] == ["lock", "1", "5"]
     assert "0 waiting (+5 local)" in out.splitlines()[1]
+
+
+async def test_a_kazoo_waiter_behind_a_publishing_node_still_gets_the_lock(
+    zk: aiozklock.ZooKeeperClient, hosts: str
+) -> None:
+    """kazoo's Lock waits behind our node with a data watch, which our count write fires:
+    it re-lists, waits again, and takes the lock once our holder lets go. Its node's data
+    (its identifier) says nothing of local waiters: None."""
+    path = "/kz/local"
+    await zk.ensure_path(path)  # and the chroot, which kazoo wants
+    lock = zk.lock(path, compat="kazoo")
+    release = anyio.Event()
+    got: list[bool] = []
+    with kazoo(hosts) as client, anyio.fail_after(BOUND):
+        peer = client.Lock(path, "kazoo")
+
+        async def kazoo_turn() -> None:
+            got.append(await in_thread(peer.acquire, True, BOUND))
+            await in_thread(peer.release)
+
+        async with crowd(lock, 1, release), anyio.create_task_group() as tg:
+            await settled(zk, path, [0])
+            tg.start_soon(kazoo_turn)
+            await wait_for_queue(zk, path, 2)
+            async with crowd(lock, 3, release):  # arrivals: a count write on our node
+                await settled(zk, path, [3, None])
+                release.set()
+    assert got == [True]
