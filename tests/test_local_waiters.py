@@ -10,8 +10,10 @@ foreign write on the node (a revoker's ``__REVOKE__``) is never overwritten.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,8 +26,17 @@ from aiozklock import FindingKind
 from aiozklock.testing import FaultProxy
 from aiozklock.testing._proxy import Opcode
 from tests.conftest import ClientFactory, wait_for_queue
+from tests.interop.peers import Changes, Interval, contend, overlaps, start_peer
 from tests.test_cli import _cli
 from tests.test_compat_kazoo import in_thread, kazoo
+from tests.test_interop import (  # noqa: F401 (curator: a fixture)
+    BOTH_WAYS,
+    GRANTS,
+    HOLD_MICROS,
+    _args,
+    _directions,
+    curator,
+)
 from tests.test_otel import Recorded, recorded  # noqa: F401 (a fixture)
 from tests.test_top import row_of, top
 
@@ -140,6 +151,28 @@ async def test_a_lone_task_writes_nothing(
             (holder,) = await zk.lock(PATH).contenders()
     assert proxy.count(Opcode.SET_DATA) == 0
     assert holder.local_waiters == 0
+
+
+async def test_tasks_looping_on_one_lock_write_nothing(
+    proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    """Three tasks in a loop on one object: each grant's releaser queues again behind the
+    next node, a change of one task during each node's life, which is not written (``STEP``);
+    each node is created with the count of then."""
+    client = await open_client(proxy)
+    lock = client.lock(PATH)
+    proxy.reset_counters()
+
+    async def loop() -> None:
+        for _ in range(15):
+            await take_once(lock)
+
+    with anyio.fail_after(BOUND):
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(loop)
+    assert proxy.count(Opcode.SET_DATA) == 0
+    assert proxy.count(Opcode.CREATE2) >= 45  # a node per grant (and its containers)
 
 
 async def test_a_burst_of_arrivals_costs_a_few_writes(
@@ -274,3 +307,58 @@ async def test_a_kazoo_waiter_behind_a_publishing_node_still_gets_the_lock(
                 await settled(zk, path, [3, None])
                 release.set()
     assert got == [True]
+
+
+async def _in_pairs(
+    lock: aiozklock.Lock, who: str, out: list[Interval], changes: Changes, stop: anyio.Event
+) -> None:
+    """Two of our tasks arrive at once (a count that moves by 2: a write), each takes a
+    section as ``_ours`` does, then two more."""
+    while not stop.is_set():
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+                tg.start_soon(_ours_once, lock, who, out)
+        changes.notify()
+
+
+async def _ours_once(lock: aiozklock.Lock, who: str, out: list[Interval]) -> None:
+    async with lock:
+        start = time.monotonic_ns()
+        while time.monotonic_ns() - start < HOLD_MICROS * 1000:
+            pass
+        out.append((start, time.monotonic_ns(), who))
+
+
+async def test_curators_mutex_beside_a_crowded_lock_that_publishes(
+    curator: tuple[str, ...],  # noqa: F811 (the fixture)
+    hosts: str,
+    open_client: ClientFactory,
+) -> None:
+    """Curator's InterProcessMutex (two threads) beside two clients of ours whose tasks
+    arrive two at a time on one lock object, so that counts are written while Curator's
+    threads wait behind our nodes (its getData watch fires on each, and it lists again): no
+    overlap, both sides progress, hand-offs both ways."""
+    path = "/interop/crowded"
+    clients = [await open_client() for _ in range(2)]
+    await clients[0].ensure_path(path)  # the chroot too: Curator creates below it only
+    ours: list[Interval] = []
+    changes = Changes()
+    async with start_peer("peer", [*curator, *_args(hosts, path, "mutex")], changes) as peer:
+
+        def missing() -> list[str]:
+            short = [n for n in (len(ours), len(peer.intervals)) if n < GRANTS]
+            directions = _directions(ours + peer.intervals)
+            return [f"{short} of {GRANTS}; {directions}"] if short or directions < BOTH_WAYS else []
+
+        tasks = [
+            functools.partial(_in_pairs, client.lock(path), f"aiozklock-{i}", ours, changes)
+            for i, client in enumerate(clients)
+            for _ in range(2)
+        ]
+        theirs = await contend(peer, tasks, missing)
+    writes = sum(getattr(c.lock(path)._waiters, "writes", 0) for c in clients)
+    history = ours + theirs
+    assert overlaps(history) == []
+    assert _directions(history) >= BOTH_WAYS
+    assert writes > 0  # counts were written while Curator waited
+    print(f"beside Curator: {len(ours)} of our sections, {len(theirs)} of its, {writes} setData")

@@ -15,11 +15,14 @@ departure.
 
 * **free in the common case**: the count goes into the data the node is created with (0 for
   an object that never had a local waiter), so a node made while the count is steady needs
-  no other request; a ``setData`` is only written when the count changes while the node
-  lives (tasks arriving behind a holder, or leaving by a time-out or a cancellation);
+  no other request; a ``setData`` is only written when the count moves while the node lives
+  (tasks arriving behind a holder, or leaving by a time-out or a cancellation), by ``STEP``
+  (2) or more from what the node says: a change of one task alone is not written (tasks
+  looping back behind the next holder make exactly that change once per grant);
 * **coalesced**: at most one write in flight per node, and once its reply comes the count of
-  that moment is written if it differs from the one just written (never one write per
-  arrival: a burst of 1,000 arrivals behind a holder costs two writes);
+  that moment is written if it differs at all from the one just written, so a burst ends
+  exact (never one write per arrival: a burst of 1,000 arrivals behind a holder costs two
+  writes);
 * **never in the way**: a write is queued with ``send_soon`` and its reply handled by a
   callback: no acquire or release waits for it. A failed write is dropped; the node's data
   keeps its last count until the next change, or the next node;
@@ -48,6 +51,13 @@ if TYPE_CHECKING:
     from aiozklock._recipes._core._gate import LocalGate
     from aiozklock._recipes._core._queue import Queue
     from aiozklock._wire._session import Session
+
+
+# A write starts once the count is this far from what the node says (then it follows the
+# count exactly until they agree): a task that loops back behind the next holder (acquire,
+# release, acquire again) moves the count by one during each node's life, and would
+# otherwise cost a write per grant.
+STEP = 2
 
 
 class LocalWaiters:
@@ -140,16 +150,18 @@ class PublishedWaiters(LocalWaiters):
         self._task, self._created = task_name, self.count
         return self._identity.data(task_name, self.count)
 
-    def _changed(self) -> None:
-        """Write the count if the node shows another one and no write is in flight."""
+    def _changed(self, following: bool = False) -> None:
+        """Write the count if the node's data is ``STEP`` or more off it (any difference
+        right after a write of ours, ``following``), and no write is in flight."""
         token = self._queue.token
         if token is None or not self._queue.nodes:
             return  # no node (yet, or queued anew): the next create carries the count
         if token != self._token:  # a node of ours we have not written yet
             self._token, self._version, self._shown, self._off = token, 0, self._created, False
-        if self._off or self._busy == token or self._shown == self.count:
+        if self._off or self._busy == token:
             return
-        self._write(token, self.count)
+        if abs(self.count - self._shown) >= (1 if following else STEP):
+            self._write(token, self.count)
 
     def _write(self, token: int, count: int) -> None:
         queue, session = self._queue, self._session
@@ -188,7 +200,7 @@ class PublishedWaiters(LocalWaiters):
             return
         self._version, self._shown = stat.version, count
         with contextlib.suppress(Exception):  # the next change tries again
-            self._changed()
+            self._changed(following=True)
 
 
 def _stat_of(result: object) -> Stat | None:
