@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -27,7 +28,7 @@ from aiozklock.testing import FaultProxy
 from aiozklock.testing._proxy import Opcode
 from tests.conftest import ClientFactory, wait_for_queue
 from tests.interop.peers import Changes, Interval, contend, overlaps, start_peer
-from tests.test_cli import _cli
+from tests.test_cli import REPO, _cli, _env
 from tests.test_compat_kazoo import in_thread, kazoo
 from tests.test_interop import (  # noqa: F401 (curator: a fixture)
     BOTH_WAYS,
@@ -125,6 +126,51 @@ async def test_a_crowd_in_two_sessions_shows_its_local_waiters(
     assert arrivals <= 2 * WRITES_PER_BURST, arrivals
     assert drained == arrivals, (arrivals, drained)
     print(f"crowd of 2x{PER_CLIENT}: setData {arrivals} for the arrivals, {drained} in all")
+
+
+# A worker process: TASKS tasks on one lock object, each holding until a line on stdin.
+WORKER = """
+import sys, anyio, aiozklock
+
+async def main(hosts, path, tasks):
+    async with aiozklock.connect(hosts) as zk:
+        lock, release = zk.lock(path), anyio.Event()
+
+        async def one():
+            async with lock:
+                await release.wait()
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(tasks):
+                tg.start_soon(one)
+            print("ready", flush=True)
+            await anyio.to_thread.run_sync(sys.stdin.readline)
+            release.set()
+
+anyio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
+"""
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the workers run their own loops
+async def test_two_worker_processes_show_their_local_waiters(
+    zk: aiozklock.ZooKeeperClient, hosts: str
+) -> None:
+    """The issue's case: 25 requests waiting in each of two worker processes. This process
+    only reads: two nodes, 24 behind each, and the doctor's queue counts 49."""
+    argv = [sys.executable, "-c", WORKER, hosts, PATH, str(PER_CLIENT)]
+    with anyio.fail_after(BOUND * 2):
+        async with await anyio.open_process(argv, cwd=REPO, env=_env()) as first:
+            async with await anyio.open_process(argv, cwd=REPO, env=_env()) as second:
+                queue = await settled(zk, PATH, [PER_CLIENT - 1, PER_CLIENT - 1])
+                diagnosis = await zk.diagnose(PREFIX, queue_warning=49)
+                for worker in (first, second):
+                    assert worker.stdin is not None
+                    await worker.stdin.send(b"go\n")
+                assert await second.wait() == 0
+            assert await first.wait() == 0
+    assert len({c.pid for c in queue} - {os.getpid()}) == 2  # the workers' own
+    (finding,) = diagnosis.of_kind(FindingKind.LONG_QUEUE)
+    assert finding.count == 49
 
 
 async def take_once(lock: aiozklock.Lock) -> None:
