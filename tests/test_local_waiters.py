@@ -24,6 +24,8 @@ import pytest
 
 import aiozklock
 from aiozklock import FindingKind
+from aiozklock._recipes._core._contenders import contender_of
+from aiozklock._wire._protocol import Stat
 from aiozklock.testing import FaultProxy
 from aiozklock.testing._proxy import Opcode
 from tests.conftest import ClientFactory, wait_for_queue
@@ -408,3 +410,23 @@ async def test_curators_mutex_beside_a_crowded_lock_that_publishes(
     assert _directions(history) >= BOTH_WAYS
     assert writes > 0  # counts were written while Curator waited
     print(f"beside Curator: {len(ours)} of our sections, {len(theirs)} of its, {writes} setData")
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b'{"task": "t", "local_waiters": 3}', 3),
+        (b'{"task": "t", "local_waiters": 0}', 0),
+        (b'{"task": "t"}', None),  # a recipe that does not publish it, an older aiozklock
+        (b"10.0.0.7", None),  # Curator's default data
+        (b"kazoo-worker", None),  # kazoo's identifier
+        (b'{"local_waiters": -1}', None),
+        (b'{"local_waiters": true}', None),
+        (b'{"local_waiters": "3"}', None),
+        (b'{"local_waiters": 2.5}', None),
+    ],
+)
+def test_a_published_count_is_read_only_when_it_is_one(data: bytes, expected: int | None) -> None:
+    stat = Stat(1, 1, 0, 0, 0, 0, 0, 0, len(data), 0, 1)
+    contender = contender_of("x-lock-0000000001", data, stat, is_holder=True)
+    assert contender.local_waiters == expected
