@@ -314,6 +314,7 @@ async def test_the_telemetry_counts_local_waiters(
     assert (during, after) == (4, 0)
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # top runs in its own process
 async def test_top_shows_the_local_waiters(
     open_client: ClientFactory, zk: aiozklock.ZooKeeperClient, hosts: str
 ) -> None:
@@ -329,6 +330,7 @@ async def test_top_shows_the_local_waiters(
     assert "0 waiting (+5 local)" in out.splitlines()[1]
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # peers in threads, processes
 async def test_a_kazoo_waiter_behind_a_publishing_node_still_gets_the_lock(
     zk: aiozklock.ZooKeeperClient, hosts: str
 ) -> None:
@@ -377,6 +379,7 @@ async def _ours_once(lock: aiozklock.Lock, who: str, out: list[Interval]) -> Non
         out.append((start, time.monotonic_ns(), who))
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # peers in threads, processes
 async def test_curators_mutex_beside_a_crowded_lock_that_publishes(
     curator: tuple[str, ...],  # noqa: F811 (the fixture)
     hosts: str,
