@@ -25,8 +25,9 @@ import pytest
 import aiozklock
 from aiozklock import FindingKind
 from aiozklock._recipes._core._contenders import contender_of
+from aiozklock._top._watch import TreeWatch
 from aiozklock._wire._protocol import Stat
-from aiozklock.testing import FaultProxy
+from aiozklock.testing import FaultProxy, session_of
 from aiozklock.testing._proxy import Opcode
 from tests.conftest import ClientFactory, wait_for_queue
 from tests.interop.peers import Changes, Interval, contend, overlaps, start_peer
@@ -433,3 +434,39 @@ def test_a_published_count_is_read_only_when_it_is_one(data: bytes, expected: in
     stat = Stat(1, 1, 0, 0, 0, 0, 0, 0, len(data), 0, 1)
     contender = contender_of("x-lock-0000000001", data, stat, is_holder=True)
     assert contender.local_waiters == expected
+
+
+async def test_tops_watches_hear_a_published_count(
+    open_client: ClientFactory, zk: aiozklock.ZooKeeperClient
+) -> None:
+    """A count written on a contender's node changes no listing: top's exists watch on the
+    node hears it, and the view is read again."""
+    client = await open_client()
+    changes = 0
+    changed = anyio.Event()
+
+    def on_change() -> None:
+        nonlocal changes
+        changes += 1
+        changed.set()
+
+    async def until(done: Callable[[], bool]) -> None:
+        nonlocal changed
+        while not done():
+            await changed.wait()
+            changed = anyio.Event()
+
+    tree = TreeWatch(session_of(zk), PREFIX, on_change)
+    release = anyio.Event()
+    with anyio.fail_after(BOUND):
+        async with crowd(client.lock(PATH), 1, release), anyio.create_task_group() as tg:
+            await settled(zk, PATH, [0])
+            tg.start_soon(tree.run)
+            await until(lambda: tree.watched == 3)  # /lw, /lw/hot, the holder's node
+            before = changes
+            async with crowd(client.lock(PATH), 2, release):  # no node comes or goes
+                await until(lambda: changes > before)  # the node's data watch fired
+                (holder,) = await zk.lock(PATH).contenders()
+                release.set()
+            tg.cancel_scope.cancel()
+    assert holder.local_waiters == 2
