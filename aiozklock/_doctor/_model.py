@@ -19,7 +19,7 @@ class FindingKind(enum.Enum):
     DEADLOCK = "deadlock"  #: sessions (or tasks) that wait for each other in a cycle
     UNSAFE_MIX = "unsafe_mix"  #: contenders on one path whose layouts do not see each other
     LONG_HOLDER = "long_holder"  #: a holder older than ``hold_warning``
-    LONG_QUEUE = "long_queue"  #: ``queue_warning`` waiters or more on one path
+    LONG_QUEUE = "long_queue"  #: ``queue_warning`` waiters or more on one path (nodes + local)
     EXPIRED_LEASE = "expired_lease"  #: a TTL lease past its TTL that the server has not reaped
     LEFTOVER_PARENT = "leftover_parent"  #: an empty persistent parent left behind
     UNREADABLE = "unreadable"  #: nodes this session may not read (their ACL)
@@ -79,7 +79,8 @@ class Finding:
     ``cycle`` (deadlocks): the waits around the cycle, each party waiting for the next one's
     (the last for the first's). ``seconds``: the age that made the finding (how long held,
     how long the oldest waiter waited, how long since a lease expired, how long a parent has
-    been empty), by the server's clock; ``count``: the number of waiters (long queues)."""
+    been empty), by the server's clock; ``count``: the number of waiters (long queues: waiting
+    nodes plus local waiters, ``QueueState.size``)."""
 
     kind: FindingKind
     severity: Severity
