@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -94,6 +95,7 @@ async def test_a_crowd_in_two_sessions_shows_its_local_waiters(
             async with crowd(b.lock(PATH), PER_CLIENT, release):
                 queue = await settled(zk, PATH, [PER_CLIENT - 1, PER_CLIENT - 1])
                 arrivals = proxy.count(Opcode.SET_DATA)
+                requests = Counter(r.opcode for r in proxy.requests)
                 listed = await _cli("contenders", "--json", "--hosts", hosts, PATH)
                 warned = await zk.diagnose(PREFIX, queue_warning=1 + 2 * (PER_CLIENT - 1))
                 quiet = await zk.diagnose(PREFIX, queue_warning=2 + 2 * (PER_CLIENT - 1))
@@ -114,7 +116,8 @@ async def test_a_crowd_in_two_sessions_shows_its_local_waiters(
     # with the count of then in its data (no write), and counts only fall between nodes.
     assert arrivals <= 2 * WRITES_PER_BURST, arrivals
     assert drained == arrivals, (arrivals, drained)
-    print(f"crowd of 2x{PER_CLIENT}: setData {arrivals} for the arrivals, {drained} in all")
+    print(f"crowd of 2x{PER_CLIENT}: setData {arrivals} for the arrivals, {drained} in all;")
+    print(f"  requests until settled: {requests}")
 
 
 async def take_once(lock: aiozklock.Lock) -> None:
