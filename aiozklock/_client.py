@@ -256,7 +256,8 @@ class ZooKeeperClient(RecipeFactories, Znodes):
         It reports deadlocks (sessions, or tasks of one process, waiting for each other in
         a cycle, across every recipe whose nodes queue, Curator's and kazoo's too), unsafe
         mixes of layouts on one path (naming the ``compat=`` that fixes them), holders
-        older than ``hold_warning`` seconds, queues of ``queue_warning`` waiters or more,
+        older than ``hold_warning`` seconds, queues of ``queue_warning`` waiters or more
+        (waiting nodes plus the tasks queued behind every node in its process),
         TTL leases past their TTL not yet deleted, and persistent parents empty for
         ``leftover_age`` seconds. Ages are by the server's clock (see the troubleshooting
         page of the docs for each finding and what to do).

@@ -54,6 +54,7 @@ class PathLock(QueuedPrimitive):
 
     __slots__ = ("path",)
     path: str
+    _publishes = True  # its local waiters, in its node's data (``_core/_local_waiters.py``)
 
     def statistics(self) -> LockStatistics:
         """Local state of this object; sends nothing and raises nothing."""

@@ -73,6 +73,8 @@ class MultiLock(QueuedPrimitive):
     overlapping multi-locks never deadlock. Bad arguments raise ``InvalidArgument`` here.
     """
 
+    _publishes = True  # its local waiters, in its nodes' data (``_core/_local_waiters.py``)
+
     def __init__(
         self,
         session: Session,

@@ -214,6 +214,8 @@ class ReadLock(SharedHolding, _Side):
     """
 
     _mode = "read"
+    # Its tasks share one node: they wait only for its acquisition, not behind a holder.
+    _publishes = False
 
     def __init__(self, write_lock: WriteLock, janitor: Janitor) -> None:
         super().__init__(

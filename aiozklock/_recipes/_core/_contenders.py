@@ -40,6 +40,10 @@ class Contender:
     # tell), None when it cannot be known (Curator's revocable mutex writes empty data; a
     # node whose data is a revoke request already).
     revocable: bool | None = None
+    # Tasks of its process queued behind it on the same object, as its data last said;
+    # None if its data does not say (another library's node, a recipe that does not publish
+    # it: see docs/observability.md, "Local queues").
+    local_waiters: int | None = None
 
 
 class Identity:
@@ -52,13 +56,20 @@ class Identity:
     def __init__(self, identifier: str | None, *, revocable: bool = False) -> None:
         self._identifier = identifier  # the rest is built when needed: one object per lock
         self._revocable = revocable
-        self._last: tuple[str | None, bytes] | None = None  # a lock's task rarely changes
+        # A lock's task and count rarely change: the last data built, and what it was for.
+        self._last: tuple[str | None, int | None, bytes] | None = None
 
-    def data(self, task_name: str | None, **extra: str) -> bytes:
-        """The JSON object for one enqueue, with ``extra`` fields."""
+    @property
+    def last_task(self) -> str | None:
+        """The task named in the data built last (that of our newest node)."""
+        return None if self._last is None else self._last[0]
+
+    def data(self, task_name: str | None, waiters: int | None = None, **extra: str) -> bytes:
+        """The JSON object for one enqueue, with ``extra`` fields; ``waiters``: the local
+        waiters to publish (``local_waiters``; None: a recipe that does not publish it)."""
         last = self._last
-        if last is not None and last[0] == task_name and not extra:
-            return last[1]
+        if last is not None and last[0] == task_name and last[1] == waiters and not extra:
+            return last[2]
         head: dict[str, object] = {
             "identifier": self._identifier,
             "host": _HOST,
@@ -67,9 +78,11 @@ class Identity:
         if self._revocable:
             head["revocable"] = True
         fields = {**head, "task": task_name, **extra}
+        if waiters is not None:
+            fields["local_waiters"] = waiters
         data = validate_data(_ENCODE(fields).encode())
         if not extra:
-            self._last = (task_name, data)
+            self._last = (task_name, waiters, data)
         return data
 
 
@@ -114,6 +127,7 @@ def contender_of(
         task=identity.get("task"),
         enqueued_at=stat.ctime / 1000 if stat.ctime else None,
         revocable=revocable_of(name, data, identity),
+        local_waiters=_count(identity.get("local_waiters")),
     )
 
 
@@ -129,6 +143,13 @@ def revocable_of(name: str, data: bytes, identity: dict[str, object]) -> bool | 
     if data == REVOKE or (not data and parts is not None and not kazoo):
         return None  # asked already, or an empty Curator node: perhaps
     return False
+
+
+def _count(value: object) -> int | None:
+    """A published count: a non-negative int (not a bool), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 __all__ = ("Contender", "Identity", "contender_of", "read_contenders", "revocable_of")

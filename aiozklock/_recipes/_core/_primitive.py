@@ -25,6 +25,7 @@ from aiozklock._exceptions import LockLost, LockRevoked, LockTimeout, NotLockOwn
 from aiozklock._recipes._core._gate import LocalGate
 from aiozklock._recipes._core._handle import Handle, _task_ended
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
+from aiozklock._recipes._core._local_waiters import LocalWaiters
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._wire._session import Session
 from aiozklock._wire._tasks import TaskRef
@@ -91,6 +92,7 @@ class Primitive(Handle):
         "_paths",
         "_registry",
         "_session",
+        "_waiters",
         "acl",
     )
 
@@ -114,6 +116,7 @@ class Primitive(Handle):
         self._granted_at = 0.0  # time.monotonic() of the grant (kept only with an observer)
         # One holding per object: local tasks queue here, FIFO.
         self._local = LocalGate()
+        self._waiters: LocalWaiters | None = None  # made with the first task that waits
         self._owner: TaskRef | None = None
         self._depth = 0
         self._holding: Holding | None = None
@@ -242,6 +245,10 @@ class Primitive(Handle):
         assert self._holding is not None
         attempt.acquired(self._granted_at - started, self._ahead(), self._holding.token)
 
+    def _new_waiters(self) -> LocalWaiters:
+        """Its local waiters, counted from the first task that waits (``_local_waiters.py``)."""
+        return LocalWaiters(self._observer)
+
     def _ahead(self) -> int | None:
         """How many contenders were queued before us when we last joined (telemetry);
         None for a recipe without a queue."""
@@ -254,9 +261,9 @@ class Primitive(Handle):
         try:
             self._local.acquire_nowait()
         except anyio.WouldBlock:
-            with anyio.move_on_after(math.inf if limit is None else limit) as scope:
-                await self._local.acquire()
-            if scope.cancelled_caught:  # anyio's semaphore gives it back if cancelled late
+            if self._waiters is None:
+                self._waiters = self._new_waiters()
+            if not await self._waiters.wait(self._local, limit):
                 raise LockTimeout(
                     f"{self._label} not acquired within {limit} s "
                     "(other tasks of this process were first)"

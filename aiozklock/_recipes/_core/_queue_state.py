@@ -168,6 +168,7 @@ class QueueState:
         "guid",
         "members",
         "nodes",
+        "on_adopt",
         "token",
     )
 
@@ -208,6 +209,9 @@ class QueueState:
         # records its deletes' outcome on an ``Alone``).
         self._lead: Lead = None
         self._armed: _ChildWatch | None = None  # a child watch kept between the waits
+        # Called once nodes are ours (the local waiters' publisher, if any: their count may
+        # have changed since the data they were created with was built).
+        self.on_adopt: Callable[[], None] | None = None
 
     @property
     def _late(self) -> str:
@@ -245,6 +249,8 @@ class QueueState:
         self.nodes = {member: str(path).rpartition("/")[2] for member, path in paths.items()}
         self.token = token
         self.generation = generation
+        if self.on_adopt is not None:
+            self.on_adopt()
 
     def _server_nodes(self) -> list[str]:
         """The server paths of our nodes, one per member."""

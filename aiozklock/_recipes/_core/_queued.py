@@ -14,6 +14,7 @@ from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._delay_record import warn_short_delay
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._local_waiters import LocalWaiters, PublishedWaiters
 from aiozklock._recipes._core._names import LOCK_MARKER
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
@@ -33,6 +34,10 @@ class QueuedPrimitive(Primitive):
     ``LockRevoked``; its nodes' data says so (``"revocable": true``)."""
 
     __slots__ = ("_identity", "_queue", "_revocation")
+
+    # Whether its node's data publishes its local waiters (``_local_waiters.py``): only
+    # where every peer that may watch the node tolerates a change of its data (the locks).
+    _publishes = False
 
     def __init__(
         self,
@@ -69,11 +74,11 @@ class QueuedPrimitive(Primitive):
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
         revocation = self._revocation
         if revocation is None:  # the hot path: nothing more
-            return await self._queue.take(deadline, lambda: self._identity.data(task_name))
+            return await self._queue.take(deadline, lambda: self._node_data(task_name))
         with anyio.CancelScope() as waiting:  # a request while we wait cancels it
             revocation.waiting = waiting
             holding = await self._queue.take(
-                deadline, lambda: self._identity.data(task_name), revocation.watch
+                deadline, lambda: self._node_data(task_name), revocation.watch
             )
         revocation.waiting = None
         if waiting.cancelled_caught:
@@ -83,6 +88,18 @@ class QueuedPrimitive(Primitive):
             )
         revocation.hold(holding)
         return holding
+
+    def _node_data(self, task_name: str | None) -> bytes:
+        """Our nodes' data at an enqueue: our identity, with the local waiters if published."""
+        waiters = self._waiters
+        if waiters is not None and waiters.publishes:
+            return waiters.data(task_name)
+        return self._identity.data(task_name, 0 if self._publishes else None)
+
+    def _new_waiters(self) -> LocalWaiters:
+        if not self._publishes:
+            return super()._new_waiters()
+        return PublishedWaiters(self._observer, self._session, self._queue, self._identity)
 
     def _ahead(self) -> int | None:
         return self._queue.ahead
