@@ -4,6 +4,8 @@ a thread that ends holding, and misuse (bad input, closed client)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 import aiozklock
 import aiozklock.sync
 from aiozklock.sync import SyncClient
-from tests._sync_kit import BOUND, in_thread, wait_children
+from tests._sync_kit import BOUND, Worker, in_thread, wait_children
 
 PATH = "/locks/sync"
 
@@ -207,3 +209,37 @@ def test_import_aiozklock_does_not_import_sync() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=BOUND, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+class Interrupt(Exception):
+    """What the test's signal handler raises (as a Celery time limit does)."""
+
+
+def test_an_interrupted_acquire_withdraws(szk: SyncClient, szk2: SyncClient) -> None:
+    """A signal handler's exception in a thread waiting to acquire (Ctrl-C, a Celery soft
+    time limit) cancels the attempt: nothing of it is left, nothing is held for nobody."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers run in the main thread only")
+    theirs, mine = szk2.lock(PATH), szk.lock(PATH)
+    theirs.acquire()
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupt
+
+    def interrupt_once_queued() -> None:
+        wait_children(szk2, PATH, lambda children: len(children) == 2)  # we wait in line
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        interrupter = Worker(interrupt_once_queued)
+        with pytest.raises(Interrupt):
+            mine.acquire()
+        interrupter.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert len(wait_children(szk2, PATH, lambda children: len(children) == 1)) == 1
+    assert not mine.is_held
+    theirs.release()
+    with mine.acquire(timeout=BOUND):
+        assert mine.is_held

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -88,6 +89,8 @@ class SyncClient(SyncFactories):
             self._fresh = None  # a client is entered once: a retry makes a new one
             portal = Portal(client, f"aiozklock-sync {self.hosts}")
             portal.start()
+            # A client dropped without close() must not leave its thread and session alive.
+            weakref.finalize(self, portal.stop_soon).atexit = False
             listeners = list(self._listeners)
             self._removers = portal.call(lambda proxy: _register(proxy, listeners), False)
             self._portal = portal

@@ -260,10 +260,15 @@ class Portal:
         with contextlib.suppress(RuntimeError):  # the loop is closed already
             self.loop.call_soon_threadsafe(proxy.push, None)
 
+    def stop_soon(self) -> None:
+        """Have the client closed and the loop thread ended, without waiting."""
+        if os.getpid() == self.pid:  # in a forked child, the loop is the parent's
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                self.loop.call_soon_threadsafe(self._stop.set)
+
     def stop(self) -> None:
         """Close the client (bounded) and end the loop thread. Idempotent."""
-        with contextlib.suppress(RuntimeError):  # the loop already ended
-            self.loop.call_soon_threadsafe(self._stop.set)
+        self.stop_soon()
         if self._thread.ident is not None and self._thread is not threading.current_thread():
             self._thread.join(STOP_BOUND)
 
