@@ -119,7 +119,7 @@ class SyncClient(SyncFactories):
         portal, self._portal = self._portal, None
         self._removers = []
         if portal is not None:
-            portal.forsake()
+            _fork.forsake(portal)
 
     def _portal_now(self) -> Portal:
         portal = self._portal

@@ -24,6 +24,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
+from contextvars import Context
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -88,7 +89,11 @@ class Proxy:
         self._jobs.append(job)
         if self.task is None:
             loop = self._portal.loop
-            self.task = loop.create_task(self._serve(), name=f"aiozklock thread {self.name}")
+            # A context of its own: the first caller's context variables must not stick to
+            # every later call of the thread (nor leak into other threads' tasks).
+            self.task = loop.create_task(
+                self._serve(), name=f"aiozklock thread {self.name}", context=Context()
+            )
             self.task_id = id(self.task)
         elif self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
@@ -149,7 +154,7 @@ class Portal:
 
     ``start()`` opens ``client`` in a new thread's event loop (raising what entering it
     raises); ``call()`` runs a job in the calling thread's proxy task; ``stop()`` closes the
-    client and ends the thread; ``forsake()`` lets a forked child drop it without a word.
+    client and ends the thread; ``_fork.forsake()`` lets a forked child drop it unheard.
     """
 
     def __init__(self, client: ZooKeeperClient, name: str) -> None:
@@ -166,6 +171,7 @@ class Portal:
         self._opened = threading.Event()
         self._open_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._context = Context()  # the hand-over callbacks': no copy of the caller's per call
         self.thread_id = 0
 
     # ---------------------------------------------------------------- the user's side
@@ -201,7 +207,7 @@ class Portal:
             proxy.pending = False
             raise ClientClosed("the ZooKeeper client was closed")
         try:
-            self.loop.call_soon_threadsafe(proxy.push, (func, is_async))
+            self.loop.call_soon_threadsafe(proxy.push, (func, is_async), context=self._context)
         except RuntimeError:  # the loop is closed
             proxy.pending = False
             raise ClientClosed("the ZooKeeper client was closed") from None
@@ -323,43 +329,22 @@ class Portal:
 
     # ---------------------------------------------------------------- a forked child
 
-    def forsake(self) -> None:
-        """In a forked child: drop this portal without a word. The loop thread does not
-        exist here, and the parent still uses the connection and the loop's descriptors:
-        this process's copies of them are pointed at /dev/null (nothing is sent, no FIN,
-        no TLS close_notify), and the objects are kept, so that no destructor runs."""
-        session = self.client._session
-        if session is not None:
-            session.disown()
+    def descriptors(self) -> list[int]:
+        """The descriptors of the loop, for a forked child to let go of: those its
+        selector watches (the self-pipe's read end, the connection), the selector's own,
+        and the self-pipe's write end (asyncio's private ``_csock``, if it has one)."""
         fds = [key.fd for key in self._selector.get_map().values()]
         fds.append(self._selector.fileno())
-        # The self-pipe's write end, which the selector does not watch (asyncio's own).
         csock = getattr(self.loop, "_csock", None)
         if csock is not None:
             fds.append(csock.fileno())
-        _point_at_null(fds)
-        _FORSAKEN.append(self)
+        return fds
 
 
 class _Ticket:
     """What a thread's local keeps, to learn when the thread ends."""
 
     __slots__ = ("__weakref__",)
-
-
-# Portals dropped in forked children: kept, so that no destructor of theirs ever runs here.
-_FORSAKEN: list[Portal] = []
-
-
-def _point_at_null(fds: list[int]) -> None:
-    null = os.open(os.devnull, os.O_RDWR)
-    try:
-        for fd in fds:
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.dup2(null, fd)
-    finally:
-        os.close(null)
 
 
 def refuse_blocking(loop_thread: int) -> None:
