@@ -33,9 +33,15 @@ class SyncClient(SyncFactories):
 
     The session is opened by ``with``, or on first use (so a client made at module level,
     before a ``fork()``, opens its own session in each child). Every method blocks the
-    calling thread, which is what owns a lock: see ``SyncHandle``. Calls from a thread that
-    runs an event loop raise ``UsageError``. Made in a forked child's parent, it works in
-    the child with a session of its own; the child never sends anything on the parent's.
+    calling thread, which is what owns a lock: see ``SyncHandle``. Made in a forked child's
+    parent, it works in the child with a session of its own; the child never sends anything
+    on the parent's.
+
+    Besides what each method says, every call (but the session properties, which raise
+    nothing) raises ``ClientClosed`` once the client is closed, ``UsageError`` from a thread
+    that runs an event loop (asyncio or trio: use ``aiozklock.connect()`` there) or from
+    the client's own thread (an ``on_lost`` callback, a listener), and the exception of a
+    signal handler that interrupts its wait (the call is then cancelled first).
     """
 
     def __init__(self, hosts: str, **options: Any) -> None:
@@ -88,7 +94,11 @@ class SyncClient(SyncFactories):
             client = self._fresh or ZooKeeperClient(self.hosts, **self._options)
             self._fresh = None  # a client is entered once: a retry makes a new one
             portal = Portal(client, f"aiozklock-sync {self.hosts}")
-            portal.start()
+            try:
+                portal.start()
+            except BaseException:  # failed, or interrupted while connecting: end it
+                portal.stop_soon()
+                raise
             # A client dropped without close() must not leave its thread and session alive.
             weakref.finalize(self, portal.stop_soon).atexit = False
             listeners = list(self._listeners)

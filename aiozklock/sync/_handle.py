@@ -55,6 +55,11 @@ class SyncHandle(Generic[H]):
     ``on_lost``: called once, with no argument, as soon as a holding taken through this
     object is lost; it runs in the client's event loop thread, so it must return at once
     and must not call the client (``UsageError``): set a flag, signal a process.
+
+    Besides what each method says, every call but ``lost`` raises ``ClientClosed`` once
+    the client is closed and ``UsageError`` from a thread that must not block (see
+    ``SyncClient``); an acquisition interrupted by a signal handler's exception is
+    withdrawn (nothing left on the server, nothing held) before that exception is raised.
     """
 
     __slots__ = ("__weakref__", "_bound_to", "_client", "_held", "_make", "_on_lost", "_target")

@@ -51,6 +51,11 @@ class SyncNonFairLock(SyncHandle[NonFairLock]):
 
     __slots__ = ()
 
+    @property
+    def path(self) -> str:
+        """Its path (the async object's)."""
+        return self._read(lambda lock: lock.path)
+
     def statistics(self) -> NonFairLockStatistics:
         """Local state of this object (the async object's); sends nothing."""
         return self._read(lambda lock: lock.statistics())
@@ -85,6 +90,11 @@ class SyncWriteLock(SyncHandle[WriteLock]):
 
     __slots__ = ()
 
+    @property
+    def path(self) -> str:
+        """Its path (the async object's)."""
+        return self._read(lambda lock: lock.path)
+
     def statistics(self) -> LockStatistics:
         """Local state of this object (the async object's); sends nothing."""
         return self._read(lambda lock: lock.statistics())
@@ -99,6 +109,11 @@ class SyncReadLock(SyncHandle[ReadLock]):
     threads of this process hold it together, on one node)."""
 
     __slots__ = ()
+
+    @property
+    def path(self) -> str:
+        """Its path (the async object's)."""
+        return self._read(lambda lock: lock.path)
 
     def statistics(self) -> ReadLockStatistics:
         """Local state of this object (the async object's); sends nothing."""
@@ -135,6 +150,11 @@ class SyncSemaphore(SyncHandle[Semaphore]):
     __slots__ = ()
 
     @property
+    def path(self) -> str:
+        """Its path (the async object's)."""
+        return self._read(lambda sem: sem.path)
+
+    @property
     def max_leases(self) -> int:
         """The number of leases."""
         return self._read(lambda sem: sem.max_leases)
@@ -153,6 +173,11 @@ class SyncLeaseLock(SyncHandle[LeaseLock]):
     ``aiozklock.LeaseLock``, and ``SyncHandle`` for the synchronous contract."""
 
     __slots__ = ()
+
+    @property
+    def path(self) -> str:
+        """Its path (the async object's)."""
+        return self._read(lambda lease: lease.path)
 
     def renew(self) -> None:
         """Renew the lease now (see ``aiozklock.LeaseLock.renew``)."""
@@ -176,6 +201,11 @@ class SyncElection(SyncHandle[Election]):
     ``aiozklock.Election``, and ``SyncHandle`` for the synchronous contract."""
 
     __slots__ = ()
+
+    @property
+    def path(self) -> str:
+        """Its path (the async object's)."""
+        return self._read(lambda election: election.path)
 
     def resign(self) -> None:
         """Alias of ``release()``: give up leadership held by the calling thread."""
