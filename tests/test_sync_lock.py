@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -185,11 +186,20 @@ def test_close_is_idempotent_bounded_and_final(hosts: str) -> None:
     waiter.start()
     assert waiter_ready.wait(BOUND)
     wait_children(zk2, PATH, lambda children: len(children) == 2)  # it waits in the queue
+    # And one behind another thread of the same client (a local wait, not on the server).
+    # Whether it is waiting yet or arrives after close(), it must fail, never hang.
+    local, done = zk.lock("/locks/local"), threading.Event()
+    holder = Worker(lambda: _raised(lambda: local.acquire() and done.wait(BOUND)))
+    behind = threading.Thread(target=lambda: outcome.append(_raised(local.acquire)))
+    behind.start()
     zk.close()
     zk.close()
+    done.set()
+    holder.join()
     waiter.join(BOUND)
-    assert len(outcome) == 1
-    assert isinstance(outcome[0], aiozklock.ClientClosed)
+    behind.join(BOUND)
+    assert len(outcome) == 2
+    assert all(isinstance(exc, aiozklock.ClientClosed) for exc in outcome)
     with pytest.raises(aiozklock.ClientClosed):
         lock.acquire()
     with pytest.raises(aiozklock.ClientClosed):
@@ -198,6 +208,14 @@ def test_close_is_idempotent_bounded_and_final(hosts: str) -> None:
         zk.lock(PATH)
     assert zk.state is aiozklock.SessionState.CLOSED
     zk2.close()
+
+
+def _raised(func: Callable[[], object]) -> BaseException | None:
+    try:
+        func()
+    except BaseException as exc:
+        return exc
+    return None
 
 
 def test_import_aiozklock_does_not_import_sync() -> None:
