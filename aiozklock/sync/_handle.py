@@ -40,12 +40,13 @@ class _Held:
     """One thread's acquisition through one sync object: how deep it is nested, the
     holding, and the event its loss sets."""
 
-    __slots__ = ("depth", "holding", "lost")
+    __slots__ = ("depth", "forget", "holding", "lost")
 
     def __init__(self, holding: Holding) -> None:
         self.depth = 1
         self.holding = holding
         self.lost = threading.Event()
+        self.forget: Callable[[], None] | None = None  # stops listening to the holding
 
 
 class SyncHandle(Generic[H]):
@@ -98,10 +99,10 @@ class SyncHandle(Generic[H]):
             return
         held = _Held(holding)
         self._held[proxy] = held
-        holding.when_lost(lambda: self._tell_lost(held))
+        held.forget = holding.when_lost(lambda: self._tell_lost(held))
 
     def _tell_lost(self, held: _Held) -> None:
-        if held.depth == 0:  # released before (a read lock's holding outlives ours)
+        if held.depth == 0:  # released meanwhile
             return
         held.lost.set()
         if self._on_lost is not None:
@@ -270,6 +271,10 @@ class SyncHandle(Generic[H]):
 def _given_back(held: _Held | None) -> None:
     if held is not None and held.depth > 0:
         held.depth -= 1
+        if held.depth == 0 and held.forget is not None:
+            # A read lock's holding outlives ours while other threads hold it: no trace.
+            held.forget()
+            held.forget = None
 
 
 class Acquired(Generic[T]):
