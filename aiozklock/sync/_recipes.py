@@ -4,10 +4,12 @@ an election's ``leader()`` and ``watch_leader()``, ...), each a call of the asyn
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from aiozklock._exceptions import ClientClosed
 from aiozklock._recipes._core._contenders import Contender
 from aiozklock._recipes._election import Election
 from aiozklock._recipes._lease import LeaseLock, LeaseStatistics
@@ -270,7 +272,8 @@ class LeaderWatch(Iterator[str | None]):
             return True, None
 
     def close(self) -> None:
-        """Stop watching (the watch is removed at once). Idempotent."""
+        """Stop watching (the watch is removed at once). Idempotent; raises nothing once the
+        client is closed (the watch went with it)."""
         self._done = True
         agen, self._agen = self._agen, None
         if agen is not None:
@@ -279,7 +282,8 @@ class LeaderWatch(Iterator[str | None]):
                 if self._of is proxy.client:  # not an inherited one: it is not ours
                     await agen.aclose()
 
-            self._election._call(shut)
+            with contextlib.suppress(ClientClosed):  # closed: the watch went with it
+                self._election._call(shut)
 
     def __enter__(self) -> LeaderWatch:
         """The iterator itself; closed at the block's exit."""
