@@ -160,6 +160,12 @@ def test_bad_input_raises_in_the_caller_before_any_traffic(hosts: str) -> None:
             zk.semaphore(PATH, 0)
         with pytest.raises(aiozklock.InvalidArgument):
             zk.exists("no-slash")
+        with pytest.raises(aiozklock.InvalidArgument):
+            zk.multi_lock([])
+        assert zk.state is aiozklock.SessionState.CONNECTING  # nothing opened, nothing sent
+        # What only the async factory checks (in the loop thread) is raised here too.
+        with pytest.raises(aiozklock.InvalidArgument, match="no identity"):
+            zk.lock(PATH, acl=aiozklock.CREATOR_ALL_ACL)
         zk.ensure_path(PATH)  # the client works on
         assert zk.exists(PATH) is not None
     finally:

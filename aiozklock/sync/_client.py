@@ -18,6 +18,7 @@ from aiozklock._exceptions import ClientClosed, InvalidArgument
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._wire._protocol import Stat
 from aiozklock._wire._session import SessionState, StateListener
+from aiozklock._wire._validation import validate_path
 from aiozklock.sync import _fork
 from aiozklock.sync._factories import SyncFactories
 from aiozklock.sync._handle import SyncHandle
@@ -234,17 +235,20 @@ class SyncClient(SyncFactories):
 
     def exists(self, path: str) -> Stat | None:
         """The node's ``Stat``, or None if it does not exist (see the async client)."""
+        validate_path(path)  # before the session is opened: nothing sent
         return self._call(lambda proxy: proxy.client.exists(path))  # type: ignore[no-any-return]
 
     def get_children(self, path: str, *, missing_ok: bool = False) -> list[str]:
         """The names of the node's children; ``NoNodeError`` if it does not exist, unless
         ``missing_ok`` (see the async client)."""
+        validate_path(path)  # before the session is opened: nothing sent
         return self._call(  # type: ignore[no-any-return]
             lambda proxy: proxy.client.get_children(path, missing_ok=missing_ok)
         )
 
     def get_data(self, path: str) -> tuple[bytes, Stat]:
         """The node's data and ``Stat``; ``NoNodeError`` if it does not exist."""
+        validate_path(path)  # before the session is opened: nothing sent
         return self._call(lambda proxy: proxy.client.get_data(path))  # type: ignore[no-any-return]
 
     def set_data(
@@ -258,6 +262,7 @@ class SyncClient(SyncFactories):
         """Replace the node's data if its version is ``version`` (-1: any); with ``guard``,
         only while the calling thread's holding of it is ours (``StaleFencingToken``
         otherwise, nothing written). Errors: see the async client."""
+        validate_path(path)  # before the session is opened: nothing sent
         return self._call(  # type: ignore[no-any-return]
             lambda proxy: proxy.client.set_data(
                 path, data, version, guard=self._guard(proxy, guard)
@@ -276,6 +281,7 @@ class SyncClient(SyncFactories):
     ) -> str:
         """Create a node; returns its path. ``guard``: as for ``set_data``. Errors: see the
         async client."""
+        validate_path(path)  # before the session is opened: nothing sent
         return self._call(  # type: ignore[no-any-return]
             lambda proxy: proxy.client.create(
                 path,
@@ -290,15 +296,18 @@ class SyncClient(SyncFactories):
     def delete(self, path: str, *, guard: SyncHandle[Any] | None = None) -> None:
         """Delete a node (any version). ``guard``: as for ``set_data``. Errors: see the
         async client."""
+        validate_path(path)  # before the session is opened: nothing sent
         self._call(lambda proxy: proxy.client.delete(path, guard=self._guard(proxy, guard)))
 
     def ensure_path(self, path: str, *, acl: Sequence[ACL] | None = None) -> None:
         """Create ``path`` and its ancestors as containers; existing ones are left alone.
         Errors: see the async client."""
+        validate_path(path)  # before the session is opened: nothing sent
         self._call(lambda proxy: proxy.client.ensure_path(path, acl=acl))
 
     def get_acl(self, path: str) -> tuple[list[ACL], Stat]:
         """The node's ACL and ``Stat``. Errors: see the async client."""
+        validate_path(path)  # before the session is opened: nothing sent
         return self._call(lambda proxy: proxy.client.get_acl(path))  # type: ignore[no-any-return]
 
     def _guard(self, proxy: Proxy, guard: SyncHandle[Any] | None) -> Handle | None:
