@@ -81,17 +81,21 @@ class Proxy:
     # ---------------------------------------------------------------- in the loop thread
 
     def push(self, job: Job | None) -> None:
-        """Queue a job (None: the thread ended); the task is started by the first one."""
-        if self._portal.closing:
-            if job is not None:
-                self.deliver(None, ClientClosed("the ZooKeeper client was closed"))
+        """Queue a job (None: the thread ended); the task is started by the first one (and
+        again if it ended by an unexpected cancellation: the thread must not hang)."""
+        idle = self.task is None or self.task.done()
+        if job is None and idle:
+            self._portal.forget(self)
+            return
+        if job is not None and self._portal.closing:
+            self.deliver(None, ClientClosed("the ZooKeeper client was closed"))
             return
         self._jobs.append(job)
-        if self.task is None:
-            loop = self._portal.loop
+        if idle:
             # A context of its own: the first caller's context variables must not stick to
             # every later call of the thread (nor leak into other threads' tasks).
-            self.task = loop.create_task(
+            self._wake = None
+            self.task = self._portal.loop.create_task(
                 self._serve(), name=f"aiozklock thread {self.name}", context=Context()
             )
             self.task_id = id(self.task)
@@ -134,9 +138,10 @@ class Proxy:
                     return
             else:
                 value = func(self)
-        except asyncio.CancelledError:
-            self.deliver(None, ClientClosed("the ZooKeeper client was closed"))
-            raise  # close() cancels the proxies
+        except asyncio.CancelledError:  # close() cancels the proxies (or something else did)
+            closed = ClientClosed("the ZooKeeper client was closed")
+            self.deliver(None, closed if self._portal.closing else RuntimeError("cancelled"))
+            raise
         except BaseException as exc:
             self.deliver(None, exc)
         else:
