@@ -50,7 +50,8 @@ def _precheck(
     """The arguments every factory shares, checked in the caller's thread before the
     session is opened (nothing sent for a bad one); the async factory then checks them all,
     as the authority."""
-    validate_recipe_path(path, what=what)
+    if path is not None:  # None: a multi-lock's members, checked on their own
+        validate_recipe_path(path, what=what)
     validate_identifier(identifier)
     if acl is not None:
         validate_acl(acl)
@@ -151,7 +152,7 @@ class SyncFactories:
         # Read once: the object is made again from them in a forked child.
         members = paths if isinstance(paths, str) else tuple(paths)
         validate_members(members)
-        _precheck("/", "lock path", identifier, acl, compat)
+        _precheck(None, "lock path", identifier, acl, compat)
         return self._made(
             SyncMultiLock,
             lambda zk: zk.multi_lock(members, identifier=identifier, acl=acl, compat=compat),
