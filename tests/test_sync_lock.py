@@ -104,7 +104,7 @@ def test_acquire_context_and_timeout_errors(szk: SyncClient) -> None:
     with pytest.raises(aiozklock.InvalidArgument):
         lock.acquire(timeout=-1)
     with pytest.raises(aiozklock.InvalidArgument):
-        lock.release(confirm="yes")  # type: ignore[arg-type]
+        lock.release(confirm="yes")  # type: ignore[arg-type,unused-ignore]
     with pytest.raises(aiozklock.NotLockOwner):
         lock.release()
 
@@ -155,7 +155,7 @@ def test_bad_input_raises_in_the_caller_before_any_traffic(hosts: str) -> None:
         with pytest.raises(aiozklock.InvalidArgument):
             zk.lock(PATH, fair="no")  # type: ignore[call-overload]
         with pytest.raises(aiozklock.InvalidArgument):
-            zk.lock(PATH, on_lost=42)  # type: ignore[arg-type]
+            zk.lock(PATH, on_lost=42)  # type: ignore[call-overload]
         with pytest.raises(aiozklock.InvalidArgument):
             zk.semaphore(PATH, 0)
         with pytest.raises(aiozklock.InvalidArgument):
@@ -179,7 +179,7 @@ def test_close_is_idempotent_bounded_and_final(hosts: str) -> None:
     zk2 = aiozklock.sync.connect(hosts)
     held = zk2.lock(PATH)
     held.acquire()
-    outcome: list[BaseException] = []
+    outcome: list[BaseException | None] = []
 
     def wait_for_it() -> None:
         waiter_ready.set()
