@@ -295,6 +295,7 @@ class Portal:
         try:
             loop.run_until_complete(self._main())
             loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())  # name resolution's
         except BaseException:  # the daemon thread's end: nothing may escape it
             log.exception("aiozklock: the sync client's event loop failed")
         finally:
