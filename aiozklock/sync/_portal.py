@@ -76,7 +76,7 @@ class Proxy:
         self.task_id = 0
         self._jobs: collections.deque[Job | None] = collections.deque()
         self._wake: asyncio.Future[None] | None = None
-        self._scope: anyio.CancelScope | None = None  # the running coroutine job's
+        self._scope: anyio.CancelScope | None = None  # the jobs', cancelled to interrupt one
 
     # ---------------------------------------------------------------- in the loop thread
 
@@ -103,7 +103,8 @@ class Proxy:
             self._wake.set_result(None)
 
     def interrupt(self) -> None:
-        """The caller gave up waiting (a signal's exception): cancel its running job."""
+        """The caller gave up waiting (a signal's exception): cancel its running job (if
+        it has ended meanwhile, only the wait for the next one is, which goes on)."""
         if self._scope is not None:
             self._scope.cancel()
 
@@ -117,37 +118,37 @@ class Proxy:
     async def _serve(self) -> None:
         jobs = self._jobs
         while True:
-            if not jobs:
-                self._wake = self._portal.loop.create_future()
-                await self._wake
-                self._wake = None
-            job = jobs.popleft()
-            if job is None:  # the thread ended: what it holds is the orphan sweep's
-                self._portal.forget(self)
-                return
-            await self._run(*job)
+            # One scope for every job (not one each: a scope costs more than the hand-over),
+            # replaced only once an interruption has cancelled it.
+            with anyio.CancelScope() as self._scope:
+                while True:
+                    if not jobs:
+                        self._wake = self._portal.loop.create_future()
+                        await self._wake
+                        self._wake = None
+                    job = jobs.popleft()
+                    if job is None:  # the thread ended: what it holds is the orphan sweep's
+                        self._portal.forget(self)
+                        return
+                    await self._run(*job)
+            self._wake = None  # cancelled with the scope (the caller gave up meanwhile)
 
     async def _run(self, func: Callable[[Proxy], Any], is_async: bool) -> None:
         try:
-            if is_async:
-                with anyio.CancelScope() as scope:
-                    self._scope = scope
-                    value = await func(self)
-                if scope.cancelled_caught:  # interrupted: the caller gave up on it
-                    self.deliver(None, Interrupted())
-                    return
+            value = (await func(self)) if is_async else func(self)
+        except asyncio.CancelledError:  # close() cancels the proxies; an interruption, ours
+            scope = self._scope
+            if self._portal.closing:
+                self.deliver(None, ClientClosed("the ZooKeeper client was closed"))
+            elif scope is not None and scope.cancel_called:
+                self.deliver(None, Interrupted())  # the caller gave up on it
             else:
-                value = func(self)
-        except asyncio.CancelledError:  # close() cancels the proxies (or something else did)
-            closed = ClientClosed("the ZooKeeper client was closed")
-            self.deliver(None, closed if self._portal.closing else RuntimeError("cancelled"))
+                self.deliver(None, RuntimeError("cancelled"))
             raise
         except BaseException as exc:
             self.deliver(None, exc)
         else:
             self.deliver(value, None)
-        finally:
-            self._scope = None
 
 
 class Interrupted(Exception):
