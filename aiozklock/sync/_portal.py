@@ -373,14 +373,10 @@ def refuse_blocking(loop_thread: int) -> None:
 
 
 def _in_trio() -> bool:
-    trio = sys.modules.get("trio")
-    if trio is None:  # not imported: no trio run can be active
-        return False
-    try:
-        trio.lowlevel.current_trio_token()
-    except RuntimeError:
-        return False
-    return True
+    # trio.run() names itself in sniffio's thread-local for the thread that runs it: a
+    # lookup, where asking trio (current_trio_token()) would raise outside of a run.
+    sniffio = sys.modules.get("sniffio")
+    return sniffio is not None and getattr(sniffio.thread_local, "name", None) == "trio"
 
 
 __all__ = ("Portal", "Proxy", "refuse_blocking")
