@@ -141,13 +141,17 @@ class SyncHandle(Generic[H]):
         handle = self._bind(proxy)
         if handle._holds(proxy.task_id):
             return
-        held = self._held.get(proxy)
         label = handle._label
-        if held is None or held.depth == 0:
+        try:
+            engine = handle._held_engine("")
+        except NotLockOwner:
+            engine = None
+        holding = None if engine is None else engine._holding
+        if engine is None or holding is None or not engine._held_by_task(proxy.task_id):
             raise NotLockOwner(f"this thread does not hold the {label}")
         lost: type[LockLost] = getattr(handle, "_lost_error", LockLost)
-        if held.holding.lost:
-            raise lost(f"{label} was lost: {held.holding.lost_reason}")
+        if holding.lost:
+            raise lost(f"{label} was lost: {holding.lost_reason}")
         raise lost(
             f"{label} is no longer certainly ours: past its valid_until (the process was "
             "paused, or the session has been silent); its loss may follow"
