@@ -56,6 +56,7 @@ class Proxy:
         "client",
         "done",
         "error",
+        "finalizer",
         "name",
         "pending",
         "task",
@@ -74,6 +75,7 @@ class Proxy:
         self.error: BaseException | None = None
         self.task: asyncio.Task[None] | None = None
         self.task_id = 0
+        self.finalizer: weakref.finalize[Any, Any] | None = None  # fires when the thread ends
         self._jobs: collections.deque[Job | None] = collections.deque()
         self._wake: asyncio.Future[None] | None = None
         self._scope: anyio.CancelScope | None = None  # the jobs', cancelled to interrupt one
@@ -257,8 +259,8 @@ class Portal:
             # thread's task (no polling of threads).
             ticket = _Ticket()
             self._local.ticket = ticket
-            finalizer = weakref.finalize(ticket, self._thread_ended, proxy)
-            finalizer.atexit = False
+            proxy.finalizer = weakref.finalize(ticket, self._thread_ended, proxy)
+            proxy.finalizer.atexit = False
         return proxy
 
     def proxy_if_any(self) -> Proxy | None:
@@ -305,6 +307,8 @@ class Portal:
                 proxies = list(self._proxies)
             for proxy in proxies:  # calls that came too late to run
                 proxy.deliver(None, ClientClosed("the ZooKeeper client was closed"))
+                if proxy.finalizer is not None:  # it would keep this portal alive
+                    proxy.finalizer.detach()
             self._opened.set()
             loop.close()
 
