@@ -1,0 +1,74 @@
+"""Every synchronous client of the process, for the two moments that concern them all: a
+``fork()`` (the child drops what it inherited, and opens sessions of its own on first use)
+and the interpreter's exit (sessions are closed, so their ephemeral nodes go at once rather
+than a session timeout later).
+
+One hook of each kind for the whole process, registered at import; the clients are held
+weakly.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import weakref
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aiozklock.sync._client import SyncClient
+    from aiozklock.sync._portal import Portal
+
+log = logging.getLogger(__name__)
+
+_CLIENTS: weakref.WeakSet[SyncClient] = weakref.WeakSet()
+
+
+def track(client: SyncClient) -> None:
+    """Include ``client`` in the fork and exit hooks (as long as it lives)."""
+    _CLIENTS.add(client)
+
+
+def forsake(portal: Portal) -> None:
+    """In a forked child: drop the parent's portal without a word. Its loop thread does
+    not exist here, and the parent still uses the connection and the loop's descriptors:
+    this process's copies of them are pointed at /dev/null (nothing is sent, no FIN, no
+    TLS close_notify), and the objects are kept, so that no destructor of theirs runs."""
+    session = portal.client._session
+    if session is not None:
+        session.disown()
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in portal.descriptors():
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.dup2(null, fd)
+    finally:
+        os.close(null)
+    _FORSAKEN.append(portal)
+
+
+# Portals dropped in forked children: kept, so that no destructor of theirs ever runs.
+_FORSAKEN: list[Portal] = []
+
+
+def _after_fork_in_child() -> None:
+    # The child has one thread, this one: the clients' loop threads are not here.
+    for client in list(_CLIENTS):
+        try:
+            client._forked()
+        except Exception:  # one client's failure must not leave the others bound
+            log.exception("aiozklock: a sync client failed to drop its parent's session")
+
+
+def _close_all() -> None:
+    for client in list(_CLIENTS):
+        with contextlib.suppress(Exception):
+            client.close()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_all)
+
+__all__ = ("forsake", "track")
