@@ -7,6 +7,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,6 +23,10 @@ from tests._sync_kit import open_sync, szk, szk2  # noqa: F401 (the sync tests' 
 pytest_plugins = ("aiozklock.testing.pytest_plugin",)
 
 SESSION_TIMEOUT = 4.0
+#: The mypy cache of the tests that type-check a user's program: the project's own (the one
+#: ``mypy`` fills in .ci/dev.sh), so that the program is checked, not aiozklock and its
+#: dependencies again (mypy checks each cached module against its source before using it).
+MYPY_CACHE = str(Path(__file__).resolve().parent.parent / ".mypy_cache")
 
 
 @pytest.fixture(params=["asyncio", "trio"])
