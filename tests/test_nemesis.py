@@ -717,13 +717,25 @@ def test_cli_negative_control_exits_non_zero(
     assert "[FAIL] fencing" in out
 
 
-# The ensemble's cuts: seed 124's first four groups are one of each kind (flap,
-# isolate-follower, isolate-leader, split) in 24 planned seconds; 34 s (a fifth group is
-# skipped if late) leave room for the waits (a holder to aim at, the members rejoining and a
-# new leader elected after each heal: about 1 s per group here).
-ENSEMBLE_SEED = 124
-ENSEMBLE_DURATION = 34.0
+# The ensemble's cuts: seed 12332's plan is four groups, one of each kind (split,
+# isolate-leader, flap, isolate-follower) in 22.3 planned seconds; its fifth would end at
+# 32.0 s, past 31.5 s: not planned. The four leave 11.2 s (31.5 s and a session timeout)
+# for the waits (a holder to aim at, the members rejoining and a new leader elected after
+# each heal: about 1 s per group here).
+ENSEMBLE_SEED = 12332
+ENSEMBLE_DURATION = 31.5
 ENSEMBLE_SESSION_TIMEOUT = 2.0
+
+
+@pytest.mark.timeout(10)
+def test_the_ensemble_cuts_seed_plans_one_group_of_each_kind() -> None:
+    sync = int(lingering_config(ENSEMBLE_SESSION_TIMEOUT)["syncLimit"]) * 0.2  # tickTime 200 ms
+    plan = plan_faults(
+        ENSEMBLE_SEED, ENSEMBLE_DURATION, ENSEMBLE_SESSION_TIMEOUT, PARTITION_KINDS, sync_time=sync
+    )
+    assert sorted(spec.kind for group in plan for spec in group.faults) == sorted(PARTITION_KINDS)
+    planned = sum(group.gap + group.length for group in plan)
+    assert planned + 10 <= ENSEMBLE_DURATION + ENSEMBLE_SESSION_TIMEOUT
 
 
 @pytest.fixture(scope="module")
