@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import getpass
+import os
+import tempfile
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,6 +26,24 @@ from tests._sync_kit import open_sync, szk, szk2  # noqa: F401 (the sync tests' 
 pytest_plugins = ("aiozklock.testing.pytest_plugin",)
 
 SESSION_TIMEOUT = 4.0
+#: The mypy cache of the tests that type-check a user's program: the project's own (the one
+#: ``mypy`` fills in .ci/dev.sh), so that the program is checked, not aiozklock and its
+#: dependencies again (mypy checks each cached module against its source before using it).
+MYPY_CACHE = str(Path(__file__).resolve().parent.parent / ".mypy_cache")
+
+
+def _cache_subprocess_bytecode() -> None:
+    """Let the suite's Python subprocesses (nemesis children, benchmark workers, CLI runs,
+    pytest runs of samples: hundreds) cache their bytecode outside the tree instead of each
+    compiling aiozklock again (``PYTHONDONTWRITEBYTECODE``, which .ci/dev.sh exports, keeps
+    the tree clean; ``PYTHONPYCACHEPREFIX`` does too)."""
+    if not os.environ.get("PYTHONPYCACHEPREFIX"):
+        prefix = Path(tempfile.gettempdir()) / f"aiozklock-pycache-{getpass.getuser()}"
+        os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+_cache_subprocess_bytecode()
 
 
 @pytest.fixture(params=["asyncio", "trio"])

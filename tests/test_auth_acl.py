@@ -82,7 +82,9 @@ async def test_refused_credentials_fail_at_once_and_for_good(
 ) -> None:
     """An unknown scheme is refused (digest never is: see the test above): entering raises
     at once, with no second attempt, and the session the handshake made is closed."""
-    connect_timeout = 10.0  # long, so that "not retried until then" has a wide margin
+    # Long, so that "not retried until then" has a margin no load can use up (a refusal
+    # takes milliseconds; the bound below is half of it).
+    connect_timeout = 25.0
     client = aiozklock.connect(
         proxy.address + chroot,
         auth=[ALICE, ("no-such-scheme", "x")],
@@ -107,7 +109,9 @@ async def test_refused_credentials_fail_at_once_and_for_good(
 async def test_credentials_resent_first_on_every_reconnect(
     proxy: FaultProxy, open_client: ClientFactory
 ) -> None:
-    alice = await open_client(proxy, auth=[ALICE])
+    # A long session: no stall of a loaded machine makes the client take its connection
+    # for silent and reconnect once more (AUTH is counted below).
+    alice = await open_client(proxy, auth=[ALICE], session_timeout=20.0)
     bob = await open_client(auth=[BOB])
     with anyio.fail_after(20):
         # A watch, which the reconnect must re-arm: the credentials still go first.
@@ -352,13 +356,14 @@ async def test_credentials_refused_at_a_reconnect_close_the_client(
     async with (
         FaultProxy(auth_server.hosts) as proxy,
         aiozklock.connect(auth_server.hosts) as admin,
-        # A long session: its node must go well before it could expire, however slow the
-        # machine (the bound below is half of it).
+        # A long session (the server's longest): its node must go well before it could
+        # expire, however slow the machine (the bound below is half of it), and no stall
+        # makes the client reconnect once more (AUTH is counted below).
         aiozklock.connect(
-            proxy.address + chroot, auth=[("key", "25")], session_timeout=10.0
+            proxy.address + chroot, auth=[("key", "25")], session_timeout=30.0
         ) as client,
     ):
-        with anyio.fail_after(15):
+        with anyio.fail_after(30):
             closed = anyio.Event()
             client.add_listener(
                 lambda change: closed.set() if change.state is SessionState.CLOSED else None

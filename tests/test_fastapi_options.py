@@ -24,7 +24,7 @@ from aiozklock import ACL, CREATOR_ALL_WORLD_READ_ACL, Perms
 from aiozklock.fastapi import lifespan, locked
 from aiozklock.otel import Telemetry
 from aiozklock.testing import TLSFiles, ZooKeeperCluster
-from tests.conftest import ClientFactory
+from tests.conftest import MYPY_CACHE, ClientFactory
 from tests.test_fastapi import ORDER, serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("error::RuntimeWarning")]
@@ -62,7 +62,7 @@ def test_mypy_checks_the_options_in_user_code(tmp_path: Path) -> None:
         "lifespan('zk', loss_policy='never')\n"
         "lifespan('zk', no_such_option=1)\n"
     )
-    out, err, status = api.run(["--strict", "--no-incremental", str(program)])
+    out, err, status = api.run(["--strict", "--cache-dir", MYPY_CACHE, str(program)])
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert status == 1, out + err
     lines = sorted({int(line.split(":")[1]) for line in errors})

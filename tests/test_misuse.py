@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 import aiozklock
-from tests.conftest import wait_for_children, wait_for_queue
+from tests.conftest import MYPY_CACHE, wait_for_children, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
 
@@ -347,5 +347,5 @@ def test_mypy_sees_a_return_inside_async_with(tmp_path: Any) -> None:
         "    async with zk.lock('/a') as lock:\n"
         "        return lock.fencing_token\n"
     )
-    out, err, status = api.run(["--strict", "--no-incremental", str(program)])
+    out, err, status = api.run(["--strict", "--cache-dir", MYPY_CACHE, str(program)])
     assert status == 0, out + err

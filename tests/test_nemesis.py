@@ -46,14 +46,20 @@ from aiozklock.testing._nemesis_report import FaultRecord
 from aiozklock.testing._nemesis_tally import render_tally, tally_by_kind
 from aiozklock.testing._nemesis_worker_config import WorkerConfig
 
-# Chosen for their schedules (plan_faults(seed, 20, 4.0)): between them, every category of
-# fault, with the leader killed, a long black-hole, a real expiry, and a holder process
+# The nemesis runs on CI with a 2 s session (as the negative control and the ensemble cuts
+# do): every fault's duration is a multiple of the session timeout, so the seeds run the same
+# schedules as with 4 s (the same draws: kinds, targets, options, gaps) in about half the
+# time. A run starts a group only if it ends within a session timeout after the duration:
+# each duration leaves the groups that complete its kinds about 4 s for the waits of a run
+# (a long holder to aim at, a server restarting), as 4 s sessions and longer runs did (see
+# test_ci_seeds_plan_the_kinds_they_are_chosen_for).
+CI_SESSION_TIMEOUT = 2.0  # 6 s in the fault matrix
+# Chosen for their schedules (plan_faults(seed, duration, 2.0)): between them, every category
+# of fault, with the leader killed, a long black-hole, a real expiry, and a holder process
 # stopped by SIGSTOP (971) or right between its pre-write check and its write (382).
-CI_SEEDS = {"asyncio": 971, "trio": 382}
-CI_DURATION = 20.0
-CI_SESSION_TIMEOUT = 4.0  # 6 s in the fault matrix; 4 s fits twice the faults in 20 s
+CI_SEEDS = {"asyncio": (971, 15.5), "trio": (382, 14.5)}
 # The other recipes, one backend each, chosen for their schedules (plan_faults(seed, duration,
-# 4.0)): multilock 2258: a lost reply of its multi (release), expiry, pauses, a server restart;
+# 2.0)): multilock 2258: a lost reply of its multi (release), expiry, pauses, a server restart;
 # election 52: the leader killed while the holder is partitioned beyond its session, then an
 # expiry; nonfair 1093: a lost create reply and a holder process paused past its session;
 # lease 4403: a paused process and a partitioned holder both beyond the TTL, then an expiry
@@ -61,12 +67,25 @@ CI_SESSION_TIMEOUT = 4.0  # 6 s in the fault matrix; 4 s fits twice the faults i
 # stopped beyond its session while the others take its lease (2 holders besides it), then
 # the expiry of a holder.
 RECIPE_SEEDS = {
-    "multilock": ("asyncio", 2258, 10.0),
-    "election": ("trio", 52, 10.0),
-    "nonfair": ("asyncio", 1093, 10.0),
-    "lease": ("trio", 4403, 10.0),
-    "rwlock": ("trio", 971, 10.0),
-    "semaphore": ("asyncio", 1093, 10.0),
+    "multilock": ("asyncio", 2258, 9.2),
+    "election": ("trio", 52, 8.8),
+    "nonfair": ("asyncio", 1093, 7.2),
+    "lease": ("trio", 4403, 7.8),
+    "rwlock": ("trio", 971, 8.9),
+    "semaphore": ("asyncio", 1093, 7.2),
+}
+# The fault kinds each CI run's schedule exercises (checked against its plan below).
+CI_KINDS = {
+    "lock-asyncio": {"blackhole-long", "blackhole-short", "drop", "expire", "leader-kill"}
+    | {"lost-create-reply", "pause-short", "server-kill"},
+    "lock-trio": {"blackhole-long", "drop", "expire", "leader-kill", "lost-create-reply"}
+    | {"pause-before-write"},
+    "multilock": {"drop", "expire", "lost-delete-reply", "pause-short", "server-restart"},
+    "election": {"blackhole-long", "drop", "expire", "leader-kill", "server-restart"},
+    "nonfair": {"expire", "lost-create-reply", "pause-long"},
+    "lease": {"blackhole-long", "expire", "pause-long"},
+    "rwlock": {"blackhole-long", "drop", "expire", "leader-kill"},
+    "semaphore": {"expire", "lost-create-reply", "pause-long"},
 }
 
 
@@ -81,6 +100,27 @@ def test_schedule_is_a_function_of_the_seed() -> None:
     assert [group.index for group in plan] == list(range(1, len(plan) + 1))
     assert sum(group.gap + group.length for group in plan) <= 60
     assert len(plan) >= 5
+
+
+@pytest.mark.timeout(10)
+def test_ci_seeds_plan_the_kinds_they_are_chosen_for() -> None:
+    """Each CI run's plan has the fault kinds its seed was chosen for, and the groups that
+    complete them end about 4 s (3.9 or more) before the run stops starting groups (a
+    session timeout after its duration): room for the waits of a run."""
+    allowed = [kind for kind in FAULT_KINDS if kind not in PARTITION_KINDS]
+    runs = {f"lock-{backend}": seed for backend, seed in CI_SEEDS.items()}
+    runs.update({recipe: (seed, duration) for recipe, (_, seed, duration) in RECIPE_SEEDS.items()})
+    assert runs.keys() == CI_KINDS.keys()
+    for name, (seed, duration) in runs.items():
+        plan = plan_faults(seed, duration, CI_SESSION_TIMEOUT, allowed)
+        assert {spec.kind for group in plan for spec in group.faults} == CI_KINDS[name], name
+        planned, seen = 0.0, set()
+        for group in plan:
+            planned += group.gap + group.length
+            seen |= {spec.kind for spec in group.faults}
+            if seen == CI_KINDS[name]:
+                break
+        assert planned + 3.9 <= duration + CI_SESSION_TIMEOUT, (name, planned)
 
 
 @pytest.mark.timeout(10)
@@ -588,7 +628,8 @@ def test_cli_rejects_bad_arguments_before_starting_anything(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 async def test_nemesis_short_seed(zk_ensemble: ZooKeeperCluster, anyio_backend: str) -> None:
-    seed = int(os.environ.get("AIOZKLOCK_NEMESIS_SEED", CI_SEEDS[anyio_backend]))
+    seed, duration = CI_SEEDS[anyio_backend]
+    seed = int(os.environ.get("AIOZKLOCK_NEMESIS_SEED", seed))
     await zk_ensemble.await_serving(timeout=30)
     started = time.monotonic()
     try:
@@ -596,7 +637,7 @@ async def test_nemesis_short_seed(zk_ensemble: ZooKeeperCluster, anyio_backend: 
             report = await run_nemesis(
                 zk_ensemble,
                 seed=seed,
-                duration=CI_DURATION,
+                duration=duration,
                 session_timeout=CI_SESSION_TIMEOUT,
                 clients=4,
                 processes=2,
@@ -676,13 +717,25 @@ def test_cli_negative_control_exits_non_zero(
     assert "[FAIL] fencing" in out
 
 
-# The ensemble's cuts: seed 124's first four groups are one of each kind (flap,
-# isolate-follower, isolate-leader, split) in 24 planned seconds; 34 s (a fifth group is
-# skipped if late) leave room for the waits (a holder to aim at, the members rejoining and a
-# new leader elected after each heal: about 1 s per group here).
-ENSEMBLE_SEED = 124
-ENSEMBLE_DURATION = 34.0
+# The ensemble's cuts: seed 12332's plan is four groups, one of each kind (split,
+# isolate-leader, flap, isolate-follower) in 22.3 planned seconds; its fifth would end at
+# 32.0 s, past 31.5 s: not planned. The four leave 11.2 s (31.5 s and a session timeout)
+# for the waits (a holder to aim at, the members rejoining and a new leader elected after
+# each heal: about 1 s per group here).
+ENSEMBLE_SEED = 12332
+ENSEMBLE_DURATION = 31.5
 ENSEMBLE_SESSION_TIMEOUT = 2.0
+
+
+@pytest.mark.timeout(10)
+def test_the_ensemble_cuts_seed_plans_one_group_of_each_kind() -> None:
+    sync = int(lingering_config(ENSEMBLE_SESSION_TIMEOUT)["syncLimit"]) * 0.2  # tickTime 200 ms
+    plan = plan_faults(
+        ENSEMBLE_SEED, ENSEMBLE_DURATION, ENSEMBLE_SESSION_TIMEOUT, PARTITION_KINDS, sync_time=sync
+    )
+    assert sorted(spec.kind for group in plan for spec in group.faults) == sorted(PARTITION_KINDS)
+    planned = sum(group.gap + group.length for group in plan)
+    assert planned + 10 <= ENSEMBLE_DURATION + ENSEMBLE_SESSION_TIMEOUT
 
 
 @pytest.fixture(scope="module")

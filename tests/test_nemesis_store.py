@@ -3,11 +3,12 @@ decides every fenced read and write, the ``FencedStore`` records its verdicts, a
 history is judged as with the in-process store.
 
 The end-to-end runs make stale writes happen on purpose: only ``pause-before-write`` faults,
-with seed 18's schedule (``plan_faults(18, 18, 3.0, ["pause-before-write"])``: two groups,
-each pausing a holder process right after its pre-write check for 4.7 and 4.8 s, well past
-its 3 s session). Meanwhile another client takes the lock and reads the counter (registering
-its newer token); the resumed holder's write then reaches the store with the old token, and
-the server must refuse it.
+with seed 18's schedule (``plan_faults(18, 14, 2.0, ["pause-before-write"])``: two groups,
+each pausing a holder process right after its pre-write check for 3.1 and 3.2 s, well past
+its 2 s session; the second ends 3.4 s before the run stops starting groups, a session
+timeout after its duration). Meanwhile another client takes the lock and reads the counter
+(registering its newer token); the resumed holder's write then reaches the store with the
+old token, and the server must refuse it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from aiozklock.testing._nemesis_checks import _real_values
 from aiozklock.testing._nemesis_store import STORES, StoreGate, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
-SEED, DURATION, SESSION_TIMEOUT = 18, 18.0, 3.0
+SEED, DURATION, SESSION_TIMEOUT = 18, 14.0, 2.0
 
 
 @pytest.fixture
