@@ -53,7 +53,7 @@ from benchmarks.stats import (  # noqa: E402
     cpu_times,
 )
 
-LIBRARIES = ("aiozklock", "aiozk", "kazoo", "curator", "etcd", "etcd3", "redis")
+LIBRARIES = ("aiozklock", "sync", "aiozk", "kazoo", "curator", "etcd", "etcd3", "redis")
 SCENARIOS = (
     "uncontended",
     "wire",
@@ -74,6 +74,9 @@ SCENARIOS = (
 #: The scenarios of the recipes a client library lacks (its column stays empty there).
 MISSING_RECIPES = {"aiozk": ("semaphore",)}
 NON_FAIR = report.NON_FAIR
+SYNC = report.SYNC
+#: What the sync column runs: kazoo's shapes (see ``benchmarks.clients.sync_bench``).
+SYNC_SCENARIOS = ("uncontended", "contended", "requests")
 CURATOR_JARS = (
     "curator-recipes",
     "curator-framework",
@@ -1190,6 +1193,9 @@ def make_drivers(
             else:
                 drivers.append(curator)
             continue
+        if library == "sync":
+            drivers.append(python_driver("sync", SYNC, SYNC_SCENARIOS))
+            continue
         missing = MISSING_RECIPES.get(library, ())
         drivers.append(python_driver(library, scenarios=[s for s in SCENARIOS if s not in missing]))
         if library != "aiozklock":
@@ -1322,7 +1328,7 @@ def render(bench: Bench, columns: Sequence[str]) -> tuple[str, dict[str, Any]]:
     """The markdown tables (main, per-request, recipes, regression, rounds), and the
     ratio summaries for latest.json."""
     s, rounds, flags = bench.settings, bench.rounds, bench.flags
-    main_columns = [c for c in columns if c != NON_FAIR]  # non-fair: a table of its own
+    main_columns = [c for c in columns if c not in (NON_FAIR, SYNC)]  # tables of their own
     rows = report.metrics(s.sessions, s.process_sessions, s.waiters)
     requests = report.requests_table(s.concurrency, s.hold_ms)
     sections = [report.markdown(rows, main_columns, rounds, flags)]
@@ -1331,9 +1337,11 @@ def render(bench: Bench, columns: Sequence[str]) -> tuple[str, dict[str, Any]]:
         *report.recipe_tables(s.members, s.candidates, s.sessions, s.waiters),
         *report.shared_tables(s.readers, s.semaphore_clients, s.leases),
     ]
-    sections += [table.render(columns, rounds, flags) for table in tables]
+    sync = report.sync_table(s.sessions, s.concurrency)
+    sections += [table.render(columns, rounds, flags) for table in [*tables, sync]]
     summary: dict[str, Any] = {
         "ratios": report.ratio_summary([*rows, *(m for t in tables for m in t.rows)], rounds),
+        "sync_ratios": report.ratio_summary(sync.rows, rounds, SYNC, (report.SUBJECT, "kazoo")),
         "regression": None,
     }
     skip: list[str] = []  # the regression's columns: tables of their own

@@ -499,3 +499,36 @@ def test_peer_rows_through_the_runner(
     assert grants["count"] >= 3
     assert bench.flags == {}  # no overlap, no lost update, every task cycled
     assert bench.notes == []
+
+
+@pytest.mark.timeout(120)
+def test_sync_rows_through_the_runner(zk_hosts: str, chroot: str, tmp_path: Path) -> None:
+    """The sync API's column (``--only sync``) as the runner measures it, in worker
+    processes: the uncontended, contended (a thread per session) and per-request (threads
+    sharing one client) rows, every one measured, mutual exclusion kept, every thread
+    cycled; its table has the ratios to aiozklock and kazoo."""
+    drivers, notes = run.make_drivers(["sync"], tmp_path, trio=False)
+    assert notes == []
+    (driver,) = drivers
+    assert (driver.column, set(driver.scenarios)) == (report.SYNC, set(run.SYNC_SCENARIOS))
+    settings = dataclasses.replace(
+        run.QUICK, iterations=6, warmup=2, duration=0.2, contended_warmup=1, sessions=(3,)
+    )
+    bench = run.Bench(settings, zk_hosts, tmp_path)
+    bench.root = chroot  # this test's own nodes
+    bench.uncontended(driver)
+    bench.contended(driver, 3, processes=False)
+    bench.requests(driver, 3)
+    values = bench.values[driver.column]
+    keys = ["cycle_median_us", "confirmed_cycle_median_us", "contended_3_per_s"]
+    keys += ["handoff_3_median_us", "requests_3_per_s", "requests_3_p50_us"]
+    assert all(values[key] > 0 for key in keys), values
+    assert bench.raw[driver.column]["contended-sessions-3"]["count"] >= 3
+    assert bench.flags == {}  # no overlap, no lost update, every thread cycled
+    assert bench.notes == []
+    # The sync table: the ratios from the sync column to aiozklock's and kazoo's.
+    peers_values = {"aiozklock": {"cycle_median_us": 200.0}, "kazoo": {"cycle_median_us": 1000.0}}
+    rounds = [{**peers_values, report.SYNC: {"cycle_median_us": 250.0}}]
+    text = report.sync_table((3,), (3,)).render([report.SYNC, "aiozklock", "kazoo"], rounds, {})
+    assert "| aiozklock (sync) vs aiozklock | aiozklock (sync) vs kazoo |" in text
+    assert "| 250 | 200 | 1,000 | 0.80x | 4.00x |" in text
