@@ -73,7 +73,7 @@ def _read_modify_write(
     counter: str,
     pause: float,
     fencing_token: int | None,
-    lock: aiozklock.sync.Lock | None = None,
+    lock: aiozklock.sync.SyncLock | None = None,
 ) -> dict[str, Any]:
     # The overlap detector: how many tasks are inside a read-modify-write of this counter.
     if store.incr(f"{counter}:inside") > 1:

@@ -29,7 +29,7 @@ EX_UNAVAILABLE, EX_SOFTWARE, EX_TEMPFAIL = 69, 70, 75
 STEPS = 3
 
 
-def run_job(zk: aiozklock.sync.ZooKeeperClient, lock: aiozklock.sync.Lock, out: Path) -> None:
+def run_job(zk: aiozklock.sync.SyncClient, lock: aiozklock.sync.SyncLock, out: Path) -> None:
     """The job itself: a few steps, then its result written under the lock's guard."""
     for step in range(STEPS):
         lock.check()  # LockLost if the lock was lost: stop before doing more

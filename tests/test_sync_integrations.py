@@ -108,7 +108,7 @@ def gunicorn(socket: Path) -> list[str]:
     # that 8 client connections at once are served by both workers.
     return python(
         *("-m", "gunicorn", "--preload", "--workers", "2", "--threads", "4"),
-        *("--worker-connections", "4", "--keep-alive", "30", "--graceful-timeout", "5"),
+        *("--worker-connections", "4", "--keep-alive", "0", "--graceful-timeout", "5"),
         *("--bind", f"unix:{socket}", "examples.flask_app:app"),
     )
 
