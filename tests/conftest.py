@@ -17,6 +17,7 @@ from aiozklock._recipes._core._queue import Queue
 from aiozklock._recipes._core._queue_wait import Waiting
 from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock.testing import FaultProxy, wait_for_children
+from tests._sync_kit import open_sync, szk, szk2  # noqa: F401 (the sync tests' fixtures)
 
 pytest_plugins = ("aiozklock.testing.pytest_plugin",)
 

@@ -163,6 +163,20 @@ class Connection:
         self._socket.close()
         await close_quietly(self.stream)
 
+    def forget(self) -> None:
+        """Let go of the connection without a word, in a forked child whose parent still
+        uses it: this process's descriptors of the socket are pointed at ``/dev/null``. No
+        shutdown, no TLS close_notify, no FIN (the parent keeps the socket open); and a
+        stale object that still names one of them can only ever close ``/dev/null``."""
+        raw = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            for fd in (self._socket.fileno(), raw.fileno()):
+                if fd >= 0:
+                    os.dup2(null, fd)
+        finally:
+            os.close(null)
+
 
 class TLSConnection(Connection):
     """TLS over the same non-blocking socket, so that writes stay synchronous: an

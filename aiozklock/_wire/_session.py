@@ -363,6 +363,13 @@ class Session(SessionLifecycle):
             if conn is not None:
                 await conn.aclose()
 
+    def disown(self) -> None:
+        """In a forked child: let go of the parent's connection without sending anything
+        (``Connection.forget``). Nothing of this session may be used afterwards; the child
+        opens a session of its own."""
+        if self._conn is not None:
+            self._conn.forget()
+
     def _stop_connection_loop(self) -> None:
         if self._conn_scope is not None:
             self._conn_scope.cancel()

@@ -8,6 +8,7 @@ trusted under the client's loss policy, and leaves the nodes to the janitor.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -29,8 +30,10 @@ class Holding:
     """One acquisition: our node(s), the session generation they live in, the fencing token
     (czxid), and the cancel scopes of the bodies to cancel if it can no longer be trusted.
 
-    ``guarded``: the node names are not unique to us (a fixed node), so a background delete
-    must first check that the node still has our czxid. ``observer``: told of the loss
+    ``listeners``: callbacks told of the loss (``when_lost``), for holders that cannot be
+    cancelled (a synchronous body, in another thread). ``guarded``: the node names are not
+    unique to us (a fixed node), so a background delete must first check that the node
+    still has our czxid. ``observer``: told of the loss
     (``connect(telemetry=...)``).
     """
 
@@ -42,6 +45,17 @@ class Holding:
     lost: bool = False
     lost_reason: str = ""
     observer: RecipeObserver | None = None
+    listeners: list[Callable[[], object]] | None = None
+
+    def when_lost(self, listener: Callable[[], object]) -> None:
+        """Call ``listener()`` once when the holding is marked lost (now, if it is already):
+        synchronously, in the event loop, so it must not block. What it raises is logged."""
+        if self.lost:
+            _tell(listener)
+        elif self.listeners is None:
+            self.listeners = [listener]
+        else:
+            self.listeners.append(listener)
 
     def mark_lost(self, reason: str, cause: str) -> bool:
         """Mark the holding lost and cancel its bodies; True if it was not lost before.
@@ -54,9 +68,19 @@ class Holding:
         self.lost_reason = reason
         for scope in self.scopes or ():
             scope.cancel()
+        listeners, self.listeners = self.listeners or (), None
+        for listener in listeners:
+            _tell(listener)
         if self.observer is not None:
             self.observer.lost(cause)
         return True
+
+
+def _tell(listener: Callable[[], object]) -> None:
+    try:
+        listener()
+    except Exception:  # the loss must reach every holder and the loss policy's cleanup
+        log.exception("aiozklock: a lock loss listener %r raised", listener)
 
 
 class HoldingMonitor(Protocol):

@@ -1,0 +1,311 @@
+"""The synchronous client: its lifecycle (opened on first use, closed once, made again in
+a forked child), its session's state, its listeners, ``diagnose`` and the znode API. Its
+recipe factories are in ``_factories``."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from aiozklock._acl import ACL
+from aiozklock._client import ZooKeeperClient
+from aiozklock._doctor._defaults import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING
+from aiozklock._exceptions import ClientClosed, InvalidArgument
+from aiozklock._recipes._core._handle import Handle
+from aiozklock._wire._protocol import Stat
+from aiozklock._wire._session import SessionState, StateListener
+from aiozklock.sync import _fork
+from aiozklock.sync._factories import SyncFactories
+from aiozklock.sync._handle import SyncHandle
+from aiozklock.sync._portal import Portal, Proxy, refuse_blocking
+
+if TYPE_CHECKING:
+    from aiozklock._doctor._model import Diagnosis
+
+
+class SyncClient(SyncFactories):
+    """A ZooKeeper client for synchronous code (threads): the async client's features,
+    driven from a background event loop thread. Make it with ``aiozklock.sync.connect()``.
+
+    The session is opened by ``with``, or on first use (so a client made at module level,
+    before a ``fork()``, opens its own session in each child). Every method blocks the
+    calling thread, which is what owns a lock: see ``SyncHandle``. Calls from a thread that
+    runs an event loop raise ``UsageError``. Made in a forked child's parent, it works in
+    the child with a session of its own; the child never sends anything on the parent's.
+    """
+
+    def __init__(self, hosts: str, **options: Any) -> None:
+        # Validated now, in the caller's thread (InvalidArgument); it sends nothing.
+        self._fresh: ZooKeeperClient | None = ZooKeeperClient(hosts, **options)
+        self._options = options
+        #: The connect string, as given; ``chroot``: its chroot ("" if none).
+        self.hosts = hosts
+        self.chroot = self._fresh.chroot
+        self._portal: Portal | None = None
+        self._closed = False
+        self._lock = threading.Lock()  # opening and closing (made again in a forked child)
+        self._listeners: list[StateListener] = []
+        self._removers: list[tuple[StateListener, Callable[[], None]]] = []  # this epoch's
+        _fork.track(self)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def __enter__(self) -> SyncClient:
+        """Open the session now (if not open yet) and return the client; raises what
+        ``open()`` raises."""
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the client (see ``close()``)."""
+        self.close()
+
+    def open(self) -> None:
+        """Open the session now, if it is not open yet (every other call opens it when
+        needed). Raises ``ZooKeeperUnavailable`` if no server answers within
+        ``connect_timeout`` (a later call tries again), ``AuthenticationFailed`` if the
+        server refuses ``auth``, ``ClientClosed`` once closed, ``UsageError`` from a thread
+        that runs an event loop."""
+        if self._portal is None:
+            self._open()
+
+    def _open(self) -> Portal:
+        refuse_blocking(0)
+        with self._lock:
+            if self._closed:
+                raise ClientClosed("the ZooKeeper client is closed")
+            if self._portal is not None:
+                return self._portal
+            client = self._fresh or ZooKeeperClient(self.hosts, **self._options)
+            self._fresh = None  # a client is entered once: a retry makes a new one
+            portal = Portal(client, f"aiozklock-sync {self.hosts}")
+            portal.start()
+            listeners = list(self._listeners)
+            self._removers = portal.call(lambda proxy: _register(proxy, listeners), False)
+            self._portal = portal
+            return portal
+
+    def close(self) -> None:
+        """Close the session (its ephemeral nodes go at once) and end the client's thread.
+
+        Locks still held are lost (``lost`` is set, ``on_lost`` called), and calls waiting
+        in other threads raise ``ClientClosed``, as does any later use. Bounded (a few
+        seconds at worst, if the server does not answer); idempotent. Raises ``UsageError``
+        from the client's own thread (``on_lost``, a listener) or a thread that runs an
+        event loop."""
+        portal = self._portal
+        refuse_blocking(portal.thread_id if portal is not None else 0)
+        with self._lock:
+            self._closed = True
+            portal, self._portal = self._portal, None
+        if portal is not None:
+            portal.stop()
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's loop, thread and session are not ours. Drop
+        them without a word; the next call opens a session of the child's own."""
+        self._lock = threading.Lock()  # it may have been held by a thread of the parent
+        portal, self._portal = self._portal, None
+        self._removers = []
+        if portal is not None:
+            portal.forsake()
+
+    def _portal_now(self) -> Portal:
+        portal = self._portal
+        return portal if portal is not None else self._open()
+
+    def _call(self, func: Callable[[Proxy], Any], undo: Any = None) -> Any:
+        """``await func(proxy)`` in the calling thread's task (``Portal.call``)."""
+        return self._portal_now().call(func, True, undo)
+
+    def _peek(self, func: Callable[[Proxy], Any]) -> Any:
+        """``func(proxy)`` (not a coroutine) in the calling thread's task."""
+        return self._portal_now().call(func, False)
+
+    def _proxy_if_any(self) -> Proxy | None:
+        portal = self._portal
+        return None if portal is None else portal.proxy_if_any()
+
+    # ---------------------------------------------------------------- the session
+
+    @property
+    def state(self) -> SessionState:
+        """The session's state now (``SessionState``): ``CONNECTING`` before it is opened,
+        ``CLOSED`` once closed; see the async client's ``state``. Raises nothing."""
+        portal = self._portal
+        if portal is None:
+            return SessionState.CLOSED if self._closed else SessionState.CONNECTING
+        return portal.client.state
+
+    @property
+    def session_id(self) -> int:
+        """The current ZooKeeper session id; 0 before the session is opened (in a forked
+        child: before its own is). Raises nothing."""
+        portal = self._portal
+        return 0 if portal is None else portal.client.session_id
+
+    @property
+    def session_password(self) -> bytes:
+        """With ``session_id``, what re-attaches to the session; empty before it is
+        opened. Raises nothing."""
+        portal = self._portal
+        return b"" if portal is None else portal.client.session_password
+
+    @property
+    def negotiated_timeout(self) -> float:
+        """The session timeout the server granted, in seconds (the requested one before
+        the session is opened). Raises nothing."""
+        portal = self._portal
+        if portal is None:
+            requested: float = self._options.get("session_timeout", 10.0)
+            return requested
+        return portal.client.negotiated_timeout
+
+    def add_listener(self, listener: StateListener) -> Callable[[], None]:
+        """Call ``listener(change)`` (a ``StateChange``) on every session state change,
+        in every session this client opens (after a fork too); returns a callable that
+        removes it. The listener runs in the client's event loop thread: it must not block
+        nor call the client (``UsageError``). Raises ``ClientClosed`` once closed."""
+        if not callable(listener):
+            raise InvalidArgument(f"listener must be callable, not {listener!r}")
+        with self._lock:
+            if self._closed:
+                raise ClientClosed("the ZooKeeper client is closed")
+            self._listeners.append(listener)
+            portal = self._portal
+        if portal is not None:
+            self._removers += portal.call(lambda proxy: _register(proxy, [listener]), False)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+            for entry in list(self._removers):
+                if entry[0] is listener:
+                    entry[1]()  # a list removal: safe from any thread
+                    with contextlib.suppress(ValueError):
+                        self._removers.remove(entry)
+
+        return remove
+
+    def diagnose(
+        self,
+        prefix: str = "/",
+        *,
+        hold_warning: float = HOLD_WARNING,
+        queue_warning: int = QUEUE_WARNING,
+        leftover_age: float = LEFTOVER_AGE,
+    ) -> Diagnosis:
+        """What is wrong under ``prefix``: the async client's ``diagnose()`` (deadlocks,
+        unsafe layout mixes, old holders, long queues, leftovers), with the same arguments
+        and errors."""
+        return self._call(  # type: ignore[no-any-return]
+            lambda proxy: proxy.client.diagnose(
+                prefix,
+                hold_warning=hold_warning,
+                queue_warning=queue_warning,
+                leftover_age=leftover_age,
+            )
+        )
+
+    # ---------------------------------------------------------------- znodes
+    # The async client's methods, with the same arguments, results and errors; ``guard``
+    # is a sync recipe object of this client that the calling thread holds.
+
+    def exists(self, path: str) -> Stat | None:
+        """The node's ``Stat``, or None if it does not exist (see the async client)."""
+        return self._call(lambda proxy: proxy.client.exists(path))  # type: ignore[no-any-return]
+
+    def get_children(self, path: str, *, missing_ok: bool = False) -> list[str]:
+        """The names of the node's children; ``NoNodeError`` if it does not exist, unless
+        ``missing_ok`` (see the async client)."""
+        return self._call(  # type: ignore[no-any-return]
+            lambda proxy: proxy.client.get_children(path, missing_ok=missing_ok)
+        )
+
+    def get_data(self, path: str) -> tuple[bytes, Stat]:
+        """The node's data and ``Stat``; ``NoNodeError`` if it does not exist."""
+        return self._call(lambda proxy: proxy.client.get_data(path))  # type: ignore[no-any-return]
+
+    def set_data(
+        self,
+        path: str,
+        data: bytes,
+        version: int = -1,
+        *,
+        guard: SyncHandle[Any] | None = None,
+    ) -> Stat:
+        """Replace the node's data if its version is ``version`` (-1: any); with ``guard``,
+        only while the calling thread's holding of it is ours (``StaleFencingToken``
+        otherwise, nothing written). Errors: see the async client."""
+        return self._call(  # type: ignore[no-any-return]
+            lambda proxy: proxy.client.set_data(
+                path, data, version, guard=self._guard(proxy, guard)
+            )
+        )
+
+    def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        acl: Sequence[ACL] | None = None,
+        guard: SyncHandle[Any] | None = None,
+    ) -> str:
+        """Create a node; returns its path. ``guard``: as for ``set_data``. Errors: see the
+        async client."""
+        return self._call(  # type: ignore[no-any-return]
+            lambda proxy: proxy.client.create(
+                path,
+                data,
+                ephemeral=ephemeral,
+                sequential=sequential,
+                acl=acl,
+                guard=self._guard(proxy, guard),
+            )
+        )
+
+    def delete(self, path: str, *, guard: SyncHandle[Any] | None = None) -> None:
+        """Delete a node (any version). ``guard``: as for ``set_data``. Errors: see the
+        async client."""
+        self._call(lambda proxy: proxy.client.delete(path, guard=self._guard(proxy, guard)))
+
+    def ensure_path(self, path: str, *, acl: Sequence[ACL] | None = None) -> None:
+        """Create ``path`` and its ancestors as containers; existing ones are left alone.
+        Errors: see the async client."""
+        self._call(lambda proxy: proxy.client.ensure_path(path, acl=acl))
+
+    def get_acl(self, path: str) -> tuple[list[ACL], Stat]:
+        """The node's ACL and ``Stat``. Errors: see the async client."""
+        return self._call(lambda proxy: proxy.client.get_acl(path))  # type: ignore[no-any-return]
+
+    def _guard(self, proxy: Proxy, guard: SyncHandle[Any] | None) -> Handle | None:
+        if guard is None:
+            return None
+        if not isinstance(guard, SyncHandle) or guard._client is not self:
+            raise InvalidArgument(
+                f"guard must be a recipe object of this client (zk.lock(), ...), not {guard!r}"
+            )
+        handle: Handle = guard._bind(proxy)
+        return handle
+
+    def __repr__(self) -> str:
+        return f"<aiozklock.sync.SyncClient {self.hosts!r} {self.state.value}>"
+
+
+def _register(
+    proxy: Proxy, listeners: list[StateListener]
+) -> list[tuple[StateListener, Callable[[], None]]]:
+    return [(listener, proxy.client.add_listener(listener)) for listener in listeners]
+
+
+__all__ = ("SyncClient",)

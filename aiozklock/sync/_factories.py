@@ -1,0 +1,217 @@
+"""The synchronous client's recipe factories: the async client's, with the same arguments
+(each one's object is made by calling the async factory), plus ``on_lost``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+
+from aiozklock._acl import ACL
+from aiozklock._exceptions import InvalidArgument
+from aiozklock._recipes._core._names import Compat
+from aiozklock._wire._validation import validate_flag
+from aiozklock.sync._handle import LostCallback, SyncHandle
+from aiozklock.sync._recipes import (
+    SyncElection,
+    SyncLeaseLock,
+    SyncLock,
+    SyncMultiLock,
+    SyncNonFairLock,
+    SyncReadLock,
+    SyncReadWriteLock,
+    SyncSemaphore,
+    SyncWriteLock,
+)
+
+if TYPE_CHECKING:
+    from aiozklock._client import ZooKeeperClient
+    from aiozklock.sync._client import SyncClient
+
+S = TypeVar("S", bound=SyncHandle[Any])
+
+
+def _checked(on_lost: object) -> LostCallback | None:
+    if on_lost is not None and not callable(on_lost):
+        raise InvalidArgument(f"on_lost must be a callable or None, not {on_lost!r}")
+    return on_lost
+
+
+class SyncFactories:
+    """The recipe factories of ``SyncClient``. Each returns a new synchronous object over
+    the async client's one object for the arguments (so reentrancy and this process's
+    local queueing hold across call sites, per thread). Arguments are validated at the
+    call, in the calling thread, as the async factory validates them (``InvalidArgument``,
+    ``UsageError``); the call opens the session if it is not open yet (``ClientClosed``
+    once closed).
+
+    ``on_lost``: optional, called once with no argument when a holding taken through the
+    returned object is lost, from the client's event loop thread: it must not block and
+    must not call the client (see ``SyncHandle``).
+    """
+
+    def _made(self, cls: type[S], make: Callable[[ZooKeeperClient], Any], on_lost: object) -> S:
+        client: SyncClient = self  # type: ignore[assignment]
+        return cls(client, make, _checked(on_lost))
+
+    @overload
+    def lock(
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        fair: Literal[True] = True,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+        on_lost: LostCallback | None = None,
+    ) -> SyncLock: ...
+
+    @overload
+    def lock(
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        fair: Literal[False],
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+        on_lost: LostCallback | None = None,
+    ) -> SyncNonFairLock: ...
+
+    @overload
+    def lock(
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        fair: bool,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+        on_lost: LostCallback | None = None,
+    ) -> SyncLock | SyncNonFairLock: ...
+
+    def lock(
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        fair: bool = True,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+        on_lost: LostCallback | None = None,
+    ) -> SyncLock | SyncNonFairLock:
+        """A reentrant, loss-aware lock on ``path``: ``with zk.lock(path) as lock:``. Fair
+        (``SyncLock``) by default; ``fair=False``: a ``SyncNonFairLock``. The arguments and
+        errors are the async ``lock()``'s."""
+        if validate_flag("fair", fair):
+            return self._made(
+                SyncLock,
+                lambda zk: zk.lock(path, identifier=identifier, acl=acl, compat=compat),
+                on_lost,
+            )
+        return self._made(
+            SyncNonFairLock,
+            lambda zk: zk.lock(path, identifier=identifier, fair=False, acl=acl, compat=compat),
+            on_lost,
+        )
+
+    def multi_lock(
+        self,
+        paths: Iterable[str],
+        *,
+        identifier: str | None = None,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+        on_lost: LostCallback | None = None,
+    ) -> SyncMultiLock:
+        """All-or-nothing lock of several paths, deadlock-free; a ``SyncMultiLock``. The
+        arguments and errors are the async ``multi_lock()``'s."""
+        # Read once: the object is made again from them in a forked child.
+        members = paths if isinstance(paths, str) else tuple(paths)
+        return self._made(
+            SyncMultiLock,
+            lambda zk: zk.multi_lock(members, identifier=identifier, acl=acl, compat=compat),
+            on_lost,
+        )
+
+    def election(
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+        on_lost: LostCallback | None = None,
+    ) -> SyncElection:
+        """A leader election on ``path``: ``with zk.election(path):`` runs the block as
+        leader; a ``SyncElection``. ``on_lost``: leadership lost. The arguments and errors
+        are the async ``election()``'s."""
+        return self._made(
+            SyncElection,
+            lambda zk: zk.election(path, identifier=identifier, acl=acl, compat=compat),
+            on_lost,
+        )
+
+    def rw_lock(
+        self,
+        path: str,
+        *,
+        identifier: str | None = None,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat = "curator",
+        on_lost: LostCallback | None = None,
+    ) -> SyncReadWriteLock:
+        """A read/write lock on ``path``: its ``read_lock`` and ``write_lock`` (``on_lost``
+        applies to both). The arguments and errors are the async ``rw_lock()``'s."""
+
+        def both(zk: ZooKeeperClient) -> Any:
+            return zk.rw_lock(path, identifier=identifier, acl=acl, compat=compat)
+
+        write = self._made(SyncWriteLock, lambda zk: both(zk).write_lock, on_lost)
+        read = self._made(SyncReadLock, lambda zk: both(zk).read_lock, on_lost)
+        return SyncReadWriteLock(path, identifier, read, write)
+
+    def lease_lock(
+        self,
+        path: str,
+        ttl: float,
+        *,
+        holder_id: str | None = None,
+        identifier: str | None = None,
+        renew: bool = True,
+        acl: Sequence[ACL] | None = None,
+        on_lost: LostCallback | None = None,
+    ) -> SyncLeaseLock:
+        """A lock held as a TTL lease on ``{path}/lease``, not bound to the session (see the
+        async ``lease_lock()``, whose arguments and errors these are); a
+        ``SyncLeaseLock``."""
+        return self._made(
+            SyncLeaseLock,
+            lambda zk: zk.lease_lock(
+                path, ttl, holder_id=holder_id, identifier=identifier, renew=renew, acl=acl
+            ),
+            on_lost,
+        )
+
+    def semaphore(
+        self,
+        path: str,
+        max_leases: int,
+        *,
+        identifier: str | None = None,
+        acl: Sequence[ACL] | None = None,
+        compat: Compat | None = None,
+        on_lost: LostCallback | None = None,
+    ) -> SyncSemaphore:
+        """A counting semaphore on ``path``: at most ``max_leases`` holders at once, each
+        thread with its own lease; a ``SyncSemaphore``. The arguments and errors are the
+        async ``semaphore()``'s."""
+        return self._made(
+            SyncSemaphore,
+            lambda zk: zk.semaphore(
+                path, max_leases, identifier=identifier, acl=acl, compat=compat
+            ),
+            on_lost,
+        )
+
+
+__all__ = ("SyncFactories",)

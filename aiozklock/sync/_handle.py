@@ -1,0 +1,294 @@
+"""The synchronous face of every lock-like recipe, written once over the async ``Handle``:
+``with x:``, ``acquire(timeout=)``, ``try_acquire()``, ``release()``, ``is_held``,
+``fencing_token``, ``valid_until``, and what a thread, which cannot be cancelled, has
+instead of a cancelled body: ``lost``, ``check()``, ``LockLost`` at the block's exit and
+``on_lost``.
+
+Each call runs in the calling thread's proxy task (``_portal.py``), so the async object's
+per-task state is this thread's. A sync object keeps the factory call that made its async
+object, and makes it again for a new client epoch (in a forked child).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+
+from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner
+from aiozklock._recipes._core._handle import Handle
+from aiozklock._recipes._core._holding import Holding
+from aiozklock._wire._validation import validate_flag, validate_timeout
+from aiozklock.sync._portal import Proxy
+
+if TYPE_CHECKING:
+    from aiozklock._client import ZooKeeperClient
+    from aiozklock.sync._client import SyncClient
+
+log = logging.getLogger(__name__)
+
+H = TypeVar("H", bound=Handle)
+T = TypeVar("T")
+
+LostCallback = Callable[[], object]
+
+
+class _Held:
+    """One thread's acquisition through one sync object: how deep it is nested, the
+    holding, and the event its loss sets."""
+
+    __slots__ = ("depth", "holding", "lost")
+
+    def __init__(self, holding: Holding) -> None:
+        self.depth = 1
+        self.holding = holding
+        self.lost = threading.Event()
+
+
+class SyncHandle(Generic[H]):
+    """The synchronous contract of a lock-like recipe (see the module docstring). Made by
+    ``SyncClient``'s factories; each call blocks the calling thread, which is the owner.
+
+    ``on_lost``: called once, with no argument, as soon as a holding taken through this
+    object is lost; it runs in the client's event loop thread, so it must return at once
+    and must not call the client (``UsageError``): set a flag, signal a process.
+    """
+
+    __slots__ = ("__weakref__", "_bound_to", "_client", "_held", "_make", "_on_lost", "_target")
+
+    def __init__(
+        self,
+        client: SyncClient,
+        make: Callable[[ZooKeeperClient], H],
+        on_lost: LostCallback | None,
+    ) -> None:
+        self._client = client
+        self._make = make
+        self._on_lost = on_lost
+        self._target: H | None = None
+        self._bound_to: ZooKeeperClient | None = None
+        self._held: weakref.WeakKeyDictionary[Proxy, _Held] = weakref.WeakKeyDictionary()
+        client._peek(self._bind)  # made now: bad arguments raise here, in the caller's thread
+
+    # ---------------------------------------------------------------- in the loop thread
+
+    def _bind(self, proxy: Proxy) -> H:
+        """The async object of the proxy's client epoch (made again in a forked child)."""
+        client = proxy.client
+        if self._bound_to is not client or self._target is None:
+            self._target = self._make(client)
+            self._bound_to = client
+        return self._target
+
+    def _noted(self, proxy: Proxy, handle: H) -> None:
+        """After an acquisition by the proxy's thread: nest, or watch the new holding."""
+        holding = handle._held_engine("")._holding
+        assert holding is not None
+        held = self._held.get(proxy)
+        if held is not None and held.depth > 0 and held.holding is holding:
+            held.depth += 1
+            return
+        held = _Held(holding)
+        self._held[proxy] = held
+        holding.when_lost(lambda: self._tell_lost(held))
+
+    def _tell_lost(self, held: _Held) -> None:
+        if held.depth == 0:  # released before (a read lock's holding outlives ours)
+            return
+        held.lost.set()
+        if self._on_lost is not None:
+            self._on_lost()
+
+    async def _acquire_job(self, proxy: Proxy, limit: float | None) -> None:
+        handle = self._bind(proxy)
+        await handle._acquire(limit)
+        self._noted(proxy, handle)
+
+    async def _try_job(self, proxy: Proxy) -> bool:
+        handle = self._bind(proxy)
+        try:
+            await handle._acquire(0.0)
+        except LockTimeout:
+            return False
+        self._noted(proxy, handle)
+        return True
+
+    async def _release_job(self, proxy: Proxy, confirm: bool = False) -> None:
+        handle = self._bind(proxy)
+        held = self._held.get(proxy)
+        try:
+            await handle.release(confirm=confirm)
+        except NotLockOwner:
+            raise
+        except BaseException:
+            _given_back(held)  # the core's LockLost comes after the level is given back
+            raise
+        _given_back(held)
+
+    async def _undo(self, proxy: Proxy) -> None:
+        await self._release_job(proxy)
+
+    def _check_job(self, proxy: Proxy) -> None:
+        handle = self._bind(proxy)
+        if handle._holds(proxy.task_id):
+            return
+        held = self._held.get(proxy)
+        label = handle._label
+        if held is None or held.depth == 0:
+            raise NotLockOwner(f"this thread does not hold the {label}")
+        lost: type[LockLost] = getattr(handle, "_lost_error", LockLost)
+        if held.holding.lost:
+            raise lost(f"{label} was lost: {held.holding.lost_reason}")
+        raise lost(
+            f"{label} is no longer certainly ours: past its valid_until (the process was "
+            "paused, or the session has been silent); its loss may follow"
+        )
+
+    # ---------------------------------------------------------------- the user's calls
+
+    def _call(self, func: Callable[[Proxy], Any]) -> Any:
+        return self._client._call(func)
+
+    def _ask(self, func: Callable[[H], Awaitable[T]]) -> T:
+        """``await func(async object)`` in the calling thread's task."""
+        result: T = self._client._call(lambda proxy: func(self._bind(proxy)))
+        return result
+
+    def _read(self, func: Callable[[H], T]) -> T:
+        """``func(async object)`` in the calling thread's task (nothing awaited)."""
+        result: T = self._client._peek(lambda proxy: func(self._bind(proxy)))
+        return result
+
+    def acquire(self, timeout: float | None = None) -> Acquired[Self]:
+        """Acquire for the calling thread, waiting at most ``timeout`` seconds (None:
+        without limit). Returns once held: the result needs no use, and ``with
+        x.acquire(timeout=5):`` releases at the block's exit (as ``with x:``, which waits
+        without limit). Reentrant in its thread.
+
+        Raises ``LockTimeout`` if not acquired in time (nothing of ours is left on the
+        server), ``InvalidArgument`` for a bad ``timeout``, ``ClientClosed`` once the client
+        is closed, ``UsageError`` from a thread that runs an event loop (use the async API)
+        or from the client's own loop thread, and what the async ``acquire()`` raises.
+        """
+        timeout = validate_timeout(timeout)
+        self._client._call(lambda proxy: self._acquire_job(proxy, timeout), self._undo)
+        return Acquired(self)
+
+    def try_acquire(self) -> bool:
+        """One attempt, no waiting: True if it is now held by the calling thread. Raises
+        what ``acquire()`` raises, except ``LockTimeout``."""
+        result: bool = self._client._call(self._try_job, self._undo)
+        return result
+
+    def release(self, *, confirm: bool = False) -> None:
+        """Release one level held by the calling thread. Returns once the release is
+        written to the server's connection (or, with ``confirm=True``, applied by the
+        server): whatever the thread does next, blocking or not, keeps the lock from
+        nobody.
+
+        Raises ``NotLockOwner`` if the calling thread does not hold it, ``LockLost``
+        (``LeadershipLost`` for an election) if it was lost while held (it is released
+        all the same), ``InvalidArgument`` for a non-bool ``confirm``, ``ClientClosed``,
+        ``UsageError`` as ``acquire()``.
+        """
+        confirm = validate_flag("confirm", confirm)
+        self._call(lambda proxy: self._release_job(proxy, confirm))
+
+    def __enter__(self) -> Self:
+        """``with x:`` acquires for the calling thread, without a time limit."""
+        self._client._call(lambda proxy: self._acquire_job(proxy, None), self._undo)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Release; raises ``LockLost`` if it was lost during the block, unless the block
+        raised: its own exception then passes unchanged (the loss was logged)."""
+        try:
+            self.release()
+        except LockLost:
+            if exc is None:
+                raise
+
+    @property
+    def is_held(self) -> bool:
+        """True if the calling thread holds it, it has not been lost, and it is within
+        ``valid_until``: a cheap check right before acting on the resource. Raises
+        ``ClientClosed`` once the client is closed, ``UsageError`` as ``acquire()``."""
+        held: bool = self._client._peek(lambda proxy: self._bind(proxy)._holds(proxy.task_id))
+        return held
+
+    @property
+    def fencing_token(self) -> int:
+        """The fencing token of the calling thread's holding (see the async recipe): pass it
+        to the resource you protect. Raises ``NotLockOwner`` if not held."""
+        token: int = self._client._peek(lambda proxy: self._bind(proxy).fencing_token)
+        return token
+
+    @property
+    def valid_until(self) -> float:
+        """The ``time.monotonic()`` instant until which the calling thread's holding is
+        certainly still ours (see the async recipe). Raises ``NotLockOwner`` if not held."""
+        until: float = self._client._peek(lambda proxy: self._bind(proxy).valid_until)
+        return until
+
+    @property
+    def lost(self) -> threading.Event:
+        """The calling thread's loss event: set the moment its current (or last) holding
+        through this object is lost. Poll it (``lost.is_set()``) or wait on it
+        (``lost.wait(timeout)``) in the body; a new acquisition has a new event. An
+        unset event if this thread never acquired through this object. Sends nothing,
+        blocks nothing, raises nothing."""
+        proxy = self._client._proxy_if_any()
+        held = None if proxy is None else self._held.get(proxy)
+        return threading.Event() if held is None else held.lost
+
+    def check(self) -> None:
+        """Raise unless the calling thread still holds it: ``LockLost`` (``LeadershipLost``
+        for an election) if it was lost, or is past ``valid_until``; ``NotLockOwner`` if the
+        thread does not hold it. Call it between the steps of a long body. Sends nothing
+        (one hop to the client's thread); ``ClientClosed``, ``UsageError`` as ``acquire()``.
+        """
+        self._client._peek(self._check_job)
+
+    def __repr__(self) -> str:
+        target = self._target
+        return f"<aiozklock.sync {type(self).__name__} {target!r}>"
+
+
+def _given_back(held: _Held | None) -> None:
+    if held is not None and held.depth > 0:
+        held.depth -= 1
+
+
+class Acquired(Generic[T]):
+    """What ``acquire()`` returns, once acquired: ``with x.acquire(timeout=5):`` releases
+    at the block's exit (as ``with x:`` does); unused, it does nothing."""
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: SyncHandle[Any]) -> None:
+        self._handle = handle
+
+    def __enter__(self) -> T:
+        """The recipe object, already held."""
+        handle: T = self._handle  # type: ignore[assignment]
+        return handle
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Release, as leaving ``with x:`` does."""
+        self._handle.__exit__(exc_type, exc, tb)
+
+
+__all__ = ("Acquired", "LostCallback", "SyncHandle")

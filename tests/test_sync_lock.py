@@ -1,0 +1,209 @@
+"""``aiozklock.sync``'s lock: the cycle, ownership per thread (a thread is a task of the
+async core), timeouts, bodies' exceptions, the release on the wire when the call returns,
+a thread that ends holding, and misuse (bad input, closed client)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import aiozklock
+import aiozklock.sync
+from aiozklock.sync import SyncClient
+from tests._sync_kit import BOUND, in_thread, wait_children
+
+PATH = "/locks/sync"
+
+
+def test_cycle_reentrant_and_owned_by_its_thread(szk: SyncClient) -> None:
+    lock = szk.lock(PATH)
+    assert lock.try_acquire()
+    assert lock.is_held
+    token = lock.fencing_token
+    with lock as same:  # reentrant in its thread: no second node, no wait
+        assert same is lock
+        assert lock.fencing_token == token
+        assert lock.statistics().depth == 2
+        assert len(szk.get_children(PATH)) == 1
+    # Another thread: not the owner.
+    assert in_thread(lambda: lock.is_held) is False
+    with pytest.raises(aiozklock.NotLockOwner):
+        in_thread(lock.release)
+    assert lock.is_held  # still ours
+    lock.release()
+    assert not lock.is_held
+    assert lock.statistics().acquisitions == 1
+
+
+def test_a_new_handle_in_the_same_thread_nests(szk: SyncClient) -> None:
+    with szk.lock(PATH) as outer, szk.lock(PATH) as inner:  # one object per path: reentry
+        assert inner.fencing_token == outer.fencing_token
+        assert outer.is_held
+        assert inner.is_held
+
+
+def test_another_session_waits_then_gets_it(szk: SyncClient, szk2: SyncClient) -> None:
+    mine, theirs = szk.lock(PATH), szk2.lock(PATH)
+    with mine:
+        assert not theirs.try_acquire()
+        with pytest.raises(aiozklock.LockTimeout):
+            theirs.acquire(timeout=0.2)
+        # The timed-out attempt left nothing: only our node (seen through our session,
+        # after the other one's delete, which was written before LockTimeout was raised).
+        assert len(wait_children(szk2, PATH, lambda children: len(children) == 1)) == 1
+    with theirs.acquire(timeout=BOUND) as held:  # released at our exit: granted
+        assert held is theirs
+        assert theirs.is_held
+    assert wait_children(szk2, PATH, lambda children: children == []) == []
+
+
+def test_threads_take_turns_without_overlap(szk: SyncClient) -> None:
+    lock, inside, overlaps = szk.lock(PATH), [], []
+    guard = threading.Lock()
+
+    def work() -> None:
+        for _ in range(5):
+            with lock:
+                with guard:
+                    inside.append(1)
+                    if len(inside) > 1:
+                        overlaps.append(1)
+                with guard:
+                    inside.pop()
+
+    workers = [threading.Thread(target=work) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(BOUND)
+    assert overlaps == []
+    assert lock.statistics().acquisitions == 20
+
+
+def test_the_body_exception_passes_unchanged(szk: SyncClient) -> None:
+    lock = szk.lock(PATH)
+    error = KeyError("mine")
+    with pytest.raises(KeyError) as raised, lock:
+        raise error
+    assert raised.value is error
+    assert not lock.is_held
+    assert lock.try_acquire()  # released: free again
+    lock.release()
+
+
+def test_acquire_context_and_timeout_errors(szk: SyncClient) -> None:
+    lock = szk.lock(PATH)
+    with lock.acquire(timeout=1.0) as held:
+        assert held is lock
+        assert lock.is_held
+    assert not lock.is_held
+    with pytest.raises(aiozklock.InvalidArgument):
+        lock.acquire(timeout=-1)
+    with pytest.raises(aiozklock.InvalidArgument):
+        lock.release(confirm="yes")  # type: ignore[arg-type]
+    with pytest.raises(aiozklock.NotLockOwner):
+        lock.release()
+
+
+def test_release_is_on_the_wire_when_it_returns(szk: SyncClient, szk2: SyncClient) -> None:
+    """Right after release() returns, the client's event loop thread is blocked (nothing
+    of it can run): another session is still granted the lock, so the delete was written
+    before release() returned."""
+    mine, theirs = szk.lock(PATH), szk2.lock(PATH)
+    mine.acquire()
+    mine.release()
+    blocked, unblock = threading.Event(), threading.Event()
+
+    def block() -> None:
+        blocked.set()
+        unblock.wait(BOUND)
+
+    portal = szk._portal
+    assert portal is not None
+    portal.loop.call_soon_threadsafe(block)
+    try:
+        assert blocked.wait(BOUND)
+        with theirs.acquire(timeout=BOUND):  # a wait on a watch, the bound a hang guard
+            assert theirs.is_held
+    finally:
+        unblock.set()
+
+
+def test_a_thread_that_ends_holding_is_released(
+    szk: SyncClient, szk2: SyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    lock = szk.lock(PATH)
+    in_thread(lock.acquire, name="forgetful")  # ends without releasing
+    with szk2.lock(PATH).acquire(timeout=BOUND):  # the orphan sweep releases it
+        pass
+    assert any("forgetful" in record.getMessage() for record in caplog.records)
+
+
+def test_bad_input_raises_in_the_caller_before_any_traffic(hosts: str) -> None:
+    with pytest.raises(aiozklock.InvalidArgument):
+        aiozklock.sync.connect(hosts, session_timeout=-1)
+    with pytest.raises(aiozklock.InvalidArgument):
+        aiozklock.sync.connect("")
+    zk = aiozklock.sync.connect(hosts)
+    try:
+        with pytest.raises(aiozklock.InvalidArgument):
+            zk.lock("relative/path")
+        with pytest.raises(aiozklock.InvalidArgument):
+            zk.lock(PATH, fair="no")  # type: ignore[call-overload]
+        with pytest.raises(aiozklock.InvalidArgument):
+            zk.lock(PATH, on_lost=42)  # type: ignore[arg-type]
+        with pytest.raises(aiozklock.InvalidArgument):
+            zk.semaphore(PATH, 0)
+        with pytest.raises(aiozklock.InvalidArgument):
+            zk.exists("no-slash")
+        zk.ensure_path(PATH)  # the client works on
+        assert zk.exists(PATH) is not None
+    finally:
+        zk.close()
+
+
+def test_close_is_idempotent_bounded_and_final(hosts: str) -> None:
+    zk = aiozklock.sync.connect(hosts)
+    lock = zk.lock(PATH)
+    waiter_ready = threading.Event()
+    zk2 = aiozklock.sync.connect(hosts)
+    held = zk2.lock(PATH)
+    held.acquire()
+    outcome: list[BaseException] = []
+
+    def wait_for_it() -> None:
+        waiter_ready.set()
+        try:
+            lock.acquire()
+        except BaseException as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait_for_it)
+    waiter.start()
+    assert waiter_ready.wait(BOUND)
+    wait_children(zk2, PATH, lambda children: len(children) == 2)  # it waits in the queue
+    zk.close()
+    zk.close()
+    waiter.join(BOUND)
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], aiozklock.ClientClosed)
+    with pytest.raises(aiozklock.ClientClosed):
+        lock.acquire()
+    with pytest.raises(aiozklock.ClientClosed):
+        zk.exists("/")
+    with pytest.raises(aiozklock.ClientClosed):
+        zk.lock(PATH)
+    assert zk.state is aiozklock.SessionState.CLOSED
+    zk2.close()
+
+
+def test_import_aiozklock_does_not_import_sync() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, aiozklock; print('aiozklock.sync' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=BOUND, check=True
+    )
+    assert result.stdout.strip() == "False"
