@@ -2,10 +2,11 @@
 
     python -m benchmarks.worker LIBRARY SCENARIO key=value...
 
-LIBRARY is aiozklock, sync (aiozklock.sync), aiozk, kazoo, etcd or redis; SCENARIO is one of the client module's SCENARIOS
-(uncontended, contended, multilock, election, rw_write, rw_read, rwmix, semaphore_cycle,
-semaphore, many, floor, requests; aiozklock: request_floor, scale, idle, busy; aiozk: no
-semaphore; sync, etcd and redis: uncontended, contended and requests only).
+LIBRARY is aiozklock, sync (aiozklock.sync), aiozk, kazoo, etcd or redis; SCENARIO is one
+of the client module's SCENARIOS (uncontended, contended, multilock, election, rw_write,
+rw_read, rwmix, semaphore_cycle, semaphore, many, floor, requests; aiozklock: request_floor,
+scale, idle, busy; aiozk: no semaphore; sync, etcd and redis: uncontended, contended and
+requests only).
 The ready/go protocol and the parameters are described in ``benchmarks.common``.
 """
 

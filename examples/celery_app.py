@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 import redis
-from celery import Celery
-from celery.signals import worker_init
+from celery import Celery  # type: ignore[import-untyped]
+from celery.signals import worker_init  # type: ignore[import-untyped]
 
 import aiozklock.sync
 
@@ -50,7 +50,7 @@ store = redis.Redis.from_url(BROKER)
 parent_session_id = 0
 
 
-@worker_init.connect
+@worker_init.connect  # type: ignore[untyped-decorator]
 def _create_paths(**_: Any) -> None:
     """In the worker's main process, before the pool starts: the paths exist once."""
     global parent_session_id
@@ -58,7 +58,7 @@ def _create_paths(**_: Any) -> None:
     parent_session_id = zk.session_id
 
 
-@app.task
+@app.task  # type: ignore[untyped-decorator]
 def increment(counter: str, locked: bool = True, pause: float = 0.005) -> dict[str, Any]:
     """Add one to ``counter`` (a Redis key): under ``zk.lock`` if ``locked``, else bare
     (the control that shows what the lock prevents). ``pause``: the slow part of the work,

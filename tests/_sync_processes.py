@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -47,21 +48,26 @@ def python(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
-def stop(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE) -> None:
-    """SIGTERM to ``proc``, SIGKILL after ``grace`` seconds; then SIGKILL to whatever is left
-    of its process group (children it forked, orphaned if it was killed). Returns once
-    ``proc`` has exited."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
+def stop(*procs: subprocess.Popen[bytes], grace: float = STOP_GRACE) -> None:
+    """SIGTERM to each process (all at once: their shutdowns overlap), SIGKILL to those
+    still running ``grace`` seconds later; then SIGKILL to whatever is left of each one's
+    process group (children it forked, orphaned if it was killed). Returns once every
+    process has exited."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in procs:
         try:
-            proc.wait(timeout=grace)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             proc.wait()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # the group is ours: start_new_session
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the group is ours: start_new_session
 
 
 @contextlib.contextmanager
@@ -75,8 +81,7 @@ def running(
             procs.append(spawn(command, env, log))
         yield procs
     finally:
-        for proc in procs:
-            stop(proc)
+        stop(*procs)
 
 
 def tail(log: Path, lines: int = 40) -> str:

@@ -73,8 +73,7 @@ def contended(params: Params, gate: Gate) -> Result:
     """``sessions`` clients, one thread each, loop on one lock until ``duration`` is over."""
     with ExitStack() as stack:
         turns = [
-            lock_turn(stack.enter_context(connect(params)), params)
-            for _ in range(params.sessions)
+            lock_turn(stack.enter_context(connect(params)), params) for _ in range(params.sessions)
         ]
         intervals: list[tuple[int, int]] = []
         counter = contend([(turn, intervals) for turn in turns], params, gate)
