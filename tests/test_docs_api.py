@@ -18,6 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PUBLIC_MODULES = (
     "aiozklock",
+    "aiozklock.sync",
     "aiozklock.fencing",
     "aiozklock.testing",
     "aiozklock.fastapi",
