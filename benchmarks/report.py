@@ -262,6 +262,21 @@ def sync_table(sessions: Sequence[int], concurrency: Sequence[int]) -> Table:
             ),
             Metric(f"handoff_{n}_median_us", f"Hand-off, {n} sessions, median", "µs", False),
         ]
+    for n in sessions:
+        rows += [
+            Metric(
+                f"shared_{n}_per_s",
+                f"Contended, {n} threads sharing 1 client, one path",
+                "grants/s",
+                True,
+            ),
+            Metric(
+                f"shared_handoff_{n}_median_us",
+                f"Hand-off, {n} threads sharing 1 client, median",
+                "µs",
+                False,
+            ),
+        ]
     for c in concurrency:
         rows += [
             Metric(
@@ -277,11 +292,14 @@ def sync_table(sessions: Sequence[int], concurrency: Sequence[int]) -> Table:
         f"{SYNC}: `aiozklock.sync`, the blocking face of the same core, in kazoo's shape: "
         "uncontended, one client and one lock object reused, `with lock: pass` in one thread; "
         "contended, N clients (N sessions) in one process, one thread each, on one path, the "
-        "body a shared-counter increment across a `time.sleep(0)`; per-request, one client "
-        "shared by C threads, each cycling on its own path. kazoo: the same with "
-        "`KazooClient`s and `client.Lock(path)`; aiozklock: its async column (tasks instead of "
-        "threads). Ratios from the sync column: **> 1.00x means the sync API is better**; "
-        "vs aiozklock, what the blocking face costs (1.00x: nothing).",
+        "body a shared-counter increment across a `time.sleep(0)`; shared, one client shared "
+        "by N threads on one path (ours queue in the process on the client's one lock object, "
+        "one node on the server at a time; kazoo's `Lock` belongs to no thread: one `Lock` "
+        "object per thread, N nodes); per-request, one client shared by C threads, each "
+        "cycling on its own path. kazoo: the same with `KazooClient`s and `client.Lock(path)`; "
+        "aiozklock: its async column (tasks instead of threads). Ratios from the sync column: "
+        "**> 1.00x means the sync API is better**; vs aiozklock, what the blocking face costs "
+        "(1.00x: nothing).",
         SYNC,
         (SYNC, SUBJECT, "kazoo"),
         tuple(rows),

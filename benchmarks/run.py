@@ -58,6 +58,7 @@ SCENARIOS = (
     "uncontended",
     "wire",
     "contended",
+    "shared",
     "processes",
     "many",
     "floor",
@@ -76,7 +77,9 @@ MISSING_RECIPES = {"aiozk": ("semaphore",)}
 NON_FAIR = report.NON_FAIR
 SYNC = report.SYNC
 #: What the sync column runs: kazoo's shapes (see ``benchmarks.clients.sync_bench``).
-SYNC_SCENARIOS = ("uncontended", "contended", "requests")
+SYNC_SCENARIOS = ("uncontended", "contended", "shared", "requests")
+#: The clients of the "shared" rows (one client, N threads or tasks on one path).
+SHARED_LIBRARIES = ("aiozklock", "sync", "kazoo")
 CURATOR_JARS = (
     "curator-recipes",
     "curator-framework",
@@ -586,6 +589,25 @@ class Bench:
             self.raw[driver.column][f"contended-{name}"]["requests"] = results[0]["requests"]
         if "per_session" in results[0]:  # a peer's grants per session: how fair it was
             self.raw[driver.column][f"contended-{name}"]["per_session"] = results[0]["per_session"]
+
+    def shared(self, driver: Driver) -> None:
+        """For each N of ``sessions``: one client (one session), N threads or tasks
+        contending on one path for ``duration``: grants/s and hand-off, mutual exclusion
+        and the shared counter checked."""
+        s = self.settings
+        for n in s.sessions:
+            params = self.params(
+                self.path(driver, f"shared-{n}"),
+                sessions=n,
+                warmup=s.contended_warmup,
+                duration=s.duration,
+            )
+            (result,) = self.run_workers(driver, "contended_shared", params)
+            keys = [f"shared_{n}_per_s", f"shared_handoff_{n}_median_us"]
+            grants = self.check_grants(driver, result["intervals"], result["counter"], keys)
+            values = (grants.per_second, grants.handoff.median_us)
+            self.record(driver, **dict(zip(keys, values, strict=True)))
+            self.keep(driver, f"shared-{n}", grants.as_dict())
 
     def check_grants(
         self, driver: Driver, intervals: list[list[int]], counter: int | None, keys: list[str]
@@ -1196,7 +1218,10 @@ def make_drivers(
         if library == "sync":
             drivers.append(python_driver("sync", SYNC, SYNC_SCENARIOS))
             continue
-        missing = MISSING_RECIPES.get(library, ())
+        missing = (
+            *MISSING_RECIPES.get(library, ()),
+            *(() if library in SHARED_LIBRARIES else ("shared",)),
+        )
         drivers.append(python_driver(library, scenarios=[s for s in SCENARIOS if s not in missing]))
         if library != "aiozklock":
             continue

@@ -115,6 +115,16 @@ def contended(
     return {"intervals": intervals, "counter": counter}
 
 
+def contended_shared(params: Params, gate: Gate) -> Result:
+    """One ``KazooClient`` (one session), ``sessions`` threads, each with its own ``Lock``
+    on the path (kazoo's ``Lock`` belongs to no thread: one object per contender)."""
+    with connect(params) as client:
+        turns = [lock_turn(client, params) for _ in range(params.sessions)]
+        intervals: list[tuple[int, int]] = []
+        counter = contend([(turn, intervals) for turn in turns], params, gate)
+    return {"intervals": intervals, "counter": counter}
+
+
 def rwmix(params: Params, gate: Gate) -> Result:
     """``sessions`` reader sessions and ``writers`` writer sessions, one thread each, on
     one path: ``ReadLock`` and ``WriteLock``; the sections of each side apart."""
@@ -198,6 +208,7 @@ def floor(params: Params, gate: Gate) -> Result:
 SCENARIOS: dict[str, Scenario] = {
     "uncontended": uncontended,
     "contended": contended,
+    "contended_shared": contended_shared,
     "multilock": multilock,
     "election": partial(contended, make=election_turn),
     "rw_write": partial(recipe_cycles, make=write_lock),

@@ -4,6 +4,8 @@ and every scenario is kazoo's shape, so that the two columns compare like for li
 - uncontended: one client, one lock object reused, ``with lock: pass`` in one thread;
 - contended: ``sessions`` clients (one session each), one thread each, on one path (kazoo:
   ``sessions`` ``KazooClient``s, one thread each);
+- contended_shared: one client shared by ``sessions`` threads on one path (kazoo: one
+  ``KazooClient``, a ``Lock`` object per thread);
 - requests: one client shared by ``concurrency`` threads, each cycling on its own path
   (kazoo: one ``KazooClient`` shared the same way).
 """
@@ -80,6 +82,17 @@ def contended(params: Params, gate: Gate) -> Result:
     return {"intervals": intervals, "counter": counter, "library_file": aiozklock.__file__}
 
 
+def contended_shared(params: Params, gate: Gate) -> Result:
+    """One client (one session), ``sessions`` threads on one path: the lock is owned per
+    thread, so they queue in the process on the client's one lock (one node on the server
+    at a time), as a gunicorn or Celery thread pool would."""
+    with connect(params) as zk:
+        turns = [lock_turn(zk, params) for _ in range(params.sessions)]
+        intervals: list[tuple[int, int]] = []
+        counter = contend([(turn, intervals) for turn in turns], params, gate)
+    return {"intervals": intervals, "counter": counter, "library_file": aiozklock.__file__}
+
+
 def requests(params: Params, gate: Gate) -> Result:
     """One client, ``concurrency`` threads, each cycling on its own lock."""
     with connect(params) as zk:
@@ -91,6 +104,7 @@ def requests(params: Params, gate: Gate) -> Result:
 SCENARIOS: dict[str, Scenario] = {
     "uncontended": uncontended,
     "contended": contended,
+    "contended_shared": contended_shared,
     "requests": requests,
 }
 
