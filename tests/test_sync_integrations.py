@@ -62,16 +62,18 @@ def test_celery_prefork_workers_increment_exactly_under_the_lock(
         env = environment(hosts, CELERY_BROKER_URL=server.url)
         commands = [celery_worker("w1"), celery_worker("w2")]
         client = Celery("test", broker=server.url, backend=server.url)
-        with running(commands, env, logs) as workers:
-            wait_for_workers(client, 2, logs)
-            locked = run_batch(client, "locked", locked=True)
-            unlocked = run_batch(client, "unlocked", locked=False)  # the control
         store = redis.Redis.from_url(server.url)
-        count, overlaps = store.get("locked"), store.get("locked:overlaps")
-        tokens = [int(token) for token in store.lrange("locked:tokens", 0, -1)]
-        control_count, control_overlaps = store.get("unlocked"), store.get("unlocked:overlaps")
-        client.close()
-        store.close()
+        try:
+            with running(commands, env, logs) as workers:
+                wait_for_workers(client, 2, logs)
+                locked = run_batch(client, "locked", locked=True)
+                unlocked = run_batch(client, "unlocked", locked=False)  # the control
+            count, overlaps = store.get("locked"), store.get("locked:overlaps")
+            tokens = [int(token) for token in store.lrange("locked:tokens", 0, -1)]
+            control = store.get("unlocked"), store.get("unlocked:overlaps")
+        finally:
+            client.close()
+            store.close()
 
     # Under the lock: every increment counted, no two tasks inside at once, and the
     # fencing tokens strictly increasing in the order of the writes.
@@ -82,8 +84,9 @@ def test_celery_prefork_workers_increment_exactly_under_the_lock(
     # Without it, the same workload (every task ran) loses increments, and the detector
     # sees the overlaps: the checks above can fail.
     assert len(unlocked) == TASKS
-    assert int(control_count or 0) < TASKS
-    assert int(control_overlaps or 0) > 0
+    control_count, control_overlaps = (int(value or 0) for value in control)
+    assert control_count < TASKS
+    assert control_overlaps > 0
 
     # Both workers' pool children ran tasks, each child with a session of its own, none of
     # them the session the main process opened before forking.
