@@ -4,14 +4,17 @@ a thread that ends holding, and misuse (bad input, closed client)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+from collections.abc import Callable
 
 import pytest
 
 import aiozklock
 import aiozklock.sync
 from aiozklock.sync import SyncClient
-from tests._sync_kit import BOUND, in_thread, wait_children
+from tests._sync_kit import BOUND, Worker, in_thread, wait_children
 
 PATH = "/locks/sync"
 
@@ -101,7 +104,7 @@ def test_acquire_context_and_timeout_errors(szk: SyncClient) -> None:
     with pytest.raises(aiozklock.InvalidArgument):
         lock.acquire(timeout=-1)
     with pytest.raises(aiozklock.InvalidArgument):
-        lock.release(confirm="yes")  # type: ignore[arg-type]
+        lock.release(confirm="yes")  # type: ignore[arg-type,unused-ignore]
     with pytest.raises(aiozklock.NotLockOwner):
         lock.release()
 
@@ -152,11 +155,17 @@ def test_bad_input_raises_in_the_caller_before_any_traffic(hosts: str) -> None:
         with pytest.raises(aiozklock.InvalidArgument):
             zk.lock(PATH, fair="no")  # type: ignore[call-overload]
         with pytest.raises(aiozklock.InvalidArgument):
-            zk.lock(PATH, on_lost=42)  # type: ignore[arg-type]
+            zk.lock(PATH, on_lost=42)  # type: ignore[call-overload]
         with pytest.raises(aiozklock.InvalidArgument):
             zk.semaphore(PATH, 0)
         with pytest.raises(aiozklock.InvalidArgument):
             zk.exists("no-slash")
+        with pytest.raises(aiozklock.InvalidArgument):
+            zk.multi_lock([])
+        assert zk.state is aiozklock.SessionState.CONNECTING  # nothing opened, nothing sent
+        # What only the async factory checks (in the loop thread) is raised here too.
+        with pytest.raises(aiozklock.InvalidArgument, match="no identity"):
+            zk.lock(PATH, acl=aiozklock.CREATOR_ALL_ACL)
         zk.ensure_path(PATH)  # the client works on
         assert zk.exists(PATH) is not None
     finally:
@@ -170,7 +179,7 @@ def test_close_is_idempotent_bounded_and_final(hosts: str) -> None:
     zk2 = aiozklock.sync.connect(hosts)
     held = zk2.lock(PATH)
     held.acquire()
-    outcome: list[BaseException] = []
+    outcome: list[BaseException | None] = []
 
     def wait_for_it() -> None:
         waiter_ready.set()
@@ -183,11 +192,20 @@ def test_close_is_idempotent_bounded_and_final(hosts: str) -> None:
     waiter.start()
     assert waiter_ready.wait(BOUND)
     wait_children(zk2, PATH, lambda children: len(children) == 2)  # it waits in the queue
+    # And one behind another thread of the same client (a local wait, not on the server).
+    # Whether it is waiting yet or arrives after close(), it must fail, never hang.
+    local, done = zk.lock("/locks/local"), threading.Event()
+    holder = Worker(lambda: _raised(lambda: local.acquire() and done.wait(BOUND)))
+    behind = threading.Thread(target=lambda: outcome.append(_raised(local.acquire)))
+    behind.start()
     zk.close()
     zk.close()
+    done.set()
+    holder.join()
     waiter.join(BOUND)
-    assert len(outcome) == 1
-    assert isinstance(outcome[0], aiozklock.ClientClosed)
+    behind.join(BOUND)
+    assert len(outcome) == 2
+    assert all(isinstance(exc, aiozklock.ClientClosed) for exc in outcome)
     with pytest.raises(aiozklock.ClientClosed):
         lock.acquire()
     with pytest.raises(aiozklock.ClientClosed):
@@ -196,6 +214,14 @@ def test_close_is_idempotent_bounded_and_final(hosts: str) -> None:
         zk.lock(PATH)
     assert zk.state is aiozklock.SessionState.CLOSED
     zk2.close()
+
+
+def _raised(func: Callable[[], object]) -> BaseException | None:
+    try:
+        func()
+    except BaseException as exc:
+        return exc
+    return None
 
 
 def test_import_aiozklock_does_not_import_sync() -> None:
@@ -207,3 +233,37 @@ def test_import_aiozklock_does_not_import_sync() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=BOUND, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+class Interrupt(Exception):
+    """What the test's signal handler raises (as a Celery time limit does)."""
+
+
+def test_an_interrupted_acquire_withdraws(szk: SyncClient, szk2: SyncClient) -> None:
+    """A signal handler's exception in a thread waiting to acquire (Ctrl-C, a Celery soft
+    time limit) cancels the attempt: nothing of it is left, nothing is held for nobody."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers run in the main thread only")
+    theirs, mine = szk2.lock(PATH), szk.lock(PATH)
+    theirs.acquire()
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupt
+
+    def interrupt_once_queued() -> None:
+        wait_children(szk2, PATH, lambda children: len(children) == 2)  # we wait in line
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        interrupter = Worker(interrupt_once_queued)
+        with pytest.raises(Interrupt):
+            mine.acquire()
+        interrupter.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert len(wait_children(szk2, PATH, lambda children: len(children) == 1)) == 1
+    assert not mine.is_held
+    theirs.release()
+    with mine.acquire(timeout=BOUND):
+        assert mine.is_held

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from aiozklock._exceptions import ClientClosed, InvalidArgument
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._wire._protocol import Stat
 from aiozklock._wire._session import SessionState, StateListener
+from aiozklock._wire._validation import validate_path
 from aiozklock.sync import _fork
 from aiozklock.sync._factories import SyncFactories
 from aiozklock.sync._handle import SyncHandle
@@ -32,9 +34,15 @@ class SyncClient(SyncFactories):
 
     The session is opened by ``with``, or on first use (so a client made at module level,
     before a ``fork()``, opens its own session in each child). Every method blocks the
-    calling thread, which is what owns a lock: see ``SyncHandle``. Calls from a thread that
-    runs an event loop raise ``UsageError``. Made in a forked child's parent, it works in
-    the child with a session of its own; the child never sends anything on the parent's.
+    calling thread, which is what owns a lock: see ``SyncHandle``. Made in a forked child's
+    parent, it works in the child with a session of its own; the child never sends anything
+    on the parent's.
+
+    Besides what each method says, every call (but the session properties, which raise
+    nothing) raises ``ClientClosed`` once the client is closed, ``UsageError`` from a thread
+    that runs an event loop (asyncio or trio: use ``aiozklock.connect()`` there) or from
+    the client's own thread (an ``on_lost`` callback, a listener), and the exception of a
+    signal handler that interrupts its wait (the call is then cancelled first).
     """
 
     def __init__(self, hosts: str, **options: Any) -> None:
@@ -87,7 +95,13 @@ class SyncClient(SyncFactories):
             client = self._fresh or ZooKeeperClient(self.hosts, **self._options)
             self._fresh = None  # a client is entered once: a retry makes a new one
             portal = Portal(client, f"aiozklock-sync {self.hosts}")
-            portal.start()
+            try:
+                portal.start()
+            except BaseException:  # failed, or interrupted while connecting: end it
+                portal.stop_soon()
+                raise
+            # A client dropped without close() must not leave its thread and session alive.
+            weakref.finalize(self, portal.stop_soon).atexit = False
             listeners = list(self._listeners)
             self._removers = portal.call(lambda proxy: _register(proxy, listeners), False)
             self._portal = portal
@@ -116,7 +130,7 @@ class SyncClient(SyncFactories):
         portal, self._portal = self._portal, None
         self._removers = []
         if portal is not None:
-            portal.forsake()
+            _fork.forsake(portal)
 
     def _portal_now(self) -> Portal:
         portal = self._portal
@@ -221,17 +235,20 @@ class SyncClient(SyncFactories):
 
     def exists(self, path: str) -> Stat | None:
         """The node's ``Stat``, or None if it does not exist (see the async client)."""
+        validate_path(path)  # before the session is opened: nothing sent
         return self._call(lambda proxy: proxy.client.exists(path))  # type: ignore[no-any-return]
 
     def get_children(self, path: str, *, missing_ok: bool = False) -> list[str]:
         """The names of the node's children; ``NoNodeError`` if it does not exist, unless
         ``missing_ok`` (see the async client)."""
+        validate_path(path)  # before the session is opened: nothing sent
         return self._call(  # type: ignore[no-any-return]
             lambda proxy: proxy.client.get_children(path, missing_ok=missing_ok)
         )
 
     def get_data(self, path: str) -> tuple[bytes, Stat]:
         """The node's data and ``Stat``; ``NoNodeError`` if it does not exist."""
+        validate_path(path)  # before the session is opened: nothing sent
         return self._call(lambda proxy: proxy.client.get_data(path))  # type: ignore[no-any-return]
 
     def set_data(
@@ -245,6 +262,7 @@ class SyncClient(SyncFactories):
         """Replace the node's data if its version is ``version`` (-1: any); with ``guard``,
         only while the calling thread's holding of it is ours (``StaleFencingToken``
         otherwise, nothing written). Errors: see the async client."""
+        validate_path(path)  # before the session is opened: nothing sent
         return self._call(  # type: ignore[no-any-return]
             lambda proxy: proxy.client.set_data(
                 path, data, version, guard=self._guard(proxy, guard)
@@ -263,6 +281,7 @@ class SyncClient(SyncFactories):
     ) -> str:
         """Create a node; returns its path. ``guard``: as for ``set_data``. Errors: see the
         async client."""
+        validate_path(path)  # before the session is opened: nothing sent
         return self._call(  # type: ignore[no-any-return]
             lambda proxy: proxy.client.create(
                 path,
@@ -277,15 +296,18 @@ class SyncClient(SyncFactories):
     def delete(self, path: str, *, guard: SyncHandle[Any] | None = None) -> None:
         """Delete a node (any version). ``guard``: as for ``set_data``. Errors: see the
         async client."""
+        validate_path(path)  # before the session is opened: nothing sent
         self._call(lambda proxy: proxy.client.delete(path, guard=self._guard(proxy, guard)))
 
     def ensure_path(self, path: str, *, acl: Sequence[ACL] | None = None) -> None:
         """Create ``path`` and its ancestors as containers; existing ones are left alone.
         Errors: see the async client."""
+        validate_path(path)  # before the session is opened: nothing sent
         self._call(lambda proxy: proxy.client.ensure_path(path, acl=acl))
 
     def get_acl(self, path: str) -> tuple[list[ACL], Stat]:
         """The node's ACL and ``Stat``. Errors: see the async client."""
+        validate_path(path)  # before the session is opened: nothing sent
         return self._call(lambda proxy: proxy.client.get_acl(path))  # type: ignore[no-any-return]
 
     def _guard(self, proxy: Proxy, guard: SyncHandle[Any] | None) -> Handle | None:

@@ -6,10 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from aiozklock._acl import ACL
+from aiozklock._acl import ACL, validate_acl
 from aiozklock._exceptions import InvalidArgument
-from aiozklock._recipes._core._names import Compat
-from aiozklock._wire._validation import validate_flag
+from aiozklock._recipes._core._names import Compat, validate_compat
+from aiozklock._recipes._multilock import validate_members
+from aiozklock._recipes._semaphore import validate_max_leases
+from aiozklock._wire._validation import (
+    validate_flag,
+    validate_holder_id,
+    validate_identifier,
+    validate_recipe_path,
+    validate_ttl,
+)
 from aiozklock.sync._handle import LostCallback, SyncHandle
 from aiozklock.sync._recipes import (
     SyncElection,
@@ -36,13 +44,28 @@ def _checked(on_lost: object) -> LostCallback | None:
     return on_lost
 
 
+def _precheck(
+    path: object, what: str, identifier: object, acl: object, compat: object = "curator"
+) -> None:
+    """The arguments every factory shares, checked in the caller's thread before the
+    session is opened (nothing sent for a bad one); the async factory then checks them all,
+    as the authority."""
+    if path is not None:  # None: a multi-lock's members, checked on their own
+        validate_recipe_path(path, what=what)
+    validate_identifier(identifier)
+    if acl is not None:
+        validate_acl(acl)
+    if compat is not None:
+        validate_compat(compat)
+
+
 class SyncFactories:
     """The recipe factories of ``SyncClient``. Each returns a new synchronous object over
     the async client's one object for the arguments (so reentrancy and this process's
     local queueing hold across call sites, per thread). Arguments are validated at the
     call, in the calling thread, as the async factory validates them (``InvalidArgument``,
-    ``UsageError``); the call opens the session if it is not open yet (``ClientClosed``
-    once closed).
+    before the session is opened or anything sent; ``UsageError``); then the call opens
+    the session if it is not open yet (``ClientClosed`` once closed).
 
     ``on_lost``: optional, called once with no argument when a holding taken through the
     returned object is lost, from the client's event loop thread: it must not block and
@@ -102,6 +125,7 @@ class SyncFactories:
         """A reentrant, loss-aware lock on ``path``: ``with zk.lock(path) as lock:``. Fair
         (``SyncLock``) by default; ``fair=False``: a ``SyncNonFairLock``. The arguments and
         errors are the async ``lock()``'s."""
+        _precheck(path, "lock path", identifier, acl, compat)
         if validate_flag("fair", fair):
             return self._made(
                 SyncLock,
@@ -127,6 +151,8 @@ class SyncFactories:
         arguments and errors are the async ``multi_lock()``'s."""
         # Read once: the object is made again from them in a forked child.
         members = paths if isinstance(paths, str) else tuple(paths)
+        validate_members(members)
+        _precheck(None, "lock path", identifier, acl, compat)
         return self._made(
             SyncMultiLock,
             lambda zk: zk.multi_lock(members, identifier=identifier, acl=acl, compat=compat),
@@ -145,6 +171,7 @@ class SyncFactories:
         """A leader election on ``path``: ``with zk.election(path):`` runs the block as
         leader; a ``SyncElection``. ``on_lost``: leadership lost. The arguments and errors
         are the async ``election()``'s."""
+        _precheck(path, "election path", identifier, acl, compat)
         return self._made(
             SyncElection,
             lambda zk: zk.election(path, identifier=identifier, acl=acl, compat=compat),
@@ -162,6 +189,7 @@ class SyncFactories:
     ) -> SyncReadWriteLock:
         """A read/write lock on ``path``: its ``read_lock`` and ``write_lock`` (``on_lost``
         applies to both). The arguments and errors are the async ``rw_lock()``'s."""
+        _precheck(path, "lock path", identifier, acl, compat)
 
         def both(zk: ZooKeeperClient) -> Any:
             return zk.rw_lock(path, identifier=identifier, acl=acl, compat=compat)
@@ -184,6 +212,10 @@ class SyncFactories:
         """A lock held as a TTL lease on ``{path}/lease``, not bound to the session (see the
         async ``lease_lock()``, whose arguments and errors these are); a
         ``SyncLeaseLock``."""
+        _precheck(path, "lock path", identifier, acl, None)
+        validate_ttl(ttl)
+        if holder_id is not None:
+            validate_holder_id(holder_id)
         return self._made(
             SyncLeaseLock,
             lambda zk: zk.lease_lock(
@@ -205,6 +237,8 @@ class SyncFactories:
         """A counting semaphore on ``path``: at most ``max_leases`` holders at once, each
         thread with its own lease; a ``SyncSemaphore``. The arguments and errors are the
         async ``semaphore()``'s."""
+        _precheck(path, "semaphore path", identifier, acl, compat)
+        validate_max_leases(max_leases)
         return self._made(
             SyncSemaphore,
             lambda zk: zk.semaphore(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from aiozklock.sync._client import SyncClient
+    from aiozklock.sync._portal import Portal
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,29 @@ _CLIENTS: weakref.WeakSet[SyncClient] = weakref.WeakSet()
 def track(client: SyncClient) -> None:
     """Include ``client`` in the fork and exit hooks (as long as it lives)."""
     _CLIENTS.add(client)
+
+
+def forsake(portal: Portal) -> None:
+    """In a forked child: drop the parent's portal without a word. Its loop thread does
+    not exist here, and the parent still uses the connection and the loop's descriptors:
+    this process's copies of them are pointed at /dev/null (nothing is sent, no FIN, no
+    TLS close_notify), and the objects are kept, so that no destructor of theirs runs."""
+    session = portal.client._session
+    if session is not None:
+        session.disown()
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in portal.descriptors():
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.dup2(null, fd)
+    finally:
+        os.close(null)
+    _FORSAKEN.append(portal)
+
+
+# Portals dropped in forked children: kept, so that no destructor of theirs ever runs.
+_FORSAKEN: list[Portal] = []
 
 
 def _after_fork_in_child() -> None:
@@ -47,4 +71,4 @@ def _close_all() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_close_all)
 
-__all__ = ("track",)
+__all__ = ("forsake", "track")

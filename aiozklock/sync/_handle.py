@@ -40,12 +40,13 @@ class _Held:
     """One thread's acquisition through one sync object: how deep it is nested, the
     holding, and the event its loss sets."""
 
-    __slots__ = ("depth", "holding", "lost")
+    __slots__ = ("depth", "forget", "holding", "lost")
 
     def __init__(self, holding: Holding) -> None:
         self.depth = 1
         self.holding = holding
         self.lost = threading.Event()
+        self.forget: Callable[[], None] | None = None  # stops listening to the holding
 
 
 class SyncHandle(Generic[H]):
@@ -55,6 +56,11 @@ class SyncHandle(Generic[H]):
     ``on_lost``: called once, with no argument, as soon as a holding taken through this
     object is lost; it runs in the client's event loop thread, so it must return at once
     and must not call the client (``UsageError``): set a flag, signal a process.
+
+    Besides what each method says, every call but ``lost`` raises ``ClientClosed`` once
+    the client is closed and ``UsageError`` from a thread that must not block (see
+    ``SyncClient``); an acquisition interrupted by a signal handler's exception is
+    withdrawn (nothing left on the server, nothing held) before that exception is raised.
     """
 
     __slots__ = ("__weakref__", "_bound_to", "_client", "_held", "_make", "_on_lost", "_target")
@@ -93,10 +99,10 @@ class SyncHandle(Generic[H]):
             return
         held = _Held(holding)
         self._held[proxy] = held
-        holding.when_lost(lambda: self._tell_lost(held))
+        held.forget = holding.when_lost(lambda: self._tell_lost(held))
 
     def _tell_lost(self, held: _Held) -> None:
-        if held.depth == 0:  # released before (a read lock's holding outlives ours)
+        if held.depth == 0:  # released meanwhile
             return
         held.lost.set()
         if self._on_lost is not None:
@@ -135,13 +141,17 @@ class SyncHandle(Generic[H]):
         handle = self._bind(proxy)
         if handle._holds(proxy.task_id):
             return
-        held = self._held.get(proxy)
         label = handle._label
-        if held is None or held.depth == 0:
+        try:
+            engine = handle._held_engine("")
+        except NotLockOwner:
+            engine = None
+        holding = None if engine is None else engine._holding
+        if engine is None or holding is None or not engine._held_by_task(proxy.task_id):
             raise NotLockOwner(f"this thread does not hold the {label}")
         lost: type[LockLost] = getattr(handle, "_lost_error", LockLost)
-        if held.holding.lost:
-            raise lost(f"{label} was lost: {held.holding.lost_reason}")
+        if holding.lost:
+            raise lost(f"{label} was lost: {holding.lost_reason}")
         raise lost(
             f"{label} is no longer certainly ours: past its valid_until (the process was "
             "paused, or the session has been silent); its loss may follow"
@@ -265,6 +275,10 @@ class SyncHandle(Generic[H]):
 def _given_back(held: _Held | None) -> None:
     if held is not None and held.depth > 0:
         held.depth -= 1
+        if held.depth == 0 and held.forget is not None:
+            # A read lock's holding outlives ours while other threads hold it: no trace.
+            held.forget()
+            held.forget = None
 
 
 class Acquired(Generic[T]):

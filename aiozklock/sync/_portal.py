@@ -24,6 +24,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
+from contextvars import Context
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -75,26 +76,35 @@ class Proxy:
         self.task_id = 0
         self._jobs: collections.deque[Job | None] = collections.deque()
         self._wake: asyncio.Future[None] | None = None
-        self._scope: anyio.CancelScope | None = None  # the running coroutine job's
+        self._scope: anyio.CancelScope | None = None  # the jobs', cancelled to interrupt one
 
     # ---------------------------------------------------------------- in the loop thread
 
     def push(self, job: Job | None) -> None:
-        """Queue a job (None: the thread ended); the task is started by the first one."""
-        if self._portal.closing:
-            if job is not None:
-                self.deliver(None, ClientClosed("the ZooKeeper client was closed"))
+        """Queue a job (None: the thread ended); the task is started by the first one (and
+        again if it ended by an unexpected cancellation: the thread must not hang)."""
+        idle = self.task is None or self.task.done()
+        if job is None and idle:
+            self._portal.forget(self)
+            return
+        if job is not None and self._portal.closing:
+            self.deliver(None, ClientClosed("the ZooKeeper client was closed"))
             return
         self._jobs.append(job)
-        if self.task is None:
-            loop = self._portal.loop
-            self.task = loop.create_task(self._serve(), name=f"aiozklock thread {self.name}")
+        if idle:
+            # A context of its own: the first caller's context variables must not stick to
+            # every later call of the thread (nor leak into other threads' tasks).
+            self._wake = None
+            self.task = self._portal.loop.create_task(
+                self._serve(), name=f"aiozklock thread {self.name}", context=Context()
+            )
             self.task_id = id(self.task)
         elif self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
 
     def interrupt(self) -> None:
-        """The caller gave up waiting (a signal's exception): cancel its running job."""
+        """The caller gave up waiting (a signal's exception): cancel its running job (if
+        it has ended meanwhile, only the wait for the next one is, which goes on)."""
         if self._scope is not None:
             self._scope.cancel()
 
@@ -108,36 +118,37 @@ class Proxy:
     async def _serve(self) -> None:
         jobs = self._jobs
         while True:
-            if not jobs:
-                self._wake = self._portal.loop.create_future()
-                await self._wake
-                self._wake = None
-            job = jobs.popleft()
-            if job is None:  # the thread ended: what it holds is the orphan sweep's
-                self._portal.forget(self)
-                return
-            await self._run(*job)
+            # One scope for every job (not one each: a scope costs more than the hand-over),
+            # replaced only once an interruption has cancelled it.
+            with anyio.CancelScope() as self._scope:
+                while True:
+                    if not jobs:
+                        self._wake = self._portal.loop.create_future()
+                        await self._wake
+                        self._wake = None
+                    job = jobs.popleft()
+                    if job is None:  # the thread ended: what it holds is the orphan sweep's
+                        self._portal.forget(self)
+                        return
+                    await self._run(*job)
+            self._wake = None  # cancelled with the scope (the caller gave up meanwhile)
 
     async def _run(self, func: Callable[[Proxy], Any], is_async: bool) -> None:
         try:
-            if is_async:
-                with anyio.CancelScope() as scope:
-                    self._scope = scope
-                    value = await func(self)
-                if scope.cancelled_caught:  # interrupted: the caller gave up on it
-                    self.deliver(None, Interrupted())
-                    return
+            value = (await func(self)) if is_async else func(self)
+        except asyncio.CancelledError:  # close() cancels the proxies; an interruption, ours
+            scope = self._scope
+            if self._portal.closing:
+                self.deliver(None, ClientClosed("the ZooKeeper client was closed"))
+            elif scope is not None and scope.cancel_called:
+                self.deliver(None, Interrupted())  # the caller gave up on it
             else:
-                value = func(self)
-        except asyncio.CancelledError:
-            self.deliver(None, ClientClosed("the ZooKeeper client was closed"))
-            raise  # close() cancels the proxies
+                self.deliver(None, RuntimeError("cancelled"))
+            raise
         except BaseException as exc:
             self.deliver(None, exc)
         else:
             self.deliver(value, None)
-        finally:
-            self._scope = None
 
 
 class Interrupted(Exception):
@@ -149,7 +160,7 @@ class Portal:
 
     ``start()`` opens ``client`` in a new thread's event loop (raising what entering it
     raises); ``call()`` runs a job in the calling thread's proxy task; ``stop()`` closes the
-    client and ends the thread; ``forsake()`` lets a forked child drop it without a word.
+    client and ends the thread; ``_fork.forsake()`` lets a forked child drop it unheard.
     """
 
     def __init__(self, client: ZooKeeperClient, name: str) -> None:
@@ -166,6 +177,7 @@ class Portal:
         self._opened = threading.Event()
         self._open_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._context = Context()  # the hand-over callbacks': no copy of the caller's per call
         self.thread_id = 0
 
     # ---------------------------------------------------------------- the user's side
@@ -201,7 +213,7 @@ class Portal:
             proxy.pending = False
             raise ClientClosed("the ZooKeeper client was closed")
         try:
-            self.loop.call_soon_threadsafe(proxy.push, (func, is_async))
+            self.loop.call_soon_threadsafe(proxy.push, (func, is_async), context=self._context)
         except RuntimeError:  # the loop is closed
             proxy.pending = False
             raise ClientClosed("the ZooKeeper client was closed") from None
@@ -260,10 +272,15 @@ class Portal:
         with contextlib.suppress(RuntimeError):  # the loop is closed already
             self.loop.call_soon_threadsafe(proxy.push, None)
 
+    def stop_soon(self) -> None:
+        """Have the client closed and the loop thread ended, without waiting."""
+        if os.getpid() == self.pid:  # in a forked child, the loop is the parent's
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                self.loop.call_soon_threadsafe(self._stop.set)
+
     def stop(self) -> None:
         """Close the client (bounded) and end the loop thread. Idempotent."""
-        with contextlib.suppress(RuntimeError):  # the loop already ended
-            self.loop.call_soon_threadsafe(self._stop.set)
+        self.stop_soon()
         if self._thread.ident is not None and self._thread is not threading.current_thread():
             self._thread.join(STOP_BOUND)
 
@@ -279,6 +296,7 @@ class Portal:
         try:
             loop.run_until_complete(self._main())
             loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())  # name resolution's
         except BaseException:  # the daemon thread's end: nothing may escape it
             log.exception("aiozklock: the sync client's event loop failed")
         finally:
@@ -318,43 +336,22 @@ class Portal:
 
     # ---------------------------------------------------------------- a forked child
 
-    def forsake(self) -> None:
-        """In a forked child: drop this portal without a word. The loop thread does not
-        exist here, and the parent still uses the connection and the loop's descriptors:
-        this process's copies of them are pointed at /dev/null (nothing is sent, no FIN,
-        no TLS close_notify), and the objects are kept, so that no destructor runs."""
-        session = self.client._session
-        if session is not None:
-            session.disown()
+    def descriptors(self) -> list[int]:
+        """The descriptors of the loop, for a forked child to let go of: those its
+        selector watches (the self-pipe's read end, the connection), the selector's own,
+        and the self-pipe's write end (asyncio's private ``_csock``, if it has one)."""
         fds = [key.fd for key in self._selector.get_map().values()]
         fds.append(self._selector.fileno())
-        # The self-pipe's write end, which the selector does not watch (asyncio's own).
         csock = getattr(self.loop, "_csock", None)
         if csock is not None:
             fds.append(csock.fileno())
-        _point_at_null(fds)
-        _FORSAKEN.append(self)
+        return fds
 
 
 class _Ticket:
     """What a thread's local keeps, to learn when the thread ends."""
 
     __slots__ = ("__weakref__",)
-
-
-# Portals dropped in forked children: kept, so that no destructor of theirs ever runs here.
-_FORSAKEN: list[Portal] = []
-
-
-def _point_at_null(fds: list[int]) -> None:
-    null = os.open(os.devnull, os.O_RDWR)
-    try:
-        for fd in fds:
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.dup2(null, fd)
-    finally:
-        os.close(null)
 
 
 def refuse_blocking(loop_thread: int) -> None:
@@ -376,14 +373,10 @@ def refuse_blocking(loop_thread: int) -> None:
 
 
 def _in_trio() -> bool:
-    trio = sys.modules.get("trio")
-    if trio is None:  # not imported: no trio run can be active
-        return False
-    try:
-        trio.lowlevel.current_trio_token()
-    except RuntimeError:
-        return False
-    return True
+    # trio.run() names itself in sniffio's thread-local for the thread that runs it: a
+    # lookup, where asking trio (current_trio_token()) would raise outside of a run.
+    sniffio = sys.modules.get("sniffio")
+    return sniffio is not None and getattr(sniffio.thread_local, "name", None) == "trio"
 
 
 __all__ = ("Portal", "Proxy", "refuse_blocking")

@@ -4,10 +4,12 @@ an election's ``leader()`` and ``watch_leader()``, ...), each a call of the asyn
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from aiozklock._exceptions import ClientClosed
 from aiozklock._recipes._core._contenders import Contender
 from aiozklock._recipes._election import Election
 from aiozklock._recipes._lease import LeaseLock, LeaseStatistics
@@ -51,6 +53,11 @@ class SyncNonFairLock(SyncHandle[NonFairLock]):
 
     __slots__ = ()
 
+    @property
+    def path(self) -> str:
+        """Its path (the async object's)."""
+        return self._read(lambda lock: lock.path)
+
     def statistics(self) -> NonFairLockStatistics:
         """Local state of this object (the async object's); sends nothing."""
         return self._read(lambda lock: lock.statistics())
@@ -85,6 +92,11 @@ class SyncWriteLock(SyncHandle[WriteLock]):
 
     __slots__ = ()
 
+    @property
+    def path(self) -> str:
+        """Its path (the async object's)."""
+        return self._read(lambda lock: lock.path)
+
     def statistics(self) -> LockStatistics:
         """Local state of this object (the async object's); sends nothing."""
         return self._read(lambda lock: lock.statistics())
@@ -99,6 +111,11 @@ class SyncReadLock(SyncHandle[ReadLock]):
     threads of this process hold it together, on one node)."""
 
     __slots__ = ()
+
+    @property
+    def path(self) -> str:
+        """Its path (the async object's)."""
+        return self._read(lambda lock: lock.path)
 
     def statistics(self) -> ReadLockStatistics:
         """Local state of this object (the async object's); sends nothing."""
@@ -135,6 +152,11 @@ class SyncSemaphore(SyncHandle[Semaphore]):
     __slots__ = ()
 
     @property
+    def path(self) -> str:
+        """Its path (the async object's)."""
+        return self._read(lambda sem: sem.path)
+
+    @property
     def max_leases(self) -> int:
         """The number of leases."""
         return self._read(lambda sem: sem.max_leases)
@@ -153,6 +175,11 @@ class SyncLeaseLock(SyncHandle[LeaseLock]):
     ``aiozklock.LeaseLock``, and ``SyncHandle`` for the synchronous contract."""
 
     __slots__ = ()
+
+    @property
+    def path(self) -> str:
+        """Its path (the async object's)."""
+        return self._read(lambda lease: lease.path)
 
     def renew(self) -> None:
         """Renew the lease now (see ``aiozklock.LeaseLock.renew``)."""
@@ -176,6 +203,11 @@ class SyncElection(SyncHandle[Election]):
     ``aiozklock.Election``, and ``SyncHandle`` for the synchronous contract."""
 
     __slots__ = ()
+
+    @property
+    def path(self) -> str:
+        """Its path (the async object's)."""
+        return self._read(lambda election: election.path)
 
     def resign(self) -> None:
         """Alias of ``release()``: give up leadership held by the calling thread."""
@@ -240,7 +272,8 @@ class LeaderWatch(Iterator[str | None]):
             return True, None
 
     def close(self) -> None:
-        """Stop watching (the watch is removed at once). Idempotent."""
+        """Stop watching (the watch is removed at once). Idempotent; raises nothing once the
+        client is closed (the watch went with it)."""
         self._done = True
         agen, self._agen = self._agen, None
         if agen is not None:
@@ -249,7 +282,8 @@ class LeaderWatch(Iterator[str | None]):
                 if self._of is proxy.client:  # not an inherited one: it is not ours
                     await agen.aclose()
 
-            self._election._call(shut)
+            with contextlib.suppress(ClientClosed):  # closed: the watch went with it
+                self._election._call(shut)
 
     def __enter__(self) -> LeaderWatch:
         """The iterator itself; closed at the block's exit."""

@@ -47,15 +47,22 @@ class Holding:
     observer: RecipeObserver | None = None
     listeners: list[Callable[[], object]] | None = None
 
-    def when_lost(self, listener: Callable[[], object]) -> None:
+    def when_lost(self, listener: Callable[[], object]) -> Callable[[], None]:
         """Call ``listener()`` once when the holding is marked lost (now, if it is already):
-        synchronously, in the event loop, so it must not block. What it raises is logged."""
+        synchronously, in the event loop, so it must not block. What it raises is logged.
+        Returns a callable that forgets it (a holder that let go of a shared holding)."""
         if self.lost:
             _tell(listener)
         elif self.listeners is None:
             self.listeners = [listener]
         else:
             self.listeners.append(listener)
+
+        def forget() -> None:
+            if self.listeners is not None and listener in self.listeners:
+                self.listeners.remove(listener)
+
+        return forget
 
     def mark_lost(self, reason: str, cause: str) -> bool:
         """Mark the holding lost and cancel its bodies; True if it was not lost before.
