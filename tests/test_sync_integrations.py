@@ -22,6 +22,7 @@ from aiozklock.testing import RedisServer
 from tests._sync_processes import environment, python, running, tail
 
 TASKS = 200  # Celery tasks per batch
+AFTER_LIMIT = 8  # tasks on a lock after one of them was interrupted by its time limit
 HITS = 100  # HTTP requests to the gunicorn service
 CLIENT_THREADS = 10
 DEADLINE = 90.0  # a hang guard for a batch or a server's start, not a timing assertion
@@ -54,6 +55,19 @@ def run_batch(client: Celery, counter: str, *, locked: bool) -> list[dict[str, A
     return results
 
 
+def time_limit_while_waiting(client: Celery, hosts: str) -> tuple[object, list[dict[str, Any]]]:
+    """A task that waits for a lock held here until its soft time limit (Celery's signal in
+    the pool child) interrupts the wait; then, the lock released, ``AFTER_LIMIT`` tasks on
+    it. Returns the first one's exception and the others' results."""
+    task = "examples.celery_app.increment"
+    with aiozklock.sync.connect(hosts) as zk, zk.lock("/locks/counters/limited"):
+        waiting = client.signature(task, args=("limited",)).apply_async(soft_time_limit=1)
+        waiting.get(timeout=DEADLINE, propagate=False)
+    batch = group(client.signature(task, args=("limited",)) for _ in range(AFTER_LIMIT))
+    after: list[dict[str, Any]] = batch.apply_async().get(timeout=DEADLINE)
+    return waiting.result, after
+
+
 def test_celery_prefork_workers_increment_exactly_under_the_lock(
     hosts: str, tmp_path: Path
 ) -> None:
@@ -68,6 +82,7 @@ def test_celery_prefork_workers_increment_exactly_under_the_lock(
                 wait_for_workers(client, 2, logs)
                 locked = run_batch(client, "locked", locked=True)
                 unlocked = run_batch(client, "unlocked", locked=False)  # the control
+                interrupted, after = time_limit_while_waiting(client, hosts)
             count, overlaps = store.get("locked"), store.get("locked:overlaps")
             tokens = [int(token) for token in store.lrange("locked:tokens", 0, -1)]
             control = store.get("unlocked"), store.get("unlocked:overlaps")
@@ -87,6 +102,11 @@ def test_celery_prefork_workers_increment_exactly_under_the_lock(
     control_count, control_overlaps = (int(value or 0) for value in control)
     assert control_count < TASKS
     assert control_overlaps > 0
+
+    # A task whose soft time limit struck while it waited for the lock failed with it, and
+    # left nothing queued: once the lock was free, the next tasks all took it in turn.
+    assert type(interrupted).__name__ == "SoftTimeLimitExceeded", repr(interrupted)
+    assert sorted(result["value"] for result in after) == list(range(1, AFTER_LIMIT + 1))
 
     # Both workers' pool children ran tasks, each child with a session of its own, none of
     # them the session the main process opened before forking.
