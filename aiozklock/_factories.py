@@ -4,17 +4,13 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
-from ssl import SSLContext
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, TypeVar, overload
+from collections.abc import Iterable, Sequence
+from typing import Literal, overload
 
-from aiozklock._acl import ACL, Credentials, validate_acl
+from aiozklock._acl import ACL
 from aiozklock._exceptions import InvalidArgument, UsageError
-from aiozklock._recipes._core._holding import LossMonitor
-from aiozklock._recipes._core._janitor import Janitor, Spawn
+from aiozklock._making import RecipeMaking
 from aiozklock._recipes._core._names import Compat, validate_compat
-from aiozklock._recipes._core._registry import Recipes, Registered
 from aiozklock._recipes._election import Election
 from aiozklock._recipes._lease import LeaseLock
 from aiozklock._recipes._lock import Lock
@@ -24,18 +20,7 @@ from aiozklock._recipes._rwlock import ReadLock, ReadWriteLock, WriteLock
 from aiozklock._recipes._semaphore import Semaphore
 from aiozklock._recipes._semaphore_compat import CompatSemaphore
 from aiozklock._recipes._traits import TRAITS
-from aiozklock._wire._session import Session
-from aiozklock._wire._validation import validate_flag
-
-
-class _Recipe(Registered, Protocol):
-    """A recipe class the client's factories make (through ``_FactoryMade._construct``)."""
-
-    @classmethod
-    def _construct(cls, *args: Any, **kwargs: Any) -> Self: ...
-
-
-R = TypeVar("R", bound=_Recipe)
+from aiozklock._wire._validation import validate_flag, validate_lock_delay
 
 # The telemetry kind of each object (its ``aiozklock.recipe`` label), read once from its
 # recipe's description entry: a factory passes a constant, looked up at import, not per call.
@@ -48,102 +33,10 @@ _WRITE, _READ = TRAITS["rwlock"].kinds
 (_SEMAPHORE,) = TRAITS["semaphore"].kinds
 
 
-@dataclass(slots=True)
-class _Given:
-    """What every recipe object gets from its client: the live session, the loss monitor
-    (the loss policy), the janitor, the background task spawner (a lease's keepers), and
-    its ACL (validated, or ``default_acl``)."""
-
-    session: Session
-    monitor: LossMonitor
-    janitor: Janitor
-    spawn: Spawn
-    acl: tuple[ACL, ...]
-
-
-class RecipeFactories:
+class RecipeFactories(RecipeMaking):
     """The recipe factories of ``ZooKeeperClient``, which supplies what they read here."""
 
-    default_acl: tuple[ACL, ...]
-    _auth: Credentials
-    _tls: SSLContext | None
-    _janitor: Janitor | None
-    _spawn: Spawn | None
-    _loss_monitor: LossMonitor | None
-    _recipes: Recipes
     _semaphores: weakref.WeakValueDictionary[str, Semaphore | CompatSemaphore]
-
-    if TYPE_CHECKING:  # ZooKeeperClient's
-
-        def _live_session(self) -> Session: ...
-
-    # Every factory takes ``acl``: what the recipe's nodes, and the containers it creates for
-    # them (the path, and its missing ancestors), are created with; ``default_acl`` if None.
-
-    def _kept(
-        self,
-        cls: type[R],
-        kind: str,
-        key: Hashable,
-        acl: Sequence[ACL] | None,
-        build: Callable[[_Given], R],
-    ) -> R:
-        """This client's object of recipe ``cls`` for ``key`` (its factory's arguments), or
-        if there is none, one built by ``build`` from what the client gives (``_Given``).
-        Every factory goes through here: the client must be connected (``ClientClosed``),
-        then ``acl`` is validated, then the registry (``_core/_registry.py``) shares, checks
-        the ACL of, and observes the object (as ``kind``, its description entry's)."""
-        session = self._live_session()
-        entries = self._acl(acl)
-        monitor, janitor, spawn = self._loss_monitor, self._janitor, self._spawn
-        assert monitor is not None
-        assert janitor is not None
-        assert spawn is not None
-
-        def create() -> R:  # only for a new object: an existing one is found without it
-            return build(_Given(session, monitor, janitor, spawn, entries))
-
-        return self._recipes.get(cls, kind, key, create, entries)
-
-    def _made(
-        self,
-        cls: type[R],
-        kind: str,
-        key: Hashable,
-        acl: Sequence[ACL] | None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> R:
-        """``_kept`` for a recipe of the common shape, whose holdings the client's loss
-        policy watches: ``cls._construct(session, *args, monitor=, janitor=, acl=,
-        **kwargs)``."""
-
-        def build(given: _Given) -> R:
-            return cls._construct(
-                given.session,
-                *args,
-                monitor=given.monitor,
-                janitor=given.janitor,
-                acl=given.acl,
-                **kwargs,
-            )
-
-        return self._kept(cls, kind, key, acl, build)
-
-    def _acl(self, acl: Sequence[ACL] | None) -> tuple[ACL, ...]:
-        return self.default_acl if acl is None else self._usable_acl(acl, "acl")
-
-    def _usable_acl(self, acl: object, what: str) -> tuple[ACL, ...]:
-        """``acl`` validated; an ``"auth"`` entry (the creator's identities) also needs an
-        identity: credentials, or a TLS client certificate (the server would refuse every
-        create with InvalidACL)."""
-        entries = validate_acl(acl, what=what)
-        if not self._auth and self._tls is None and any(e.scheme == "auth" for e in entries):
-            raise InvalidArgument(
-                f"{what} grants the creator ('auth' scheme), but this client has no identity: "
-                "pass auth=[('digest', 'user:password')] (or ssl= with a client certificate)"
-            )
-        return entries
 
     @overload
     def lock(
@@ -154,6 +47,7 @@ class RecipeFactories:
         fair: Literal[True] = True,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> Lock: ...
 
     @overload
@@ -165,6 +59,7 @@ class RecipeFactories:
         fair: Literal[False],
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: None = None,
     ) -> NonFairLock: ...
 
     @overload
@@ -176,6 +71,7 @@ class RecipeFactories:
         fair: bool,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> Lock | NonFairLock: ...
 
     def lock(
@@ -186,6 +82,7 @@ class RecipeFactories:
         fair: bool = True,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> Lock | NonFairLock:
         """A reentrant, loss-aware lock on ``path`` (validated now, before any traffic).
 
@@ -202,16 +99,30 @@ class RecipeFactories:
         or ``"kazoo"`` (kazoo's ``Lock``); either way every library's nodes are read. The
         non-fair lock has no counterpart in either.
 
+        ``lock_delay``: seconds (Chubby's lock-delay, for a resource that cannot check a
+        fencing token): a grant that follows one of ours whose node vanished without a
+        release (session expired, process killed, partition) comes no earlier than
+        ``lock_delay`` after it vanished; a release hands over at once. Every aiozklock
+        contender on the path honors it, with or without ``lock_delay`` of its own; it
+        costs one write per grant, and nothing on paths that never use it (see
+        docs/fencing.md). Not with ``fair=False``.
+
         Raises ``InvalidArgument`` for a bad path, identifier, acl, compat (or a kazoo one
-        with ``fair=False``) or a non-bool ``fair``,
+        with ``fair=False``), lock_delay (a positive number of seconds, or None; none with
+        ``fair=False``) or a non-bool ``fair``,
         ``UsageError`` if this client's object for the path has another ``acl``, or when
         called outside the event loop the client was opened in, ``ClientClosed`` if the
         client is not connected.
         """
         compat = validate_compat(compat)
+        delay = validate_lock_delay(lock_delay)
         if validate_flag("fair", fair):
-            key = (path, identifier, compat)
-            return self._made(Lock, _LOCK, key, acl, path, identifier=identifier, compat=compat)
+            return self._queued(Lock, _LOCK, path, acl, identifier, compat, delay)
+        if delay is not None:
+            raise InvalidArgument(
+                "lock_delay needs the fair lock (fair=True): the non-fair lock has no queue "
+                "to tell a release from a vanished holder in"
+            )
         if compat != "curator":
             raise InvalidArgument("the non-fair lock has no kazoo counterpart: compat='curator'")
         return self._made(
@@ -225,20 +136,20 @@ class RecipeFactories:
         identifier: str | None = None,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> MultiLock:
         """All-or-nothing lock of several paths, deadlock-free; returns a ``MultiLock``.
-        ``compat``: as for ``lock()``, on each path.
+        ``compat`` and ``lock_delay``: as for ``lock()``, on each path.
 
-        Validated now: bad or empty paths, identifier, acl or compat raise ``InvalidArgument``
+        Validated now: bad or empty paths, identifier, acl, compat or lock_delay raise
+        ``InvalidArgument``
         (duplicates are dropped); ``UsageError`` if this client's object for the paths has
         another ``acl``; ``ClientClosed`` if the client is not connected.
         """
         members = paths if isinstance(paths, str) else tuple(paths)
         compat = validate_compat(compat)
-        key = (members, identifier, compat)
-        return self._made(
-            MultiLock, _MULTI, key, acl, members, identifier=identifier, compat=compat
-        )
+        delay = validate_lock_delay(lock_delay)
+        return self._queued(MultiLock, _MULTI, members, acl, identifier, compat, delay)
 
     def election(
         self,
@@ -247,16 +158,19 @@ class RecipeFactories:
         identifier: str | None = None,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> Election:
         """A leader election on ``path``; returns an ``Election``: ``async with
         zk.election(path):`` runs its body as leader. ``compat``: whose node names to
         write: ``"curator"`` (Curator's ``LeaderLatch`` orders them) or ``"kazoo"``
-        (kazoo's ``Election``). Validated now: a bad path, identifier, acl or compat raises
+        (kazoo's ``Election``). ``lock_delay``: as for ``lock()`` (a leader elected after
+        one whose node vanished without resigning takes office no earlier than that).
+        Validated now: a bad path, identifier, acl, compat or lock_delay raises
         ``InvalidArgument``; ``UsageError`` if this client's object for the path has
         another ``acl``; ``ClientClosed`` if the client is not connected."""
         compat = validate_compat(compat)
-        key = (path, identifier, compat)
-        return self._made(Election, _ELECTION, key, acl, path, identifier=identifier, compat=compat)
+        delay = validate_lock_delay(lock_delay)
+        return self._queued(Election, _ELECTION, path, acl, identifier, compat, delay)
 
     def rw_lock(
         self,

@@ -37,7 +37,12 @@ from dataclasses import dataclass
 from ssl import SSLContext
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Request
+from aiozklock._extras import missing_extra
+
+try:
+    from fastapi import Depends, FastAPI, Request
+except ModuleNotFoundError as exc:
+    missing_extra(exc, "fastapi", "fastapi", "aiozklock.fastapi")
 
 from aiozklock._acl import ACL, OPEN_ACL_UNSAFE
 from aiozklock._client import ZooKeeperClient, connect

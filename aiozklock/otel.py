@@ -46,7 +46,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from opentelemetry import metrics, trace
+from aiozklock._extras import missing_extra
+
+try:
+    from opentelemetry import metrics, trace
+except ModuleNotFoundError as exc:
+    missing_extra(exc, "opentelemetry", "otel", "aiozklock.otel")
 
 from aiozklock import __version__
 from aiozklock._exceptions import InvalidArgument

@@ -4,9 +4,12 @@ a thread that ends holding, and misuse (bad input, closed client)."""
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import signal
 import threading
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -267,3 +270,20 @@ def test_an_interrupted_acquire_withdraws(szk: SyncClient, szk2: SyncClient) -> 
     theirs.release()
     with mine.acquire(timeout=BOUND):
         assert mine.is_held
+
+
+def test_a_closed_client_leaves_nothing_behind(hosts: str) -> None:
+    """Its threads' tasks, its loop and its session are freed with it (no reference from
+    a thread's local or a finalizer outlives close())."""
+    zk = aiozklock.sync.connect(hosts)
+    zk.ensure_path(PATH)
+    in_thread(functools.partial(zk.exists, PATH))  # a second thread, which ends
+    portal = zk._portal
+    assert portal is not None
+    loop_thread = portal._thread
+    freed = weakref.ref(portal)
+    zk.close()
+    del zk, portal
+    gc.collect()
+    assert freed() is None
+    assert not loop_thread.is_alive()

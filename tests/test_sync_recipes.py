@@ -156,3 +156,18 @@ def test_listeners_see_every_session(hosts: str) -> None:
     remove()
     with pytest.raises(aiozklock.ClientClosed):
         zk.add_listener(changes.append)
+
+
+def test_lock_delay_is_passed_on(szk: SyncClient, szk2: SyncClient) -> None:
+    lock = szk.lock(PATH, lock_delay=30.0)
+    assert lock.lock_delay == 30.0
+    with lock:  # a clean release hands over at once: no delay for the next holder
+        assert lock.statistics().lock_delay_waited == 0.0
+    with szk2.lock(PATH, lock_delay=30.0).acquire(timeout=BOUND) as theirs:
+        assert theirs.statistics().lock_delay_waited == 0.0
+    assert szk.multi_lock([PATH + "/a"], lock_delay=5.0).lock_delay == 5.0
+    assert szk.election(PATH + "/e", lock_delay=5.0).lock_delay == 5.0
+    with pytest.raises(aiozklock.InvalidArgument):
+        szk.lock(PATH, lock_delay=-1.0)
+    with pytest.raises(aiozklock.InvalidArgument):
+        szk.lock(PATH, fair=False, lock_delay=5.0)

@@ -3,8 +3,9 @@
 The operator commands ``run`` (a command under a lock, like ``flock(1)``), ``contenders``,
 ``holders``, ``leader``, ``doctor`` (what is wrong under a prefix) and ``top`` (a live view
 of a prefix) import only the client.
-``demo`` (many workers race for one lock, the history checked) and ``nemesis`` (the same
-under seeded faults) import the test kit when they run.
+``demo`` (many workers race for one lock, the history checked), ``nemesis`` (the same
+under seeded faults) and ``server`` (a ZooKeeper for development, in the foreground) import
+the test kit when they run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from aiozklock._cli._doctor import add_doctor_parser, doctor_command
 from aiozklock._cli._inspect import add_inspect_parsers, inspect_command
 from aiozklock._cli._nemesis import add_nemesis_parser, nemesis_command
 from aiozklock._cli._run import add_run_parser, run_command
+from aiozklock._cli._server import add_server_parser, server_command
 from aiozklock._cli._top import add_top_parser, top_command
 
 Command = Callable[[argparse.Namespace], int]
@@ -33,7 +35,12 @@ COMMANDS: dict[str, Command] = {
     "top": top_command,
 }
 #: The commands that run the test kit: exit 0 (passed), 1 (failed) or 2 (cannot run here).
-KIT_COMMANDS: dict[str, Command] = {"demo": demo_command, "nemesis": nemesis_command}
+#: ``server`` too: 0 (stopped by SIGINT or SIGTERM), 1 (failed), 2 (no Java or jars here).
+KIT_COMMANDS: dict[str, Command] = {
+    "demo": demo_command,
+    "nemesis": nemesis_command,
+    "server": server_command,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_demo_parser(commands)
     add_nemesis_parser(commands)
+    add_server_parser(commands)
     add_run_parser(commands)
     add_inspect_parsers(commands)
     add_doctor_parser(commands)

@@ -106,6 +106,7 @@ class Election(QueuedPrimitive):
         janitor: Janitor,
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> None:
         self.path = validate_recipe_path(path, what="election path")
         identifier = validate_identifier(identifier)
@@ -120,6 +121,7 @@ class Election(QueuedPrimitive):
             self.identifier,
             acl,
             layout=Layout(compat, LATCH_MARKER, KAZOO_MARKER, "zk.election()"),
+            lock_delay=lock_delay,
         )
 
     async def resign(self) -> None:

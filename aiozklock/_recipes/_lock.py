@@ -45,6 +45,7 @@ class LockStatistics:
     acquisitions: int
     losses: int
     last_wait: float | None  # seconds the last acquisition waited
+    lock_delay_waited: float  # of which, waiting out a lock-delay (0.0 if none)
 
 
 class PathLock(QueuedPrimitive):
@@ -68,6 +69,7 @@ class PathLock(QueuedPrimitive):
             acquisitions=self._acquisitions,
             losses=self._losses,
             last_wait=self._last_wait,
+            lock_delay_waited=self._delay_waited(),
         )
 
 
@@ -76,8 +78,10 @@ class Lock(PathLock):
 
     Fair (FIFO across processes and across the tasks of this process), reentrant per task,
     and loss-aware: the body of ``async with lock:`` is cancelled when the lock can no longer
-    be trusted to be ours, and ``LockLost`` is raised when it exits. Bad arguments raise
-    ``InvalidArgument`` here, before any request.
+    be trusted to be ours, and ``LockLost`` is raised when it exits. With ``lock_delay``
+    (``zk.lock(path, lock_delay=S)``), a grant after a holder that vanished without a release
+    waits until S seconds after the vanish (see docs/fencing.md, "Lock-delay"). Bad arguments
+    raise ``InvalidArgument`` here, before any request.
     """
 
     __slots__ = ("identifier",)
@@ -92,6 +96,7 @@ class Lock(PathLock):
         janitor: Janitor,
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> None:
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
@@ -105,6 +110,7 @@ class Lock(PathLock):
             self.identifier,
             acl,
             layout=Layout(compat, LOCK_MARKER, KAZOO_MARKER, "zk.lock()"),
+            lock_delay=lock_delay,
         )
 
     async def contenders(self) -> list[Contender]:

@@ -48,6 +48,7 @@ class MultiLockStatistics:
     acquisitions: int
     losses: int
     last_wait: float | None  # seconds the last acquisition waited
+    lock_delay_waited: float  # of which, waiting out a lock-delay (0.0 if none)
 
 
 def validate_members(paths: object) -> tuple[str, ...]:
@@ -82,6 +83,7 @@ class MultiLock(QueuedPrimitive):
         janitor: Janitor,
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
+        lock_delay: float | None = None,
     ) -> None:
         self.paths = validate_members(paths)
         self.identifier = validate_identifier(identifier)
@@ -95,6 +97,7 @@ class MultiLock(QueuedPrimitive):
             self.identifier,
             acl,
             layout=Layout(compat, LOCK_MARKER, KAZOO_MARKER, "zk.multi_lock()"),
+            lock_delay=lock_delay,
         )
 
     @property
@@ -118,6 +121,7 @@ class MultiLock(QueuedPrimitive):
             acquisitions=self._acquisitions,
             losses=self._losses,
             last_wait=self._last_wait,
+            lock_delay_waited=self._delay_waited(),
         )
 
     async def contenders(self) -> dict[str, list[Contender]]:

@@ -278,6 +278,7 @@ class ReadLock(SharedHolding, _Side):
             acquisitions=self._acquisitions,
             losses=self._losses,
             last_wait=self._last_wait,
+            lock_delay_waited=self._delay_waited(),
             readers=len(self._holders),
         )
 

@@ -7,6 +7,7 @@ be a server error, a silently rewritten path or a closed connection into a clear
 from __future__ import annotations
 
 import math
+import re
 import ssl
 
 from aiozklock._exceptions import InvalidArgument, short_repr
@@ -105,6 +106,11 @@ def positive_seconds(name: str, value: object) -> float:
     return float(value)
 
 
+def validate_lock_delay(value: object) -> float | None:
+    """``lock_delay=``: None, or a positive, finite number of seconds."""
+    return None if value is None else positive_seconds("lock_delay", value)
+
+
 MAX_IDENTIFIER = 1024
 
 
@@ -128,7 +134,8 @@ def parse_hosts(hosts: object) -> tuple[list[tuple[str, int]], str]:
     """Parse ``"h1:2181,h2:2181/chroot"`` into ``([(host, port), ...], chroot)``.
 
     ``chroot`` is ``""`` when absent (or ``/``). IPv6 addresses go in brackets
-    (``[::1]:2181``). Raises ``InvalidArgument``, naming the faulty entry, for an empty
+    (``[::1]:2181``). Raises ``InvalidArgument``, naming the faulty entry, for a URL
+    (``zk://...``, ``http://...``: the message shows the string without the scheme), an empty
     entry, an unclosed bracket, a port that is not a decimal number in 1..65535, or a host
     name with a ``:`` outside brackets or with whitespace.
     """
@@ -137,6 +144,7 @@ def parse_hosts(hosts: object) -> tuple[list[tuple[str, int]], str]:
             f"hosts must be a str like 'zk1:2181,zk2:2181', not {short_repr(hosts)}"
         )
     text = hosts.strip()
+    _refuse_url(text)
     chroot = ""
     slash = text.find("/")
     if slash != -1:
@@ -151,6 +159,24 @@ def parse_hosts(hosts: object) -> tuple[list[tuple[str, int]], str]:
             raise InvalidArgument(f"empty entry in {short_repr(hosts)}: expected 'host[:port],...'")
         result.append(_parse_host(item, hosts))
     return result, chroot
+
+
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def _refuse_url(hosts: str) -> None:
+    """Raise ``InvalidArgument`` for a URL (``zk://zk1:2181``, ``http://...``): its scheme
+    would otherwise be read as a host and its ``//`` as an empty chroot segment."""
+    url = _URL.match(hosts)
+    if url is None:
+        return
+    rest = hosts[url.end() :]
+    suggestion = f" (here: {short_repr(rest)})" if rest and "://" not in rest else ""
+    raise InvalidArgument(
+        f"hosts {short_repr(hosts)} is a URL with the scheme {url[1]!r}: ZooKeeper takes a "
+        f"connection string without a scheme, 'host:port[,host:port...][/chroot]', e.g. "
+        f"'zk1:2181,zk2:2181/app'{suggestion}"
+    )
 
 
 def _parse_host(item: str, hosts: str) -> tuple[str, int]:

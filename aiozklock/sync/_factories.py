@@ -15,6 +15,7 @@ from aiozklock._wire._validation import (
     validate_flag,
     validate_holder_id,
     validate_identifier,
+    validate_lock_delay,
     validate_recipe_path,
     validate_ttl,
 )
@@ -85,6 +86,7 @@ class SyncFactories:
         fair: Literal[True] = True,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
         on_lost: LostCallback | None = None,
     ) -> SyncLock: ...
 
@@ -97,6 +99,7 @@ class SyncFactories:
         fair: Literal[False],
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: None = None,
         on_lost: LostCallback | None = None,
     ) -> SyncNonFairLock: ...
 
@@ -109,6 +112,7 @@ class SyncFactories:
         fair: bool,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
         on_lost: LostCallback | None = None,
     ) -> SyncLock | SyncNonFairLock: ...
 
@@ -120,21 +124,27 @@ class SyncFactories:
         fair: bool = True,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
         on_lost: LostCallback | None = None,
     ) -> SyncLock | SyncNonFairLock:
         """A reentrant, loss-aware lock on ``path``: ``with zk.lock(path) as lock:``. Fair
         (``SyncLock``) by default; ``fair=False``: a ``SyncNonFairLock``. The arguments and
         errors are the async ``lock()``'s."""
         _precheck(path, "lock path", identifier, acl, compat)
+        delay = validate_lock_delay(lock_delay)
         if validate_flag("fair", fair):
             return self._made(
                 SyncLock,
-                lambda zk: zk.lock(path, identifier=identifier, acl=acl, compat=compat),
+                lambda zk: zk.lock(
+                    path, identifier=identifier, acl=acl, compat=compat, lock_delay=delay
+                ),
                 on_lost,
             )
         return self._made(
             SyncNonFairLock,
-            lambda zk: zk.lock(path, identifier=identifier, fair=False, acl=acl, compat=compat),
+            lambda zk: zk.lock(
+                path, identifier=identifier, fair=False, acl=acl, compat=compat, lock_delay=delay
+            ),
             on_lost,
         )
 
@@ -145,6 +155,7 @@ class SyncFactories:
         identifier: str | None = None,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
         on_lost: LostCallback | None = None,
     ) -> SyncMultiLock:
         """All-or-nothing lock of several paths, deadlock-free; a ``SyncMultiLock``. The
@@ -153,9 +164,12 @@ class SyncFactories:
         members = paths if isinstance(paths, str) else tuple(paths)
         validate_members(members)
         _precheck(None, "lock path", identifier, acl, compat)
+        delay = validate_lock_delay(lock_delay)
         return self._made(
             SyncMultiLock,
-            lambda zk: zk.multi_lock(members, identifier=identifier, acl=acl, compat=compat),
+            lambda zk: zk.multi_lock(
+                members, identifier=identifier, acl=acl, compat=compat, lock_delay=delay
+            ),
             on_lost,
         )
 
@@ -166,15 +180,19 @@ class SyncFactories:
         identifier: str | None = None,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        lock_delay: float | None = None,
         on_lost: LostCallback | None = None,
     ) -> SyncElection:
         """A leader election on ``path``: ``with zk.election(path):`` runs the block as
         leader; a ``SyncElection``. ``on_lost``: leadership lost. The arguments and errors
         are the async ``election()``'s."""
         _precheck(path, "election path", identifier, acl, compat)
+        delay = validate_lock_delay(lock_delay)
         return self._made(
             SyncElection,
-            lambda zk: zk.election(path, identifier=identifier, acl=acl, compat=compat),
+            lambda zk: zk.election(
+                path, identifier=identifier, acl=acl, compat=compat, lock_delay=delay
+            ),
             on_lost,
         )
 

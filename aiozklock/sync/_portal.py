@@ -15,7 +15,6 @@ blocks on a lock of its own (interruptible by signals: see ``Portal.call``).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import os
@@ -25,134 +24,17 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import Context
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import anyio
+from typing import TYPE_CHECKING, Any
 
 from aiozklock._exceptions import ClientClosed, UsageError
+from aiozklock.sync._proxy import Proxy
 
 if TYPE_CHECKING:
     from aiozklock._client import ZooKeeperClient
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 STOP_BOUND = 5.0  # close(): the loop thread ends within the client's own close bound
-
-Job = tuple[Callable[["Proxy"], Any], bool]  # the function, and whether it is a coroutine's
-
-
-class Proxy:
-    """One user thread's task in the loop (see the module docstring). ``client`` is the
-    async client, ``task_id`` the task's id (what the core's per-task checks take)."""
-
-    __slots__ = (
-        "__weakref__",
-        "_jobs",
-        "_portal",
-        "_scope",
-        "_wake",
-        "client",
-        "done",
-        "error",
-        "name",
-        "pending",
-        "task",
-        "task_id",
-        "value",
-    )
-
-    def __init__(self, portal: Portal, name: str) -> None:
-        self._portal = portal
-        self.client = portal.client
-        self.name = name
-        self.done = threading.Lock()  # held, but while an outcome waits for the thread
-        self.done.acquire()
-        self.pending = False  # a job submitted, its outcome not yet delivered
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.task_id = 0
-        self._jobs: collections.deque[Job | None] = collections.deque()
-        self._wake: asyncio.Future[None] | None = None
-        self._scope: anyio.CancelScope | None = None  # the jobs', cancelled to interrupt one
-
-    # ---------------------------------------------------------------- in the loop thread
-
-    def push(self, job: Job | None) -> None:
-        """Queue a job (None: the thread ended); the task is started by the first one (and
-        again if it ended by an unexpected cancellation: the thread must not hang)."""
-        idle = self.task is None or self.task.done()
-        if job is None and idle:
-            self._portal.forget(self)
-            return
-        if job is not None and self._portal.closing:
-            self.deliver(None, ClientClosed("the ZooKeeper client was closed"))
-            return
-        self._jobs.append(job)
-        if idle:
-            # A context of its own: the first caller's context variables must not stick to
-            # every later call of the thread (nor leak into other threads' tasks).
-            self._wake = None
-            self.task = self._portal.loop.create_task(
-                self._serve(), name=f"aiozklock thread {self.name}", context=Context()
-            )
-            self.task_id = id(self.task)
-        elif self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
-
-    def interrupt(self) -> None:
-        """The caller gave up waiting (a signal's exception): cancel its running job (if
-        it has ended meanwhile, only the wait for the next one is, which goes on)."""
-        if self._scope is not None:
-            self._scope.cancel()
-
-    def deliver(self, value: Any, error: BaseException | None) -> None:
-        """Hand the outcome to the waiting thread."""
-        if self.pending:
-            self.pending = False
-            self.value, self.error = value, error
-            self.done.release()
-
-    async def _serve(self) -> None:
-        jobs = self._jobs
-        while True:
-            # One scope for every job (not one each: a scope costs more than the hand-over),
-            # replaced only once an interruption has cancelled it.
-            with anyio.CancelScope() as self._scope:
-                while True:
-                    if not jobs:
-                        self._wake = self._portal.loop.create_future()
-                        await self._wake
-                        self._wake = None
-                    job = jobs.popleft()
-                    if job is None:  # the thread ended: what it holds is the orphan sweep's
-                        self._portal.forget(self)
-                        return
-                    await self._run(*job)
-            self._wake = None  # cancelled with the scope (the caller gave up meanwhile)
-
-    async def _run(self, func: Callable[[Proxy], Any], is_async: bool) -> None:
-        try:
-            value = (await func(self)) if is_async else func(self)
-        except asyncio.CancelledError:  # close() cancels the proxies; an interruption, ours
-            scope = self._scope
-            if self._portal.closing:
-                self.deliver(None, ClientClosed("the ZooKeeper client was closed"))
-            elif scope is not None and scope.cancel_called:
-                self.deliver(None, Interrupted())  # the caller gave up on it
-            else:
-                self.deliver(None, RuntimeError("cancelled"))
-            raise
-        except BaseException as exc:
-            self.deliver(None, exc)
-        else:
-            self.deliver(value, None)
-
-
-class Interrupted(Exception):
-    """The outcome of a job whose caller gave up waiting (never raised to a user)."""
 
 
 class Portal:
@@ -200,47 +82,50 @@ class Portal:
         """Run ``func(proxy)`` (awaited if ``is_async``) in the calling thread's task and
         return its result, or raise its exception, in the calling thread.
 
-        If the wait is interrupted (a signal handler's exception: KeyboardInterrupt, a
+        If the call is interrupted (a signal handler's exception: KeyboardInterrupt, a
         Celery time limit), the job is cancelled and waited for; if it had succeeded all
         the same, ``undo`` runs (an acquire is released), then the interruption is raised.
         """
         refuse_blocking(self.thread_id)
         proxy = self._proxy()
-        # pending first, then the check: the loop thread sets _ended first, then fails the
-        # pending ones; either order of the two threads leaves no caller waiting forever.
-        proxy.pending = True
-        if self._ended:
-            proxy.pending = False
-            raise ClientClosed("the ZooKeeper client was closed")
+        seq = proxy.seq = proxy.seq + 1
         try:
-            self.loop.call_soon_threadsafe(proxy.push, (func, is_async), context=self._context)
-        except RuntimeError:  # the loop is closed
-            proxy.pending = False
-            raise ClientClosed("the ZooKeeper client was closed") from None
-        try:
-            proxy.done.acquire()
+            # seq first, then the check: the loop thread sets _ended first, then answers
+            # every call it has not answered; either order leaves no caller waiting.
+            if self._ended:
+                raise ClientClosed("the ZooKeeper client was closed")
+            try:
+                job = (func, is_async, seq)
+                self.loop.call_soon_threadsafe(proxy.push, job, context=self._context)
+            except RuntimeError:  # the loop is closed
+                raise ClientClosed("the ZooKeeper client was closed") from None
+            while proxy.delivered < seq:
+                proxy.done.acquire()
         except BaseException:
-            self._abandon(proxy, undo)
+            self._abandon(proxy, seq, undo)
             raise
-        error = proxy.error
+        value, error = proxy.value, proxy.error
+        proxy.value = proxy.error = None
         if error is not None:
-            proxy.error = None
             raise error
-        value, proxy.value = proxy.value, None
         return value
 
-    def _abandon(self, proxy: Proxy, undo: Callable[[Proxy], Awaitable[object]] | None) -> None:
-        """The caller was interrupted while waiting: cancel its job, wait for its end
-        (bounded by the core's own cleanup bounds), and undo what it did all the same."""
-        with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(proxy.interrupt)
-        while True:
+    def _abandon(
+        self, proxy: Proxy, seq: int, undo: Callable[[Proxy], Awaitable[object]] | None
+    ) -> None:
+        """Call ``seq`` failed or was interrupted before its outcome came: have the loop
+        cancel it, or answer for it, wait for that (bounded by the core's own cleanup
+        bounds), and undo what it did if it succeeded all the same."""
+        if proxy.delivered < seq:
+            proxy.cancel_upto = seq
             try:
-                proxy.done.acquire()
-                break
-            except BaseException:  # a second signal: the job still has to end first
-                continue
-        succeeded = proxy.error is None
+                self.loop.call_soon_threadsafe(proxy.interrupt, seq, context=self._context)
+            except RuntimeError:  # the loop is gone: nothing of it runs any more
+                return
+            while proxy.delivered < seq and not self._ended:
+                with contextlib.suppress(BaseException):  # a second signal: wait on
+                    proxy.done.acquire()
+        succeeded = proxy.delivered >= seq and proxy.error is None
         proxy.value = proxy.error = None
         if succeeded and undo is not None:
             with contextlib.suppress(Exception):
@@ -257,8 +142,8 @@ class Portal:
             # thread's task (no polling of threads).
             ticket = _Ticket()
             self._local.ticket = ticket
-            finalizer = weakref.finalize(ticket, self._thread_ended, proxy)
-            finalizer.atexit = False
+            proxy.finalizer = weakref.finalize(ticket, self._thread_ended, proxy)
+            proxy.finalizer.atexit = False
         return proxy
 
     def proxy_if_any(self) -> Proxy | None:
@@ -304,7 +189,9 @@ class Portal:
             with self._proxies_lock:
                 proxies = list(self._proxies)
             for proxy in proxies:  # calls that came too late to run
-                proxy.deliver(None, ClientClosed("the ZooKeeper client was closed"))
+                proxy.deliver(proxy.seq, None, ClientClosed("the ZooKeeper client was closed"))
+                if proxy.finalizer is not None:  # it would keep this portal alive
+                    proxy.finalizer.detach()
             self._opened.set()
             loop.close()
 

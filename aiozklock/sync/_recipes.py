@@ -38,6 +38,11 @@ class SyncLock(SyncHandle[Lock]):
         """The lock's path."""
         return self._read(lambda lock: lock.path)
 
+    @property
+    def lock_delay(self) -> float | None:
+        """Its lock-delay in seconds (``lock_delay=``), or None (see the async recipe)."""
+        return self._read(lambda lock: lock.lock_delay)
+
     def statistics(self) -> LockStatistics:
         """Local state of this object (the async object's); sends nothing."""
         return self._read(lambda lock: lock.statistics())
@@ -72,6 +77,11 @@ class SyncMultiLock(SyncHandle[MultiLock]):
     ``aiozklock.MultiLock``, and ``SyncHandle`` for the synchronous contract."""
 
     __slots__ = ()
+
+    @property
+    def lock_delay(self) -> float | None:
+        """Its lock-delay in seconds (``lock_delay=``), or None (see the async recipe)."""
+        return self._read(lambda lock: lock.lock_delay)
 
     @property
     def fencing_tokens(self) -> dict[str, int]:
@@ -208,6 +218,11 @@ class SyncElection(SyncHandle[Election]):
     def path(self) -> str:
         """Its path (the async object's)."""
         return self._read(lambda election: election.path)
+
+    @property
+    def lock_delay(self) -> float | None:
+        """Its lock-delay in seconds (``lock_delay=``), or None (see the async recipe)."""
+        return self._read(lambda election: election.lock_delay)
 
     def resign(self) -> None:
         """Alias of ``release()``: give up leadership held by the calling thread."""

@@ -9,6 +9,7 @@ Server fixtures for pytest live in :mod:`aiozklock.testing.pytest_plugin`.
 from aiozklock._acl import digest_id as digest_id
 
 from ._children import wait_for_children as wait_for_children
+from ._connector import ZooKeeperConnector as ZooKeeperConnector
 from ._cut_margin import CutMargin as CutMargin
 from ._cut_margin import measure_cut as measure_cut
 from ._expiry import expire_session as expire_session
@@ -53,6 +54,7 @@ from ._server import ZooKeeperCluster as ZooKeeperCluster
 from ._server_install import ZooKeeperUnavailableForTests as ZooKeeperUnavailableForTests
 from ._server_install import find_zookeeper_classpath as find_zookeeper_classpath
 from ._server_install import four_letter_word as four_letter_word
+from ._server_member import PortTaken as PortTaken
 from ._server_member import ZooKeeperMember as ZooKeeperMember
 from ._server_member import ZooKeeperStartError as ZooKeeperStartError
 from ._tls import TLSFiles as TLSFiles
@@ -78,6 +80,7 @@ __all__ = (
     "Margin",
     "NemesisReport",
     "Pause",
+    "PortTaken",
     "PostgresServer",
     "PostgresStartError",
     "PostgresUnavailableForTests",
@@ -96,6 +99,7 @@ __all__ = (
     "RedisUnavailableForTests",
     "WatchEventType",
     "ZooKeeperCluster",
+    "ZooKeeperConnector",
     "ZooKeeperErrorCode",
     "ZooKeeperMember",
     "ZooKeeperStartError",

@@ -103,14 +103,14 @@ def _stop_leftovers() -> None:
 class PostgresServer:
     """A PostgreSQL server of its own, in a temp dir, on a free port of 127.0.0.1.
 
-    Nothing runs until :meth:`start`; :meth:`close` stops it (``pg_ctl -m immediate``: its
-    data is thrown away) and removes the temp dir. Use as a context manager, or let the
-    ``pg_dsn`` pytest fixture start one per test session. ``settings`` are server settings
-    (``-c name=value``) on top of :data:`DEFAULT_SETTINGS` (durability off). The temp dir
-    is made in ``base_dir`` (default: the system's, or ``/tmp`` when run as root and the
-    ``postgres`` user could not reach the system's). Raises
-    :class:`PostgresUnavailableForTests` when no install is found, and
-    :class:`PostgresStartError` when the server does not start.
+    Nothing runs until :meth:`start` (which ``with PostgresServer() as pg:`` calls on entering;
+    a second ``start()`` is harmless); :meth:`close` stops it (``pg_ctl -m immediate``: its data
+    is thrown away) and removes the temp dir. Use as a context manager, or let the ``pg_dsn``
+    pytest fixture start one per test session. ``settings`` are server settings (``-c
+    name=value``) on top of :data:`DEFAULT_SETTINGS` (durability off). The temp dir is made in
+    ``base_dir`` (default: the system's, or ``/tmp`` when run as root and the ``postgres`` user
+    could not reach the system's). Raises :class:`PostgresUnavailableForTests` when no install
+    is found, and :class:`PostgresStartError` when the server does not start.
     """
 
     def __init__(
@@ -156,9 +156,10 @@ class PostgresServer:
 
     def start(self, timeout: float = 60.0) -> PostgresServer:
         """Run ``initdb``, then ``pg_ctl start`` and wait until the server accepts
-        connections (a port taken meanwhile by someone else: retried on another)."""
+        connections (a port taken meanwhile by someone else: retried on another). Returns
+        the server; a started one (``with`` starts it) at once, unchanged."""
         if self.work_dir is not None:
-            raise RuntimeError("server already started")
+            return self
         bin_dir = self._bin_dir or find_postgres_bin()
         if bin_dir is None:
             raise PostgresUnavailableForTests(_INSTALL_HINT)

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ._process import stop_process
-from ._server import _free_ports
+from ._server_layout import free_ports as _free_ports
 from ._server_member import _POLL_INTERVAL, _register, _tail, _unregister
 
 __all__ = ["RedisServer", "RedisUnavailableForTests"]
@@ -50,7 +50,8 @@ class RedisServer:
 
     It keeps its data in memory only (``--save ""``, ``--appendonly no``) and runs in a
     private temp directory (its log is ``redis.log`` there). Nothing runs until
-    :meth:`start`; use it as a context manager or call :meth:`close`, which stops the
+    :meth:`start`, which ``with RedisServer() as redis:`` calls on entering (a second
+    ``start()`` is harmless); without ``with``, call :meth:`close`, which stops the
     process (only this PID is signalled) and removes the directory. Raises
     :class:`RedisUnavailableForTests` from :meth:`start` if there is no ``redis-server``
     (``executable`` overrides the lookup on ``PATH``), and ``RuntimeError`` with the log
@@ -93,9 +94,10 @@ class RedisServer:
         self.close()
 
     def start(self, timeout: float = 30.0) -> RedisServer:
-        """Start the server and return once it answers ``PING``."""
+        """Start the server and return it once it answers ``PING``; a started one (``with``
+        starts it) is returned at once, unchanged."""
         if self._proc is not None:
-            raise RuntimeError(f"{self!r} is already started")
+            return self
         executable = self._executable or shutil.which("redis-server")
         if executable is None:
             raise RedisUnavailableForTests(_INSTALL_HINT)

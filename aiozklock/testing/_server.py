@@ -12,7 +12,6 @@ import contextlib
 import logging
 import shutil
 import signal
-import socket
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
@@ -30,6 +29,8 @@ from ._server_install import (
     _find_java,
     find_zookeeper_classpath,
 )
+from ._server_layout import base_config, check_port_free
+from ._server_layout import free_ports as _free_ports
 from ._server_links import ServerLinks, check_how, member_id, pairs_between, pairs_isolating
 from ._server_member import (
     _POLL_INTERVAL,
@@ -47,26 +48,20 @@ __all__ = ["ZooKeeperCluster"]
 logger = logging.getLogger(__name__)
 
 
-def _free_ports(count: int) -> list[int]:
-    # Hold every socket until all are bound, so the ports are distinct.
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 class ZooKeeperCluster:
     """A standalone server (``size=1``) or an ensemble of ``size`` servers on 127.0.0.1.
 
-    Nothing runs until :meth:`start`. Use as a context manager (``with
-    ZooKeeperCluster(3) as zk:``) or call :meth:`close`, which stops every process and
-    removes the temp directory.
+    Nothing runs until :meth:`start`, which ``with ZooKeeperCluster(3) as zk:`` calls on
+    entering (and :meth:`close` on leaving); without ``with``, call :meth:`start`, then
+    :meth:`close`, which stops every process and removes the temp directory. :meth:`start`
+    on a started cluster returns it as it is, so ``with ... as zk: zk.start()`` is harmless.
+
+    ``client_port``: the client port of the first member (the others get the next ones:
+    2181, 2182, 2183), instead of free ports; :meth:`start` raises
+    :class:`~aiozklock.testing.PortTaken` if one is in use. ``data_dir``: a directory that
+    holds the members' data (``zk1``, ``zk2``... in it) and outlives :meth:`close`, so
+    that a cluster started again on it has the nodes of the last one; by default the data
+    is in the temp directory.
 
     ``extra_config`` adds ``zoo.cfg`` keys or overrides the defaults (e.g.
     ``{"extendedTypesEnabled": "false"}`` for a server without TTL nodes). ``jvm_properties``
@@ -106,9 +101,15 @@ class ZooKeeperCluster:
         tls: TLSFiles | None = None,
         client_auth: ClientAuth = "none",
         partitionable: bool = False,
+        client_port: int | None = None,
+        data_dir: Path | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("size must be >= 1")
+        if client_port is not None and not 0 < client_port <= 65536 - size:
+            raise ValueError(f"client_port {client_port}: the ports up to +{size - 1} must fit")
+        self.client_port = client_port
+        self.data_dir = data_dir
         if partitionable and size < 2:
             raise ValueError("partitionable=True needs an ensemble (size > 1)")
         self.partitionable = partitionable
@@ -153,9 +154,15 @@ class ZooKeeperCluster:
         self.close()
 
     def start(self, timeout: float = 30.0) -> ZooKeeperCluster:
-        """Start every member and wait until all serve (with a leader if ``size > 1``)."""
-        if self.members:
-            raise RuntimeError("cluster already started")
+        """Start every member and wait until all serve (with a leader if ``size > 1``).
+
+        Returns the cluster; on a started one (``with`` started it), at once and unchanged
+        (members stopped since are restarted with their own ``start()``). Raises
+        :class:`ZooKeeperUnavailableForTests` without jars or Java, :class:`PortTaken` if
+        ``client_port`` is in use, :class:`ZooKeeperStartError` if a member does not serve
+        within ``timeout`` seconds (with its log tail); nothing keeps running then."""
+        if self.work_dir is not None:  # started, and not closed since
+            return self
         classpath = find_zookeeper_classpath()
         java = _find_java()
         if classpath is None or java is None:
@@ -163,10 +170,13 @@ class ZooKeeperCluster:
             raise ZooKeeperUnavailableForTests(f"{_INSTALL_HINT} (missing: {missing})")
         self.work_dir = Path(tempfile.mkdtemp(prefix="aiozklock-zk-", dir=self._base_dir))
         try:
+            for port in self._client_ports():
+                check_port_free(port)
             # A free port can be taken by someone else before the JVM binds it: retry afresh.
             attempts = 3
             for attempt in range(1, attempts + 1):
-                self._create_members(classpath, java, self.work_dir / f"attempt{attempt}")
+                root = self.data_dir or self.work_dir / f"attempt{attempt}"
+                self._create_members(classpath, java, root)
                 for member in self.members:
                     member.start(wait=False)
                 try:
@@ -193,20 +203,9 @@ class ZooKeeperCluster:
         ensemble = self.size > 1
         self._bind_links()  # before choosing the real ports, so none of them is a proxy's
         ports = _free_ports(self.size * ((3 if ensemble else 1) + (self.tls is not None)))
-        client_ports = ports[: self.size]
+        client_ports = self._client_ports() or ports[: self.size]
         secure_ports = ports[len(ports) - self.size :] if self.tls is not None else None
-        base = {
-            "tickTime": str(self.tick_time),
-            "initLimit": "10",
-            "syncLimit": "5",
-            "minSessionTimeout": "400",
-            "maxSessionTimeout": "30000",
-            "clientPortAddress": "127.0.0.1",
-            "admin.enableServer": "false",
-            "4lw.commands.whitelist": "*",
-            "extendedTypesEnabled": "true",
-            "maxClientCnxns": "0",
-        }
+        base = base_config(self.tick_time)
         if self.tls is not None:
             base.update(self.tls.server_config(self.client_auth))
         real = {
@@ -238,6 +237,12 @@ class ZooKeeperCluster:
                     secure_client_port=secure_ports[i] if secure_ports else None,
                 )
             )
+
+    def _client_ports(self) -> list[int]:
+        """The fixed client ports (``client_port``), or none: free ones are chosen."""
+        if self.client_port is None:
+            return []
+        return list(range(self.client_port, self.client_port + self.size))
 
     def _bind_links(self) -> None:
         if self._links is not None:  # a retried start: the old proxies led to old ports
@@ -368,7 +373,8 @@ class ZooKeeperCluster:
         return self._links
 
     def close(self) -> None:
-        """Stop every member and remove the temp directory. Idempotent."""
+        """Stop every member and remove the temp directory (never ``data_dir``).
+        Idempotent."""
         self._stop_members(self.members)
         if self._links is not None:
             self._links.close()

@@ -66,11 +66,24 @@ def find_zookeeper_classpath() -> str | None:
     """
     home = os.environ.get("ZOOKEEPER_HOME")
     if home:
-        root = Path(home)
-        jars = sorted(root.glob("*.jar")) + sorted((root / "lib").glob("*.jar"))
-        if any(jar.name.startswith("zookeeper") for jar in jars):
-            return os.pathsep.join(str(jar) for jar in jars)
+        classpath = home_classpath(Path(home))
+        if classpath is not None:
+            return classpath
         logger.warning("ZOOKEEPER_HOME=%s holds no zookeeper jar; trying Debian's", home)
+    return debian_classpath()
+
+
+def home_classpath(home: Path) -> str | None:
+    """The classpath of the Apache ZooKeeper release unpacked in ``home`` (its ``*.jar`` and
+    ``lib/*.jar``), or ``None`` if no ``zookeeper*.jar`` is there."""
+    jars = sorted(home.glob("*.jar")) + sorted((home / "lib").glob("*.jar"))
+    if any(jar.name.startswith("zookeeper") for jar in jars):
+        return os.pathsep.join(str(jar) for jar in jars)
+    return None
+
+
+def debian_classpath() -> str | None:
+    """The classpath of Debian's ``zookeeper`` package (``/usr/share/java``), or ``None``."""
     debian = [_DEBIAN_JAVA_DIR / f"{name}.jar" for name in _DEBIAN_JARS]
     if all(jar.is_file() for jar in debian[:4]):  # the rest only matter for optional features
         return os.pathsep.join(str(jar) for jar in debian if jar.is_file())

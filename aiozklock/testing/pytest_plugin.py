@@ -11,6 +11,10 @@ use ``-p aiozklock.testing.pytest_plugin``. Fixtures:
 - ``zk_client``: an ``aiozklock`` client rooted in that chroot, closed after the test, for
   async tests run by pytest-asyncio (``asyncio_mode = "auto"``, or ``@pytest.mark.asyncio``)
   or by anyio's plugin (``@pytest.mark.anyio``), in the test's event loop;
+- ``zk_connect``: a :class:`~aiozklock.testing.ZooKeeperConnector` for those servers
+  (session scope): ``async with zk_connect() as zk:`` in a test's body is a client with a
+  chroot of its own, e.g. one per example of a hypothesis ``@given`` test (which refuses
+  function-scoped fixtures such as ``zk_client``);
 - ``zk_tls_files``: a CA, server and client certificates (:class:`TLSFiles`), made once per
   session; ``zk_tls_cluster`` / ``zk_tls_ensemble``: a standalone server / a 3-node
   ensemble serving TLS with them (``secure_hosts``; ``hosts`` stays plain), each started by
@@ -35,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Literal
 
@@ -51,6 +54,7 @@ else:
 if TYPE_CHECKING:
     from aiozklock import ZooKeeperClient
 
+    from ._connector import ZooKeeperConnector
     from ._postgres import PostgresServer
     from ._redis import RedisServer
     from ._server import ZooKeeperCluster
@@ -67,6 +71,7 @@ __all__ = [
     "zk_chroot",
     "zk_client",
     "zk_cluster",
+    "zk_connect",
     "zk_ensemble",
     "zk_hosts",
     "zk_tls_cluster",
@@ -200,7 +205,23 @@ def pg_dsn(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def zk_chroot() -> str:
     """A fresh chroot for one test: its nodes cannot collide with any other test's."""
-    return f"/aiozklock-test-{uuid.uuid4().hex[:12]}"
+    from ._connector import fresh_chroot
+
+    return fresh_chroot()
+
+
+@pytest.fixture(scope="session")
+def zk_connect(zk_hosts: str) -> ZooKeeperConnector:
+    """Makes clients of ``zk_hosts`` in the test's body, each in a fresh chroot unless given
+    one: ``async with zk_connect() as zk:``, ``zk_connect(chroot=zk.chroot)`` for another
+    session in the same tree (:class:`~aiozklock.testing.ZooKeeperConnector`).
+
+    Session-scoped, so a hypothesis ``@given`` test may use it: a client made in the body is
+    one per example, where ``zk_client`` (one per test, function-scoped) fails hypothesis's
+    ``function_scoped_fixture`` health check. Works under any async test host."""
+    from ._connector import ZooKeeperConnector
+
+    return ZooKeeperConnector(zk_hosts)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from aiozklock._exceptions import (
     NoNodeError,
     SessionExpired,
 )
+from aiozklock._recipes._core._delay_record import RECORD
 from aiozklock._recipes._core._names import nodes_of
 from aiozklock._recipes._core._queue_state import Alone, QueueState
 from aiozklock._recipes._core._retry import GONE_ALREADY, delete_node
@@ -75,8 +76,11 @@ class GivingBack(QueueState):
             return
         session = self._session
         nodes = [join(m, self.nodes[m]) for m in self.members]
+        records = self._our_records()
         with anyio.CancelScope(shield=True):
-            if len(nodes) > 1 and await self._delete_in_one(list(map(session.server_path, nodes))):
+            if (len(nodes) > 1 or records) and await self._delete_in_one(
+                [MultiDelete(session.server_path(node)) for node in nodes] + records
+            ):
                 return
             for node in nodes:
                 # Gone with its session: the server deletes it with the session.
@@ -110,8 +114,9 @@ class GivingBack(QueueState):
                 janitor.delete(node, generation)
 
         self._released = names  # never adopted after a lost create reply
+        ops = _deletes(session, nodes, self._our_records())
         try:
-            written = session.send(_deletes(session, nodes), generation=generation, on_done=done)
+            written = session.send(ops, generation=generation, on_done=done)
         except SessionExpired:
             return  # their session is gone, and the server deletes them with it
         if not written:
@@ -120,11 +125,22 @@ class GivingBack(QueueState):
         elif alone is not None:
             alone.written = True
 
-    async def _delete_in_one(self, paths: list[str]) -> bool:
+    def _our_records(self) -> list[MultiDelete]:
+        """The deletes of the lock-delay records our grant wrote (``_delay.py``), at the
+        versions we wrote: a release deletes them with our nodes, in one transaction, so
+        that the next contender knows it was a release (none without lock-delay)."""
+        delay = self._delay
+        if delay is None or not delay.versions:
+            return []
+        server_path = self._session.server_path
+        return [MultiDelete(server_path(join(m, RECORD)), v) for m, v in delay.versions.items()]
+
+    async def _delete_in_one(self, deletes: list[MultiDelete]) -> bool:
         """One ``multi`` of deletes (one round trip); False to fall back to single deletes
-        (a node already gone fails the whole transaction; a lost reply is resolved by them)."""
+        of our nodes (a node already gone fails the whole transaction; a lost reply is
+        resolved by them; a record left behind only delays the next holder)."""
         session = self._session
-        op = multi_op([MultiDelete(path) for path in paths], session.client_path)
+        op = multi_op(deletes, session.client_path)
         try:
             result = await session.call(op, generation=self.generation)
         except (SessionExpired, ClientClosed):
@@ -210,13 +226,15 @@ class GivingBack(QueueState):
         return all(isinstance(e, NoNodeError | SessionExpired) for e in errors)
 
 
-def _deletes(session: Session, nodes: list[str]) -> list[Op[Any]]:
-    """The deletes of ``nodes``: one delete, or one multi of them (one transaction: the
-    next waiter is woken once), or single deletes if that multi is too large to send."""
+def _deletes(session: Session, nodes: list[str], records: list[MultiDelete]) -> list[Op[Any]]:
+    """The deletes of ``nodes`` (and of our lock-delay ``records``, in the same
+    transaction): one delete, or one multi of them (one transaction: the next waiter is
+    woken once), or single deletes if that multi is too large to send (a record then
+    stays, which only delays the next holder)."""
     paths = [session.server_path(node) for node in nodes]
-    if len(paths) == 1:
+    if len(paths) == 1 and not records:
         return [delete_op(paths[0])]
-    multi = multi_op([MultiDelete(path) for path in paths], session.client_path)
+    multi = multi_op([MultiDelete(path) for path in paths] + records, session.client_path)
     return [multi] if session.fits(multi) else [delete_op(path) for path in paths]
 
 

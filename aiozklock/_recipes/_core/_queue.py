@@ -19,8 +19,10 @@ deleted and every member is enqueued again in one transaction, which keeps the m
 ordering argument (see ``_multilock.py``).
 
 The parts, each a class ``Queue`` is made of, over the state they share (``_queue_state.py``):
-``_enqueue.py`` (the create and a lost create reply), ``_queue_wait.py`` (the waits) and
-``_give_back.py`` (release and cleanup). This module is the acquire loop.
+``_enqueue.py`` (the create and a lost create reply), ``_queue_wait.py`` (the waits),
+``_give_back.py`` (release and cleanup) and ``_delay.py`` (lock-delay: once first, a record
+left by a holder that vanished without a release is waited out). This module is the acquire
+loop.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from aiozklock._exceptions import ConnectionLoss, NodeExistsError, SessionExpired
+from aiozklock._recipes._core._delay import Delaying
+from aiozklock._recipes._core._delay_record import LockDelay, delay_seen
 from aiozklock._recipes._core._enqueue import Enqueuing
 from aiozklock._recipes._core._give_back import GivingBack
 from aiozklock._recipes._core._holding import Holding
@@ -53,7 +57,7 @@ _LOST_OR_THERE = (ConnectionLoss, NodeExistsError)
 _ALONE = Step(stale=(), requeue=False, held=True, waits={}, behind=0)
 
 
-class Queue(Enqueuing, Waiting, GivingBack):
+class Queue(Enqueuing, Waiting, GivingBack, Delaying):
     """Our nodes, one per member path, under one GUID (see the module docstring).
 
     ``label`` names the recipe object in messages. A queue is used by one task at a time (the
@@ -69,6 +73,12 @@ class Queue(Enqueuing, Waiting, GivingBack):
         ``deadline``; after any failure or cancellation, ``abandon()`` leaves nothing queued.
         """
         self._deadline = deadline
+        delay = self._delay
+        if delay is not None:  # what this acquisition sees of lock-delay, from scratch
+            if delay.seconds is None:
+                self._delay = None
+            else:
+                delay.seen, delay.waited = False, 0.0
         try:
             return await self._take(deadline, data)
         finally:
@@ -89,8 +99,10 @@ class Queue(Enqueuing, Waiting, GivingBack):
                         self._layout.check(member, children, self.guid, self._label)
                 step = self._decided(listings, joined)
                 if step.held and not (step.stale or step.requeue):
-                    break
-                if step.stale or step.requeue:
+                    if self._delay is None or await self._honored(listings, deadline):
+                        break
+                    listings = await self._list_all(self.generation, deadline)  # changed
+                elif step.stale or step.requeue:
                     listings = await self._drop(step, listings)
                     handed_off = False
                 else:
@@ -116,7 +128,11 @@ class Queue(Enqueuing, Waiting, GivingBack):
 
     def _decided(self, listings: Listings, joined: Joined | None) -> Step:
         """The next step from ``listings``; right after a join (``joined``), also how many
-        are ahead."""
+        are ahead. Notes whether they show lock-delay (see ``_delay.py``)."""
+        if delay_seen(listings.values(), self.guid):
+            if self._delay is None:
+                self._delay = LockDelay(None)  # honor the record: for this acquisition
+            self._delay.seen = True
         if joined is not None and joined.proven:
             self.ahead = 0
             return _ALONE  # no other node: nothing to decide (see _enqueue.py)
@@ -134,7 +150,7 @@ class Queue(Enqueuing, Waiting, GivingBack):
         """Held: what the next join may use (a hint, or our node proven alone)."""
         if step.newest is not None:
             return Hint(step.newest, step.behind or 0, self.generation)
-        if step.behind == 0 and not handed_off:
+        if step.behind == 0 and not handed_off and self._delay is None:
             # Nothing behind us, as listed. (After a hand-off nobody listed what is behind:
             # a proof would then likely fail and cost a listing. It stays sound either way.)
             assert self.token is not None

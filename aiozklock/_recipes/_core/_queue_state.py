@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from aiozklock._acl import ACL
 from aiozklock._exceptions import ConnectionLoss, InvalidArgument, NoNodeError, SessionExpired
+from aiozklock._recipes._core._delay_record import LockDelay, delay_guid
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LOCK_MARKER, node_prefix
 from aiozklock._recipes._core._peers import Layout
@@ -148,6 +149,7 @@ class QueueState:
         "_armed",
         "_deadline",
         "_decide",
+        "_delay",
         "_guard",
         "_in_doubt",
         "_janitor",
@@ -177,8 +179,11 @@ class QueueState:
         marker: str = LOCK_MARKER,
         guard: Guard | None = None,
         layout: Layout | None = None,
+        delay: float | None = None,
     ) -> None:
         self.members = tuple(members)
+        # Lock-delay (``_delay.py``): ours, or a record's we honor (made when one is seen).
+        self._delay = None if delay is None else LockDelay(delay)
         self._marker = marker  # our nodes are named <guid><marker><sequence>
         self._layout = layout  # peers that cannot order our nodes are refused (None: no check)
         self._guard = guard
@@ -188,7 +193,7 @@ class QueueState:
         self._decide = decide
         self._label = label
         self.nodes: dict[str, str] = {}  # member -> our node's name, while queued or holding
-        self._set_guid(uuid.uuid4().hex)  # and our create prefixes (the hot path)
+        self._set_guid(self._new_guid())  # and our create prefixes (the hot path)
         self.generation = -1
         self.token: int | None = None
         self._in_doubt = False  # a create was written and its outcome is unknown
@@ -214,6 +219,12 @@ class QueueState:
 
     # ---------------------------------------------------------------- identity
 
+    def _new_guid(self) -> str:
+        """A new GUID: a lock-delay contender's is tagged (``_delay_record.py``)."""
+        if self._delay is not None and self._delay.seconds is not None:
+            return delay_guid()
+        return uuid.uuid4().hex
+
     def _set_guid(self, guid: str) -> None:
         self.guid = guid
         server_path = self._session.server_path
@@ -225,7 +236,7 @@ class QueueState:
         """Take a new GUID once a node of ours is left to the janitor: a later lost create
         reply must never find (and adopt) the node the janitor is about to delete, and a GUID
         sweep must never hit a node of a later attempt."""
-        self._set_guid(uuid.uuid4().hex)
+        self._set_guid(self._new_guid())
 
     def _adopt(self, paths: dict[str, Any], token: int, generation: int) -> None:
         self.nodes = {member: str(path).rpartition("/")[2] for member, path in paths.items()}
@@ -236,6 +247,8 @@ class QueueState:
         """Released or lost: no node is ours any more."""
         self.nodes = {}
         self.token = None
+        if self._delay is not None:
+            self._delay.versions = {}  # our records: deleted with the release, or left
 
     # ---------------------------------------------------------------- a create of unknown outcome
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from aiozklock._acl import ACL
 from aiozklock._recipes._core._contenders import Identity
+from aiozklock._recipes._core._delay_record import warn_short_delay
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LOCK_MARKER
@@ -21,7 +22,9 @@ from aiozklock._wire._session import Session
 class QueuedPrimitive(Primitive):
     """A recipe whose holding is our place at the head of one or more queues (the mutex,
     the multi-lock, election): the queue engine does the work, with ``decide``. ``layout``:
-    what we write, to refuse peers that cannot order it (``_peers.py``); None: no check."""
+    what we write, to refuse peers that cannot order it (``_peers.py``); None: no check.
+    ``lock_delay``: seconds a grant after our node vanished without a release waits
+    (``_delay.py``); None: none asked (a record found on the path is honored anyway)."""
 
     __slots__ = ("_identity", "_queue")
 
@@ -38,20 +41,34 @@ class QueuedPrimitive(Primitive):
         marker: str = LOCK_MARKER,
         guard: Guard | None = None,
         layout: Layout | None = None,
+        lock_delay: float | None = None,
     ) -> None:
         super().__init__(session, monitor, label, members, acl)
         if layout is not None:
             marker = layout.marker
         self._queue = Queue(
-            session, janitor, members, decide, self._label, acl, marker, guard, layout
+            session, janitor, members, decide, self._label, acl, marker, guard, layout, lock_delay
         )
         self._identity = Identity(identifier)
+        if lock_delay is not None and lock_delay < session.timeout:
+            warn_short_delay(self._label, lock_delay, session.timeout)
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
         return await self._queue.take(deadline, lambda: self._identity.data(task_name))
 
     def _ahead(self) -> int | None:
         return self._queue.ahead
+
+    @property
+    def lock_delay(self) -> float | None:
+        """The lock-delay this contender's grants ask for (seconds), None without one."""
+        delay = self._queue._delay
+        return None if delay is None else delay.seconds
+
+    def _delay_waited(self) -> float:
+        """Seconds the last acquisition waited for a lock-delay (0.0 if none)."""
+        delay = self._queue._delay
+        return 0.0 if delay is None else delay.waited
 
     async def _abandon(self) -> None:
         await self._queue.abandon()

@@ -1,0 +1,171 @@
+"""Lock-delay in the queue engine: a grant that follows a holder whose node vanished without
+a release comes no earlier than that holder's delay after it vanished (Chubby's and
+Consul's guard for a resource that cannot check a fencing token; docs/fencing.md).
+
+When the decision says we are first, and this acquisition saw a reason (a record, or
+another lock-delay contender's node, in a listing it decided on: ``delay_seen``), we read
+each member's record (``_delay_record.py``). A record naming a node other than ours names
+a holder that is gone (we are first: it was ahead of us) and whose release did not delete
+the record: it vanished without a release. We then write it down as gone (a conditional
+setData: the reply's mtime is the server's time now), and wait what is left of its delay,
+reckoned on the server's clock from the first time anyone recorded it gone (which is after
+it vanished: never early). A lock-delay holder then writes its own record (create, or a
+conditional setData), and its clean release deletes it in one transaction with its node;
+a contender without lock-delay deletes the record it waited out, so that its own loss
+delays nobody.
+
+A record that changed meanwhile (another contender wrote it, a holder's release deleted it)
+makes us decide again from a new listing. Nothing here runs for a contender without
+lock-delay on a path whose listings show neither a record nor a lock-delay node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import NamedTuple
+
+import anyio
+
+from aiozklock._exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    LockTimeout,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpired,
+)
+from aiozklock._recipes._core._delay_record import (
+    ABSENT,
+    RECORD,
+    LockDelay,
+    holder_record,
+    parse_record,
+)
+from aiozklock._recipes._core._queue_state import Listings, QueueState
+from aiozklock._recipes._core._retry import RETRY
+from aiozklock._wire._protocol import CreateMode, create_op, delete_op, get_data_op, set_data_op
+from aiozklock._wire._validation import join
+
+# A write that lost a race for the record: decide again.
+_CHANGED = (BadVersionError, NoNodeError, NodeExistsError, ConnectionLoss)
+
+
+class _Weighed(NamedTuple):
+    """A member's record as we left it: its ``version`` (``ABSENT``: none), whether it named
+    a holder that vanished (``honored``: we waited for it), and until when (monotonic)."""
+
+    version: int
+    honored: bool = False
+    until: float = 0.0
+
+
+class Delaying(QueueState):
+    """The queue engine's lock-delay (see the module docstring)."""
+
+    __slots__ = ()
+
+    async def _honored(self, listings: Listings, deadline: float | None) -> bool:
+        """First on every member: wait out any delay a record asks for, then write our
+        own record (a lock-delay contender) or delete the one waited out. Returns False
+        if a record changed meanwhile (decide again from a new listing). Raises
+        ``LockTimeout`` if the delay ends after ``deadline``, ``SessionExpired`` if our
+        session ended while we waited."""
+        delay = self._delay
+        assert delay is not None
+        weighed: dict[str, _Weighed] = {}
+        for member in self.members:
+            # A lock-delay contender creates its record if none is listed (a create that
+            # finds one makes us decide again, listing it); another reads it if it has seen
+            # a reason to (``delay_seen``).
+            read = RECORD in listings[member] if delay.seconds is not None else delay.seen
+            found = await self._weigh(member, read, deadline)
+            if found is None:
+                return False
+            weighed[member] = found
+        until = max(w.until for w in weighed.values())
+        await self._wait_out(delay, until, deadline)
+        if delay.seconds is None:
+            self._drop_records({m: w.version for m, w in weighed.items() if w.honored})
+            return True
+        return await self._write_records(delay.seconds, weighed)
+
+    async def _weigh(self, member: str, read: bool, deadline: float | None) -> _Weighed | None:
+        """``member``'s record (if we ``read`` it), and until when it makes us wait; None if
+        it changed while we wrote it."""
+        if not read:
+            return _Weighed(ABSENT)  # as far as we know there is none: created when granted
+        session, generation = self._session, self.generation
+        path = session.server_path(join(member, RECORD))
+        try:
+            data, stat = await RETRY.call(
+                session, get_data_op(path), generation=generation, wait_until=deadline
+            )
+        except NoNodeError:
+            return _Weighed(ABSENT)
+        record = parse_record(data, path)
+        if record is None or record.holder == self.nodes[member]:
+            return _Weighed(stat.version)
+        # We are first, so the node it names is gone; its release would have deleted it.
+        op = set_data_op(path, record.marked_gone(stat.mtime), stat.version)
+        try:
+            written = await session.call(op, generation=generation, wait_until=deadline)
+        except _CHANGED:
+            return None
+        until = time.monotonic() + record.remaining(stat.mtime, written.mtime)
+        return _Weighed(written.version, honored=True, until=until)
+
+    async def _wait_out(self, delay: LockDelay, until: float, deadline: float | None) -> None:
+        """Sleep until ``until``; raise ``LockTimeout`` at once if that is after
+        ``deadline`` (nothing can end a delay early), ``SessionExpired`` if our session
+        ended meanwhile (our nodes went with it: queue again)."""
+        left = until - time.monotonic()
+        if left <= 0:
+            return
+        if deadline is not None and until > deadline:
+            raise LockTimeout(
+                f"{self._late}: a holder vanished without a release, and its lock-delay "
+                f"runs {left:.3g} s more"
+            )
+        await anyio.sleep(left)
+        delay.waited += left
+        if self._session.generation != self.generation:
+            raise SessionExpired("the session ended during a lock-delay")
+
+    async def _write_records(self, seconds: float, weighed: dict[str, _Weighed]) -> bool:
+        """Granted, with lock-delay: write our record on every member (what our release
+        deletes, and what tells the next contender if we vanish); False if one changed
+        meanwhile."""
+        session, generation = self._session, self.generation
+        versions = {}
+        for member, found in weighed.items():
+            path = session.server_path(join(member, RECORD))
+            data = holder_record(self.nodes[member], seconds)
+            try:
+                if found.version == ABSENT:
+                    mode, strip = CreateMode.PERSISTENT, session.client_path
+                    create = create_op(path, data, mode, strip, acl=self._acl)
+                    created = await session.call(create, generation=generation)
+                    versions[member] = created.stat.version
+                else:
+                    update = set_data_op(path, data, found.version)
+                    versions[member] = (await session.call(update, generation=generation)).version
+            except _CHANGED:
+                return False  # a lost reply is read again with the next decision
+        assert self._delay is not None
+        self._delay.versions = versions
+        return True
+
+    def _drop_records(self, versions: dict[str, int]) -> None:
+        """Granted without lock-delay: delete the records we waited out (each at the
+        version we wrote), not waiting for the replies; one that fails stays, and only
+        makes the next contender read it (its delay is over)."""
+        if not versions:
+            return
+        session = self._session
+        ops = [delete_op(session.server_path(join(m, RECORD)), v) for m, v in versions.items()]
+        with contextlib.suppress(SessionExpired):  # gone with its session: nothing to do
+            session.send(ops, generation=self.generation, on_done=lambda result, error: None)
+
+
+__all__ = ("Delaying",)

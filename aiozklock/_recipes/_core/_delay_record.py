@@ -1,0 +1,145 @@
+"""Lock-delay's names and record (pure): what a path that uses it carries, and the arithmetic
+of how long a contender still waits. The mechanism is ``_delay.py``'s; the argument is in
+docs/fencing.md ("Lock-delay").
+
+* A lock-delay contender's nodes are named with a GUID that starts with ``TAG``
+  (``lockdelay`` + 23 hex digits, where any other GUID is 32 hex digits): whoever lists the
+  queue sees, from the names alone, that a lock-delay contender is ahead.
+* The record is a persistent child ``RECORD`` of the lock path (a name no library orders as
+  a contender: Curator and kazoo sort it after every sequence, we ignore it). Its data is
+  JSON: ``{"holder": <node name>, "delay": <seconds>}``, written by a lock-delay holder
+  when granted; a contender that finds that holder gone adds ``"gone_by"``: a server time
+  (ms) by which it was gone, or null for "by this version's mtime" (the first one to see it
+  gone, which cannot know the mtime of its own write before the reply).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+log = logging.getLogger("aiozklock._recipes._core._delay")
+
+TAG = "lockdelay"  # the GUID prefix of a lock-delay contender's nodes
+RECORD = TAG  # the record's name under the lock path (starts with TAG: one test finds both)
+ABSENT = -1  # a record's version when there is none
+
+
+def delay_guid() -> str:
+    """A GUID for a lock-delay contender's nodes: ``TAG`` and random hex, 32 characters."""
+    return TAG + uuid.uuid4().hex[len(TAG) :]
+
+
+def delay_seen(listings: Iterable[list[str]], guid: str) -> bool:
+    """Whether a listing shows a record or another lock-delay contender's node (ours start
+    with ``guid``): then a grant must read the record first. Sends nothing."""
+    for children in listings:
+        for child in children:
+            if child.startswith(TAG) and not child.startswith(guid):
+                return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record's content: the ``holder`` node it names, its ``delay`` in ms, and whether it
+    was seen ``gone`` (``gone_by``: the server time, ms, by which it was; None: by the
+    mtime of the version that says so)."""
+
+    holder: str
+    delay: int
+    gone: bool = False
+    gone_by: int | None = None
+
+    def marked_gone(self, mtime: int) -> bytes:
+        """The data that records the holder gone, written over the version read with
+        ``mtime`` (kept as ``gone_by`` if that version said "gone by my mtime")."""
+        gone_by = self.gone_by if self.gone_by is not None or not self.gone else mtime
+        return _encode(self.holder, self.delay, gone_by, gone=True)
+
+    def remaining(self, read_mtime: int, written_mtime: int) -> float:
+        """Seconds still to wait, from the reply to our write of ``marked_gone`` (its mtime
+        ``written_mtime``; the version we read had ``read_mtime``): server time against
+        server time, never our own clock."""
+        if not self.gone:
+            gone_by = written_mtime  # we are the first to see it gone: by our write
+        else:
+            gone_by = read_mtime if self.gone_by is None else self.gone_by
+        return max(0.0, (gone_by + self.delay - written_mtime) / 1000)
+
+
+def holder_record(holder: str, delay: float) -> bytes:
+    """The data a lock-delay holder writes when granted: ``holder``, its node's name."""
+    return _encode(holder, round(delay * 1000), None, gone=False)
+
+
+def _encode(holder: str, delay: int, gone_by: int | None, *, gone: bool) -> bytes:
+    fields: dict[str, object] = {"holder": holder, "delay": delay / 1000}
+    if gone:
+        fields["gone_by"] = gone_by
+    return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def parse_record(data: bytes, path: str) -> Record | None:
+    """The record in ``data``; None (logged as a warning) if it is not one."""
+    try:
+        fields = json.loads(data)
+        holder, delay = fields["holder"], fields["delay"]
+        gone_by = fields.get("gone_by")
+        if (
+            isinstance(holder, str)
+            and isinstance(delay, int | float)
+            and not isinstance(delay, bool)
+            and (gone_by is None or isinstance(gone_by, int))
+        ):
+            return Record(holder, round(delay * 1000), "gone_by" in fields, gone_by)
+    except (ValueError, TypeError, KeyError):
+        pass
+    log.warning("%s is not a lock-delay record (ignored): %r", path, data[:200])
+    return None
+
+
+def warn_short_delay(label: str, delay: float, session_timeout: float) -> None:
+    """Log a warning (once per recipe object: the client shares one per arguments) that
+    ``delay`` is shorter than the negotiated session timeout."""
+    log.warning(
+        "%s: lock_delay=%.3g s is shorter than the session timeout (%.3g s): a holder cut "
+        "off from ZooKeeper notices only within about half of it (loss_policy="
+        "'suspended'), later with 'expired', so it may still be running when the delay "
+        "ends; use lock_delay >= the session timeout",
+        label,
+        delay,
+        session_timeout,
+    )
+
+
+class LockDelay:
+    """A queue's lock-delay state: ``seconds`` (None for a contender without lock-delay,
+    which honors a record it finds), whether this acquisition ``seen`` a reason to read the
+    record, the version of each member's record we wrote when granted (what our release
+    deletes), and the seconds the last acquisition ``waited`` for a delay."""
+
+    __slots__ = ("seconds", "seen", "versions", "waited")
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.seen = False
+        self.versions: dict[str, int] = {}
+        self.waited = 0.0
+
+
+__all__ = (
+    "ABSENT",
+    "RECORD",
+    "TAG",
+    "LockDelay",
+    "Record",
+    "delay_guid",
+    "delay_seen",
+    "holder_record",
+    "parse_record",
+    "warn_short_delay",
+)
