@@ -28,12 +28,14 @@ from aiozklock._exceptions import LeadershipLost as LeadershipLost
 from aiozklock._exceptions import LockLost as LockLost
 from aiozklock._exceptions import LockOrderViolation as LockOrderViolation
 from aiozklock._exceptions import LockOrderWarning as LockOrderWarning
+from aiozklock._exceptions import LockRevoked as LockRevoked
 from aiozklock._exceptions import LockTimeout as LockTimeout
 from aiozklock._exceptions import MaxLeasesMismatch as MaxLeasesMismatch
 from aiozklock._exceptions import NoAuthError as NoAuthError
 from aiozklock._exceptions import NodeExistsError as NodeExistsError
 from aiozklock._exceptions import NoNodeError as NoNodeError
 from aiozklock._exceptions import NotLockOwner as NotLockOwner
+from aiozklock._exceptions import NotRevoked as NotRevoked
 from aiozklock._exceptions import SessionExpired as SessionExpired
 from aiozklock._exceptions import StaleFencingToken as StaleFencingToken
 from aiozklock._exceptions import TTLNotSupported as TTLNotSupported
@@ -114,6 +116,7 @@ __all__ = (
     "LockLost",
     "LockOrderViolation",
     "LockOrderWarning",
+    "LockRevoked",
     "LockStatistics",
     "LockTimeout",
     "LossPolicy",
@@ -126,6 +129,7 @@ __all__ = (
     "NonFairLockStatistics",
     "NodeExistsError",
     "NotLockOwner",
+    "NotRevoked",
     "Party",
     "Perms",
     "QueueState",

@@ -256,7 +256,8 @@ class ZooKeeperClient(RecipeFactories, Znodes):
         It reports deadlocks (sessions, or tasks of one process, waiting for each other in
         a cycle, across every recipe whose nodes queue, Curator's and kazoo's too), unsafe
         mixes of layouts on one path (naming the ``compat=`` that fixes them), holders
-        older than ``hold_warning`` seconds, queues of ``queue_warning`` waiters or more,
+        older than ``hold_warning`` seconds, queues of ``queue_warning`` waiters or more
+        (waiting nodes plus the tasks queued behind every node in its process),
         TTL leases past their TTL not yet deleted, and persistent parents empty for
         ``leftover_age`` seconds. Ages are by the server's clock (see the troubleshooting
         page of the docs for each finding and what to do).
@@ -274,6 +275,27 @@ class ZooKeeperClient(RecipeFactories, Znodes):
 
         given = options(prefix, hold_warning, queue_warning, leftover_age)
         return await diagnose(self._live_session(), given)
+
+    async def revoke(self, path: str, *, wait: float | None = 10.0) -> tuple[str, ...]:
+        """Ask the holder of the lock at ``path`` to let go, and wait until it did.
+
+        Finds the holder's node (as ``aiozklock contenders`` reads the path: our layout,
+        Curator's and kazoo's), sets its data to ``__REVOKE__`` (Curator's
+        ``Revoker.attemptRevoke``), and waits up to ``wait`` seconds (None: no bound; 0:
+        not at all) for the node to be deleted (a watch, no polling). A holder that opted
+        in (``zk.lock(path, revocable=True)``, a revocable write lock or multi-lock,
+        Curator's ``makeRevocable``) lets go; others ignore it. Returns the node(s) asked,
+        as paths. One round trip for the request and its watch, after the reads.
+
+        Raises ``InvalidArgument`` (nothing sent) for a bad path or ``wait``;
+        ``NotRevoked`` with its ``reason``: ``"no holder"``, ``"not revocable"`` (its node
+        says it did not opt in: nothing is written), ``"timeout"`` (not gone within
+        ``wait``: it may not be revocable); ``ClientClosed`` if the client is not
+        connected; ``NoAuthError`` if the node's ACL forbids the write.
+        """
+        from aiozklock._revoke import revoke  # loaded when first used
+
+        return await revoke(self, path, wait)
 
 
 def connect(

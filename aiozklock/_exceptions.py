@@ -349,3 +349,30 @@ class FenceMissing(StaleFencingToken):
             "the fence at a floor read from ZooKeeper: tokens issued before it stay "
             "refused), then acquire the lock again",
         )
+
+
+# ---- revocation (append-only block) ----
+class LockRevoked(LockLost):
+    """The holder was asked to let go (``zk.revoke(path)``, ``aiozklock revoke PATH``, or
+    Curator's ``Revoker.attemptRevoke``), and it had opted in (``revocable=True``): the body
+    of ``async with`` was cancelled and the lock released (its node deleted when the block
+    exited). A ``LockLost``, so existing handlers catch it. Also raised by ``acquire()``
+    when the request reached a contender still waiting: it gave up its place.
+    """
+
+
+class NotRevoked(AiozklockError):
+    """``zk.revoke(path)`` could not make the holder let go. ``reason``: ``"no holder"``
+    (nothing holds the lock at ``path``), ``"not revocable"`` (its holder did not opt in:
+    nothing was written), ``"timeout"`` (it did not let go within ``wait`` seconds: it may
+    not be revocable). ``nodes``: the holder's node(s), as paths (empty without a holder).
+    """
+
+    def __init__(self, path: str, reason: str, message: str, nodes: tuple[str, ...] = ()) -> None:
+        self.path = path
+        self.reason = reason
+        self.nodes = nodes
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[type[NotRevoked], tuple[str, str, str, tuple[str, ...]]]:
+        return (type(self), (self.path, self.reason, str(self), self.nodes))

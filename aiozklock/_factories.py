@@ -48,6 +48,7 @@ class RecipeFactories(RecipeMaking):
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
         lock_delay: float | None = None,
+        revocable: bool = False,
     ) -> Lock: ...
 
     @overload
@@ -60,6 +61,7 @@ class RecipeFactories(RecipeMaking):
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
         lock_delay: None = None,
+        revocable: Literal[False] = False,
     ) -> NonFairLock: ...
 
     @overload
@@ -72,6 +74,7 @@ class RecipeFactories(RecipeMaking):
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
         lock_delay: float | None = None,
+        revocable: bool = False,
     ) -> Lock | NonFairLock: ...
 
     def lock(
@@ -83,6 +86,7 @@ class RecipeFactories(RecipeMaking):
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
         lock_delay: float | None = None,
+        revocable: bool = False,
     ) -> Lock | NonFairLock:
         """A reentrant, loss-aware lock on ``path`` (validated now, before any traffic).
 
@@ -97,7 +101,11 @@ class RecipeFactories(RecipeMaking):
         not part of the identity. ``compat``: whose node names to write, for peers on the
         same path: ``"curator"`` (the default; Curator's ``InterProcessMutex`` orders them)
         or ``"kazoo"`` (kazoo's ``Lock``); either way every library's nodes are read. The
-        non-fair lock has no counterpart in either.
+        non-fair lock has no counterpart in either. ``revocable=True``: a revoke request
+        (``zk.revoke(path)``, ``aiozklock revoke PATH``, Curator's ``Revoker.attemptRevoke``)
+        cancels the holder's body and releases, raising ``LockRevoked``, and makes a waiter
+        give up its place; without it, requests are ignored (and cost nothing). Part of the
+        identity, as ``compat`` is; the fair lock only.
 
         ``lock_delay``: seconds (Chubby's lock-delay, for a resource that cannot check a
         fencing token): a grant that follows one of ours whose node vanished without a
@@ -109,20 +117,33 @@ class RecipeFactories(RecipeMaking):
 
         Raises ``InvalidArgument`` for a bad path, identifier, acl, compat (or a kazoo one
         with ``fair=False``), lock_delay (a positive number of seconds, or None; none with
-        ``fair=False``) or a non-bool ``fair``,
+        ``fair=False``), a non-bool ``fair`` or ``revocable``, or ``revocable=True`` with
+        ``fair=False``,
         ``UsageError`` if this client's object for the path has another ``acl``, or when
         called outside the event loop the client was opened in, ``ClientClosed`` if the
         client is not connected.
         """
         compat = validate_compat(compat)
         delay = validate_lock_delay(lock_delay)
+        revocable = validate_flag("revocable", revocable)
         if validate_flag("fair", fair):
-            return self._queued(Lock, _LOCK, path, acl, identifier, compat, delay)
+            return self._queued(
+                Lock,
+                _LOCK,
+                path,
+                acl,
+                identifier=identifier,
+                compat=compat,
+                lock_delay=delay,
+                revocable=revocable,
+            )
         if delay is not None:
             raise InvalidArgument(
                 "lock_delay needs the fair lock (fair=True): the non-fair lock has no queue "
                 "to tell a release from a vanished holder in"
             )
+        if revocable:
+            raise InvalidArgument("the non-fair lock is not revocable: use the fair lock")
         if compat != "curator":
             raise InvalidArgument("the non-fair lock has no kazoo counterpart: compat='curator'")
         return self._made(
@@ -137,19 +158,32 @@ class RecipeFactories(RecipeMaking):
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
         lock_delay: float | None = None,
+        revocable: bool = False,
     ) -> MultiLock:
         """All-or-nothing lock of several paths, deadlock-free; returns a ``MultiLock``.
-        ``compat`` and ``lock_delay``: as for ``lock()``, on each path.
+        ``compat`` and ``lock_delay``: as for ``lock()``, on each path. ``revocable``: as
+        for ``lock()``; a request written to its node on any one path ends the whole
+        holding.
 
-        Validated now: bad or empty paths, identifier, acl, compat or lock_delay raise
-        ``InvalidArgument``
-        (duplicates are dropped); ``UsageError`` if this client's object for the paths has
-        another ``acl``; ``ClientClosed`` if the client is not connected.
+        Validated now: bad or empty paths, identifier, acl, compat, lock_delay or a
+        non-bool ``revocable`` raise ``InvalidArgument`` (duplicates are dropped);
+        ``UsageError`` if this client's object for the paths has another ``acl``;
+        ``ClientClosed`` if the client is not connected.
         """
         members = paths if isinstance(paths, str) else tuple(paths)
         compat = validate_compat(compat)
         delay = validate_lock_delay(lock_delay)
-        return self._queued(MultiLock, _MULTI, members, acl, identifier, compat, delay)
+        revocable = validate_flag("revocable", revocable)
+        return self._queued(
+            MultiLock,
+            _MULTI,
+            members,
+            acl,
+            identifier=identifier,
+            compat=compat,
+            lock_delay=delay,
+            revocable=revocable,
+        )
 
     def election(
         self,
@@ -170,7 +204,9 @@ class RecipeFactories(RecipeMaking):
         another ``acl``; ``ClientClosed`` if the client is not connected."""
         compat = validate_compat(compat)
         delay = validate_lock_delay(lock_delay)
-        return self._queued(Election, _ELECTION, path, acl, identifier, compat, delay)
+        return self._queued(
+            Election, _ELECTION, path, acl, identifier=identifier, compat=compat, lock_delay=delay
+        )
 
     def rw_lock(
         self,
@@ -179,18 +215,23 @@ class RecipeFactories(RecipeMaking):
         identifier: str | None = None,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        revocable: bool = False,
     ) -> ReadWriteLock:
         """A read/write lock on ``path``; returns a ``ReadWriteLock`` (its ``read_lock`` and
         ``write_lock`` are this client's objects for the path and identifier, as for
         ``lock()``; this client's tasks hold the read lock together, on one node: see
         ``ReadLock``). ``compat``: whose node names to write: ``"curator"`` (Curator's
         ``InterProcessReadWriteLock``'s) or ``"kazoo"`` (kazoo's ``ReadLock`` and
-        ``WriteLock`` read them as their own). Validated now: a bad path, identifier, acl or
-        compat raises ``InvalidArgument``; ``UsageError`` if this client's object for the
+        ``WriteLock`` read them as their own). ``revocable``: the write lock is revocable, as
+        ``lock(revocable=True)`` is (the read lock, shared by this client's tasks on one
+        node, is not). Validated now: a bad path, identifier, acl, compat or a non-bool
+        ``revocable`` raises ``InvalidArgument``; ``UsageError`` if this client's object for the
         path has another ``acl``; ``ClientClosed`` if the client is not connected."""
         compat = validate_compat(compat)
-        key = (path, identifier, compat)
-        write = self._made(WriteLock, _WRITE, key, acl, path, identifier=identifier, compat=compat)
+        revocable = validate_flag("revocable", revocable)
+        key = (path, identifier, compat, revocable)
+        given = {"identifier": identifier, "compat": compat, "revocable": revocable}
+        write = self._made(WriteLock, _WRITE, key, acl, path, **given)
         # The read side is built on the write side: its session, loss monitor and ACL.
         read = self._kept(
             ReadLock,

@@ -12,7 +12,6 @@ from aiozklock._acl import ACL, Credentials, validate_acl
 from aiozklock._exceptions import InvalidArgument
 from aiozklock._recipes._core._holding import LossMonitor
 from aiozklock._recipes._core._janitor import Janitor, Spawn
-from aiozklock._recipes._core._names import Compat
 from aiozklock._recipes._core._registry import Recipes, Registered
 from aiozklock._wire._session import Session
 
@@ -115,16 +114,13 @@ class RecipeMaking:
         kind: str,
         where: object,
         acl: Sequence[ACL] | None,
-        identifier: str | None,
-        compat: Compat,
-        lock_delay: float | None,
+        **options: Any,
     ) -> R:
         """``_made`` for a queue recipe (a lock, a multi-lock, an election) on ``where``
-        (its path or paths), its arguments validated but ``where`` and ``identifier``."""
-        key = (where, identifier, compat, lock_delay)
-        return self._made(
-            cls, kind, key, acl, where, identifier=identifier, compat=compat, lock_delay=lock_delay
-        )
+        (its path or paths), keyed by ``where`` and its options (``identifier``, ``compat``,
+        ``lock_delay``, ``revocable``: validated by the caller, but ``identifier``)."""
+        key = (where, *options.items())
+        return self._made(cls, kind, key, acl, where, **options)
 
     def _acl(self, acl: Sequence[ACL] | None) -> tuple[ACL, ...]:
         return self.default_acl if acl is None else self._usable_acl(acl, "acl")

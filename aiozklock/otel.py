@@ -20,7 +20,11 @@ Metrics (instrumentation scope ``aiozklock``), each with the attributes ``aiozkl
 - ``aiozklock.lock.hold`` (histogram, s): how long each acquisition was held.
 - ``aiozklock.lock.acquisitions``, ``aiozklock.lock.timeouts`` (counters).
 - ``aiozklock.lock.losses`` (counter), with ``aiozklock.loss.cause``: ``suspended``,
-  ``lost``, ``closed`` (the session's state) or ``lease``.
+  ``lost``, ``closed`` (the session's state), ``lease`` or ``revoked`` (a revocable holder
+  asked to let go).
+- ``aiozklock.lock.local_waiters`` (up-down counter, {task}): the tasks of this process
+  queued behind their recipe object's own node, now (the local queue that ZooKeeper does
+  not see: one node per object and process).
 - ``aiozklock.session.state_changes`` (counter), attributes ``aiozklock.session.state`` and
   ``aiozklock.session.previous_state`` (lower case, e.g. ``suspended``);
   ``aiozklock.session.reconnects`` (counter): back to ``connected`` from ``suspended``
@@ -107,6 +111,11 @@ class _Instruments:
         self.losses = meter.create_counter(
             "aiozklock.lock.losses", unit="{loss}", description="Holdings found lost"
         )
+        self.local_waiters = meter.create_up_down_counter(
+            "aiozklock.lock.local_waiters",
+            unit="{task}",
+            description="Tasks of this process queued behind their recipe object's own node",
+        )
         self.state_changes = meter.create_counter(
             "aiozklock.session.state_changes", unit="{change}", description="Session state changes"
         )
@@ -185,6 +194,9 @@ class _RecipeTelemetry:
 
     def released(self, held: float) -> None:
         self._instruments.hold.record(held, self._attributes)
+
+    def queued_locally(self, delta: int) -> None:
+        self._instruments.local_waiters.add(delta, self._attributes)
 
     def lost(self, cause: str) -> None:
         self._instruments.losses.add(1, {**self._attributes, "aiozklock.loss.cause": cause})

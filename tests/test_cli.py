@@ -51,6 +51,7 @@ CONTENDER_KEYS = {
     "sequence",
     "enqueued_at",
     "queued_for",
+    "local_waiters",
 }
 
 

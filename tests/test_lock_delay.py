@@ -286,6 +286,7 @@ async def test_an_election_leader_takes_office_after_the_delay(
 # ---------------------------------------------------------------- what it costs
 
 PING = 11
+EXISTS = 3
 
 
 async def _take_and_give_back(lock: aiozklock.Lock) -> None:
@@ -309,6 +310,9 @@ async def _cycle(proxy: FaultProxy, open_client: ClientFactory, **delay: float) 
         tg.start_soon(_take_and_give_back, lock)
         with anyio.fail_after(5):
             await wait_for_queue(other, PATH, 2 + bool(delay))
+            # Our watch on the rival's node is sent before it goes (else the listing finds
+            # it gone, and the cycle has no exists: a verdict the load would decide).
+            await proxy.wait_for_request(EXISTS)
         await rival.release()
     return [r.opcode for r in proxy.requests if r.opcode != PING]
 

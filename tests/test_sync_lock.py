@@ -287,3 +287,28 @@ def test_a_closed_client_leaves_nothing_behind(hosts: str) -> None:
     gc.collect()
     assert freed() is None
     assert not loop_thread.is_alive()
+
+
+def test_a_thread_pool_shares_one_lock_without_overlap_or_orphans(
+    szk: SyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pool threads come and go (each its own task in the client's loop): every holding is
+    released by its own thread, none is left for the orphan sweep."""
+    import concurrent.futures
+
+    lock, inside = szk.lock(PATH), threading.Semaphore(1)
+
+    def once(_: int) -> bool:
+        with lock:
+            alone = inside.acquire(blocking=False)  # fails if another thread is inside
+            try:
+                return alone and lock.is_held  # a hop while inside: others get their turn
+            finally:
+                if alone:
+                    inside.release()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(once, range(30)))
+    assert all(results)
+    assert lock.statistics().acquisitions == 30
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

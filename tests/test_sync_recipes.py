@@ -171,3 +171,27 @@ def test_lock_delay_is_passed_on(szk: SyncClient, szk2: SyncClient) -> None:
         szk.lock(PATH, lock_delay=-1.0)
     with pytest.raises(aiozklock.InvalidArgument):
         szk.lock(PATH, fair=False, lock_delay=5.0)
+
+
+def test_a_revocable_sync_lock_lets_go_when_revoked(szk: SyncClient, szk2: SyncClient) -> None:
+    """A thread cannot be cancelled: a revoke request sets ``lost`` (and ``check()`` raises
+    ``LockRevoked``); the block's exit releases and raises it. A lock that did not opt in is
+    not revocable (its node says so: nothing is written)."""
+    called = threading.Event()
+    lock = szk.lock(PATH, revocable=True, on_lost=called.set)
+
+    def hold_until_revoked() -> str:
+        with lock:
+            (node,) = szk2.revoke(PATH, wait=0)
+            assert lock.lost.wait(BOUND)
+            assert called.is_set()
+            with pytest.raises(aiozklock.LockRevoked):
+                lock.check()
+        return node
+
+    with pytest.raises(aiozklock.LockRevoked):
+        hold_until_revoked()
+    assert szk2.lock(PATH).try_acquire()  # released at the exit
+    with szk.lock(PATH + "/plain"), pytest.raises(aiozklock.NotRevoked) as refused:
+        szk2.revoke(PATH + "/plain", wait=0)
+    assert refused.value.reason == "not revocable"

@@ -75,8 +75,8 @@ async def test_once_shows_the_holder_a_waiter_and_their_ages(
     assert title.startswith("aiozklock top /shop  CONNECTED  at ")
     assert "1 queue  1 holding  1 waiting" in summary
     assert summary.endswith("healthy")
-    path, kind, queue, held, waited, *holder = row_of(out, "/shop/orders/157")
-    assert (path, kind, queue) == ("/shop/orders/157", "lock", "2")
+    path, kind, queue, local, held, waited, *holder = row_of(out, "/shop/orders/157")
+    assert (path, kind, queue, local) == ("/shop/orders/157", "lock", "2", "0")
     assert AGE.match(held), held
     assert AGE.match(waited), waited
     assert holder[:2] == ["holder-a", f"0x{zk.session_id:x}"]
@@ -366,7 +366,7 @@ def test_ages_move_on_between_readings() -> None:
         (contender(2, NOW - 5, holder=False),),
     )
     later = plain(frame(Snapshot("/locks", "CONNECTED", diagnosis(queue), since=20.0), 100, 30))
-    assert row_of(later, "/locks/a")[2:5] == ["2", "1m10s", "25s"]
+    assert row_of(later, "/locks/a")[2:6] == ["2", "-", "1m10s", "25s"]
     assert "updated 20s ago" in later.splitlines()[0]
 
 

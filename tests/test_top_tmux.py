@@ -139,7 +139,8 @@ async def test_the_view_follows_the_queue_without_a_key_and_quits_on_q(
         first = await term.until(queue_of(PATH, "1"), "the holder")
         assert first[0].startswith("aiozklock top /shop  CONNECTED")
         assert first[0].endswith("q quit  r refresh")
-        assert row(first, PATH)[5:7] == ["holder-a", f"0x{zk.session_id:x}"]
+        assert row(first, PATH)[3] == "0"  # LOCAL: no task of its process waits behind it
+        assert row(first, PATH)[6:8] == ["holder-a", f"0x{zk.session_id:x}"]
         assert await term.pane("#{alternate_on} #{cursor_flag}") == "1 0"
 
         tg.start_soon(hold, other, "waiter-b")  # no key pressed: the watches tell top

@@ -1,8 +1,8 @@
 """The command line, ``python -m aiozklock COMMAND`` (the ``aiozklock`` script).
 
 The operator commands ``run`` (a command under a lock, like ``flock(1)``), ``contenders``,
-``holders``, ``leader``, ``doctor`` (what is wrong under a prefix) and ``top`` (a live view
-of a prefix) import only the client.
+``holders``, ``leader``, ``doctor`` (what is wrong under a prefix), ``top`` (a live view
+of a prefix) and ``revoke`` (ask a lock's holder to let go) import only the client.
 ``demo`` (many workers race for one lock, the history checked), ``nemesis`` (the same
 under seeded faults) and ``server`` (a ZooKeeper for development, in the foreground) import
 the test kit when they run.
@@ -19,6 +19,7 @@ from aiozklock._cli._demo import add_demo_parser, demo_command
 from aiozklock._cli._doctor import add_doctor_parser, doctor_command
 from aiozklock._cli._inspect import add_inspect_parsers, inspect_command
 from aiozklock._cli._nemesis import add_nemesis_parser, nemesis_command
+from aiozklock._cli._revoke import add_revoke_parser, revoke_command
 from aiozklock._cli._run import add_run_parser, run_command
 from aiozklock._cli._server import add_server_parser, server_command
 from aiozklock._cli._top import add_top_parser, top_command
@@ -33,6 +34,7 @@ COMMANDS: dict[str, Command] = {
     "leader": inspect_command,
     "doctor": doctor_command,
     "top": top_command,
+    "revoke": revoke_command,
 }
 #: The commands that run the test kit: exit 0 (passed), 1 (failed) or 2 (cannot run here).
 #: ``server`` too: 0 (stopped by SIGINT or SIGTERM), 1 (failed), 2 (no Java or jars here).
@@ -55,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspect_parsers(commands)
     add_doctor_parser(commands)
     add_top_parser(commands)
+    add_revoke_parser(commands)
     for name in COMMANDS:
         command = commands.choices[name]
         command.usage_status = EX_USAGE

@@ -77,7 +77,7 @@ def add_threshold_options(parser: Parser) -> None:
         type=int,
         default=QUEUE_WARNING,
         metavar="N",
-        help="report paths with N waiters or more (%(default)s)",
+        help="report paths with N waiters or more, their local waiters included (%(default)s)",
     )
     parser.add_argument(
         "--leftover-age",

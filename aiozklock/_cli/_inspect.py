@@ -6,7 +6,10 @@ result. Output is an aligned table, or with ``--json`` one JSON object whose sha
 - a contender: ``{"position": 0, "is_holder": true, "identifier": str|null, "host":
   str|null, "pid": int|null, "task": str|null, "session_id": "0x..."|null (null for a
   lease), "fencing_token": int, "node": str, "sequence": int, "enqueued_at": float|null
-  (Unix time), "queued_for": float|null (seconds, by this machine's clock)}``
+  (Unix time), "queued_for": float|null (seconds, by this machine's clock),
+  "local_waiters": int|null (tasks of its process queued behind it on the same object, as
+  its node's data last said; null where the data does not say: another library's node, or
+  a recipe that does not publish it)}``
 - ``contenders``: ``{"path": str, "kind": "lock"|"nonfair"|"lease"|null, "contenders":
   [contender, ...]}`` (holder first; ``kind`` null when nothing is queued);
 - ``holders``: ``{"prefix": str, "locks": [{"path": str, "kind": str, "waiting": int,
@@ -61,7 +64,8 @@ _KIND_HELP = (
 
 _CONTENDER = (
     'C = {"position", "is_holder", "identifier", "host", "pid", "task", "session_id": "0x..." '
-    '(null for a lease), "fencing_token", "node", "sequence", "enqueued_at", "queued_for"}'
+    '(null for a lease), "fencing_token", "node", "sequence", "enqueued_at", "queued_for", '
+    '"local_waiters": tasks of its process queued behind it (null: not published)}'
 )
 _SHAPES = {
     "contenders": f'{{"path", "kind": {_KINDS}|null, "contenders": [C, ...]}}',
@@ -207,6 +211,7 @@ def _contender_json(
         "sequence": contender.sequence,
         "enqueued_at": enqueued,
         "queued_for": round(max(0.0, now - enqueued), 3) if enqueued is not None else None,
+        "local_waiters": contender.local_waiters,
     }
 
 
@@ -234,7 +239,7 @@ def _table(command: str, result: Json) -> str:
     return "\n".join(lines)
 
 
-_COLUMNS = ["IDENTIFIER", "HOST", "PID", "SESSION", "TOKEN", "QUEUED", "NODE"]
+_COLUMNS = ["IDENTIFIER", "HOST", "PID", "SESSION", "TOKEN", "QUEUED", "LOCAL", "NODE"]
 
 
 def _cells(contender: Json) -> list[str]:
@@ -246,6 +251,7 @@ def _cells(contender: Json) -> list[str]:
         contender["session_id"],
         contender["fencing_token"],
         None if queued is None else f"{queued:.1f}s",
+        contender["local_waiters"],
         contender["node"],
     ]
     return ["-" if value is None else str(value) for value in values]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import shlex
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -88,8 +89,11 @@ def deadlock_finding(deadlock: Deadlock, parties: Mapping[PartyKey, Party]) -> F
     message = f"{who} wait for each other: {chain}"
     if deadlock.stuck:
         message += f"; {len(deadlock.stuck)} more stuck with them"
+    revoke = f"aiozklock revoke {shlex.quote(waits[0].path)}"
     action = (
-        "end one of them to break the cycle now (stop it: its nodes go with its session); "
+        f"end one of them to break the cycle now: `{revoke}` asks "
+        "its holder to let go (if it is revocable: zk.lock(path, revocable=True), Curator's "
+        "makeRevocable), or stop it (its nodes go with its session); "
         "for good, take these locks in one order everywhere, or together with "
         "zk.multi_lock(), and bound waits with timeouts"
     )
@@ -146,23 +150,31 @@ def queue_findings(
                     sessions=(holder.session_id,) if holder.session_id else (),
                     seconds=age,
                 )
-        if len(queue.waiters) >= limits.queue_warning:
+        if queue.size >= limits.queue_warning:
             yield _long_queue(queue, now)
 
 
 def _long_queue(queue: QueueState, now: float) -> Finding:
     times = [w.enqueued_at for w in queue.waiters if w.enqueued_at is not None]
     oldest = max(0.0, now - min(times)) if times else 0.0
+    local, nodes = queue.local_waiters, len(queue.waiters)
+    message = f"{nodes + local} waiting on {queue.path}"
+    if local:
+        message += f" ({nodes} node{'' if nodes == 1 else 's'} + {local} queued in their processes)"
+    if times:  # a local waiter's age is not published
+        message += f"; the oldest for {duration(oldest)}"
+    # Whose tasks wait: the waiting nodes' sessions, and those with local waiters.
+    waiting = [*queue.waiters, *(c for c in queue.holders if c.local_waiters)]
     return Finding(
         FindingKind.LONG_QUEUE,
         Severity.WARNING,
-        f"{len(queue.waiters)} waiting on {queue.path}; the oldest for {duration(oldest)}",
+        message,
         "a holder is slow or stuck (see the long holders), or more contend than the lock "
         "serves: shorten what is done under it, or split it (one path per entity)",
         paths=(queue.path,),
-        sessions=tuple(sorted({w.session_id for w in queue.waiters if w.session_id})),
+        sessions=tuple(sorted({w.session_id for w in waiting if w.session_id})),
         seconds=oldest,
-        count=len(queue.waiters),
+        count=nodes + local,
     )
 
 

@@ -19,7 +19,7 @@ class FindingKind(enum.Enum):
     DEADLOCK = "deadlock"  #: sessions (or tasks) that wait for each other in a cycle
     UNSAFE_MIX = "unsafe_mix"  #: contenders on one path whose layouts do not see each other
     LONG_HOLDER = "long_holder"  #: a holder older than ``hold_warning``
-    LONG_QUEUE = "long_queue"  #: ``queue_warning`` waiters or more on one path
+    LONG_QUEUE = "long_queue"  #: ``queue_warning`` waiters or more on one path (nodes + local)
     EXPIRED_LEASE = "expired_lease"  #: a TTL lease past its TTL that the server has not reaped
     LEFTOVER_PARENT = "leftover_parent"  #: an empty persistent parent left behind
     UNREADABLE = "unreadable"  #: nodes this session may not read (their ACL)
@@ -79,7 +79,8 @@ class Finding:
     ``cycle`` (deadlocks): the waits around the cycle, each party waiting for the next one's
     (the last for the first's). ``seconds``: the age that made the finding (how long held,
     how long the oldest waiter waited, how long since a lease expired, how long a parent has
-    been empty), by the server's clock; ``count``: the number of waiters (long queues)."""
+    been empty), by the server's clock; ``count``: the number of waiters (long queues: waiting
+    nodes plus local waiters, ``QueueState.size``)."""
 
     kind: FindingKind
     severity: Severity
@@ -96,13 +97,27 @@ class Finding:
 class QueueState:
     """A path where contenders are: its ``kind`` (``"lock"``, ``"election"``, ``"rwlock"``,
     ``"semaphore"``, ``"nonfair"``, ``"lease"``, ``"kazoo-semaphore"``,
-    ``"curator-semaphore"``), its holders and waiters, in queue order. ``Contender``'s
+    ``"curator-semaphore"``), its holders and waiters (nodes), in queue order; ``size``
+    counts their local waiters too. ``Contender``'s
     ``enqueued_at`` is by the server's clock, as ``Diagnosis.server_time``."""
 
     path: str
     kind: str
     holders: tuple[Contender, ...]
     waiters: tuple[Contender, ...]
+
+    @property
+    def local_waiters(self) -> int:
+        """The tasks queued inside the contenders' processes behind their nodes (holders'
+        too), as the nodes' data last said (``Contender.local_waiters``; 0 where the data
+        does not say)."""
+        return sum(c.local_waiters or 0 for c in (*self.holders, *self.waiters))
+
+    @property
+    def size(self) -> int:
+        """How many wait: the waiting nodes and the contenders' local waiters (what the
+        queue warning compares with ``queue_warning``)."""
+        return len(self.waiters) + self.local_waiters
 
 
 Clock = Literal["server", "local"]

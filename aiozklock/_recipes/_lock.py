@@ -54,6 +54,7 @@ class PathLock(QueuedPrimitive):
 
     __slots__ = ("path",)
     path: str
+    _publishes = True  # its local waiters, in its node's data (``_core/_local_waiters.py``)
 
     def statistics(self) -> LockStatistics:
         """Local state of this object; sends nothing and raises nothing."""
@@ -80,8 +81,11 @@ class Lock(PathLock):
     and loss-aware: the body of ``async with lock:`` is cancelled when the lock can no longer
     be trusted to be ours, and ``LockLost`` is raised when it exits. With ``lock_delay``
     (``zk.lock(path, lock_delay=S)``), a grant after a holder that vanished without a release
-    waits until S seconds after the vanish (see docs/fencing.md, "Lock-delay"). Bad arguments
-    raise ``InvalidArgument`` here, before any request.
+    waits until S seconds after the vanish (see docs/fencing.md, "Lock-delay"). With
+    ``zk.lock(path, revocable=True)``, a revoke request (``zk.revoke(path)``, Curator's
+    ``Revoker.attemptRevoke``) is such a loss: the body is cancelled, the lock released,
+    and ``LockRevoked`` raised. Bad arguments raise ``InvalidArgument`` here, before any
+    request.
     """
 
     __slots__ = ("identifier",)
@@ -97,6 +101,7 @@ class Lock(PathLock):
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
         lock_delay: float | None = None,
+        revocable: bool = False,
     ) -> None:
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
@@ -111,6 +116,7 @@ class Lock(PathLock):
             acl,
             layout=Layout(compat, LOCK_MARKER, KAZOO_MARKER, "zk.lock()"),
             lock_delay=lock_delay,
+            revocable=revocable,
         )
 
     async def contenders(self) -> list[Contender]:

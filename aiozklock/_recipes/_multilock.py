@@ -73,6 +73,8 @@ class MultiLock(QueuedPrimitive):
     overlapping multi-locks never deadlock. Bad arguments raise ``InvalidArgument`` here.
     """
 
+    _publishes = True  # its local waiters, in its nodes' data (``_core/_local_waiters.py``)
+
     def __init__(
         self,
         session: Session,
@@ -84,6 +86,7 @@ class MultiLock(QueuedPrimitive):
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
         lock_delay: float | None = None,
+        revocable: bool = False,
     ) -> None:
         self.paths = validate_members(paths)
         self.identifier = validate_identifier(identifier)
@@ -98,6 +101,7 @@ class MultiLock(QueuedPrimitive):
             acl,
             layout=Layout(compat, LOCK_MARKER, KAZOO_MARKER, "zk.multi_lock()"),
             lock_delay=lock_delay,
+            revocable=revocable,
         )
 
     @property

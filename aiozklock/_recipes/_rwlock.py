@@ -75,6 +75,7 @@ class _Side(PathLock):
         acl: tuple[ACL, ...],
         decide: Decide,
         layout: Layout,
+        revocable: bool = False,
     ) -> None:
         self.path = validate_recipe_path(path)
         self.identifier = validate_identifier(identifier)
@@ -90,6 +91,7 @@ class _Side(PathLock):
             self.identifier,
             acl,
             layout=layout,
+            revocable=revocable,
         )
 
     async def contenders(self) -> list[Contender]:
@@ -146,6 +148,7 @@ class WriteLock(_Side):
         janitor: Janitor,
         acl: tuple[ACL, ...],
         compat: Compat = "curator",
+        revocable: bool = False,
     ) -> None:
         self.compat = compat
         super().__init__(
@@ -157,6 +160,7 @@ class WriteLock(_Side):
             acl=acl,
             decide=decide_write,
             layout=Layout(compat, WRITE_MARKER, KAZOO_WRITE_MARKER, "zk.rw_lock()"),
+            revocable=revocable,
         )
 
     async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
@@ -210,6 +214,8 @@ class ReadLock(SharedHolding, _Side):
     """
 
     _mode = "read"
+    # Its tasks share one node: they wait only for its acquisition, not behind a holder.
+    _publishes = False
 
     def __init__(self, write_lock: WriteLock, janitor: Janitor) -> None:
         super().__init__(

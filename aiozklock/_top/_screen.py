@@ -3,10 +3,12 @@ width and height (``None``: not cut, as ``--once`` prints).
 
 The frame: a title (prefix, the session's state, how old the view is), a summary (queues,
 holders, waiters, the longest hold and wait, the doctor's verdict), a table of the queues
-(those with waiters first, the longest waiting first; then by path) and the doctor's
-findings, wrapped. Ages are the doctor's, by ``Diagnosis.server_time``, plus the seconds
-since it was taken: a frame drawn a second later shows them a second older, without asking
-the server. Text from other clients (names, identities) is cleaned of control characters.
+(those with waiters first, the longest waiting first; then by path: QUEUE counts their
+nodes, LOCAL the tasks queued inside the contenders' processes behind those nodes, as the
+nodes' data says) and the doctor's findings, wrapped. Ages are the doctor's, by
+``Diagnosis.server_time``, plus the seconds since it was taken: a frame drawn a second
+later shows them a second older, without asking the server. Text from other clients
+(names, identities) is cleaned of control characters.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from aiozklock._top._text import age, cells, fit, fit_left, pad
 
 Style = Literal["plain", "title", "head", "critical", "warning"]
 KEYS = "q quit  r refresh"
-_HEADINGS = ("PATH", "KIND", "QUEUE", "HELD", "WAITED", "HOLDER")
-_RIGHT = (False, False, True, True, True, False)  # right-aligned columns
+_HEADINGS = ("PATH", "KIND", "QUEUE", "LOCAL", "HELD", "WAITED", "HOLDER")
+_RIGHT = (False, False, True, True, True, True, False)  # right-aligned columns
 _GAP = "  "
 _MARK = {Severity.CRITICAL: "!! ", Severity.WARNING: "!  "}
 _STYLE: dict[Severity, Style] = {Severity.CRITICAL: "critical", Severity.WARNING: "warning"}
@@ -105,11 +107,12 @@ def _summary(snap: Snapshot, width: int | None) -> list[Line]:
     if diagnosis is not None:
         holding = sum(len(queue.holders) for queue in diagnosis.queues)
         waiting = sum(len(queue.waiters) for queue in diagnosis.queues)
+        local = sum(queue.local_waiters for queue in diagnosis.queues)
         hold, wait = diagnosis.longest_hold, diagnosis.longest_wait
         parts = [
             f"{len(diagnosis.queues)} queue{'' if len(diagnosis.queues) == 1 else 's'}",
             f"{holding} holding",
-            f"{waiting} waiting",
+            f"{waiting} waiting" + (f" (+{local} local)" if local else ""),
             f"longest held {age(hold + snap.since) if hold else '-'}",
             f"waited {age(wait + snap.since) if wait else '-'}",
             _verdict(diagnosis),
@@ -179,10 +182,19 @@ def _cells_of(queue: QueueState, now: float) -> list[str]:
         queue.path,
         queue.kind,
         str(len(queue.holders) + len(queue.waiters)),
+        _local(queue),
         age(now - held) if held is not None else "-",
         age(now - waited) if waited is not None else "-",
         holder,
     ]
+
+
+def _local(queue: QueueState) -> str:
+    """The tasks queued inside the contenders' processes; "-" if no node publishes it."""
+    contenders = (*queue.holders, *queue.waiters)
+    if all(c.local_waiters is None for c in contenders):
+        return "-"
+    return str(queue.local_waiters)
 
 
 def _who(contender: Contender, kind: str) -> str:

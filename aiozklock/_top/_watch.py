@@ -10,23 +10,28 @@ last one read changes nothing. That is how the doctor's clock probe, a create an
 in one ``multi`` under the prefix (``_doctor/_scan.server_clock``), fires the prefix's
 watch without causing another reading (or else every reading would cause the next).
 
+A contender's node (a name that ``is_lock_node``: ephemeral, so it has no children) gets an
+exists watch instead of a children watch, at the same cost: it fires when the node's data
+changes, which is how a lock publishes its local waiters (``_core/_local_waiters.py``), and
+the view is read again then. Other data changes are not watched: a lease's renewal only
+moves its expiry.
+
 A reconnect to the same session re-arms every watch by itself (SetWatches), and the server
 then fires those whose nodes changed meanwhile. A lost session forgets them (each hears a
 ``SESSION`` event): the whole tree is then listed again, with watches, in the new session.
-Data changes are not watched: our recipes' nodes do not change what the view shows by
-their data after they are created (a lease's renewal only moves its expiry).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import anyio
 
 from aiozklock._doctor._scan import SYSTEM, pipelined
 from aiozklock._exceptions import NoAuthError, NoNodeError, SessionExpired
-from aiozklock._wire._protocol import EventType, WatchedEvent, exists_op, get_children_op
+from aiozklock._recipes._core._names import is_lock_node
+from aiozklock._wire._protocol import EventType, Op, WatchedEvent, exists_op, get_children_op
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join
 
@@ -43,6 +48,7 @@ class TreeWatch:
         self._children: dict[str, frozenset[str]] = {}  # each node read: its children
         self._fired: set[str] = set()  # the paths whose watch fired, not yet read again
         self._rebuild = True  # list the whole tree again (at first, and after a lost session)
+        self._data_changed = False  # a contender's node's data changed since the last read
         self._wake = anyio.Event()
         self._wake.set()
         self._watcher = self._heard  # one object: the session keeps one per (kind, path)
@@ -57,6 +63,7 @@ class TreeWatch:
         if event.type is EventType.SESSION:
             self._rebuild = True
         else:
+            self._data_changed |= event.type is EventType.CHANGED
             self._fired.add(event.path)
         self._wake.set()
 
@@ -84,10 +91,11 @@ class TreeWatch:
             await self._read([self._prefix])
             return True
         fired, self._fired = self._fired, set()
+        data_changed, self._data_changed = self._data_changed, False
         # A node no longer known went with its parent (already forgotten); the prefix is
         # always read: its exists watch fires when it is created.
         paths = [p for p in fired if p in self._children or p == self._prefix]
-        return await self._read(paths)
+        return await self._read(paths) or data_changed
 
     async def _read(self, paths: Iterable[str]) -> bool:
         """List ``paths`` with watches, and every child that is new to us, level by level;
@@ -95,18 +103,17 @@ class TreeWatch:
         changed = False
         level = sorted(paths)
         while level:
-            ops = [get_children_op(self._session.server_path(p), self._watcher) for p in level]
-            replies = await pipelined(self._session, ops)
+            replies = await pipelined(self._session, [self._op(p) for p in level])
             following: list[str] = []
             for path, reply in zip(level, replies, strict=True):
-                if isinstance(reply, NoNodeError | NoAuthError):  # gone, or not ours to read
-                    changed |= self._forget(path)
+                if reply is None or isinstance(reply, NoNodeError | NoAuthError):
+                    changed |= self._forget(path)  # gone, or not ours to read
                     if path == self._prefix:
                         await self._await_prefix()
                     continue
                 if isinstance(reply, BaseException):
                     raise reply
-                new = frozenset(reply)
+                new = frozenset(reply) if isinstance(reply, list) else frozenset()
                 old = self._children.get(path)
                 self._children[path] = new
                 changed |= new != old
@@ -115,6 +122,14 @@ class TreeWatch:
                 following += [join(path, name) for name in sorted(new - (old or frozenset()))]
             level = [p for p in following if self._session.server_path(p) != SYSTEM]
         return changed
+
+    def _op(self, path: str) -> Op[Any]:
+        """The watch to arm on ``path``: an exists watch on a contender's node (its data
+        changes are heard; it has no children), a children watch on any other."""
+        server_path = self._session.server_path(path)
+        if path != self._prefix and is_lock_node(path.rpartition("/")[2]):
+            return exists_op(server_path, self._watcher)
+        return get_children_op(server_path, self._watcher)
 
     async def _await_prefix(self) -> None:
         """An exists watch on the missing prefix, to hear of its creation; if it was

@@ -229,6 +229,15 @@ class SyncClient(SyncFactories):
             )
         )
 
+    def revoke(self, path: str, *, wait: float | None = 10.0) -> tuple[str, ...]:
+        """Ask the holder of the lock at ``path`` to let go, and wait up to ``wait`` seconds
+        until it did: the async client's ``revoke()``, with the same arguments, result
+        (the holder's node paths) and errors (``NotRevoked`` with its ``reason``,
+        ``InvalidArgument`` before any traffic)."""
+        return self._call(  # type: ignore[no-any-return]
+            lambda proxy: proxy.client.revoke(path, wait=wait)
+        )
+
     # ---------------------------------------------------------------- znodes
     # The async client's methods, with the same arguments, results and errors; ``guard``
     # is a sync recipe object of this client that the calling thread holds.

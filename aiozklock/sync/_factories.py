@@ -87,6 +87,7 @@ class SyncFactories:
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
         lock_delay: float | None = None,
+        revocable: bool = False,
         on_lost: LostCallback | None = None,
     ) -> SyncLock: ...
 
@@ -100,6 +101,7 @@ class SyncFactories:
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
         lock_delay: None = None,
+        revocable: Literal[False] = False,
         on_lost: LostCallback | None = None,
     ) -> SyncNonFairLock: ...
 
@@ -113,6 +115,7 @@ class SyncFactories:
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
         lock_delay: float | None = None,
+        revocable: bool = False,
         on_lost: LostCallback | None = None,
     ) -> SyncLock | SyncNonFairLock: ...
 
@@ -125,6 +128,7 @@ class SyncFactories:
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
         lock_delay: float | None = None,
+        revocable: bool = False,
         on_lost: LostCallback | None = None,
     ) -> SyncLock | SyncNonFairLock:
         """A reentrant, loss-aware lock on ``path``: ``with zk.lock(path) as lock:``. Fair
@@ -132,14 +136,22 @@ class SyncFactories:
         errors are the async ``lock()``'s."""
         _precheck(path, "lock path", identifier, acl, compat)
         delay = validate_lock_delay(lock_delay)
+        revoke = validate_flag("revocable", revocable)
         if validate_flag("fair", fair):
             return self._made(
                 SyncLock,
                 lambda zk: zk.lock(
-                    path, identifier=identifier, acl=acl, compat=compat, lock_delay=delay
+                    path,
+                    identifier=identifier,
+                    acl=acl,
+                    compat=compat,
+                    lock_delay=delay,
+                    revocable=revoke,
                 ),
                 on_lost,
             )
+        if revoke:  # what the async factory would refuse, said before the session opens
+            raise InvalidArgument("the non-fair lock is not revocable: use the fair lock")
         return self._made(
             SyncNonFairLock,
             lambda zk: zk.lock(
@@ -156,6 +168,7 @@ class SyncFactories:
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
         lock_delay: float | None = None,
+        revocable: bool = False,
         on_lost: LostCallback | None = None,
     ) -> SyncMultiLock:
         """All-or-nothing lock of several paths, deadlock-free; a ``SyncMultiLock``. The
@@ -165,10 +178,16 @@ class SyncFactories:
         validate_members(members)
         _precheck(None, "lock path", identifier, acl, compat)
         delay = validate_lock_delay(lock_delay)
+        revoke = validate_flag("revocable", revocable)
         return self._made(
             SyncMultiLock,
             lambda zk: zk.multi_lock(
-                members, identifier=identifier, acl=acl, compat=compat, lock_delay=delay
+                members,
+                identifier=identifier,
+                acl=acl,
+                compat=compat,
+                lock_delay=delay,
+                revocable=revoke,
             ),
             on_lost,
         )
@@ -203,14 +222,16 @@ class SyncFactories:
         identifier: str | None = None,
         acl: Sequence[ACL] | None = None,
         compat: Compat = "curator",
+        revocable: bool = False,
         on_lost: LostCallback | None = None,
     ) -> SyncReadWriteLock:
         """A read/write lock on ``path``: its ``read_lock`` and ``write_lock`` (``on_lost``
         applies to both). The arguments and errors are the async ``rw_lock()``'s."""
         _precheck(path, "lock path", identifier, acl, compat)
+        revoke = validate_flag("revocable", revocable)
 
         def both(zk: ZooKeeperClient) -> Any:
-            return zk.rw_lock(path, identifier=identifier, acl=acl, compat=compat)
+            return zk.rw_lock(path, identifier=identifier, acl=acl, compat=compat, revocable=revoke)
 
         write = self._made(SyncWriteLock, lambda zk: both(zk).write_lock, on_lost)
         read = self._made(SyncReadLock, lambda zk: both(zk).read_lock, on_lost)

@@ -149,9 +149,9 @@ class SyncHandle(Generic[H]):
         holding = None if engine is None else engine._holding
         if engine is None or holding is None or not engine._held_by_task(proxy.task_id):
             raise NotLockOwner(f"this thread does not hold the {label}")
-        lost: type[LockLost] = getattr(handle, "_lost_error", LockLost)
         if holding.lost:
-            raise lost(f"{label} was lost: {holding.lost_reason}")
+            raise engine._loss(holding)  # LockRevoked if revoked, else the recipe's LockLost
+        lost: type[LockLost] = getattr(handle, "_lost_error", LockLost)
         raise lost(
             f"{label} is no longer certainly ours: past its valid_until (the process was "
             "paused, or the session has been silent); its loss may follow"

@@ -1,12 +1,14 @@
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.locks.Revoker;
 import org.apache.curator.retry.RetryNTimes;
 
 /**
@@ -18,6 +20,12 @@ import org.apache.curator.retry.RetryNTimes;
  * mutex} (InterProcessMutex) or {@code semaphore} (InterProcessSemaphoreV2 with MAX_LEASES). It
  * acquires, prints {@code held 0x<session id>}, waits for a line on stdin (or its end),
  * releases, closes its session and exits.
+ *
+ * <p>RECIPE {@code revocable}: an InterProcessMutex made revocable ({@code makeRevocable})
+ * whose listener prints {@code revoke requested} and lets go: it releases on a revoke request
+ * as on a line on stdin, then prints {@code released}. RECIPE {@code revoke}: no lock; {@code
+ * Revoker.attemptRevoke} on the first of the mutex's participant nodes at PATH (its holder),
+ * then it prints {@code revoked NODE} and exits.
  */
 public final class CuratorHolder {
     private CuratorHolder() {}
@@ -30,6 +38,19 @@ public final class CuratorHolder {
             throw new IllegalStateException("not connected to " + args[0]);
         }
         String path = args[1];
+        if (args[2].equals("revoke")) {
+            // Full paths, in Curator's order of the mutex: its holder first.
+            String node = new InterProcessMutex(client, path).getParticipantNodes().iterator().next();
+            Revoker.attemptRevoke(client, node);
+            System.out.println("revoked " + node);
+            System.out.flush();
+            client.close();
+            return;
+        }
+        if (args[2].equals("revocable")) {
+            holdRevocable(client, path);
+            return;
+        }
         InterProcessMutex mutex = null;
         Lease lease = null;
         if (args[2].equals("semaphore")) {
@@ -47,6 +68,42 @@ public final class CuratorHolder {
         } else {
             mutex.release();
         }
+        client.close();
+    }
+
+    /** Holds a revocable mutex until a revoke request or a line on stdin, then releases. */
+    private static void holdRevocable(CuratorFramework client, String path) throws Exception {
+        CountDownLatch letGo = new CountDownLatch(1);
+        InterProcessMutex mutex = new InterProcessMutex(client, path);
+        mutex.makeRevocable(
+                lock -> {
+                    System.out.println("revoke requested");
+                    System.out.flush();
+                    letGo.countDown();
+                });
+        mutex.acquire();
+        long session = client.getZookeeperClient().getZooKeeper().getSessionId();
+        System.out.println("held 0x" + Long.toHexString(session));
+        System.out.flush();
+        Thread stdin =
+                new Thread(
+                        () -> {
+                            try {
+                                new BufferedReader(
+                                                new InputStreamReader(
+                                                        System.in, StandardCharsets.UTF_8))
+                                        .readLine();
+                            } catch (Exception e) {
+                                // the end of stdin: let go too
+                            }
+                            letGo.countDown();
+                        });
+        stdin.setDaemon(true);
+        stdin.start();
+        letGo.await();
+        mutex.release(); // the thread that acquired releases (Curator's mutex is per thread)
+        System.out.println("released");
+        System.out.flush();
         client.close();
     }
 }

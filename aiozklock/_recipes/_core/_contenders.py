@@ -8,13 +8,15 @@ import socket
 from dataclasses import dataclass
 
 from aiozklock._exceptions import NoNodeError
-from aiozklock._recipes._core._names import queue_order, sequence_of
+from aiozklock._recipes._core._names import parts_of, queue_order, sequence_of
 from aiozklock._recipes._core._queue import Queue
+from aiozklock._recipes._core._revocation import REVOKE
 from aiozklock._wire._protocol import Stat, get_data_op
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join, validate_data
 
 _HOST = socket.gethostname()
+_KAZOO_MARKERS = ("__lock__", "__rlock__")  # kazoo's nodes: kazoo has no revocation
 # One encoder for every node's data: json.dumps(..., ensure_ascii=False) builds a new one
 # per call, a measurable share of an uncontended acquire.
 _ENCODE = json.JSONEncoder(ensure_ascii=False).encode
@@ -34,28 +36,53 @@ class Contender:
     pid: int | None
     task: str | None
     enqueued_at: float | None  # Unix time its node was created, by the server's clock
+    # Whether a revoke request ends its holding: True or False as its node's data says (ours
+    # tell), None when it cannot be known (Curator's revocable mutex writes empty data; a
+    # node whose data is a revoke request already).
+    revocable: bool | None = None
+    # Tasks of its process queued behind it on the same object, as its data last said;
+    # None if its data does not say (another library's node, a recipe that does not publish
+    # it: see docs/observability.md, "Local queues").
+    local_waiters: int | None = None
 
 
 class Identity:
-    """Our nodes' data: who queued (identifier, host, pid, task), as JSON. When is the
-    node's own creation time."""
+    """Our nodes' data: who queued (identifier, host, pid, task), as JSON, and with
+    ``revocable``, ``"revocable": true`` (so that ``zk.revoke()`` and operators can tell).
+    When is the node's own creation time."""
 
-    __slots__ = ("_identifier", "_last")
+    __slots__ = ("_identifier", "_last", "_revocable")
 
-    def __init__(self, identifier: str | None) -> None:
+    def __init__(self, identifier: str | None, *, revocable: bool = False) -> None:
         self._identifier = identifier  # the rest is built when needed: one object per lock
-        self._last: tuple[str | None, bytes] | None = None  # a lock's task rarely changes
+        self._revocable = revocable
+        # A lock's task and count rarely change: the last data built, and what it was for.
+        self._last: tuple[str | None, int | None, bytes] | None = None
 
-    def data(self, task_name: str | None, **extra: str) -> bytes:
-        """The JSON object for one enqueue, with ``extra`` fields."""
+    @property
+    def last_task(self) -> str | None:
+        """The task named in the data built last (that of our newest node)."""
+        return None if self._last is None else self._last[0]
+
+    def data(self, task_name: str | None, waiters: int | None = None, **extra: str) -> bytes:
+        """The JSON object for one enqueue, with ``extra`` fields; ``waiters``: the local
+        waiters to publish (``local_waiters``; None: a recipe that does not publish it)."""
         last = self._last
-        if last is not None and last[0] == task_name and not extra:
-            return last[1]
-        head = {"identifier": self._identifier, "host": _HOST, "pid": os.getpid()}
+        if last is not None and last[0] == task_name and last[1] == waiters and not extra:
+            return last[2]
+        head: dict[str, object] = {
+            "identifier": self._identifier,
+            "host": _HOST,
+            "pid": os.getpid(),
+        }
+        if self._revocable:
+            head["revocable"] = True
         fields = {**head, "task": task_name, **extra}
+        if waiters is not None:
+            fields["local_waiters"] = waiters
         data = validate_data(_ENCODE(fields).encode())
         if not extra:
-            self._last = (task_name, data)
+            self._last = (task_name, waiters, data)
         return data
 
 
@@ -99,7 +126,30 @@ def contender_of(
         pid=identity.get("pid"),
         task=identity.get("task"),
         enqueued_at=stat.ctime / 1000 if stat.ctime else None,
+        revocable=revocable_of(name, data, identity),
+        local_waiters=_count(identity.get("local_waiters")),
     )
 
 
-__all__ = ("Contender", "Identity", "contender_of", "read_contenders")
+def revocable_of(name: str, data: bytes, identity: dict[str, object]) -> bool | None:
+    """Whether the contender of node ``name`` (its ``data``, read as ``identity``) lets a
+    revoke request end its holding: ours say so in their data; Curator's revocable mutex
+    writes empty data (and any other Curator node has data: its IP address by default);
+    kazoo has no revocation. None when it cannot be known."""
+    if "pid" in identity:  # ours
+        return identity.get("revocable") is True
+    parts = parts_of(name)
+    kazoo = parts is not None and parts[1] in _KAZOO_MARKERS
+    if data == REVOKE or (not data and parts is not None and not kazoo):
+        return None  # asked already, or an empty Curator node: perhaps
+    return False
+
+
+def _count(value: object) -> int | None:
+    """A published count: a non-negative int (not a bool), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+__all__ = ("Contender", "Identity", "contender_of", "read_contenders", "revocable_of")

@@ -50,6 +50,7 @@ from aiozklock._recipes._core._queue_state import (
     Joined,
     Lead,
     Listings,
+    OnJoin,
     QueueState,
     Replies,
     Round,
@@ -103,7 +104,11 @@ class Enqueuing(QueueState):
     __slots__ = ()
 
     async def _enqueue(
-        self, deadline: float | None, data: Callable[[], bytes], lead: Lead
+        self,
+        deadline: float | None,
+        data: Callable[[], bytes],
+        lead: Lead,
+        on_join: OnJoin | None = None,
     ) -> Joined:
         """Create our nodes and list the queues, in one round trip (a join that follows a
         hint watches it instead and lists once it is gone; one proven alone lists nothing:
@@ -132,9 +137,13 @@ class Enqueuing(QueueState):
                 outcome = await self._write_join(sent)
                 if isinstance(outcome, Replies):
                     if self._adopt_created(outcome.created, generation):
+                        if on_join is not None:  # before any wait (_after_follow's)
+                            on_join(self._server_nodes(), generation)
                         return await self._joined(outcome, proof, follow, deadline)
                     containers = self._after_failure(sent, outcome, containers)
                 elif outcome is not None:
+                    if on_join is not None:
+                        on_join(self._server_nodes(), self.generation)
                     return outcome  # a lost reply's nodes, found and adopted
                 # Otherwise nothing of ours was created: create again.
             finally:

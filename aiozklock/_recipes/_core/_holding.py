@@ -33,8 +33,10 @@ class Holding:
     ``listeners``: callbacks told of the loss (``when_lost``), for holders that cannot be
     cancelled (a synchronous body, in another thread). ``guarded``: the node names are not
     unique to us (a fixed node), so a background delete must first check that the node
-    still has our czxid. ``observer``: told of the loss
-    (``connect(telemetry=...)``).
+    still has our czxid. ``observer``: told of the loss (``connect(telemetry=...)``).
+    ``revoked``: lost because its holder was asked to let go (a revocable holding,
+    ``_revocation.py``): unlike any other loss, the session is sound, so the release still
+    deletes our nodes, and raises ``LockRevoked``.
     """
 
     nodes: tuple[str, ...]
@@ -45,6 +47,7 @@ class Holding:
     lost: bool = False
     lost_reason: str = ""
     observer: RecipeObserver | None = None
+    revoked: bool = False
     listeners: list[Callable[[], object]] | None = None
 
     def when_lost(self, listener: Callable[[], object]) -> Callable[[], None]:
@@ -81,6 +84,14 @@ class Holding:
         if self.observer is not None:
             self.observer.lost(cause)
         return True
+
+    def mark_revoked(self, reason: str) -> bool:
+        """A revoke request reached the holder: a loss with its own cause (``mark_lost``),
+        unless it was lost already (then its nodes are the janitor's). True if it was not."""
+        if self.lost:
+            return False
+        self.revoked = True
+        return self.mark_lost(reason, "revoked")
 
 
 def _tell(listener: Callable[[], object]) -> None:

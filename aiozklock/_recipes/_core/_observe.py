@@ -35,10 +35,14 @@ class RecipeObserver(Protocol):
     def released(self, held: float) -> None:
         """Given back (or forgotten after a loss) after being held ``held`` seconds."""
 
+    def queued_locally(self, delta: int) -> None:
+        """``delta`` tasks of this process started (1) or stopped (-1) waiting behind this
+        object's own acquisition (its local queue)."""
+
     def lost(self, cause: str) -> None:
         """The holding was found lost; ``cause`` is one of a few words (``"suspended"``,
         ``"lost"``, ``"closed"`` for the session's state, ``"lease"`` for a lease that could
-        not be kept)."""
+        not be kept, ``"revoked"`` for a revocable holding asked to let go)."""
 
 
 @runtime_checkable

@@ -21,10 +21,11 @@ from typing import Protocol
 import anyio
 
 from aiozklock._acl import ACL
-from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner, shorten
+from aiozklock._exceptions import LockLost, LockRevoked, LockTimeout, NotLockOwner, shorten
 from aiozklock._recipes._core._gate import LocalGate
 from aiozklock._recipes._core._handle import Handle, _task_ended
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
+from aiozklock._recipes._core._local_waiters import LocalWaiters
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._wire._session import Session
 from aiozklock._wire._tasks import TaskRef
@@ -91,6 +92,7 @@ class Primitive(Handle):
         "_paths",
         "_registry",
         "_session",
+        "_waiters",
         "acl",
     )
 
@@ -114,6 +116,7 @@ class Primitive(Handle):
         self._granted_at = 0.0  # time.monotonic() of the grant (kept only with an observer)
         # One holding per object: local tasks queue here, FIFO.
         self._local = LocalGate()
+        self._waiters: LocalWaiters | None = None  # made with the first task that waits
         self._owner: TaskRef | None = None
         self._depth = 0
         self._holding: Holding | None = None
@@ -209,7 +212,7 @@ class Primitive(Handle):
             elif self._owner.id == task.id:
                 assert self._holding is not None
                 if self._holding.lost:
-                    raise self._lost_error(f"{self._label} was lost: {self._holding.lost_reason}")
+                    raise self._loss(self._holding)
                 self._depth += 1
                 return
         await self._take_anew(limit, task)
@@ -242,6 +245,10 @@ class Primitive(Handle):
         assert self._holding is not None
         attempt.acquired(self._granted_at - started, self._ahead(), self._holding.token)
 
+    def _new_waiters(self) -> LocalWaiters:
+        """Its local waiters, counted from the first task that waits (``_local_waiters.py``)."""
+        return LocalWaiters(self._observer)
+
     def _ahead(self) -> int | None:
         """How many contenders were queued before us when we last joined (telemetry);
         None for a recipe without a queue."""
@@ -254,9 +261,9 @@ class Primitive(Handle):
         try:
             self._local.acquire_nowait()
         except anyio.WouldBlock:
-            with anyio.move_on_after(math.inf if limit is None else limit) as scope:
-                await self._local.acquire()
-            if scope.cancelled_caught:  # anyio's semaphore gives it back if cancelled late
+            if self._waiters is None:
+                self._waiters = self._new_waiters()
+            if not await self._waiters.wait(self._local, limit):
                 raise LockTimeout(
                     f"{self._label} not acquired within {limit} s "
                     "(other tasks of this process were first)"
@@ -293,9 +300,15 @@ class Primitive(Handle):
         if self._depth > 1:
             self._depth -= 1
             if holding.lost:
-                raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
+                raise self._loss(holding)
             return
         await self._let_go(holding, task_id, confirm)
+
+    def _loss(self, holding: Holding) -> LockLost:
+        """What a lost ``holding`` raises: ``LockRevoked`` if it was revoked."""
+        if holding.revoked:
+            return LockRevoked(f"{self._label} was revoked: {holding.lost_reason}")
+        return self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
 
     async def _let_go(self, holding: Holding, task_id: int, confirm: bool = True) -> None:
         self._depth = 0
@@ -309,13 +322,17 @@ class Primitive(Handle):
         try:
             if holding.lost:
                 self._losses += 1
-                raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
-            if not confirm and self._give_back_nowait(holding):
+                if not holding.revoked:  # its nodes are the janitor's (the loss policy's)
+                    raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
+            if confirm or not self._give_back_nowait(holding):
+                await self._give_back(holding)
+            elif not holding.revoked:
                 return  # nothing awaited: no cancellation can have arrived meanwhile
-            await self._give_back(holding)
         finally:
             self._drop(holding)
             self._local.release()
+        if holding.revoked:  # released: its nodes are deleted as by a release
+            raise LockRevoked(f"{self._label} was revoked: {holding.lost_reason}")
         # The give-back was shielded; a cancellation that arrived meanwhile is delivered now.
         await self._session.tasks.checkpoint_if_cancelled()
 

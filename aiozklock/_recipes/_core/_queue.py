@@ -44,6 +44,7 @@ from aiozklock._recipes._core._queue_state import (
     Joined,
     Lead,
     Listings,
+    OnJoin,
     Replies,
     Round,
 )
@@ -53,6 +54,7 @@ from aiozklock._wire._protocol import Created, CreateMode, create_op, exists_op
 from aiozklock._wire._validation import join
 
 _LOST_OR_THERE = (ConnectionLoss, NodeExistsError)
+
 # A join proven alone: first, nothing stale, nothing behind.
 _ALONE = Step(stale=(), requeue=False, held=True, waits={}, behind=0)
 
@@ -66,11 +68,15 @@ class Queue(Enqueuing, Waiting, GivingBack, Delaying):
 
     __slots__ = ()
 
-    async def take(self, deadline: float | None, data: Callable[[], bytes]) -> Holding:
+    async def take(
+        self, deadline: float | None, data: Callable[[], bytes], on_join: OnJoin | None = None
+    ) -> Holding:
         """Queue on every member and wait until first on all; returns the holding.
 
-        ``data()`` gives our nodes' data at each enqueue. Raises ``LockTimeout`` at
-        ``deadline``; after any failure or cancellation, ``abandon()`` leaves nothing queued.
+        ``data()`` gives our nodes' data at each enqueue; ``on_join(server_paths,
+        generation)`` is told of our nodes once each join has created them, before any wait
+        (a revocable recipe's watch). Raises ``LockTimeout`` at ``deadline``; after any
+        failure or cancellation, ``abandon()`` leaves nothing queued.
         """
         self._deadline = deadline
         delay = self._delay
@@ -80,19 +86,21 @@ class Queue(Enqueuing, Waiting, GivingBack, Delaying):
             else:
                 delay.seen, delay.waited = False, 0.0
         try:
-            return await self._take(deadline, data)
+            return await self._take(deadline, data, on_join)
         finally:
             if self._armed is not None:
                 self._disarm()
 
-    async def _take(self, deadline: float | None, data: Callable[[], bytes]) -> Holding:
+    async def _take(
+        self, deadline: float | None, data: Callable[[], bytes], on_join: OnJoin | None
+    ) -> Holding:
         listings: Listings | None = None
         handed_off = False  # the last wait ended in a direct hand-off (nothing listed behind)
         while True:
             try:
                 joined = None
                 if listings is None:
-                    joined = await self._join(deadline, data)
+                    joined = await self._join(deadline, data, on_join)
                     listings = joined.listings
                 if self._layout is not None:
                     for member, children in listings.items():  # fail closed: see _peers.py
@@ -117,11 +125,13 @@ class Queue(Enqueuing, Waiting, GivingBack, Delaying):
         nodes = tuple([join(member, self.nodes[member]) for member in self.members])
         return Holding(nodes, self.generation, self.token)
 
-    async def _join(self, deadline: float | None, data: Callable[[], bytes]) -> Joined:
+    async def _join(
+        self, deadline: float | None, data: Callable[[], bytes], on_join: OnJoin | None
+    ) -> Joined:
         """Enqueue (and check the recipe's guard), with what our last grant left for this
         join (taken: for this join only); returns what the join learned."""
         lead, self._lead = self._lead, None
-        joined = await self._enqueue(deadline, data, lead)
+        joined = await self._enqueue(deadline, data, lead, on_join)
         if self._guard is not None:
             await self._guard.check(joined.guarded, deadline)
         return joined
@@ -213,4 +223,4 @@ class Queue(Enqueuing, Waiting, GivingBack, Delaying):
         return stat.czxid
 
 
-__all__ = ("Guard", "Listings", "Queue", "refused")
+__all__ = ("Guard", "Listings", "OnJoin", "Queue", "refused")

@@ -37,6 +37,9 @@ R = TypeVar("R")
 
 Listings = dict[str, list[str]]  # member path -> its children
 Names = Sequence[tuple[str, str]]  # (member path, node name) pairs
+# Told of our nodes (their server paths, their session generation) as soon as a join has
+# created them, before it waits for anything (a revocable recipe's watch: _revocation.py).
+OnJoin = Callable[[Sequence[str], int], None]
 # Raised by a write before anything of it was written: nothing of ours can exist.
 NOT_WRITTEN = (SessionExpired, TimeoutError, InvalidArgument)
 
@@ -165,6 +168,7 @@ class QueueState:
         "guid",
         "members",
         "nodes",
+        "on_adopt",
         "token",
     )
 
@@ -205,6 +209,9 @@ class QueueState:
         # records its deletes' outcome on an ``Alone``).
         self._lead: Lead = None
         self._armed: _ChildWatch | None = None  # a child watch kept between the waits
+        # Called once nodes are ours (the local waiters' publisher, if any: their count may
+        # have changed since the data they were created with was built).
+        self.on_adopt: Callable[[], None] | None = None
 
     @property
     def _late(self) -> str:
@@ -242,6 +249,13 @@ class QueueState:
         self.nodes = {member: str(path).rpartition("/")[2] for member, path in paths.items()}
         self.token = token
         self.generation = generation
+        if self.on_adopt is not None:
+            self.on_adopt()
+
+    def _server_nodes(self) -> list[str]:
+        """The server paths of our nodes, one per member."""
+        server_path = self._session.server_path
+        return [server_path(join(member, self.nodes[member])) for member in self.members]
 
     def forget(self) -> None:
         """Released or lost: no node is ours any more."""
@@ -330,6 +344,7 @@ __all__ = (
     "Lead",
     "Listings",
     "Names",
+    "OnJoin",
     "QueueState",
     "Replies",
     "Round",

@@ -6,16 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
+
 from aiozklock._acl import ACL
+from aiozklock._exceptions import LockRevoked
 from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._delay_record import warn_short_delay
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
+from aiozklock._recipes._core._local_waiters import LocalWaiters, PublishedWaiters
 from aiozklock._recipes._core._names import LOCK_MARKER
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._recipes._core._queue import Guard, Queue
+from aiozklock._recipes._core._revocation import Revocation
 from aiozklock._wire._session import Session
 
 
@@ -24,9 +29,15 @@ class QueuedPrimitive(Primitive):
     the multi-lock, election): the queue engine does the work, with ``decide``. ``layout``:
     what we write, to refuse peers that cannot order it (``_peers.py``); None: no check.
     ``lock_delay``: seconds a grant after our node vanished without a release waits
-    (``_delay.py``); None: none asked (a record found on the path is honored anyway)."""
+    (``_delay.py``); None: none asked (a record found on the path is honored anyway).
+    ``revocable``: a revoke request (``_revocation.py``) ends its holding, or its wait, with
+    ``LockRevoked``; its nodes' data says so (``"revocable": true``)."""
 
-    __slots__ = ("_identity", "_queue")
+    __slots__ = ("_identity", "_queue", "_revocation")
+
+    # Whether its node's data publishes its local waiters (``_local_waiters.py``): only
+    # where every peer that may watch the node tolerates a change of its data (the locks).
+    _publishes = False
 
     def __init__(
         self,
@@ -42,6 +53,7 @@ class QueuedPrimitive(Primitive):
         guard: Guard | None = None,
         layout: Layout | None = None,
         lock_delay: float | None = None,
+        revocable: bool = False,
     ) -> None:
         super().__init__(session, monitor, label, members, acl)
         if layout is not None:
@@ -49,12 +61,45 @@ class QueuedPrimitive(Primitive):
         self._queue = Queue(
             session, janitor, members, decide, self._label, acl, marker, guard, layout, lock_delay
         )
-        self._identity = Identity(identifier)
         if lock_delay is not None and lock_delay < session.timeout:
             warn_short_delay(self._label, lock_delay, session.timeout)
+        self._identity = Identity(identifier, revocable=revocable)
+        self._revocation = Revocation(session) if revocable else None
+
+    @property
+    def revocable(self) -> bool:
+        """Whether a revoke request ends its holding (``revocable=True``)."""
+        return self._revocation is not None
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        return await self._queue.take(deadline, lambda: self._identity.data(task_name))
+        revocation = self._revocation
+        if revocation is None:  # the hot path: nothing more
+            return await self._queue.take(deadline, lambda: self._node_data(task_name))
+        with anyio.CancelScope() as waiting:  # a request while we wait cancels it
+            revocation.waiting = waiting
+            holding = await self._queue.take(
+                deadline, lambda: self._node_data(task_name), revocation.watch
+            )
+        revocation.waiting = None
+        if waiting.cancelled_caught:
+            raise LockRevoked(
+                f"{self._label}: a revoke request reached it while it waited: it gave up its "
+                "place in the queue"
+            )
+        revocation.hold(holding)
+        return holding
+
+    def _node_data(self, task_name: str | None) -> bytes:
+        """Our nodes' data at an enqueue: our identity, with the local waiters if published."""
+        waiters = self._waiters
+        if waiters is not None and waiters.publishes:
+            return waiters.data(task_name)
+        return self._identity.data(task_name, 0 if self._publishes else None)
+
+    def _new_waiters(self) -> LocalWaiters:
+        if not self._publishes:
+            return super()._new_waiters()
+        return PublishedWaiters(self._observer, self._session, self._queue, self._identity)
 
     def _ahead(self) -> int | None:
         return self._queue.ahead
@@ -71,6 +116,8 @@ class QueuedPrimitive(Primitive):
         return 0.0 if delay is None else delay.waited
 
     async def _abandon(self) -> None:
+        if self._revocation is not None:
+            self._revocation.forget()
         await self._queue.abandon()
 
     async def _give_back(self, holding: Holding) -> None:
@@ -81,6 +128,8 @@ class QueuedPrimitive(Primitive):
         return True
 
     def _drop(self, holding: Holding) -> None:
+        if self._revocation is not None:
+            self._revocation.forget()
         if holding.lost:
             self._queue.retire_guid()  # the loss policy left our nodes to the janitor
         self._queue.forget()

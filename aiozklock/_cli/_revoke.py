@@ -1,0 +1,94 @@
+"""``aiozklock revoke PATH [--wait S]``: ask the holder of the lock at PATH to let go
+(``zk.revoke``), and wait until it did."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+import anyio
+
+import aiozklock
+from aiozklock._cli._common import (
+    EX_TEMPFAIL,
+    EX_UNAVAILABLE,
+    EX_USAGE,
+    Parser,
+    UsageFailure,
+    add_connection_options,
+    make_client,
+    say,
+    seconds,
+)
+from aiozklock._wire._validation import validate_recipe_path
+
+EX_NOHOLDER = 1  # nothing holds the lock: nothing to revoke
+EX_NOPERM = 77  # not revocable (it did not opt in), or its node's ACL forbids the write
+
+#: The exit status of each ``NotRevoked.reason``.
+STATUS = {"no holder": EX_NOHOLDER, "not revocable": EX_NOPERM, "timeout": EX_TEMPFAIL}
+
+_EPILOG = (
+    "The holder's node (ours, Curator's or kazoo's, as 'contenders' reads the path) gets "
+    "the data __REVOKE__, Curator's revoke request (Revoker.attemptRevoke). A holder that "
+    "opted in (zk.lock(path, revocable=True), Curator's makeRevocable) lets go: its body "
+    "is cancelled and its lock released; others ignore it. A holder whose node says it did "
+    "not opt in is not written to.",
+    f"exit status: 0 the holder let go (with --wait 0: the request was written), "
+    f"{EX_NOHOLDER} no holder, {EX_NOPERM} the holder is not revocable (or its node's ACL "
+    f"forbids the write), {EX_TEMPFAIL} it "
+    f"did not let go within --wait seconds (it may not be revocable), {EX_USAGE} usage "
+    f"error, {EX_UNAVAILABLE} ZooKeeper unavailable.",
+)
+
+
+def add_revoke_parser(commands: argparse._SubParsersAction[Parser]) -> None:
+    """The ``revoke`` subcommand's parser."""
+    parser = commands.add_parser(
+        "revoke",
+        help="ask the holder of a lock to let go",
+        description="Ask the holder of the lock at PATH to let go, and wait until it did.",
+        epilog="\n\n".join(textwrap.fill(paragraph, 79) for paragraph in _EPILOG),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_connection_options(parser)
+    parser.add_argument(
+        "--wait",
+        type=seconds,
+        default=10.0,
+        metavar="S",
+        help="seconds to wait for the holder to let go; 0: only ask (%(default)s)",
+    )
+    parser.add_argument("path", metavar="PATH")
+
+
+def revoke_command(args: argparse.Namespace) -> int:
+    """The ``revoke`` subcommand; returns the exit status. Raises ``UsageFailure`` for a
+    bad path or hosts, before anything is contacted."""
+    try:
+        path = validate_recipe_path(args.path)
+    except aiozklock.InvalidArgument as exc:
+        raise UsageFailure(str(exc)) from None
+    client = make_client(args)
+
+    async def main() -> tuple[str, ...]:
+        async with client as zk:
+            return await zk.revoke(path, wait=args.wait)
+
+    try:
+        nodes = anyio.run(main)
+    except aiozklock.NotRevoked as exc:
+        say(args.command, str(exc))
+        return STATUS[exc.reason]
+    except aiozklock.NoAuthError as exc:
+        say(args.command, f"not allowed to write the holder's node (its ACL): {exc}")
+        return EX_NOPERM
+    except aiozklock.ZooKeeperUnavailable as exc:
+        say(args.command, f"ZooKeeper unavailable: {exc}")
+        return EX_UNAVAILABLE
+    done = "asked to let go" if args.wait == 0 else "let go"
+    print(f"the holder of {path} {done}: {', '.join(nodes)}")
+    return 0
+
+
+__all__ = ("STATUS", "add_revoke_parser", "revoke_command")
