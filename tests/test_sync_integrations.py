@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import redis
 from celery import Celery, group  # type: ignore[import-untyped]
 
@@ -68,6 +69,7 @@ def time_limit_while_waiting(client: Celery, hosts: str) -> tuple[object, list[d
     return waiting.result, after
 
 
+@pytest.mark.timeout(180)  # 2 workers x 5 processes and 408 tasks on a loaded machine
 def test_celery_prefork_workers_increment_exactly_under_the_lock(
     hosts: str, tmp_path: Path
 ) -> None:
@@ -149,6 +151,7 @@ def wait_for_http(http: httpx.Client, log: Path) -> None:
             time.sleep(0.05)
 
 
+@pytest.mark.timeout(120)
 def test_flask_under_gunicorn_preload_counts_exactly(hosts: str, tmp_path: Path) -> None:
     socket, log = tmp_path / "gunicorn.sock", tmp_path / "gunicorn.log"
     with running([gunicorn(socket)], environment(hosts), [log]) as [master]:
@@ -198,6 +201,7 @@ def http_client(socket: Path) -> httpx.Client:
 # ---------------------------------------------------------------- a cron-style script
 
 
+@pytest.mark.timeout(120)
 def test_two_cron_runs_at_once_one_does_the_work(hosts: str, tmp_path: Path) -> None:
     out, release = tmp_path / "report.log", tmp_path / "release"
     command = python("examples/sync_cron.py", "--hosts", hosts, "--lock", "/locks/cron")
