@@ -195,26 +195,38 @@ def _epoch(zxid: int) -> int:
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_lock_delay_holds_across_a_leader_kill(ensemble: ZooKeeperCluster) -> None:
+@pytest.mark.parametrize("late", [False, True], ids=["waiter", "late-contender"])
+async def test_lock_delay_holds_across_a_leader_kill(
+    ensemble: ZooKeeperCluster, late: bool
+) -> None:
     """A lock-delay holder's session ends without a release (expired for real); the waiter,
     on another member, writes its "gone" mark, and the leader is SIGKILLed right then (the
-    mark seen by a third session's data watch): the waiter's grant, written under the next
-    leader, still comes no earlier than the delay after the vanish (the third session's
-    NodeDeleted: a lower bound that load only makes larger)."""
+    mark seen by a third session's data watch). The grant, written under the next leader,
+    still comes no earlier than the delay after the vanish (the third session's NodeDeleted:
+    a lower bound that load only makes larger).
+
+    ``waiter``: that waiter is granted; its wait runs on its own clock from its mark.
+    ``late-contender``: that waiter gives up (its session expired), and a contender that
+    arrives once the next leader serves is granted: the mark's time was written by the
+    killed leader's clock, its own by the next one's, so it waits the full delay from its
+    own write (it cannot tell their skew): granted no earlier than the delay after it began.
+    """
     leader = ensemble.leader()
     near, far = (m for m in ensemble.members if m is not leader)  # holder's, waiter's
     path = f"/delay-leader/{uuid.uuid4().hex}"
     record_path = f"{path}/{RECORD}"
     granted, release = anyio.Event(), anyio.Event()
     times: dict[str, float] = {}
+    first = anyio.CancelScope()  # the waiter's, cancelled in the late-contender case
     try:
         async with contextlib.AsyncExitStack() as stack:
             proxy = await stack.enter_async_context(FaultProxy(near.address))
             holder_zk = await stack.enter_async_context(
                 aiozklock.connect(proxy.address, session_timeout=T)
             )
+            waiter_proxy = await stack.enter_async_context(FaultProxy(far.address))
             waiter_zk = await stack.enter_async_context(
-                aiozklock.connect(far.address, session_timeout=DELAY)
+                aiozklock.connect(waiter_proxy.address, session_timeout=DELAY)
             )
             # On the holder's member: it has applied what the holder was answered.
             observer = await stack.enter_async_context(
@@ -226,17 +238,18 @@ async def test_lock_delay_holds_across_a_leader_kill(ensemble: ZooKeeperCluster)
             assert await observer.exists(f"{path}/{node}", watch=True) is not None
             await observer.get_data(record_path, watch=True)  # the holder's record
 
-            waiter = waiter_zk.lock(path, lock_delay=DELAY)
+            async def wait(lock: aiozklock.Lock, scope: anyio.CancelScope) -> None:
+                with scope:
+                    async with lock:
+                        times["granted"] = time.monotonic()
+                        granted.set()
+                        await release.wait()
 
-            async def wait() -> None:
-                async with waiter:
-                    times["granted"] = time.monotonic()
-                    granted.set()
-                    await release.wait()
-
+            waiter = winner = waiter_zk.lock(path, lock_delay=DELAY)
+            winner_zk = waiter_zk
             with anyio.fail_after(4 * BOUND):
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(wait)
+                    tg.start_soon(wait, waiter, first)
                     await wait_for_children(waiter_zk, path, lambda c: len(c) >= 3)
                     # Expire the holder's session; its reconnect is parked until it has.
                     session = (holder_zk.session_id, holder_zk.session_password)
@@ -247,12 +260,24 @@ async def test_lock_delay_holds_across_a_leader_kill(ensemble: ZooKeeperCluster)
                     await observer.wait_for_event(type=WatchEventType.NODE_DATA_CHANGED)
                     times["marked"] = time.monotonic()
                     data, stat = await observer.get_data(record_path)
+                    if late:  # the waiter gives up, its session ended for real
+                        first.cancel()
+                        session = (waiter_zk.session_id, waiter_zk.session_password)
+                        waiter_proxy.set_delay(PARKED)
+                        await expire_session(far.address, *session)
                     await anyio.to_thread.run_sync(leader.kill)
                     times["killed"] = time.monotonic()
+                    if late:  # connected once its server serves under the next leader
+                        winner_zk = await stack.enter_async_context(
+                            aiozklock.connect(far.address, session_timeout=DELAY)
+                        )
+                        times["began"] = time.monotonic()
+                        winner = winner_zk.lock(path, lock_delay=DELAY)
+                        tg.start_soon(wait, winner, anyio.CancelScope())
                     await granted.wait()
-                    mine, after = await waiter_zk.get_data(record_path)  # the waiter's own
-                    waiter_node = waiter.statistics().node
-                    waited = waiter.statistics().lock_delay_waited
+                    mine, after = await winner_zk.get_data(record_path)  # the winner's
+                    winner_node = winner.statistics().node
+                    waited = winner.statistics().lock_delay_waited
                     release.set()
             assert deleted.path == f"{path}/{node}"
             mark = parse_record(data, record_path)
@@ -260,16 +285,19 @@ async def test_lock_delay_holds_across_a_leader_kill(ensemble: ZooKeeperCluster)
             assert (mark.holder, mark.gone) == (node, True), data
             record = parse_record(mine, record_path)
             assert record is not None, mine
-            assert record.holder == waiter_node, mine
+            assert record.holder == winner_node, mine
             proxy.set_delay(0)
+            waiter_proxy.set_delay(0)
     finally:
         if not leader.running:
             await leader.astart()
         await ensemble.await_serving(120.0)
     vanished = times["vanished"]
-    report = {k: round(v - vanished, 3) for k, v in times.items()}
-    print(f"ENSEMBLE lock-delay across a leader kill (after the vanish, s): {report}")
-    # The mark was written under the killed leader, the waiter's record under the next one.
+    report = {k: round(v - vanished, 3) for k, v in times.items()} | {"waited": waited}
+    print(f"ENSEMBLE lock-delay across a leader kill, {late=} (after the vanish, s): {report}")
+    # The mark was written under the killed leader, the grant's record under the next one.
     assert _epoch(after.mzxid) > _epoch(stat.mzxid), (hex(stat.mzxid), hex(after.mzxid))
     assert times["granted"] - vanished >= DELAY, report
+    if late:
+        assert times["granted"] - times["began"] >= DELAY, report
     assert waited > 0
