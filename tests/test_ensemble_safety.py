@@ -8,6 +8,12 @@ The ensemble keeps a cut-off follower serving its clients for ``syncLimit x tick
 still answers it. The negative control runs the same cut with the holder on the rule every
 other client follows (an answered request proves the session alive) and must overlap: the
 scenario does open the gap the protection closes.
+
+The same ensemble proves two promises first proven on one server: a **sync** holder (a
+thread in ``with zk.lock(...)``) on a cut-off follower is told (``lost``, ``on_lost``)
+before the majority's grant, and raises ``LockLost`` at the block's exit; and
+**lock-delay** holds across a leader SIGKILLed between the vanish and the grant, also for
+a contender that arrives under the next leader (it never compares two leaders' clocks).
 """
 
 from __future__ import annotations
