@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 import aiozklock
-from aiozklock._recipes._core._delay_record import RECORD, TAG, parse_record
+from aiozklock._recipes._core._delay_record import RECORD, TAG, holder_record, parse_record
 from aiozklock.testing import FaultProxy, RawZooKeeperConnection, expire_session
 from tests.conftest import ClientFactory, wait_for_queue
 from tests.test_faults import PARKED, DeletionWatch, first_host, observer, report
@@ -340,6 +340,41 @@ async def test_what_lock_delay_costs(proxy: FaultProxy, open_client: ClientFacto
     sent = await _cycle(proxy, open_client, lock_delay=LONG)
     report("lock-delay requests for the cycle", before=str(BEFORE), with_lock_delay=str(sent))
     assert sent == [*BEFORE[:10], 15, 14, 15, 8, 15, 14, 15, 8, 3, 15, 14]
+
+
+# ---------------------------------------------------------------- two leaders' clocks
+
+E1, E2 = 7 << 32, 8 << 32  # zxids of two leader epochs
+
+
+def _marked(data: bytes, mtime: int, zxid: int) -> bytes:
+    record = parse_record(data, PATH)
+    assert record is not None
+    return record.marked_gone(mtime, zxid)
+
+
+def test_server_times_of_two_leaders_are_never_compared() -> None:
+    """The arithmetic of a late contender's wait (pure): reckoned from the mark's mtime when
+    one leader wrote both times; the full delay from its own write when the mark's time was
+    written by another leader (whose clock may be ahead by any skew), however the record
+    carries it. The first contender to see the vanish waits the full delay either way."""
+    held = holder_record("n", 2.0)
+    first = parse_record(held, PATH)
+    assert first is not None
+    assert first.remaining((1_000, E1 + 1), (1_500, E2 + 1)) == 2.0
+    marked = _marked(held, 1_000, E1 + 1)  # "gone by this version's mtime"
+    late = parse_record(marked, PATH)
+    assert late is not None
+    assert late.remaining((10_000, E1 + 2), (11_500, E1 + 3)) == 0.5  # one leader: the rest
+    assert late.remaining((10_000, E1 + 2), (11_500, E2 + 1)) == 2.0  # two: all of it
+    carried = parse_record(_marked(marked, 10_000, E1 + 2), PATH)  # gone_by, and its epoch
+    assert carried is not None
+    assert (carried.gone_by, carried.gone_epoch) == (10_000, 7)
+    assert carried.remaining((11_000, E1 + 3), (11_500, E1 + 4)) == 0.5
+    assert carried.remaining((11_000, E2 + 1), (11_500, E2 + 2)) == 2.0
+    unknown = parse_record(b'{"holder":"n","delay":2.0,"gone_by":10000}', PATH)
+    assert unknown is not None  # a time of no known epoch: never compared either
+    assert unknown.remaining((11_000, E1 + 3), (11_500, E1 + 4)) == 2.0
 
 
 # ---------------------------------------------------------------- arguments

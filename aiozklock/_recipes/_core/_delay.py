@@ -9,8 +9,10 @@ a holder that is gone (we are first: it was ahead of us) and whose release did n
 the record: it vanished without a release. We then write it down as gone (a conditional
 setData: the reply's mtime is the server's time now), and wait what is left of its delay,
 reckoned on the server's clock from the first time anyone recorded it gone (which is after
-it vanished: never early). A lock-delay holder then writes its own record (create, or a
-conditional setData), and its clean release deletes it in one transaction with its node;
+it vanished: never early), or the full delay from our write if that time was written by
+another leader (a leader change came between: two leaders' clocks are never compared).
+A lock-delay holder then writes its own record (create, or a conditional setData), and its
+clean release deletes it in one transaction with its node;
 a contender without lock-delay deletes the record it waited out, so that its own loss
 delays nobody.
 
@@ -107,12 +109,19 @@ class Delaying(QueueState):
         if record is None or record.holder == self.nodes[member]:
             return _Weighed(stat.version)
         # We are first, so the node it names is gone; its release would have deleted it.
-        op = set_data_op(path, record.marked_gone(stat.mtime), stat.version)
+        op = set_data_op(path, record.marked_gone(stat.mtime, stat.mzxid), stat.version)
         try:
             written = await session.call(op, generation=generation, wait_until=deadline)
         except _CHANGED:
             return None
-        until = time.monotonic() + record.remaining(stat.mtime, written.mtime)
+        read_at, written_at = (stat.mtime, stat.mzxid), (written.mtime, written.mzxid)
+        until = time.monotonic() + record.remaining(read_at, written_at)
+        # Each of our reckonings for this vanish is a bound (it is after the vanish by the
+        # delay): an earlier one, on our own clock, spares a second full wait across a
+        # leader change (our first mark written under the old leader, this one the new).
+        assert self._delay is not None
+        owed, key = self._delay.owed, (member, record.holder)
+        until = owed[key] = min(until, owed.get(key, until))
         return _Weighed(written.version, honored=True, until=until)
 
     async def _wait_out(self, delay: LockDelay, until: float, deadline: float | None) -> None:

@@ -10,7 +10,11 @@ docs/fencing.md ("Lock-delay").
   JSON: ``{"holder": <node name>, "delay": <seconds>}``, written by a lock-delay holder
   when granted; a contender that finds that holder gone adds ``"gone_by"``: a server time
   (ms) by which it was gone, or null for "by this version's mtime" (the first one to see it
-  gone, which cannot know the mtime of its own write before the reply).
+  gone, which cannot know the mtime of its own write before the reply), and with a time,
+  ``"gone_epoch"``: the leader epoch (a zxid's high 32 bits) whose clock wrote it.
+* Server times are the leader's wall clock: two of them are compared only when one leader
+  wrote both (same epoch). Across a leader change the contender waits the full delay from
+  its own write instead (late, never early: the two leaders' clocks may differ by any skew).
 """
 
 from __future__ import annotations
@@ -43,43 +47,66 @@ def delay_seen(listings: Iterable[list[str]], guid: str) -> bool:
     return False
 
 
+def epoch(zxid: int) -> int:
+    """The leader epoch in which the write that made ``zxid`` was proposed."""
+    return zxid >> 32
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     """A record's content: the ``holder`` node it names, its ``delay`` in ms, and whether it
     was seen ``gone`` (``gone_by``: the server time, ms, by which it was; None: by the
-    mtime of the version that says so)."""
+    mtime of the version that says so; ``gone_epoch``: the epoch of the leader whose clock
+    wrote ``gone_by``, None if not known)."""
 
     holder: str
     delay: int
     gone: bool = False
     gone_by: int | None = None
+    gone_epoch: int | None = None
 
-    def marked_gone(self, mtime: int) -> bytes:
+    def marked_gone(self, mtime: int, mzxid: int) -> bytes:
         """The data that records the holder gone, written over the version read with
-        ``mtime`` (kept as ``gone_by`` if that version said "gone by my mtime")."""
-        gone_by = self.gone_by if self.gone_by is not None or not self.gone else mtime
-        return _encode(self.holder, self.delay, gone_by, gone=True)
-
-    def remaining(self, read_mtime: int, written_mtime: int) -> float:
-        """Seconds still to wait, from the reply to our write of ``marked_gone`` (its mtime
-        ``written_mtime``; the version we read had ``read_mtime``): server time against
-        server time, never our own clock."""
-        if not self.gone:
-            gone_by = written_mtime  # we are the first to see it gone: by our write
+        ``mtime`` and ``mzxid`` (kept as ``gone_by`` if that version said "gone by my
+        mtime")."""
+        gone_by: int | None
+        if self.gone_by is not None or not self.gone:
+            gone_by, gone_epoch = self.gone_by, self.gone_epoch
         else:
-            gone_by = read_mtime if self.gone_by is None else self.gone_by
+            gone_by, gone_epoch = mtime, epoch(mzxid)
+        return _encode(self.holder, self.delay, gone_by, gone_epoch, gone=True)
+
+    def remaining(self, read: tuple[int, int], written: tuple[int, int]) -> float:
+        """Seconds still to wait, from the reply to our write of ``marked_gone``:
+        ``written`` is its ``(mtime, mzxid)``, ``read`` the version's we wrote over. Server
+        time against server time of the same leader, never our own clock; the full delay
+        if another leader's clock wrote the time it was gone by (a leader change since)."""
+        written_mtime, written_zxid = written
+        if not self.gone:
+            return self.delay / 1000  # we are the first to see it gone: by our write
+        gone_epoch: int | None
+        if self.gone_by is None:
+            gone_by, gone_epoch = read[0], epoch(read[1])
+        else:
+            gone_by, gone_epoch = self.gone_by, self.gone_epoch
+        if gone_epoch != epoch(written_zxid):
+            return self.delay / 1000  # two leaders' clocks: not comparable
         return max(0.0, (gone_by + self.delay - written_mtime) / 1000)
 
 
 def holder_record(holder: str, delay: float) -> bytes:
     """The data a lock-delay holder writes when granted: ``holder``, its node's name."""
-    return _encode(holder, round(delay * 1000), None, gone=False)
+    return _encode(holder, round(delay * 1000), None, None, gone=False)
 
 
-def _encode(holder: str, delay: int, gone_by: int | None, *, gone: bool) -> bytes:
+def _encode(
+    holder: str, delay: int, gone_by: int | None, gone_epoch: int | None, *, gone: bool
+) -> bytes:
     fields: dict[str, object] = {"holder": holder, "delay": delay / 1000}
     if gone:
         fields["gone_by"] = gone_by
+    if gone_epoch is not None:
+        fields["gone_epoch"] = gone_epoch
     return json.dumps(fields, separators=(",", ":")).encode()
 
 
@@ -88,18 +115,24 @@ def parse_record(data: bytes, path: str) -> Record | None:
     try:
         fields = json.loads(data)
         holder, delay = fields["holder"], fields["delay"]
-        gone_by = fields.get("gone_by")
+        gone_by, gone_epoch = fields.get("gone_by"), fields.get("gone_epoch")
         if (
             isinstance(holder, str)
             and isinstance(delay, int | float)
             and not isinstance(delay, bool)
-            and (gone_by is None or isinstance(gone_by, int))
+            and (gone_by is None or _is_int(gone_by))
+            and (gone_epoch is None or _is_int(gone_epoch))
         ):
-            return Record(holder, round(delay * 1000), "gone_by" in fields, gone_by)
+            gone = "gone_by" in fields
+            return Record(holder, round(delay * 1000), gone, gone_by, gone_epoch)
     except (ValueError, TypeError, KeyError):
         pass
     log.warning("%s is not a lock-delay record (ignored): %r", path, data[:200])
     return None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def warn_short_delay(label: str, delay: float, session_timeout: float) -> None:
@@ -120,15 +153,19 @@ class LockDelay:
     """A queue's lock-delay state: ``seconds`` (None for a contender without lock-delay,
     which honors a record it finds), whether this acquisition ``seen`` a reason to read the
     record, the version of each member's record we wrote when granted (what our release
-    deletes), and the seconds the last acquisition ``waited`` for a delay."""
+    deletes), the seconds the last acquisition ``waited`` for a delay, and until when
+    (monotonic) this acquisition already knows it owes a vanished holder's delay (``owed``,
+    by member and holder node: reckoned from its own earlier write, a bound that a leader
+    change since cannot move)."""
 
-    __slots__ = ("seconds", "seen", "versions", "waited")
+    __slots__ = ("owed", "seconds", "seen", "versions", "waited")
 
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
         self.seen = False
         self.versions: dict[str, int] = {}
         self.waited = 0.0
+        self.owed: dict[tuple[str, str], float] = {}
 
 
 __all__ = (
@@ -138,6 +175,7 @@ __all__ = (
     "LockDelay",
     "Record",
     "delay_guid",
+    "epoch",
     "delay_seen",
     "holder_record",
     "parse_record",

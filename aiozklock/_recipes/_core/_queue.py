@@ -85,6 +85,7 @@ class Queue(Enqueuing, Waiting, GivingBack, Delaying):
                 self._delay = None
             else:
                 delay.seen, delay.waited = False, 0.0
+                delay.owed.clear()
         try:
             return await self._take(deadline, data, on_join)
         finally:
