@@ -6,6 +6,8 @@ import argparse
 import math
 import os
 import sys
+import textwrap
+from collections.abc import Sequence
 from typing import NoReturn
 
 import aiozklock
@@ -54,6 +56,25 @@ def seconds(text: str) -> float:
     if not value >= 0 or math.isinf(value):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
     return value
+
+
+def add_command(
+    commands: argparse._SubParsersAction[Parser],
+    name: str,
+    *,
+    help: str,
+    description: str,
+    epilog: Sequence[str],
+) -> Parser:
+    """A subcommand's parser whose epilog is ``epilog``'s paragraphs, each wrapped at 79
+    columns (argparse would join them into one)."""
+    return commands.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog="\n\n".join(textwrap.fill(paragraph, 79) for paragraph in epilog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:

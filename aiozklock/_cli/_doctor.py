@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import textwrap
 
 import anyio
 
@@ -17,6 +16,7 @@ from aiozklock._cli._common import (
     EX_USAGE,
     Parser,
     UsageFailure,
+    add_command,
     add_connection_options,
     make_client,
     say,
@@ -50,12 +50,12 @@ _EPILOG = [
 
 def add_doctor_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     """The ``doctor`` subcommand's parser."""
-    doctor = commands.add_parser(
+    doctor = add_command(
+        commands,
         "doctor",
         help="what is wrong under a prefix: deadlocks, unsafe mixes, long holders, leftovers",
         description="Diagnose the locks under PREFIX.",
-        epilog="\n\n".join(textwrap.fill(paragraph, 79) for paragraph in _EPILOG),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EPILOG,
     )
     add_connection_options(doctor)
     doctor.add_argument("--json", action="store_true", help="print one JSON object (see below)")

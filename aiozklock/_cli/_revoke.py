@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import textwrap
 
 import anyio
 
@@ -15,6 +14,7 @@ from aiozklock._cli._common import (
     EX_USAGE,
     Parser,
     UsageFailure,
+    add_command,
     add_connection_options,
     make_client,
     say,
@@ -44,12 +44,12 @@ _EPILOG = (
 
 def add_revoke_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     """The ``revoke`` subcommand's parser."""
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "revoke",
         help="ask the holder of a lock to let go",
         description="Ask the holder of the lock at PATH to let go, and wait until it did.",
-        epilog="\n\n".join(textwrap.fill(paragraph, 79) for paragraph in _EPILOG),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EPILOG,
     )
     add_connection_options(parser)
     parser.add_argument(

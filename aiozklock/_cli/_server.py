@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from aiozklock._cli._common import Parser, positive_int, say
+from aiozklock._cli._common import Parser, add_command, positive_int, say
 
 if TYPE_CHECKING:
     from aiozklock.testing import ZooKeeperCluster
@@ -55,7 +55,8 @@ _EPILOG = [
 
 def add_server_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     """The ``server`` command's parser."""
-    server = commands.add_parser(
+    server = add_command(
+        commands,
         "server",
         help="a ZooKeeper for development, in the foreground until Ctrl-C",
         description=textwrap.fill(
@@ -64,8 +65,7 @@ def add_server_parser(commands: argparse._SubParsersAction[Parser]) -> None:
             "or SIGTERM.",
             79,
         ),
-        epilog="\n\n".join(textwrap.fill(paragraph, 79) for paragraph in _EPILOG),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EPILOG,
     )
     server.add_argument(
         "--port",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import textwrap
 
 import anyio
 
@@ -16,6 +15,7 @@ from aiozklock._cli._common import (
     EX_USAGE,
     Parser,
     UsageFailure,
+    add_command,
     add_connection_options,
     make_client,
     say,
@@ -58,12 +58,12 @@ _EPILOG = [
 
 def add_top_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     """The ``top`` subcommand's parser."""
-    top = commands.add_parser(
+    top = add_command(
+        commands,
         "top",
         help="a live view of the locks under a prefix: holders, queues, wait ages, findings",
         description="Watch the locks under PREFIX.",
-        epilog="\n\n".join(textwrap.fill(paragraph, 79) for paragraph in _EPILOG),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EPILOG,
     )
     add_connection_options(top)
     top.add_argument("--once", action="store_true", help="print one frame and exit")
