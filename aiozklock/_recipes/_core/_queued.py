@@ -4,8 +4,7 @@ multi-lock, election, the semaphore's leases): ``Primitive`` over the queue engi
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from aiozklock._acl import ACL
 from aiozklock._recipes._core._contenders import Identity
@@ -48,9 +47,8 @@ class QueuedPrimitive(Primitive):
         )
         self._identity = Identity(identifier)
 
-    def _take(self, deadline: float | None, task_name: str | None) -> Coroutine[Any, Any, Holding]:
-        # The queue's coroutine itself: no coroutine of our own around it (every acquire).
-        return self._queue.take(deadline, lambda: self._identity.data(task_name))
+    async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
+        return await self._queue.take(deadline, lambda: self._identity.data(task_name))
 
     def _ahead(self) -> int | None:
         return self._queue.ahead
