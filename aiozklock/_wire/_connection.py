@@ -126,8 +126,12 @@ class Connection:
         loop = running_asyncio_loop()
         if loop is not None:
             await self._read_in_callback(loop, on_data)  # returns if the loop cannot
+        from anyio._core._eventloop import get_async_backend
+
+        # anyio's, looked up once: anyio.wait_readable finds the backend anew on every read.
+        wait_readable = get_async_backend().wait_readable
         while True:
-            await anyio.wait_readable(self._socket)
+            await wait_readable(self._socket)
             data = self._receive_now()
             if data is not None:
                 on_data(data)

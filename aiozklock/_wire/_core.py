@@ -223,21 +223,28 @@ class SessionCore:
         the session expired), else None; raises on a frame it cannot read."""
         self._clock.last_heard = now
         buffer = self._read_buffer
-        buffer += data
+        # Nearly always nothing is left from the last read: the frames are cut from ``data``
+        # itself (one copy each), not from the buffer (two, and the buffer's own).
+        source: bytes | bytearray = data
+        if buffer:
+            buffer += data
+            source = buffer
         length = framing.LENGTH
         start = 0
-        available = len(buffer)
+        available = len(source)
         drop = None
         while available - start >= 4:
-            (size,) = length.unpack_from(buffer, start)
+            (size,) = length.unpack_from(source, start)
             end = start + 4 + size
             if end > available:
                 break
-            if self._on_frame(bytes(buffer[start + 4 : end])):
+            if self._on_frame(bytes(source[start + 4 : end])):
                 drop = "server reports session expired"
             start = end
-        if start:
+        if source is buffer:
             del buffer[:start]
+        elif start < available:
+            buffer += data[start:]
         return drop
 
     def _on_frame(self, data: bytes) -> bool:
@@ -275,7 +282,8 @@ class SessionCore:
             pending.result = None
         else:
             pending.error = error_for_code(err, self.client_path(op.path) if op.path else None)
-        self._watches.settle(op, pending.error is not None, pending.result)
+        if op.watcher is not None:  # (most requests set none)
+            self._watches.settle(op, pending.error is not None, pending.result)
         pending.finish()
         expired: bool = err == _EXPIRED
         return expired

@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from aiozklock._wire._frozen import fast_init
 from aiozklock._wire._records import _INT, _OPCODE, Opcode, _jute, _read_ustring, _ustring
 
 LENGTH = struct.Struct("!i")
@@ -101,6 +102,7 @@ def parse_connect_response(body: bytes) -> Handshake:
     return Handshake(raw.timeout, raw.session_id, raw.password or b"")
 
 
+@fast_init  # one per watch event
 @dataclass(frozen=True, slots=True)
 class RawWatchEvent:
     type: int

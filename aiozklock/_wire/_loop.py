@@ -45,19 +45,33 @@ def _running_loop() -> object | None:
 class LoopGuard:
     """Remembers the thread and event loop it was made in; ``check()`` refuses any other."""
 
-    __slots__ = ("_loop", "_thread", "_thread_name")
+    __slots__ = ("_loop", "_thread", "_thread_name", "_trio_token")
 
     def __init__(self) -> None:
         self._loop = _running_loop()
         self._thread = threading.get_ident()
         self._thread_name = threading.current_thread().name
+        # Owned by a trio run (not asyncio's): its token is looked up directly, without the
+        # RuntimeError asyncio.get_running_loop() raises first (four times a lock cycle).
+        self._trio_token: Callable[[], object] | None = None
+        if self._loop is not None and not isinstance(self._loop, asyncio.AbstractEventLoop):
+            self._trio_token = sys.modules["trio"].lowlevel.current_trio_token
 
     def check(self) -> None:
         """Raise ``UsageError`` unless called in the owning thread's owning event loop."""
         if threading.get_ident() == self._thread:
             # Every request's path: asyncio's loop without a Python call, then the full check.
             loop = asyncio._get_running_loop()
-            if (loop if loop is not None else _running_loop()) is self._loop:
+            if loop is not None:
+                if loop is self._loop:
+                    return
+            elif self._trio_token is not None:
+                try:
+                    if self._trio_token() is self._loop:
+                        return
+                except RuntimeError:  # no trio run either
+                    pass
+            elif _running_loop() is self._loop:
                 return
         raise UsageError(self._misuse())
 

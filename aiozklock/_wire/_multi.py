@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from aiozklock._exceptions import AiozklockError, InvalidArgument, RolledBackError, error_for_code
 from aiozklock._wire._framing import REPLY_HEADER, REPLY_HEADER_SIZE
+from aiozklock._wire._frozen import fast_init
 from aiozklock._wire._records import (
     _INT,
     _LONG,
@@ -66,6 +67,7 @@ def create_ttl_op(
 # --- multi (opcode 14): several writes applied atomically, in one transaction ---------------
 
 
+@fast_init  # the multi-lock's every create, release and reply
 @dataclass(frozen=True, slots=True)
 class MultiCreate:
     """Create a node inside a multi. Sent as a plain create (opcode 1), whose result is the
@@ -82,6 +84,7 @@ class MultiCreate:
         return _create_payload(self.server_path, self.data, int(self.mode), self.acl)
 
 
+@fast_init  # the multi-lock's every create, release and reply
 @dataclass(frozen=True, slots=True)
 class MultiDelete:
     """Delete a node inside a multi (``version`` -1: any version)."""
@@ -136,6 +139,7 @@ MultiSubOp = MultiCreate | MultiDelete | MultiCheck | MultiSetData
 MultiOutcome = str | Stat | AiozklockError | None
 
 
+@fast_init  # the multi-lock's every create, release and reply
 @dataclass(frozen=True, slots=True)
 class MultiResult:
     """The reply to a multi: all of its operations were applied, or none.

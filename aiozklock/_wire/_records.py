@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from aiozklock._acl import ACL, OPEN_ACL_UNSAFE, Perms
 from aiozklock._wire import _jute as _jute_module
+from aiozklock._wire._frozen import fast_init
 
 _jute: Any = _jute_module.load()  # untyped; only the records are used
 
@@ -83,6 +84,7 @@ class WatchedEvent:
 Watcher = Callable[[WatchedEvent], None]
 
 
+@fast_init  # one per reply that carries a stat (every create): built cheaply
 @dataclass(frozen=True, slots=True)
 class Stat:
     """A node's metadata, as ZooKeeper keeps it (times in ms since the epoch): ``czxid``
@@ -103,6 +105,7 @@ class Stat:
     pzxid: int
 
 
+@fast_init  # one per create's reply
 @dataclass(frozen=True, slots=True)
 class Created:
     path: str  # with the sequence suffix, client-side (chroot removed)

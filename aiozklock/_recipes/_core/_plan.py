@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from aiozklock._wire._frozen import fast_init
 
+
+@fast_init  # one per member at every decision of a contended acquire
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What a contender should do next in one queue (a decision function's answer).
@@ -44,6 +47,7 @@ class Decision:
 Decide = Callable[[Iterable[str], str, str], Decision]
 
 
+@fast_init  # one per decision
 @dataclass(frozen=True, slots=True)
 class Step:
     """What to do next across all member queues (see ``plan``), in this order of priority:

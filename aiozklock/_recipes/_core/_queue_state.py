@@ -26,6 +26,7 @@ from aiozklock._recipes._core._names import LOCK_MARKER, node_prefix
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._retry import RETRY
+from aiozklock._wire._frozen import fast_init
 from aiozklock._wire._protocol import Op, delete_op, encode_acl, get_children_op
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join
@@ -85,6 +86,7 @@ class Alone:
 Lead = Hint | Alone | None
 
 
+@fast_init  # one per acquire
 @dataclass(frozen=True, slots=True)
 class Joined:
     """What a join learned: the ``listings`` to decide on, the guard's reply (``guarded``,

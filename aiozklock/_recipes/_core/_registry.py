@@ -90,9 +90,10 @@ class Recipes:
         on, for a wait (not a ``try_acquire()``): ``LockOrderViolation`` in its ``"raise"``
         mode (see ``_order.py``)."""
         task_id = task.id
-        if limit is None:
+        held = self._held(task_id) if limit is None else ()
+        if held:  # (a task that holds nothing, the usual case: no path set to build)
             paths = frozenset(primitive._paths)
-            for other in self._held(task_id):
+            for other in held:
                 # The path test first: a task may hold thousands, nearly all elsewhere. An
                 # ended task's id may be reused: what that task held is not the caller's.
                 if paths.isdisjoint(other._paths) or other is primitive:
