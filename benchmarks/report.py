@@ -29,7 +29,8 @@ HOW_TO_READ = (
     "rotated by one each round, each measurement in a fresh worker process. Client columns: "
     'the median over the rounds. Ratios ("X vs Y"): how many times better X is than Y, '
     'whichever the direction of the metric ("Better" column), **> 1.00x means aiozklock is '
-    "better** (X is aiozklock on asyncio, or its non-fair lock in that table); each round "
+    "better** (X is aiozklock on asyncio, or its non-fair lock or its synchronous API in "
+    "their tables); each round "
     "gives one ratio (both measured in that round), shown as **median [min-max]** over the "
     "rounds. **A trailing `~` marks a ratio whose min-max range straddles 1.00x: not "
     "significant**, the rounds disagree on which client is better. Wire counts are taken in "
@@ -231,6 +232,78 @@ def recipe_tables(
         ),
     )
     return [multilock, election, non_fair]
+
+
+SYNC = "aiozklock (sync)"
+
+
+def sync_table(sessions: Sequence[int], concurrency: Sequence[int]) -> Table:
+    """The synchronous API (``aiozklock.sync``) beside kazoo, its blocking peer, and
+    aiozklock's own async face: the same scenarios, as kazoo runs them (threads)."""
+    rows = [
+        Metric("cycle_median_us", "Uncontended acquire→release, median", "µs", False),
+        Metric("cycle_p99_us", "Uncontended acquire→release, p99", "µs", False),
+        Metric("cycles_per_s", "Uncontended cycles per second", "/s", True),
+        Metric(
+            "confirmed_cycle_median_us",
+            "Uncontended cycle, release confirmed by the server, median",
+            "µs",
+            False,
+        ),
+        Metric("cpu_per_cycle_us", "Client CPU per uncontended cycle", "µs", False),
+    ]
+    for n in sessions:
+        rows += [
+            Metric(
+                f"contended_{n}_per_s",
+                f"Contended, {n} sessions in 1 process (a thread each)",
+                "grants/s",
+                True,
+            ),
+            Metric(f"handoff_{n}_median_us", f"Hand-off, {n} sessions, median", "µs", False),
+        ]
+    for n in sessions:
+        rows += [
+            Metric(
+                f"shared_{n}_per_s",
+                f"Contended, {n} threads sharing 1 client, one path",
+                "grants/s",
+                True,
+            ),
+            Metric(
+                f"shared_handoff_{n}_median_us",
+                f"Hand-off, {n} threads sharing 1 client, median",
+                "µs",
+                False,
+            ),
+        ]
+    for c in concurrency:
+        rows += [
+            Metric(
+                f"requests_{c}_per_s",
+                f"Per-request, 1 session, {c} threads: cycles per second",
+                "/s",
+                True,
+            ),
+            Metric(f"requests_{c}_p50_us", f"Per-request, C={c}: cycle latency, p50", "µs", False),
+        ]
+    return Table(
+        "Synchronous API",
+        f"{SYNC}: `aiozklock.sync`, the blocking face of the same core, in kazoo's shape: "
+        "uncontended, one client and one lock object reused, `with lock: pass` in one thread; "
+        "contended, N clients (N sessions) in one process, one thread each, on one path, the "
+        "body a shared-counter increment across a `time.sleep(0)`; shared, one client shared "
+        "by N threads on one path (ours queue in the process on the client's one lock object, "
+        "one node on the server at a time; kazoo's `Lock` belongs to no thread: one `Lock` "
+        "object per thread, N nodes); per-request, one client shared by C threads, each "
+        "cycling on its own path. kazoo: the same with `KazooClient`s and `client.Lock(path)`; "
+        "aiozklock: its async column (tasks instead of threads). Ratios from the sync column: "
+        "**> 1.00x means the sync API is better**; vs aiozklock, what the blocking face costs "
+        "(1.00x: nothing).",
+        SYNC,
+        (SYNC, SUBJECT, "kazoo"),
+        tuple(rows),
+    )
 
 
 def cycle_rows(prefix: str, what: str) -> list[Metric]:

@@ -53,11 +53,12 @@ from benchmarks.stats import (  # noqa: E402
     cpu_times,
 )
 
-LIBRARIES = ("aiozklock", "aiozk", "kazoo", "curator", "etcd", "etcd3", "redis")
+LIBRARIES = ("aiozklock", "sync", "aiozk", "kazoo", "curator", "etcd", "etcd3", "redis")
 SCENARIOS = (
     "uncontended",
     "wire",
     "contended",
+    "shared",
     "processes",
     "many",
     "floor",
@@ -74,6 +75,11 @@ SCENARIOS = (
 #: The scenarios of the recipes a client library lacks (its column stays empty there).
 MISSING_RECIPES = {"aiozk": ("semaphore",)}
 NON_FAIR = report.NON_FAIR
+SYNC = report.SYNC
+#: What the sync column runs: kazoo's shapes (see ``benchmarks.clients.sync_bench``).
+SYNC_SCENARIOS = ("uncontended", "contended", "shared", "requests")
+#: The clients of the "shared" rows (one client, N threads or tasks on one path).
+SHARED_LIBRARIES = ("aiozklock", "sync", "kazoo")
 CURATOR_JARS = (
     "curator-recipes",
     "curator-framework",
@@ -583,6 +589,25 @@ class Bench:
             self.raw[driver.column][f"contended-{name}"]["requests"] = results[0]["requests"]
         if "per_session" in results[0]:  # a peer's grants per session: how fair it was
             self.raw[driver.column][f"contended-{name}"]["per_session"] = results[0]["per_session"]
+
+    def shared(self, driver: Driver) -> None:
+        """For each N of ``sessions``: one client (one session), N threads or tasks
+        contending on one path for ``duration``: grants/s and hand-off, mutual exclusion
+        and the shared counter checked."""
+        s = self.settings
+        for n in s.sessions:
+            params = self.params(
+                self.path(driver, f"shared-{n}"),
+                sessions=n,
+                warmup=s.contended_warmup,
+                duration=s.duration,
+            )
+            (result,) = self.run_workers(driver, "contended_shared", params)
+            keys = [f"shared_{n}_per_s", f"shared_handoff_{n}_median_us"]
+            grants = self.check_grants(driver, result["intervals"], result["counter"], keys)
+            values = (grants.per_second, grants.handoff.median_us)
+            self.record(driver, **dict(zip(keys, values, strict=True)))
+            self.keep(driver, f"shared-{n}", grants.as_dict())
 
     def check_grants(
         self, driver: Driver, intervals: list[list[int]], counter: int | None, keys: list[str]
@@ -1190,7 +1215,13 @@ def make_drivers(
             else:
                 drivers.append(curator)
             continue
-        missing = MISSING_RECIPES.get(library, ())
+        if library == "sync":
+            drivers.append(python_driver("sync", SYNC, SYNC_SCENARIOS))
+            continue
+        missing = (
+            *MISSING_RECIPES.get(library, ()),
+            *(() if library in SHARED_LIBRARIES else ("shared",)),
+        )
         drivers.append(python_driver(library, scenarios=[s for s in SCENARIOS if s not in missing]))
         if library != "aiozklock":
             continue
@@ -1322,7 +1353,7 @@ def render(bench: Bench, columns: Sequence[str]) -> tuple[str, dict[str, Any]]:
     """The markdown tables (main, per-request, recipes, regression, rounds), and the
     ratio summaries for latest.json."""
     s, rounds, flags = bench.settings, bench.rounds, bench.flags
-    main_columns = [c for c in columns if c != NON_FAIR]  # non-fair: a table of its own
+    main_columns = [c for c in columns if c not in (NON_FAIR, SYNC)]  # tables of their own
     rows = report.metrics(s.sessions, s.process_sessions, s.waiters)
     requests = report.requests_table(s.concurrency, s.hold_ms)
     sections = [report.markdown(rows, main_columns, rounds, flags)]
@@ -1331,9 +1362,11 @@ def render(bench: Bench, columns: Sequence[str]) -> tuple[str, dict[str, Any]]:
         *report.recipe_tables(s.members, s.candidates, s.sessions, s.waiters),
         *report.shared_tables(s.readers, s.semaphore_clients, s.leases),
     ]
-    sections += [table.render(columns, rounds, flags) for table in tables]
+    sync = report.sync_table(s.sessions, s.concurrency)
+    sections += [table.render(columns, rounds, flags) for table in [*tables, sync]]
     summary: dict[str, Any] = {
         "ratios": report.ratio_summary([*rows, *(m for t in tables for m in t.rows)], rounds),
+        "sync_ratios": report.ratio_summary(sync.rows, rounds, SYNC, (report.SUBJECT, "kazoo")),
         "regression": None,
     }
     skip: list[str] = []  # the regression's columns: tables of their own

@@ -2,10 +2,11 @@
 
     python -m benchmarks.worker LIBRARY SCENARIO key=value...
 
-LIBRARY is aiozklock, aiozk, kazoo, etcd or redis; SCENARIO is one of the client module's SCENARIOS
-(uncontended, contended, multilock, election, rw_write, rw_read, rwmix, semaphore_cycle,
-semaphore, many, floor, requests; aiozklock: request_floor, scale, idle, busy; aiozk: no
-semaphore; etcd and redis: uncontended, contended and requests only).
+LIBRARY is aiozklock, sync (aiozklock.sync), aiozk, kazoo, etcd or redis; SCENARIO is one
+of the client module's SCENARIOS (uncontended, contended, multilock, election, rw_write,
+rw_read, rwmix, semaphore_cycle, semaphore, many, floor, requests; aiozklock: request_floor,
+scale, idle, busy; aiozk: no semaphore; sync, etcd and redis: uncontended, contended and
+requests only).
 The ready/go protocol and the parameters are described in ``benchmarks.common``.
 """
 
@@ -23,6 +24,7 @@ CLIENT_MODULES = {
     "aiozklock": "benchmarks.clients.aiozklock_bench",
     "aiozk": "benchmarks.clients.aiozk_bench",
     "kazoo": "benchmarks.clients.kazoo_bench",
+    "sync": "benchmarks.clients.sync_bench",
     "etcd": "benchmarks.clients.etcd_bench",
     "redis": "benchmarks.clients.redis_bench",
 }

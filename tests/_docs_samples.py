@@ -125,6 +125,10 @@ def _check_token(token: object) -> None:
 
 async def _work(*args: Any, fencing_token: Any = None, fencing_tokens: Any = None) -> None:
     _check_token(fencing_token)
+
+
+def _blocking_work(*args: Any, fencing_token: Any = None, fencing_tokens: Any = None) -> None:
+    _check_token(fencing_token)
     for token in (fencing_tokens or {}).values():
         _check_token(token)
 
@@ -151,9 +155,17 @@ async def _compute() -> bytes:
     return b"computed"
 
 
-def stand_ins() -> dict[str, Any]:
+def blocking(page: Path) -> bool:
+    """A page about blocking code (``aiozklock.sync``, kazoo): its samples run in a worker
+    thread, and the application's functions that they call are plain functions."""
+    return "import aiozklock.sync" in page.read_text()
+
+
+def stand_ins(*, blocking: bool = False) -> dict[str, Any]:
     """The names a sample may use without defining them (besides ``zk`` and ``hosts``):
-    ``aiozklock`` itself, and the application's own objects."""
+    ``aiozklock`` itself, and the application's own objects (plain functions on a
+    ``blocking`` page)."""
+    work = _blocking_work if blocking else _work
     return {
         "aiozklock": aiozklock,
         "store": _Store(),
@@ -165,7 +177,7 @@ def stand_ins() -> dict[str, Any]:
         "compute_config": _compute,
         "compute_order": _compute,
         **{
-            name: _work
+            name: work
             for name in (
                 "ship",
                 "ship_order",

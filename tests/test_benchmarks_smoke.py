@@ -54,6 +54,23 @@ async def test_contended_sessions_keep_mutual_exclusion(hosts: str) -> None:
     assert result["counter"] == grants.count
 
 
+async def test_tasks_sharing_a_client_keep_mutual_exclusion(
+    zk: aiozklock.ZooKeeperClient, hosts: str
+) -> None:
+    """The "shared" rows: aiozklock's tasks on one client, kazoo's threads on one
+    ``KazooClient`` (a ``Lock`` each), one path."""
+    params = Params(hosts=hosts, path="/shared", sessions=3, warmup=1, duration=0.2)
+    await zk.ensure_path("/shared")  # and the chroot, which kazoo expects to exist
+    for result in (
+        await aiozklock_bench.contended_shared(params, Gate(None)),
+        await anyio.to_thread.run_sync(kazoo_bench.contended_shared, params, Gate(None)),
+    ):
+        grants = Grants.of(result["intervals"])
+        assert grants.count >= 3
+        assert grants.overlaps == 0
+        assert result["counter"] == grants.count
+
+
 async def test_non_fair_contended_sessions_keep_mutual_exclusion(hosts: str) -> None:
     params = Params(hosts=hosts, path="/nonfair", sessions=3, warmup=1, duration=0.2, fair=False)
     result = await aiozklock_bench.contended(params, Gate(None))
@@ -510,3 +527,39 @@ def test_peer_rows_through_the_runner(
     assert grants["count"] >= 3
     assert bench.flags == {}  # no overlap, no lost update, every task cycled
     assert bench.notes == []
+
+
+@pytest.mark.timeout(120)
+def test_sync_rows_through_the_runner(zk_hosts: str, chroot: str, tmp_path: Path) -> None:
+    """The sync API's column (``--only sync``) as the runner measures it, in worker
+    processes: the uncontended, contended (a thread per session), shared (threads sharing
+    one client on one path) and per-request (threads sharing one client) rows, every one
+    measured, mutual exclusion kept, every thread cycled; its table has the ratios to
+    aiozklock and kazoo."""
+    drivers, notes = run.make_drivers(["sync"], tmp_path, trio=False)
+    assert notes == []
+    (driver,) = drivers
+    assert (driver.column, set(driver.scenarios)) == (report.SYNC, set(run.SYNC_SCENARIOS))
+    settings = dataclasses.replace(
+        run.QUICK, iterations=6, warmup=2, duration=0.2, contended_warmup=1, sessions=(3,)
+    )
+    bench = run.Bench(settings, zk_hosts, tmp_path)
+    bench.root = chroot  # this test's own nodes
+    bench.uncontended(driver)
+    bench.contended(driver, 3, processes=False)
+    bench.shared(driver)
+    bench.requests(driver, 3)
+    values = bench.values[driver.column]
+    keys = ["cycle_median_us", "confirmed_cycle_median_us", "contended_3_per_s"]
+    keys += ["handoff_3_median_us", "shared_3_per_s", "requests_3_per_s", "requests_3_p50_us"]
+    assert all(values[key] > 0 for key in keys), values
+    assert bench.raw[driver.column]["contended-sessions-3"]["count"] >= 3
+    assert bench.raw[driver.column]["shared-3"]["count"] >= 3
+    assert bench.flags == {}  # no overlap, no lost update, every thread cycled
+    assert bench.notes == []
+    # The sync table: the ratios from the sync column to aiozklock's and kazoo's.
+    peers_values = {"aiozklock": {"cycle_median_us": 200.0}, "kazoo": {"cycle_median_us": 1000.0}}
+    rounds = [{**peers_values, report.SYNC: {"cycle_median_us": 250.0}}]
+    text = report.sync_table((3,), (3,)).render([report.SYNC, "aiozklock", "kazoo"], rounds, {})
+    assert "| aiozklock (sync) vs aiozklock | aiozklock (sync) vs kazoo |" in text
+    assert "| 250 | 200 | 1,000 | 0.80x | 4.00x |" in text

@@ -103,3 +103,23 @@ async def test_with_compat_kazoo_kazoo_waits_for_us_and_we_for_it(
         with pytest.raises(aiozklock.LockTimeout):
             await zk.lock(path, compat="kazoo").acquire(timeout=0.3)  # we see its node
         await in_thread(peer.release)
+
+
+async def test_contenders_name_each_other_across_the_libraries(
+    zk: aiozklock.ZooKeeperClient, hosts: str
+) -> None:
+    """A fleet moving from kazoo: our ``contenders()`` reads a kazoo node's identifier (its
+    plain-text data), and kazoo's ``contenders()`` lists our node by its data as it is."""
+    path = "/kz/who"
+    with kazoo(hosts) as client, anyio.fail_after(HANG):
+        peer = client.Lock(path, "legacy-billing")
+        assert await in_thread(peer.acquire, True, HANG)
+        ours = zk.lock(path, identifier="billing-2", compat="kazoo")
+        waiting = await ours.try_acquire()
+        assert not waiting
+        [holder] = await ours.contenders()
+        assert (holder.identifier, holder.is_holder, holder.pid) == ("legacy-billing", True, None)
+        await in_thread(peer.release)
+        async with ours:
+            [listed] = await in_thread(peer.contenders)
+            assert '"identifier": "billing-2"' in listed

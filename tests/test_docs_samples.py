@@ -27,6 +27,7 @@ from tests._docs_samples import (
     Sample,
     Servers,
     all_samples,
+    blocking,
     needs,
     order_model,
     pages,
@@ -100,13 +101,17 @@ async def _with_postgres(stack: AsyncExitStack, dsn: str, namespace: dict[str, A
     namespace.update(dsn=dsn, db=db, Order=order_model())
 
 
-async def _run(sample: Sample, source: str, namespace: dict[str, Any]) -> None:
+async def _run(
+    sample: Sample, source: str, namespace: dict[str, Any], *, blocks: bool = False
+) -> None:
     code = _compile(sample, source)
     try:
         with anyio.fail_after(SAMPLE_BOUND):
             if code.co_flags & inspect.CO_COROUTINE:  # top-level await
                 await eval(code, namespace)
-            elif re.search(r"\b(anyio|asyncio|trio)\.run\(", source):  # runs its own loop
+            elif re.search(r"\b(anyio|asyncio|trio)\.run\(", source) or blocks:
+                # It runs its own loop, or blocks (aiozklock.sync, kazoo), which in this
+                # event loop's thread would block the loop (aiozklock.sync refuses to).
                 await anyio.to_thread.run_sync(exec, code, namespace)
             else:
                 exec(code, namespace)
@@ -130,7 +135,8 @@ async def test_the_samples_of_a_page_run(
     hosts = zk_hosts + zk_chroot
     servers = _servers(request, samples, hosts)  # started before our session: they block
     monkeypatch.setenv("AIOZKLOCK_HOSTS", hosts)  # the quickstart's script reads it
-    namespace: dict[str, Any] = {"__name__": "docs_sample", **stand_ins()}
+    blocks = blocking(page)
+    namespace: dict[str, Any] = {"__name__": "docs_sample", **stand_ins(blocking=blocks)}
     async with AsyncExitStack() as stack:
         zk = await stack.enter_async_context(aiozklock.connect(hosts))
         if servers.pg_dsn is not None:
@@ -141,7 +147,7 @@ async def test_the_samples_of_a_page_run(
             # Each sample's zk is "your client": one that an earlier sample connected (and
             # closed) under that name is not it.
             namespace.update(zk=zk, hosts=hosts)
-            await _run(sample, substitute(sample.source, servers), namespace)
+            await _run(sample, substitute(sample.source, servers), namespace, blocks=blocks)
 
 
 @pytest.mark.timeout(300)  # a pytest run of its own

@@ -137,6 +137,16 @@ async def contended(
     return {"intervals": intervals, "counter": counter, "library_file": aiozklock.__file__}
 
 
+async def contended_shared(params: Params, gate: Gate) -> Result:
+    """One session, ``sessions`` tasks, loop on its one lock object for the path until
+    ``duration`` is over (they queue in the process: one node on the server at a time)."""
+    async with connect(params) as zk:
+        lock = make_lock(zk, params)
+        intervals: list[tuple[int, int]] = []
+        counter = await contend([(lock, intervals)] * params.sessions, params, gate)
+    return {"intervals": intervals, "counter": counter, "library_file": aiozklock.__file__}
+
+
 async def rwmix(params: Params, gate: Gate) -> Result:
     """``sessions`` reader sessions and ``writers`` writer sessions, one task each, loop on
     one read/write lock until ``duration`` is over; the sections of each side apart."""
@@ -342,6 +352,7 @@ async def request_floor(params: Params, gate: Gate) -> Result:
 SCENARIOS: dict[str, Scenario] = {
     "uncontended": uncontended,
     "contended": contended,
+    "contended_shared": contended_shared,
     "multilock": multilock,
     "election": partial(contended, make=make_election),
     "rw_write": partial(recipe_cycles, make=make_write_lock),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +12,7 @@ from typing import Any
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.recipe.lock import Lock  # type: ignore[import-untyped]
 
+from benchmarks.clients.threads import Turn, contend, thread_requests, timed_cycles
 from benchmarks.common import (
     SESSION_TIMEOUT,
     Gate,
@@ -25,7 +25,6 @@ from benchmarks.common import (
 )
 
 Scenario = Callable[[Params, Gate], Result]
-Turn = Callable[[Callable[[], None]], None]  # take the lock (or lead), run the body, give it up
 
 
 @contextmanager
@@ -42,23 +41,6 @@ def connect(params: Params) -> Iterator[KazooClient]:
 def cycle(lock: Lock) -> None:
     with lock:
         pass
-
-
-def timed_cycles(one_cycle: Callable[[], None], params: Params, gate: Gate) -> Result:
-    for _ in range(params.warmup):
-        one_cycle()
-    gate.ready()
-    latencies = []
-    cpu_start = time.process_time_ns()
-    wall_start = time.monotonic_ns()
-    for _ in range(params.iterations):
-        start = time.monotonic_ns()
-        one_cycle()
-        latencies.append(time.monotonic_ns() - start)
-    wall = time.monotonic_ns() - wall_start
-    cpu = time.process_time_ns() - cpu_start
-    gate.measured()
-    return {"latencies_ns": latencies, "wall_ns": wall, "cpu_ns": cpu}
 
 
 def uncontended(params: Params, gate: Gate) -> Result:
@@ -133,6 +115,16 @@ def contended(
     return {"intervals": intervals, "counter": counter}
 
 
+def contended_shared(params: Params, gate: Gate) -> Result:
+    """One ``KazooClient`` (one session), ``sessions`` threads, each with its own ``Lock``
+    on the path (kazoo's ``Lock`` belongs to no thread: one object per contender)."""
+    with connect(params) as client:
+        turns = [lock_turn(client, params) for _ in range(params.sessions)]
+        intervals: list[tuple[int, int]] = []
+        counter = contend([(turn, intervals) for turn in turns], params, gate)
+    return {"intervals": intervals, "counter": counter}
+
+
 def rwmix(params: Params, gate: Gate) -> Result:
     """``sessions`` reader sessions and ``writers`` writer sessions, one thread each, on
     one path: ``ReadLock`` and ``WriteLock``; the sections of each side apart."""
@@ -150,105 +142,10 @@ def rwmix(params: Params, gate: Gate) -> Result:
     return {"reads": reads, "writes": writes}
 
 
-def contend(loops: list[tuple[Turn, list[tuple[int, int]]]], params: Params, gate: Gate) -> int:
-    """Each turn warms up (``warmup`` turns, one after the other), then after "go" one
-    thread each takes turns until ``duration`` is over, appending ``(enter, exit)`` of its
-    body to its list. Returns the shared counter, incremented across a ``sleep(0)`` in every
-    body (a broken mutex would lose increments)."""
-    for turn, _ in loops:
-        for _ in range(params.warmup):
-            turn(lambda: None)
-    counter = 0
-    go = threading.Event()
-    deadline = 0
-
-    def loop(turn: Turn, intervals: list[tuple[int, int]]) -> None:
-        go.wait()
-        while True:
-            span: list[int] = []
-            turn(partial(section, span))
-            intervals.append((span[0], span[1]))
-            if span[1] >= deadline:
-                return
-
-    def section(span: list[int]) -> None:
-        nonlocal counter
-        span.append(time.monotonic_ns())
-        value = counter
-        time.sleep(0)
-        counter = value + 1
-        span.append(time.monotonic_ns())
-
-    threads = [threading.Thread(target=loop, args=args) for args in loops]
-    for thread in threads:
-        thread.start()
-    try:
-        gate.ready()
-    finally:
-        deadline = time.monotonic_ns() + int(params.duration * 1e9)
-        go.set()
-        for thread in threads:
-            thread.join()
-    gate.measured()
-    return counter
-
-
 def requests(params: Params, gate: Gate) -> Result:
-    """One ``KazooClient``, ``concurrency`` threads, each cycling on its own ``Lock``: each
-    warms up, then all wait for "go" and loop until ``duration`` is over."""
+    """One ``KazooClient``, ``concurrency`` threads, each cycling on its own ``Lock``."""
     with connect(params) as client:
-        locks = [client.Lock(path) for path in request_paths(params)]
-        per_thread: list[list[int]] = [[] for _ in locks]
-        warmed = threading.Barrier(len(locks) + 1)
-        go = threading.Event()
-        deadline = 0
-        errors: list[str] = []
-
-        def cycle_until(lock: Lock, latencies: list[int]) -> None:
-            for _ in range(params.warmup):
-                with lock:
-                    time.sleep(params.hold)
-            warmed.wait()
-            go.wait()
-            while True:
-                start = time.monotonic_ns()
-                with lock:
-                    time.sleep(params.hold)  # 0: a yield of the GIL
-                end = time.monotonic_ns()
-                latencies.append(end - start)
-                if end >= deadline:
-                    return
-
-        def loop(lock: Lock, latencies: list[int]) -> None:
-            try:
-                cycle_until(lock, latencies)
-            except BaseException as exc:
-                errors.append(repr(exc))
-                warmed.abort()  # the others (and the main thread) stop waiting
-                raise
-
-        threads = [
-            threading.Thread(target=loop, args=args) for args in zip(locks, per_thread, strict=True)
-        ]
-        for thread in threads:
-            thread.start()
-        try:
-            warmed.wait()
-            gate.ready()
-        finally:
-            started = time.monotonic_ns()
-            deadline = started + int(params.duration * 1e9)
-            go.set()
-            for thread in threads:
-                thread.join()
-        measured = time.monotonic_ns() - started
-        gate.measured()
-    return {
-        "latencies_ns": [latency for latencies in per_thread for latency in latencies],
-        "per_task": [len(latencies) for latencies in per_thread],
-        "measured_ns": measured,
-        "errors": len(errors),
-    }
+        return thread_requests([client.Lock(path) for path in request_paths(params)], params, gate)
 
 
 def many(params: Params, gate: Gate) -> Result:
@@ -311,6 +208,7 @@ def floor(params: Params, gate: Gate) -> Result:
 SCENARIOS: dict[str, Scenario] = {
     "uncontended": uncontended,
     "contended": contended,
+    "contended_shared": contended_shared,
     "multilock": multilock,
     "election": partial(contended, make=election_turn),
     "rw_write": partial(recipe_cycles, make=write_lock),

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 from aiozklock._exceptions import NoNodeError
 from aiozklock._recipes._core._names import parts_of, queue_order, sequence_of
@@ -107,14 +108,11 @@ async def read_contenders(session: Session, queue: Queue, path: str) -> list[Con
 def contender_of(
     name: str, data: bytes, stat: Stat, *, is_holder: bool, sequence: int | None = None
 ) -> Contender:
-    """A contender from its node's name, data (our identity JSON, or anything) and stat;
-    ``sequence`` defaults to the one in the node's name."""
-    try:
-        identity = json.loads(data.decode()) if data else {}
-        if not isinstance(identity, dict):
-            identity = {}
-    except ValueError:
-        identity = {}
+    """A contender from its node's name, data and stat; ``sequence`` defaults to the one in
+    the node's name. The data is our identity JSON; a peer's node (kazoo's, Curator's) holds
+    its identifier as plain text instead, which is read as the identifier (as the peers'
+    own ``contenders()`` and ``getParticipants()`` read it)."""
+    identity = _identity(data)
     return Contender(
         node=name,
         sequence=sequence_of(name) if sequence is None else sequence,
@@ -129,6 +127,24 @@ def contender_of(
         revocable=revocable_of(name, data, identity),
         local_waiters=_count(identity.get("local_waiters")),
     )
+
+
+def _identity(data: bytes) -> dict[str, Any]:
+    """Our identity JSON as a dict; a peer's plain-text identifier as ``{"identifier":
+    text}``; ``{}`` for empty data, a revoke request, or data that is not text."""
+    if data == REVOKE:
+        return {}
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        return {}
+    try:
+        identity = json.loads(text) if text else {}
+    except ValueError:
+        return {"identifier": text}
+    if isinstance(identity, dict):
+        return identity
+    return {"identifier": text}
 
 
 def revocable_of(name: str, data: bytes, identity: dict[str, object]) -> bool | None:

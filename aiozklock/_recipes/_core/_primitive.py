@@ -355,7 +355,8 @@ class Primitive(Handle):
             return None
         log.error(
             "%s was held by task %r (id %d), which ended without releasing it: releasing it "
-            "now. Release in the task that acquired (use 'async with')",
+            "now. Release in the task that acquired (use 'async with'; with aiozklock.sync, "
+            "in the thread that acquired: 'with')",
             self._label,
             owner.name,
             owner.id,

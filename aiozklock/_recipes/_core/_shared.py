@@ -241,7 +241,8 @@ class SharedHolding(Primitive):
                 continue
             log.error(
                 "%s was held by task %r (id %d), which ended without releasing it: releasing "
-                "its share now. Release in the task that acquired (use 'async with')",
+                "its share now. Release in the task that acquired (use 'async with'; in "
+                "aiozklock.sync, in the thread that acquired: 'with')",
                 self._label,
                 holder.task.name,
                 task_id,
