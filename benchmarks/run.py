@@ -371,7 +371,8 @@ def compile_curator(
     if compiled.returncode != 0:
         return f"Curator skipped: javac failed:\n{compiled.stderr[-2000:]}"
     command = (java, "-cp", f"{build_dir}{os.pathsep}{classpath}", source.stem)
-    return Driver(name, "curator", command)
+    # Curator has no "shared" worker (SHARED_LIBRARIES): its column is left out of those rows.
+    return Driver(name, "curator", command, frozenset(SCENARIOS) - {"shared"})
 
 
 def jvm_variant(
