@@ -268,6 +268,7 @@ async def test_the_doctors_deadlock_advice_names_the_revoke_that_breaks_it(
         try:
             async with first:
                 taken[index].set()
+                await taken[1 - index].wait()  # both hold their first: the cycle is certain
                 async with second:
                     outcome[index] = "got both"
         except LockRevoked:
