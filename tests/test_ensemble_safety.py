@@ -274,8 +274,12 @@ async def test_lock_delay_holds_across_a_leader_kill(
                     await anyio.to_thread.run_sync(leader.kill)
                     times["killed"] = time.monotonic()
                     if late:  # connected once its server serves under the next leader
+                        # The election takes 3-6 s here, more on a loaded machine: the
+                        # connect waits for it (its bound is a hang guard, not a verdict).
                         winner_zk = await stack.enter_async_context(
-                            aiozklock.connect(far.address, session_timeout=DELAY)
+                            aiozklock.connect(
+                                far.address, session_timeout=DELAY, connect_timeout=3 * BOUND
+                            )
                         )
                         times["began"] = time.monotonic()
                         winner = winner_zk.lock(path, lock_delay=DELAY)
