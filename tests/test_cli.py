@@ -52,6 +52,7 @@ CONTENDER_KEYS = {
     "enqueued_at",
     "queued_for",
     "local_waiters",
+    "revocable",
 }
 
 
@@ -321,7 +322,7 @@ async def test_contenders_lists_the_queue_holder_first(
         async with zk.lock(PATH, identifier="holder-a") as lock, anyio.create_task_group() as tg:
 
             async def wait() -> None:
-                async with other.lock(PATH, identifier="waiter-b"):
+                async with other.lock(PATH, identifier="waiter-b", revocable=True):
                     pass
 
             tg.start_soon(wait)
@@ -341,6 +342,7 @@ async def test_contenders_lists_the_queue_holder_first(
     assert holder["queued_for"] >= 0
     assert (waiter["position"], waiter["is_holder"], waiter["identifier"]) == (1, False, "waiter-b")
     assert waiter["session_id"] == f"0x{other.session_id:x}"
+    assert (holder["revocable"], waiter["revocable"]) == (False, True)
     lines = table.splitlines()
     assert lines[0].split()[:3] == ["STATE", "IDENTIFIER", "HOST"]
     assert lines[1].split()[:2] == ["holder", "holder-a"]

@@ -9,7 +9,9 @@ result. Output is an aligned table, or with ``--json`` one JSON object whose sha
   (Unix time), "queued_for": float|null (seconds, by this machine's clock),
   "local_waiters": int|null (tasks of its process queued behind it on the same object, as
   its node's data last said; null where the data does not say: another library's node, or
-  a recipe that does not publish it)}``
+  a recipe that does not publish it), "revocable": bool|null (whether a revoke request
+  ends its holding: ``aiozklock revoke``; null where it cannot be known, e.g. a Curator
+  node with empty data)}``
 - ``contenders``: ``{"path": str, "kind": "lock"|"nonfair"|"lease"|null, "contenders":
   [contender, ...]}`` (holder first; ``kind`` null when nothing is queued);
 - ``holders``: ``{"prefix": str, "locks": [{"path": str, "kind": str, "waiting": int,
@@ -65,7 +67,8 @@ _KIND_HELP = (
 _CONTENDER = (
     'C = {"position", "is_holder", "identifier", "host", "pid", "task", "session_id": "0x..." '
     '(null for a lease), "fencing_token", "node", "sequence", "enqueued_at", "queued_for", '
-    '"local_waiters": tasks of its process queued behind it (null: not published)}'
+    '"local_waiters": tasks of its process queued behind it (null: not published), '
+    '"revocable": a revoke request ends its holding (null: cannot be known)}'
 )
 _SHAPES = {
     "contenders": f'{{"path", "kind": {_KINDS}|null, "contenders": [C, ...]}}',
@@ -212,6 +215,7 @@ def _contender_json(
         "enqueued_at": enqueued,
         "queued_for": round(max(0.0, now - enqueued), 3) if enqueued is not None else None,
         "local_waiters": contender.local_waiters,
+        "revocable": contender.revocable,
     }
 
 
