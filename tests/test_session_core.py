@@ -149,16 +149,29 @@ def test_a_late_but_in_time_ping_reply_is_not_silence() -> None:
     assert session.tick(T - 0.01, connected=True)[0] is Tick.SILENT
 
 
-def test_suspended_becomes_lost_at_the_session_deadline_of_the_newest_answered_send() -> None:
+def test_suspended_gives_up_holdings_at_valid_until_and_the_session_a_timeout_later() -> None:
     session = core()
     session.frame_now([delete_op("/a")], None, recorder([]), now=2.0)
     session.receive(reply(1), now=2.5)  # answered: the server heard us no earlier than 2.0
     session.frame_now([delete_op("/b")], None, recorder([]), now=3.0)  # never answered
+    session.leader.demanded(1, 2.6)  # a holding
     session.state = SessionState.SUSPENDED
-    lost_at = 2.0 + T * 0.9  # less LOST_MARGIN
-    assert session.valid_until == pytest.approx(lost_at)
-    assert session.tick(lost_at - 0.01, connected=False) == (Tick.WAIT, pytest.approx(lost_at))
+    horizon = 2.0 + T * 0.9  # less LOST_MARGIN
+    lost_at = 2.5 + T  # a whole timeout after the newest answer
+    assert session.valid_until == pytest.approx(horizon)
+    assert session.tick(horizon - 0.01, connected=False) == (Tick.WAIT, pytest.approx(horizon))
+    assert session.tick(horizon, connected=False) == (Tick.HORIZON, pytest.approx(lost_at))
+    assert session.tick(lost_at - 0.01, connected=False)[0] is Tick.WAIT
     assert session.tick(lost_at, connected=False)[0] is Tick.LOST
+
+
+def test_suspended_without_holdings_keeps_the_session_a_whole_timeout() -> None:
+    session = core()
+    session.frame_now([delete_op("/a")], None, recorder([]), now=2.0)
+    session.receive(reply(1), now=2.5)
+    session.state = SessionState.SUSPENDED
+    assert session.tick(2.0 + T * 0.9, connected=False) == (Tick.WAIT, pytest.approx(2.5 + T))
+    assert session.tick(2.5 + T, connected=False)[0] is Tick.LOST
 
 
 def test_connecting_or_closed_has_no_deadline_but_the_next_tick() -> None:

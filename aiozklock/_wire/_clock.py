@@ -1,19 +1,29 @@
 """The session's liveness clock, without I/O: instants in, decisions out.
 
-Three rules, all relative to the negotiated session timeout ``T``:
+**The rule, on every topology: only an answer proves.** The session is alive, as far as we
+may claim, as of the send time of a request that the server answered (on an ensemble, that
+the leader is proven to have heard of: ``_leader``); ``valid_until`` is that instant plus
+``(1 - LOST_MARGIN) x T`` (``T``: the negotiated session timeout). Watch events and other
+frames the server sends on its own extend nothing: a path that lost one direction (our
+requests vanish, the server's events still arrive) must not look alive.
+
+What follows from it, relative to ``T``:
 
 * **ping**: a connection on which we wrote nothing for ``T/6`` gets a ping, so that its reply
   has a third of ``T`` before silence is declared (as Java's client does), not a sixth;
-* **silence**: nothing heard (any frame) for ``T/2`` while connected means the connection is
-  dead or the server frozen: SUSPENDED (the shell drops the connection);
-* **leader**: in an ensemble, a probe through the leader (``_leader``) is written
-  ``PROBE_GAP x T`` after the previous answer; one unanswered for ``PROBE_WAIT x T``, or a
-  proof older than ``valid_until``, means the server may be cut off from the leader:
-  SUSPENDED (the shell drops the connection and tries another server);
-* **loss**: while SUSPENDED, the session is given up (LOST) at ``valid_until``: the leader
-  expires a session ``T`` after it last heard from it, and ``_leader`` says since when it
-  surely has (on a standalone server: since we sent our newest *answered* request);
-  ``LOST_MARGIN`` absorbs our own scheduling delays and clock rates.
+* **silence**: no answer for ``T/2`` while connected means the connection is dead, one-way or
+  the server frozen: SUSPENDED (the shell drops the connection);
+* **proof**: while a holding needs it (``LeaderProof.demand``), on an ensemble, probes through
+  the leader (``_leader``) are written ``PROBE_GAP x T`` after the newest committed write
+  (a grant that finds the proof stale gets one at once); one unanswered for
+  ``PROBE_WAIT x T`` means the server may be cut off from the leader: the connection is
+  dropped and another server tried. Idle and queued sessions only ping;
+* **horizon**: a holding never outlives ``valid_until``: connected, the connection is then
+  dropped (``UNPROVEN``); suspended, the holdings are given up (``HORIZON``: the shell tells
+  the loss monitor, which cancels their bodies and leaves their nodes to the janitor);
+* **loss**: the session itself is kept for as long as ZooKeeper may keep it (a failover
+  gives every session a fresh timeout at the new leader): given up (LOST) only after a whole
+  ``T`` without any answer, or when a server says it expired.
 
 ``tick(now, ...)`` applies them and says what to do and when to tick next; the shell sleeps
 until then (or until the state changes) and performs the decision.
@@ -24,10 +34,10 @@ from __future__ import annotations
 import collections
 import enum
 
-from aiozklock._wire._leader import PROBE_WAIT, LeaderProof
+from aiozklock._wire._leader import FRESH, PROBE_WAIT, LeaderProof
 
-LOST_MARGIN = 0.1  # LOST this fraction of the timeout before the server may expire us
-SILENCE = 1 / 2  # SUSPENDED after this fraction of the timeout without a frame
+LOST_MARGIN = 0.1  # valid_until is this fraction of the timeout before the server may expire us
+SILENCE = 1 / 2  # SUSPENDED after this fraction of the timeout without an answer
 # An idle connection is pinged after this fraction: the reply then has a third of the timeout
 # before silence is declared (as in Java's client), not just a sixth (a JVM pause).
 PING_IDLE = 1 / 6
@@ -38,28 +48,39 @@ class Tick(enum.Enum):
 
     WAIT = "wait"  # nothing to do before the next deadline
     PING = "ping"  # write a ping now (already counted as sent)
-    SILENT = "silent"  # nothing heard for SILENCE x timeout: drop the connection
+    SILENT = "silent"  # no answer for SILENCE x timeout: drop the connection
     PROBE = "probe"  # write a probe through the leader now (already counted as written)
-    UNPROVEN = "unproven"  # the leader has not answered a probe in time: drop the connection
-    LOST = "lost"  # suspended past valid_until: the session is gone by our clock
+    UNPROVEN = "unproven"  # a holding's proof ran out, or a probe went unanswered: drop it
+    HORIZON = "horizon"  # suspended past valid_until: the holdings are given up
+    LOST = "lost"  # a whole timeout without an answer: the session is gone by our clock
 
 
 class LivenessClock:
-    """When we last heard from the server and last wrote to it, and the send time of every
+    """When the server last answered and we last wrote to it, and the send time of every
     request still waiting for its reply (replies come in order: the oldest is the next).
 
-    Each reply (not a watch event) pops the oldest ``sent_at`` and raises ``last_acked_send``
-    to it: done inline by ``SessionCore._on_frame``, the path of every reply."""
+    Each reply (not a watch event) pops the oldest ``sent_at``, raises ``last_acked_send``
+    to it and sets ``last_heard``: done inline by ``SessionCore._on_frame``, the path of
+    every reply."""
 
-    __slots__ = ("last_acked_send", "last_heard", "last_sent", "leader", "sent_at", "timeout")
+    __slots__ = (
+        "horizon_passed",
+        "last_acked_send",
+        "last_heard",
+        "last_sent",
+        "leader",
+        "sent_at",
+        "timeout",
+    )
 
     def __init__(self, timeout: float, now: float) -> None:
         self.timeout = timeout  # the negotiated one, in seconds
-        self.last_heard = now  # any frame from the server
+        self.last_heard = now  # the newest answer (a reply or a handshake), not any frame
         self.last_sent = now  # any request written
         self.last_acked_send = now  # send time of the newest request answered
         self.sent_at: collections.deque[float] = collections.deque()  # per reply, FIFO
         self.leader = LeaderProof(now)
+        self.horizon_passed = False  # HORIZON was decided since the last attach
 
     @property
     def valid_until(self) -> float:
@@ -70,6 +91,10 @@ class LivenessClock:
         base = self.last_acked_send if leader.direct else leader.proven
         return base + self.timeout * (1 - LOST_MARGIN)
 
+    def fresh(self, now: float) -> bool:
+        """Whether a body may start now: ``valid_until`` is ``FRESH x timeout`` ahead."""
+        return self.valid_until - now >= self.timeout * FRESH
+
     def attached(self, timeout: float, sent_at: float, now: float, new_session: bool) -> None:
         """A handshake answered at ``now`` for a ConnectRequest sent at ``sent_at``: the
         server refreshed the session when it read the request, no earlier than we sent it,
@@ -77,48 +102,67 @@ class LivenessClock:
         self.timeout = timeout
         self.last_heard = now
         self.last_sent = self.last_acked_send = sent_at
+        self.horizon_passed = False
         self.leader.attached(sent_at, new_session)
 
     def tick(self, now: float, connected: bool, suspended: bool) -> tuple[Tick, float]:
         """The decision at ``now`` and the instant of the next tick. ``connected``: a
         connection serves the session; ``suspended``: none does, the session may live."""
-        timeout = self.timeout
         if connected:
-            silence_deadline = self.last_heard + timeout * SILENCE
-            if now >= silence_deadline:
-                return Tick.SILENT, now + timeout
-            if self.leader.direct is False:
-                return self._tick_leader(now, silence_deadline)
-            decision = Tick.WAIT
-            if now - self.last_sent >= timeout * PING_IDLE:
-                self.sent_at.append(now)
-                self.last_sent = now
-                decision = Tick.PING
-            return decision, min(silence_deadline, self.last_sent + timeout * PING_IDLE)
+            return self._tick_connected(now)
         if suspended:
-            lost_at = self.valid_until
-            if now >= lost_at:
-                return Tick.LOST, now + timeout
-            return Tick.WAIT, lost_at
-        return Tick.WAIT, now + timeout
+            return self._tick_suspended(now)
+        return Tick.WAIT, now + self.timeout
 
-    def _tick_leader(self, now: float, silence_deadline: float) -> tuple[Tick, float]:
-        """Connected to an ensemble: probes through the leader replace
-        the idle pings; a late probe or an old proof means the server may be cut off."""
+    def _tick_connected(self, now: float) -> tuple[Tick, float]:
         timeout, leader = self.timeout, self.leader
-        valid_until = self.valid_until
+        silence_deadline = self.last_heard + timeout * SILENCE
+        if now >= silence_deadline:
+            return Tick.SILENT, now + timeout
+        wake = silence_deadline
+        if leader.demand:
+            # The proof's own deadline counts once the proof held during the demand: a
+            # grant after idleness waits (Session.wait_proven) for a fresh one instead.
+            valid_until = self.valid_until
+            if valid_until > leader.demanded_at:
+                if now >= valid_until:
+                    return Tick.UNPROVEN, now + timeout
+                wake = min(wake, valid_until)
+            if leader.direct is False:
+                return self._tick_leader(now, wake)
+        decision = Tick.WAIT
+        if now - self.last_sent >= timeout * PING_IDLE:
+            self.sent_at.append(now)
+            self.last_sent = now
+            decision = Tick.PING
+        return decision, min(wake, self.last_sent + timeout * PING_IDLE)
+
+    def _tick_leader(self, now: float, wake: float) -> tuple[Tick, float]:
+        """Connected to an ensemble while a holding needs the proof: probes through the
+        leader replace the idle pings; a late probe means the server may be cut off."""
+        timeout, leader = self.timeout, self.leader
         outstanding = leader.outstanding
-        if now >= valid_until or (
-            outstanding is not None and now - outstanding >= timeout * PROBE_WAIT
-        ):
-            return Tick.UNPROVEN, now + timeout
-        due = leader.due(now, timeout)
+        if outstanding is not None:
+            if now - outstanding >= timeout * PROBE_WAIT:
+                return Tick.UNPROVEN, now + timeout
+            return Tick.WAIT, min(wake, outstanding + timeout * PROBE_WAIT)
+        due = leader.due(now, timeout, urgent=not self.fresh(now))
         if due is not None and now >= due:
             leader.written(now)  # the shell numbers it (its send time recorded) and writes it
-            return Tick.PROBE, min(silence_deadline, valid_until, now + timeout * PROBE_WAIT)
-        wake = min(silence_deadline, valid_until)
-        if due is not None:
-            wake = min(wake, due)
-        if outstanding is not None:
-            wake = min(wake, outstanding + timeout * PROBE_WAIT)
-        return Tick.WAIT, wake
+            return Tick.PROBE, min(wake, now + timeout * PROBE_WAIT)
+        return Tick.WAIT, wake if due is None else min(wake, due)
+
+    def _tick_suspended(self, now: float) -> tuple[Tick, float]:
+        lost_at = self.last_heard + self.timeout
+        if now >= lost_at:
+            return Tick.LOST, now + self.timeout
+        if self.leader.demand and not self.horizon_passed:
+            horizon = self.valid_until
+            if now >= horizon:
+                self.horizon_passed = True
+                return Tick.HORIZON, lost_at
+            return Tick.WAIT, min(horizon, lost_at)
+        return Tick.WAIT, lost_at
+
+
+__all__ = ("LOST_MARGIN", "PING_IDLE", "SILENCE", "LivenessClock", "Tick")

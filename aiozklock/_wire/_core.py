@@ -32,6 +32,9 @@ from aiozklock._wire._watches import WatchRegistry
 log = logging.getLogger("aiozklock._wire._session")
 
 _EXPIRED = -112  # a reply's error code: the server says our session expired
+# The opcodes of writes (the low byte; the others are 0): create, delete, setData, setACL,
+# multi, create2, createContainer, createTTL. A committed one is a step of the leader proof.
+_WRITES = frozenset({1, 2, 5, 7, 14, 15, 19, 21})
 
 
 class SessionState(enum.Enum):
@@ -109,14 +112,16 @@ class SessionCore:
 
     @property
     def last_heard(self) -> float:
-        """When the last frame (any) arrived from the server."""
+        """When the server last answered (a reply or a handshake; a watch event is no
+        answer)."""
         return self._clock.last_heard
 
     @property
     def valid_until(self) -> float:
-        """The ``time.monotonic()`` instant before which the server cannot have expired this
-        session: it heard our newest answered request no earlier than we sent it, and expires
-        a session ``timeout`` after it last heard from it (less our safety margin)."""
+        """The ``time.monotonic()`` instant before which no server can have expired this
+        session (less our safety margin): the send time of the newest request proven heard
+        (by a standalone server: any answered; by an ensemble's leader: ``_leader``'s proof)
+        plus the timeout. The one rule of ``_clock``, on every topology."""
         return self._clock.valid_until
 
     def tick(self, now: float, connected: bool) -> tuple[Tick, float]:
@@ -221,7 +226,6 @@ class SessionCore:
         """Bytes read from the connection at ``now``: settle the replies and fire the
         watches they complete. Returns why the connection must be dropped (the server says
         the session expired), else None; raises on a frame it cannot read."""
-        self._clock.last_heard = now
         buffer = self._read_buffer
         # Nearly always nothing is left from the last read: the frames are cut from ``data``
         # itself (one copy each), not from the buffer (two, and the buffer's own).
@@ -238,7 +242,7 @@ class SessionCore:
             end = start + 4 + size
             if end > available:
                 break
-            if self._on_frame(bytes(source[start + 4 : end])):
+            if self._on_frame(bytes(source[start + 4 : end]), now):
                 drop = "server reports session expired"
             start = end
         if source is buffer:
@@ -247,8 +251,9 @@ class SessionCore:
             buffer += data[start:]
         return drop
 
-    def _on_frame(self, data: bytes) -> bool:
-        """One frame; True if it says that the session expired."""
+    def _on_frame(self, data: bytes, now: float) -> bool:
+        """One frame; True if it says that the session expired. Only a reply is an answer
+        (``_clock``): a watch event moves no clock."""
         xid, zxid, err = framing.REPLY_HEADER.unpack_from(data, 0)
         if zxid > self.last_zxid:
             self.last_zxid = zxid
@@ -259,10 +264,13 @@ class SessionCore:
             return False
         # Replies come in request order: the oldest send is this one's (see LivenessClock).
         clock = self._clock
+        clock.last_heard = now
+        sent_at = None
         if clock.sent_at:
             sent_at = clock.sent_at.popleft()
             if sent_at > clock.last_acked_send:
                 clock.last_acked_send = sent_at
+            self.leader.touched(sent_at, now, clock.timeout)
         if xid in framing.SPECIAL_XIDS:
             if err:
                 log.warning("reply with xid %d carried error %d", xid, err)
@@ -284,6 +292,14 @@ class SessionCore:
             pending.error = error_for_code(err, self.client_path(op.path) if op.path else None)
         if op.watcher is not None:  # (most requests set none)
             self._watches.settle(op, pending.error is not None, pending.result)
+        if (
+            err == 0
+            and sent_at is not None
+            and op.body[3] in _WRITES
+            and op.body[2] == 0
+            and getattr(pending.result, "failure", None) is None  # a multi: all applied
+        ):
+            self.leader.committed(sent_at, now, clock.timeout)
         pending.finish()
         expired: bool = err == _EXPIRED
         return expired

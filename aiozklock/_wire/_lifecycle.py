@@ -159,6 +159,9 @@ class SessionLifecycle(SessionCore):
         self._run_scope: anyio.CancelScope | None = None
         self._state_event = anyio.Event()
         self._listeners: list[StateListener] = []
+        # Told when a holding's proof ran out while suspended (``Tick.HORIZON``): the session
+        # is kept, the holdings are not.
+        self._horizon_listeners: list[Callable[[str], None]] = []
         self._closing = False
         self._finished = anyio.Event()
         self._drop_reason = "connection closed"
@@ -197,6 +200,23 @@ class SessionLifecycle(SessionCore):
             log.info("session 0x%x: dropping connection: %s", self.session_id, reason)
             self._drop_reason = reason
             self._conn_scope.cancel()
+
+    def _horizon_passed(self, now: float) -> None:
+        """Suspended past ``valid_until`` with holdings: they are given up, the session kept
+        (waiters keep their place; it may still live, ZooKeeper keeps it up to its timeout
+        at the leader, and a failover restarts that)."""
+        reason = (
+            f"the session was last proven alive {now - self.valid_until:.3f} s past its "
+            f"horizon: no answer proving it since {now - self._clock.last_acked_send:.3f} s "
+            "(the session is kept)"
+        )
+        log.warning("session 0x%x: holdings given up: %s", self.session_id, reason)
+        for listener in list(self._horizon_listeners):
+            try:
+                listener(reason)
+            except Exception:
+                log.exception("horizon listener %r raised", listener)
+        self._wake_monitor()
 
     def _session_gone(self, reason: str, *, stale: bool) -> None:
         """The session that owns our ephemerals is gone (or given up): LOST, new generation."""
@@ -245,8 +265,14 @@ class SessionLifecycle(SessionCore):
                 )
             elif decision is Tick.UNPROVEN:
                 self._drop_connection(unproven_reason(self, now))
+            elif decision is Tick.HORIZON:
+                self._horizon_passed(now)
             elif decision is Tick.LOST:
-                self._session_gone("no reply within the session timeout (our clock)", stale=True)
+                self._session_gone(
+                    f"no answer for {now - self.last_heard:.3f} s, the whole session timeout "
+                    "(our clock)",
+                    stale=True,
+                )
             event = self._state_event
             with anyio.move_on_after(max(next_at - time.monotonic(), 0.001)):
                 await event.wait()

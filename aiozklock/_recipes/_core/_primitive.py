@@ -284,6 +284,12 @@ class Primitive(Handle):
         self._owner = task
         self._depth = 1
         self._acquisitions += 1
+        try:
+            await self._monitor.proven(holding)  # no body before a proven valid_until
+        except BaseException:
+            with contextlib.suppress(LockLost):  # lost: the janitor has its nodes
+                await self._let_go(holding, task.id)
+            raise
         self._last_wait = time.monotonic() - started
 
     async def _release(self, task_id: int, confirm: bool = False) -> None:
