@@ -21,9 +21,11 @@ What follows from it, relative to ``T``:
 * **horizon**: a holding never outlives ``valid_until``: connected, the connection is then
   dropped (``UNPROVEN``); suspended, the holdings are given up (``HORIZON``: the shell tells
   the loss monitor, which cancels their bodies and leaves their nodes to the janitor);
-* **loss**: the session itself is kept for as long as ZooKeeper may keep it (a failover
-  gives every session a fresh timeout at the new leader): given up (LOST) only after a whole
-  ``T`` without any answer, or when a server says it expired.
+* **loss**: the session itself is kept for as long as ZooKeeper may keep it: a new leader
+  gives every session a fresh timeout when it takes office, and a server restarted with its
+  data revives the sessions it had, however long the outage lasted, so no clock of ours can
+  know that a session expired. It is LOST only when a server says so (at the reconnect), as
+  ZooKeeper's own clients do; while none answers it stays SUSPENDED, its holdings given up.
 
 ``tick(now, ...)`` applies them and says what to do and when to tick next; the shell sleeps
 until then (or until the state changes) and performs the decision.
@@ -52,7 +54,6 @@ class Tick(enum.Enum):
     PROBE = "probe"  # write a probe through the leader now (already counted as written)
     UNPROVEN = "unproven"  # a holding's proof ran out, or a probe went unanswered: drop it
     HORIZON = "horizon"  # suspended past valid_until: the holdings are given up
-    LOST = "lost"  # a whole timeout without an answer: the session is gone by our clock
 
 
 class LivenessClock:
@@ -153,16 +154,13 @@ class LivenessClock:
         return Tick.WAIT, wake if due is None else min(wake, due)
 
     def _tick_suspended(self, now: float) -> tuple[Tick, float]:
-        lost_at = self.last_heard + self.timeout
-        if now >= lost_at:
-            return Tick.LOST, now + self.timeout
         if self.leader.demand and not self.horizon_passed:
             horizon = self.valid_until
             if now >= horizon:
                 self.horizon_passed = True
-                return Tick.HORIZON, lost_at
-            return Tick.WAIT, min(horizon, lost_at)
-        return Tick.WAIT, lost_at
+                return Tick.HORIZON, now + self.timeout
+            return Tick.WAIT, horizon
+        return Tick.WAIT, now + self.timeout
 
 
 __all__ = ("LOST_MARGIN", "PING_IDLE", "SILENCE", "LivenessClock", "Tick")

@@ -267,12 +267,6 @@ class SessionLifecycle(SessionCore):
                 self._drop_connection(unproven_reason(self, now))
             elif decision is Tick.HORIZON:
                 self._horizon_passed(now)
-            elif decision is Tick.LOST:
-                self._session_gone(
-                    f"no answer for {now - self.last_heard:.3f} s, the whole session timeout "
-                    "(our clock)",
-                    stale=True,
-                )
             event = self._state_event
             with anyio.move_on_after(max(next_at - time.monotonic(), 0.001)):
                 await event.wait()
