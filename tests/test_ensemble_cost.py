@@ -8,8 +8,7 @@
   every session (none replaced) and grants with no overlap.
 * A **leader isolation with stock settings** (tickTime 2 s, syncLimit 5: the followers
   notice after about 10 s, then elect): the waiter's session and its place in the queue
-  survive the failover (which ends within a session timeout of the waiter's last answer),
-  and it is granted in the session it queued in, after the holder (connected to the
+  survive the failover (longer than a session timeout without an answer), and it is granted in the session it queued in, after the holder (connected to the
   isolated leader) stopped.
 """
 
@@ -178,9 +177,10 @@ async def test_a_rolling_restart_keeps_every_session_without_overlap(
 # ---------------------------------------------------------------- a failover, stock settings
 
 # Stock bounds are [4, 40] s. The followers notice the cut after syncLimit x tickTime = 10 s
-# and answer pings until then; the election that follows took about 10 s here: the session
-# must outlive a whole timeout without an answer from then (documented in docs/safety.md).
-STOCK_T = 20.0
+# and answer pings until then; the election that follows took 10-20 s here: longer than the
+# session timeout without an answer, which the session survives (the new leader restarts
+# every session's clock).
+STOCK_T = 10.0
 
 
 @pytest.fixture(scope="module")
