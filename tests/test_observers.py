@@ -171,3 +171,12 @@ async def test_negative_control_a_holder_trusting_its_observer_overlaps(
     # leader expired the session about T after it, and the waiter was granted then.
     assert result.overlap, result
     assert result.stopped > 3.0, result
+
+
+def test_the_kit_refuses_an_observer_master_without_observers_or_voters() -> None:
+    with pytest.raises(ValueError, match="observer_master=True needs"):
+        ZooKeeperCluster(3, observer_master=True)
+    with pytest.raises(ValueError, match="observer_master=True needs"):
+        ZooKeeperCluster(1, observers=1, observer_master=True)  # voter 1 would lead
+    with pytest.raises(ValueError, match="observers >= 0"):
+        ZooKeeperCluster(3, observers=-1)
