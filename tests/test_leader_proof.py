@@ -241,6 +241,15 @@ def test_the_probe_gap_lets_the_chain_renew_the_proof_in_time(hops: int, ticks: 
     assert (hops * (d + 1) + 1) * gap <= 0.75 * timeout * (1 + 1e-9)
 
 
+@pytest.mark.parametrize(("hops", "shortest"), [(1, 0.8), (2, 1.834)])
+def test_timeouts_are_refused_below_one_threshold_only(hops: int, shortest: float) -> None:
+    leader = LeaderProof(0.0)
+    leader.tick, leader.hops = 1.0, hops
+    feasible = [t / 1000 for t in range(300, 5000) if leader.probe_gap(t / 1000) is not None]
+    assert feasible[0] == pytest.approx(shortest, abs=0.001)
+    assert len(feasible) == 5000 - int(feasible[0] * 1000)  # every longer one is proven
+
+
 def test_the_warning_for_an_unknown_tick_says_what_is_assumed_and_what_to_allow() -> None:
     refused = "conf is not executed because it is not in the whitelist.\n"
     warning = unknown_tick_warning(refused, 2.0)

@@ -180,7 +180,7 @@ class LeaderProof:
             # The probe answered when a chain starting at A completes is h x (d + 1) after
             # A; one more interval passes before the answer after it.
             gap = min(timeout * PROBE_GAP, budget / (hops * (d + 1) + 1))
-            if gap < timeout * MIN_PROBE_GAP:
+            if gap < timeout * MIN_PROBE_GAP * (1 - 1e-9):
                 return None
             if gap * d >= touch * (1 - 1e-9):  # d gaps span it (less float rounding)
                 return gap
