@@ -19,7 +19,6 @@ a contender that arrives under the next leader (it never compares two leaders' c
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 import uuid
@@ -100,20 +99,6 @@ async def test_negative_control_without_the_leader_proof_the_holder_overlaps(
     # expired the session about T after it, and the waiter was granted then.
     assert result.overlap, result
     assert result.stopped > 3.0, result
-
-
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_timeout_under_two_ticks_is_warned_once_with_the_numbers(
-    ensemble: ZooKeeperCluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="aiozklock._wire._session")
-    async with aiozklock.connect(ensemble.hosts, session_timeout=0.3):
-        pass
-    async with aiozklock.connect(ensemble.hosts, session_timeout=T):
-        pass
-    warnings = [r.getMessage() for r in caplog.records if "tickTime is 200 ms" in r.getMessage()]
-    assert len(warnings) == 1, warnings
-    assert "session_timeout >= 0.4 s" in warnings[0]
 
 
 # ---------------------------------------------------------------- the synchronous face

@@ -1,13 +1,14 @@
 """The proof that the leader heard of the session (``_wire._leader``) and the clock's rules
 around it (``_wire._clock``), with instants we choose: no server, no socket.
 
-The rule under test (docs/safety.md): a request ``A``'s send time is proven once a write
-``B`` is committed, written after the answer to a write ``Y`` that was itself written at
-least ``TOUCH_GAP x T`` after ``A``'s answer; probes are written only while a holding needs
-the proof.
+The rule under test (docs/safety.md): a probe ``A``'s send time is proven once a probe ``B``
+is answered, written after the answer to a probe ``Y`` that was itself written at least
+``TOUCH_GAP x T`` after ``A``'s answer.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
@@ -15,14 +16,19 @@ from aiozklock._wire import _framing as framing
 from aiozklock._wire._clock import LOST_MARGIN, SILENCE, Tick
 from aiozklock._wire._core import SessionCore, SessionState
 from aiozklock._wire._leader import (
+    MIN_PROBE_GAP,
     PROBE_GAP,
     PROBE_WAIT,
     TOUCH_GAP,
     URGENT_GAP,
     LeaderProof,
+    chain_start,
+    relay_hops,
     standalone,
 )
-from aiozklock._wire._server_conf import tick_warning
+from aiozklock._wire._probe import server_kind
+from aiozklock._wire._server_conf import too_short, unknown_tick_warning
+from tests.test_leader_proof_model import ENSEMBLE, OBSERVED
 
 T = 8.0  # probes 1 s apart, the touch gap 2 s, a probe late after 1.333 s
 RTT = 0.01
@@ -184,16 +190,6 @@ def test_a_standalone_server_keeps_the_answered_request_rule() -> None:
     assert session.valid_until == pytest.approx(3.0 + T * (1 - LOST_MARGIN))
 
 
-def test_a_tick_longer_than_half_the_timeout_is_warned_with_the_numbers() -> None:
-    conf = "clientPort=2181\ntickTime=2000\nmaxSessionTimeout=40000\n"
-    assert tick_warning(conf, 4.0) is None  # two ticks: the leader pings every T/4
-    warning = tick_warning(conf, 3.0)
-    assert warning is not None
-    assert "tickTime is 2000 ms" in warning
-    assert "session_timeout >= 4 s" in warning
-    assert tick_warning("conf is not executed because it is not in the whitelist.", 1) is None
-
-
 def test_a_known_tick_time_makes_the_proof_one_probe_fresher() -> None:
     leader = LeaderProof(0.0)
     leader.tick = 0.2  # the leader pings every 0.1 s: a gap of 0.15 s is enough
@@ -204,8 +200,81 @@ def test_a_known_tick_time_makes_the_proof_one_probe_fresher() -> None:
     probe(leader, y)
     probe(leader, y + RTT + 0.001)
     assert leader.proven == 10.0
-    leader.tick = 20.0  # a tick longer than the timeout allows: the quarter still bounds it
+
+
+# ---------------------------------------------------------------- what the server guarantees
+
+
+def test_an_unknown_tick_assumes_two_ticks_a_timeout() -> None:
+    leader = LeaderProof(0.0)
+    assert leader.tick is None
     assert leader.touch_gap(T) == T * TOUCH_GAP
+    assert leader.probe_gap(T) == T * PROBE_GAP  # a follower: as before, 8 probes a timeout
+
+
+def test_observers_in_the_config_mean_two_hops() -> None:
+    assert relay_hops(ENSEMBLE) == 1
+    assert relay_hops(OBSERVED) == 2
+    assert relay_hops(None) == 2  # unreadable: the safe side
+    assert relay_hops(b"server.1=[::1]:2888:3888:observer;[::1]:2181\n") == 2
+    leader = LeaderProof(0.0)
+    server_kind(leader, OBSERVED)
+    assert (leader.direct, leader.hops) == (False, 2)
+
+
+def test_a_chain_of_two_hops_needs_two_gaps_and_a_probe_between() -> None:
+    gap = 1.0
+    # (sent, answered), each written after the previous answer.
+    one_hop = [(0.0, 0.1), (1.1, 1.2)]  # Y written a gap after A's answer
+    assert chain_start(one_hop, gap, 1) == 0.0
+    assert chain_start(one_hop, gap, 2) is None
+    # A, Y1 a gap later, Z after Y1's answer, Y a gap after Z's answer.
+    two_hops = [(0.0, 0.1), (1.1, 1.2), (1.3, 1.4), (2.4, 2.5)]
+    assert chain_start(two_hops, gap, 2) == 0.0
+    assert chain_start(two_hops, gap, 1) == 1.3  # one hop: Z is proven
+    # Without a probe between the links (Z = Y1), the touch may not have left the first hop.
+    assert chain_start([(0.0, 0.1), (1.1, 1.2), (2.3, 2.4)], gap, 2) is None
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+@pytest.mark.parametrize("ticks", [0.8, 1.0, 1.5, 2.0, 3.0, 10.0, 100.0])
+def test_the_probe_gap_lets_the_chain_renew_the_proof_in_time(hops: int, ticks: float) -> None:
+    """Where ``probe_gap`` gives a gap, a chain over ``hops`` links spans the touch gap and
+    is renewed before it ages past the budget; where none does, the timeout is refused."""
+    leader = LeaderProof(0.0)
+    leader.tick, leader.hops = 1.0, hops
+    timeout = ticks * 1.0
+    gap, touch = leader.probe_gap(timeout), leader.touch_gap(timeout)
+    reason = too_short(leader, timeout)
+    if gap is None:
+        assert reason is not None
+        assert "session_timeout >= 2 s (2 x tickTime)" in reason
+        assert (hops, ticks) in {(1, 0.8), (2, 0.8), (2, 1.0), (2, 1.5)}
+        return
+    assert reason is None
+    assert timeout * MIN_PROBE_GAP <= gap <= timeout * PROBE_GAP
+    d = math.ceil(touch / gap - 1e-9)  # probes per link
+    assert d * gap >= touch * (1 - 1e-9)
+    assert (hops * (d + 1) + 1) * gap <= 0.75 * timeout * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(("hops", "shortest"), [(1, 0.8), (2, 1.834)])
+def test_timeouts_are_refused_below_one_threshold_only(hops: int, shortest: float) -> None:
+    leader = LeaderProof(0.0)
+    leader.tick, leader.hops = 1.0, hops
+    feasible = [t / 1000 for t in range(300, 5000) if leader.probe_gap(t / 1000) is not None]
+    assert feasible[0] == pytest.approx(shortest, abs=0.001)
+    assert len(feasible) == 5000 - int(feasible[0] * 1000)  # every longer one is proven
+
+
+def test_the_warning_for_an_unknown_tick_says_what_is_assumed_and_what_to_allow() -> None:
+    refused = "conf is not executed because it is not in the whitelist.\n"
+    warning = unknown_tick_warning(refused, 2.0)
+    assert "default 4lw.commands.whitelist, since 3.5.3, is srvr alone" in warning
+    assert "every 0.5 s" in warning  # a quarter of the timeout
+    assert "at least 2 x tickTime" in warning
+    assert "4lw.commands.whitelist=srvr,conf" in warning
+    assert "did not answer" in unknown_tick_warning("", 2.0)
 
 
 # ---------------------------------------------------------------- proofs only when held

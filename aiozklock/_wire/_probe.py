@@ -11,7 +11,7 @@ from functools import partial
 
 from aiozklock._exceptions import AiozklockError, SessionExpired
 from aiozklock._wire._core import SessionCore
-from aiozklock._wire._leader import PROBE_WAIT, LeaderProof, probe_op, standalone
+from aiozklock._wire._leader import PROBE_WAIT, LeaderProof, probe_op, relay_hops, standalone
 from aiozklock._wire._multi import MultiResult
 
 # The session logs on one logger, whichever of its modules speaks (docs/observability.md).
@@ -29,11 +29,16 @@ def write_probe(core: SessionCore, now: float, wake: Callable[[], None]) -> byte
 
 def server_kind(leader: LeaderProof, data: bytes | None) -> None:
     """``/zookeeper/config`` held ``data`` (None: it could not be read, e.g. a 3.4 server
-    has none): a standalone server is its own leader, anything else is probed."""
+    has none): a standalone server is its own leader, anything else is probed, over two
+    hops where it lists observers (``relay_hops``)."""
     direct = data is not None and standalone(data)
+    leader.hops = relay_hops(data)
     log.info(
         "ZooKeeper is %s",
-        "a standalone server" if direct else "an ensemble: probing through the leader",
+        "a standalone server"
+        if direct
+        else "an ensemble: probing through the leader"
+        + (" (observers: a touch may take two hops)" if leader.hops > 1 else ""),
     )
     leader.direct = direct
 

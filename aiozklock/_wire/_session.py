@@ -205,14 +205,13 @@ class Session(SessionLifecycle):
         server_kind(self.leader, data)
 
     async def check_server_conf(self) -> None:
-        """On an ensemble, warn once (logged) if its ``tickTime`` is too long for the
-        session timeout (``_server_conf``); bounded, and silent where ``conf`` is not
-        allowed."""
+        """On an ensemble, read its ``tickTime`` once (``_server_conf``): a WARNING where it
+        cannot be read; ``InvalidArgument`` if the timeout is too short for any proof
+        through the leader. Bounded."""
         if self.leader.direct is False:
             host, port = self._hosts[self._host_index]
             bound = min(self._connect_timeout, 1.0)
-            tick = await check_server_conf(host, port, self._tls, self.timeout, bound)
-            self.leader.tick = tick
+            await check_server_conf(host, port, self._tls, self.leader, self.timeout, bound)
 
     async def wait_connected(
         self, generation: int | None = None, until: float | None = None

@@ -30,9 +30,16 @@ from ._internals import session_of
 from ._server import ZooKeeperCluster
 from ._server_member import ZooKeeperMember
 
-__all__ = ["CUT_FAULTS", "CutMargin", "measure_cut"]
+__all__ = ["CUT_FAULTS", "OBSERVER_FAULTS", "CutMargin", "measure_cut"]
 
-CutFault = Literal["isolate-follower", "isolate-leader", "split-follower", "split-leader"]
+CutFault = Literal[
+    "isolate-follower",
+    "isolate-leader",
+    "split-follower",
+    "split-leader",
+    "isolate-observer",
+    "isolate-observer-master",
+]
 #: ``isolate-*``: every link of the holder's server held; ``split-*``: a 1|n-1 partition
 #: with the holder's server alone on its side (``how`` says silent or reset).
 CUT_FAULTS: tuple[CutFault, ...] = (
@@ -41,6 +48,10 @@ CUT_FAULTS: tuple[CutFault, ...] = (
     "split-follower",
     "split-leader",
 )
+#: On a cluster with observers, the holder on the first observer: ``isolate-observer``
+#: cuts that observer off; ``isolate-observer-master`` cuts off the voter whose
+#: ObserverMaster serves it (``ZooKeeperCluster(observer_master=True)``: voter 1).
+OBSERVER_FAULTS: tuple[CutFault, ...] = ("isolate-observer", "isolate-observer-master")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +77,24 @@ class CutMargin:
 
 
 def _target(cluster: ZooKeeperCluster, fault: CutFault) -> ZooKeeperMember:
+    """The member the holder connects to."""
+    if fault in OBSERVER_FAULTS:
+        return cluster.observer_members()[0]
     leader = cluster.leader()
     if fault.endswith("leader"):
         return leader
     return next(m for m in cluster.members if m is not leader and m.running)
+
+
+def _cut_off(
+    cluster: ZooKeeperCluster, fault: CutFault, target: ZooKeeperMember
+) -> ZooKeeperMember:
+    """The member the fault cuts off: the holder's, or its ObserverMaster's."""
+    if fault != "isolate-observer-master":
+        return target
+    if not cluster.observer_master:
+        raise ValueError(f"{fault} needs ZooKeeperCluster(observer_master=True)")
+    return cluster.members[0]
 
 
 class _Race:
@@ -99,6 +124,7 @@ How = Literal["silent", "reset"]
 
 
 def _cut(cluster: ZooKeeperCluster, fault: CutFault, target: ZooKeeperMember, how: How) -> None:
+    target = _cut_off(cluster, fault, target)
     if fault.startswith("split"):
         cluster.partition([target], [m for m in cluster.members if m is not target], how=how)
     else:
@@ -115,14 +141,16 @@ async def measure_cut(
     phase: float = 0.0,
     protect: bool = True,
 ) -> CutMargin:
-    """Cut the holder's server off (``fault``, ``phase`` seconds after the waiter queued),
-    and measure. The links are healed and the ensemble serves again when this returns.
-    Raises ``TimeoutError`` if the holder does not stop or the waiter is not granted
-    within ``2 x session_timeout + 60`` seconds, ``ValueError`` for an unknown fault."""
-    if fault not in CUT_FAULTS:
-        raise ValueError(f"fault must be one of {CUT_FAULTS}, not {fault!r}")
+    """Cut the holder's server off (``fault``, ``phase`` seconds after the waiter queued;
+    ``OBSERVER_FAULTS`` on a cluster with observers), and measure. The links are healed
+    and the ensemble serves again when this returns. Raises ``TimeoutError`` if the holder
+    does not stop or the waiter is not granted within ``2 x session_timeout + 60`` seconds,
+    ``ValueError`` for an unknown fault."""
+    if fault not in CUT_FAULTS + OBSERVER_FAULTS:
+        raise ValueError(f"fault must be one of {CUT_FAULTS + OBSERVER_FAULTS}, not {fault!r}")
     target = _target(cluster, fault)
-    others = ",".join(m.address for m in cluster.members if m is not target)
+    away = {target, _cut_off(cluster, fault, target)}  # the waiter is on the majority
+    others = ",".join(m.address for m in cluster.members if m not in away)
     path = f"/cut-margin/{uuid.uuid4().hex}"
     race = _Race()
     async with contextlib.AsyncExitStack() as stack:

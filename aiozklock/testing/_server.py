@@ -29,9 +29,16 @@ from ._server_install import (
     _find_java,
     find_zookeeper_classpath,
 )
-from ._server_layout import base_config, check_port_free
+from ._server_layout import base_config, check_port_free, conf_allowed
 from ._server_layout import free_ports as _free_ports
-from ._server_links import ServerLinks, check_how, member_id, pairs_between, pairs_isolating
+from ._server_links import (
+    ServerLinks,
+    check_how,
+    member_id,
+    pairs_between,
+    pairs_isolating,
+    server_line,
+)
 from ._server_member import (
     _POLL_INTERVAL,
     _QUORUM_MODES,
@@ -49,7 +56,8 @@ logger = logging.getLogger(__name__)
 
 
 class ZooKeeperCluster:
-    """A standalone server (``size=1``) or an ensemble of ``size`` servers on 127.0.0.1.
+    """A standalone server (``size=1``) or an ensemble of ``size`` voting servers (and
+    ``observers``) on 127.0.0.1.
 
     Nothing runs until :meth:`start`, which ``with ZooKeeperCluster(3) as zk:`` calls on
     entering (and :meth:`close` on leaving); without ``with``, call :meth:`start`, then
@@ -81,12 +89,26 @@ class ZooKeeperCluster:
     words and observers keep using); ``client_auth="need"`` requires a client certificate
     signed by their CA (mutual TLS). Quorum traffic stays plain.
 
+    ``observers`` adds that many observers (``peerType=observer``, listed ``:observer``):
+    members ``size + 1`` onwards, after the voters in :attr:`members`, in :attr:`hosts` too.
+    ``observer_master=True`` (3.6+, ``size >= 2``) makes voter 1 (``members[0]``) run an
+    ObserverMaster (``observerMasterPort``) that serves every observer, so that their
+    sessions' touches reach the leader in two hops. ZooKeeper finds observer masters at
+    each voter's address and the observer's own ``observerMasterPort``; all members share
+    127.0.0.1, so only voter 1 listens there, and observers cannot connect while it leads
+    (it never does after a fresh start: an election picks the highest id of a quorum).
+
+    ``four_letter_words``: ``4lw.commands.whitelist`` (``"*"``, every word, by default);
+    None leaves it out, ZooKeeper's own default since 3.5.3 (``srvr`` alone), e.g. to test
+    a client where ``conf`` is refused.
+
     ``partitionable=True`` (``size > 1``) routes the server-to-server links (quorum and
     election) through per-pair proxies, so that they can be cut and healed while client
-    connections stay up: :meth:`isolate`, :meth:`partition`, :meth:`cut`, :meth:`heal`.
-    Raises ``ValueError`` if ``size == 1``. The election proxies rewrite the address a
-    member announces when it dials, so ZooKeeper's election dial-back (at that address, not
-    at the one in its config) stays behind the proxies too.
+    connections stay up: :meth:`isolate`, :meth:`partition`, :meth:`cut`, :meth:`heal`;
+    an observer's link to its ObserverMaster is cut with the pair (observer, voter 1).
+    Raises ``ValueError`` if there is one member only. The election proxies rewrite the
+    address a member announces when it dials, so ZooKeeper's election dial-back (at that
+    address, not at the one in its config) stays behind the proxies too.
     """
 
     def __init__(
@@ -103,15 +125,25 @@ class ZooKeeperCluster:
         partitionable: bool = False,
         client_port: int | None = None,
         data_dir: Path | None = None,
+        observers: int = 0,
+        observer_master: bool = False,
+        four_letter_words: str | None = "*",
     ) -> None:
-        if size < 1:
-            raise ValueError("size must be >= 1")
-        if client_port is not None and not 0 < client_port <= 65536 - size:
-            raise ValueError(f"client_port {client_port}: the ports up to +{size - 1} must fit")
+        if size < 1 or observers < 0:
+            raise ValueError("size must be >= 1 and observers >= 0")
+        if observer_master and (observers < 1 or size < 2):
+            raise ValueError("observer_master=True needs observers and size >= 2")
+        count = size + observers
+        if client_port is not None and not 0 < client_port <= 65536 - count:
+            raise ValueError(f"client_port {client_port}: the ports up to +{count - 1} must fit")
         self.client_port = client_port
         self.data_dir = data_dir
-        if partitionable and size < 2:
+        if partitionable and count < 2:
             raise ValueError("partitionable=True needs an ensemble (size > 1)")
+        self.observers = observers
+        self.observer_master = observer_master
+        self.four_letter_words = four_letter_words
+        self._count = count
         self.partitionable = partitionable
         self._links: ServerLinks | None = None
         self.tls = tls
@@ -127,7 +159,9 @@ class ZooKeeperCluster:
         self.members: list[ZooKeeperMember] = []
 
     def __repr__(self) -> str:
-        return f"<ZooKeeperCluster size={self.size} hosts={self.hosts!r}>"
+        return (
+            f"<ZooKeeperCluster size={self.size} observers={self.observers} hosts={self.hosts!r}>"
+        )
 
     @property
     def hosts(self) -> str:
@@ -196,29 +230,33 @@ class ZooKeeperCluster:
             self.close()
             self.members = []
             raise
-        logger.info("ZooKeeper cluster of %d serving at %s", self.size, self.hosts)
+        logger.info("ZooKeeper cluster of %d serving at %s", self._count, self.hosts)
         return self
 
     def _create_members(self, classpath: str, java: str, root: Path) -> None:
-        ensemble = self.size > 1
+        count = self._count
+        ensemble = count > 1
         self._bind_links()  # before choosing the real ports, so none of them is a proxy's
-        ports = _free_ports(self.size * ((3 if ensemble else 1) + (self.tls is not None)))
-        client_ports = self._client_ports() or ports[: self.size]
-        secure_ports = ports[len(ports) - self.size :] if self.tls is not None else None
-        base = base_config(self.tick_time)
+        main = count * (3 if ensemble else 1)
+        ports = _free_ports(main + self.observer_master + count * (self.tls is not None))
+        client_ports = self._client_ports() or ports[:count]
+        secure_ports = ports[len(ports) - count :] if self.tls is not None else None
+        base = base_config(self.tick_time, self.four_letter_words)
         if self.tls is not None:
             base.update(self.tls.server_config(self.client_auth))
         real = {
-            i + 1: (ports[self.size + 2 * i], ports[self.size + 2 * i + 1])
-            for i in range(self.size if ensemble else 0)
+            i + 1: (ports[count + 2 * i], ports[count + 2 * i + 1])
+            for i in range(count if ensemble else 0)
         }
-        servers = self._servers_by_member(real)
+        master_port = ports[main] if self.observer_master else 0
+        servers = self._servers_by_member(real, master_port)
         self.members = []
-        for i in range(self.size):
+        for i in range(count):
             member_dir = root / f"zk{i + 1}"
             config = {
                 **base,
                 **servers.get(i + 1, {}),
+                **self._role_config(i + 1, master_port),
                 "dataDir": str(member_dir / "data"),
                 "clientPort": str(client_ports[i]),
                 **({"secureClientPort": str(secure_ports[i])} if secure_ports else {}),
@@ -235,29 +273,47 @@ class ZooKeeperCluster:
                     java=java,
                     jvm_properties=self.jvm_properties,
                     secure_client_port=secure_ports[i] if secure_ports else None,
+                    conf_allowed=conf_allowed(self.four_letter_words),
                 )
             )
+
+    def _role_config(self, member: int, master_port: int) -> dict[str, str]:
+        """An observer's ``peerType``; the ObserverMaster's port, for voter 1 (where it
+        listens) and for observers (where they dial it: the proxy, if partitionable)."""
+        config = {}
+        observer = member > self.size
+        if observer:
+            config["peerType"] = "observer"
+        if self.observer_master and (observer or member == 1):
+            links = self._links
+            port = links.master_port(member) if links is not None and observer else master_port
+            config["observerMasterPort"] = str(port)
+        return config
 
     def _client_ports(self) -> list[int]:
         """The fixed client ports (``client_port``), or none: free ones are chosen."""
         if self.client_port is None:
             return []
-        return list(range(self.client_port, self.client_port + self.size))
+        return list(range(self.client_port, self.client_port + self._count))
 
     def _bind_links(self) -> None:
         if self._links is not None:  # a retried start: the old proxies led to old ports
             self._links.close()
             self._links = None
         if self.partitionable:
-            self._links = ServerLinks(range(1, self.size + 1))
+            observers = range(self.size + 1, self._count + 1)
+            master = 1 if self.observer_master else None
+            self._links = ServerLinks(range(1, self._count + 1), observers, master)
 
-    def _servers_by_member(self, real: dict[int, tuple[int, int]]) -> dict[int, dict[str, str]]:
+    def _servers_by_member(
+        self, real: dict[int, tuple[int, int]], master_port: int
+    ) -> dict[int, dict[str, str]]:
         """Each member's ``server.N`` lines: the same real ports for all, or (partitionable)
         each member's own view, through the proxies (started here)."""
         if self._links is None:
-            lines = {f"server.{i}": f"127.0.0.1:{q}:{e}" for i, (q, e) in real.items()}
+            lines = {f"server.{i}": server_line(ports, i > self.size) for i, ports in real.items()}
             return dict.fromkeys(real, lines)
-        self._links.start(real)
+        self._links.start(real, master_port)
         return {member: self._links.servers_for(member) for member in real}
 
     def wait_serving(self, timeout: float = 30.0) -> None:
@@ -276,8 +332,8 @@ class ZooKeeperCluster:
             if not running:
                 raise ZooKeeperStartError("no ZooKeeper member is running")
             modes = [m.mode() for m in running]
-            wanted = _QUORUM_MODES if self.size > 1 else _SERVING_MODES
-            if all(mode in wanted for mode in modes) and (self.size == 1 or "leader" in modes):
+            wanted = _QUORUM_MODES if self._count > 1 else _SERVING_MODES
+            if all(mode in wanted for mode in modes) and (self._count == 1 or "leader" in modes):
                 foreign = [m.address for m in running if not m.answers_for_itself()]
                 if foreign:
                     raise PortTaken(f"another process's ZooKeeper serves on {foreign}")
@@ -303,13 +359,17 @@ class ZooKeeperCluster:
         ``size == 1``). Raises ``LookupError`` if there is none right now."""
         for member in self.members:
             mode = member.mode()
-            if mode == "leader" or (mode == "standalone" and self.size == 1):
+            if mode == "leader" or (mode == "standalone" and self._count == 1):
                 return member
         raise LookupError("no ZooKeeper member reports Mode: leader")
 
     def followers(self) -> list[ZooKeeperMember]:
         """The members that currently report ``Mode: follower``."""
         return [member for member in self.members if member.mode() == "follower"]
+
+    def observer_members(self) -> list[ZooKeeperMember]:
+        """The observers (members ``size + 1`` onwards), serving or not."""
+        return self.members[self.size :]
 
     # --- server-to-server link faults (partitionable=True) ------------------------------
 

@@ -7,7 +7,7 @@ import socket
 
 from ._server_member import PortTaken
 
-__all__ = ["base_config", "check_port_free", "free_ports"]
+__all__ = ["base_config", "check_port_free", "conf_allowed", "free_ports"]
 
 
 def free_ports(count: int) -> list[int]:
@@ -38,12 +38,21 @@ def check_port_free(port: int) -> None:
             raise PortTaken(f"port {port} of 127.0.0.1 is in use by another process") from None
 
 
-def base_config(tick_time: int) -> dict[str, str]:
+def conf_allowed(four_letter_words: str | None) -> bool:
+    """Whether a ``4lw.commands.whitelist`` of ``four_letter_words`` (None: the key left
+    out, ZooKeeper's default of ``srvr`` alone) lets ``conf`` through."""
+    words = {word.strip() for word in (four_letter_words or "").split(",")}
+    return "*" in words or "conf" in words
+
+
+def base_config(tick_time: int, four_letter_words: str | None = "*") -> dict[str, str]:
     """The ``zoo.cfg`` keys every member shares: short ticks (session timeouts from 0.4 s
-    to 30 s are not clamped), every four-letter word allowed (``srvr``, ``conf``, ``mntr``:
-    health checks, leader detection, the client's ``tickTime`` check), no admin server, TTL
-    nodes on (``extendedTypesEnabled``), no limit on connections per client address."""
-    return {
+    to 30 s are not clamped), every four-letter word allowed by default (``srvr``,
+    ``conf``, ``mntr``: health checks, leader detection, the client's ``tickTime`` check;
+    ``four_letter_words`` is the whitelist, None leaves it to ZooKeeper's default), no admin
+    server, TTL nodes on (``extendedTypesEnabled``), no limit on connections per client
+    address."""
+    config = {
         "tickTime": str(tick_time),
         "initLimit": "10",
         "syncLimit": "5",
@@ -51,7 +60,9 @@ def base_config(tick_time: int) -> dict[str, str]:
         "maxSessionTimeout": "30000",
         "clientPortAddress": "127.0.0.1",
         "admin.enableServer": "false",
-        "4lw.commands.whitelist": "*",
         "extendedTypesEnabled": "true",
         "maxClientCnxns": "0",
     }
+    if four_letter_words is not None:
+        config["4lw.commands.whitelist"] = four_letter_words
+    return config

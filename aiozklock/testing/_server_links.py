@@ -5,6 +5,10 @@ ports, and every other member *i* at two proxy ports dedicated to the ordered pa
 (member -> *i*), which forward to *i*'s real ports. Cutting a pair stops both of its
 proxies (see :mod:`._server_links_pump`); client ports are never proxied.
 
+An observer is listed with ``:observer`` in every member's file. An observer served by an
+ObserverMaster (``observer_master`` of :class:`ZooKeeperCluster`) dials that voter at its
+own ``observerMasterPort``: a third proxy per (observer -> master) pair, cut with the pair.
+
 The election link needs one more step. In ZooKeeper 3.5-3.9 (checked in 3.8.0,
 ``QuorumCnxManager``) every election connection starts with an initial message announcing
 the dialer's own election address, taken from the dialer's config: its *real* port. A
@@ -33,6 +37,7 @@ __all__ = [
     "pairs_between",
     "pairs_isolating",
     "rewrite_initial_message",
+    "server_line",
 ]
 
 logger = logging.getLogger(__name__)
@@ -67,6 +72,13 @@ def rewrite_initial_message(buffer: bytearray, dialer: int, announce: bytes) -> 
         return True
     buffer[8 : _INITIAL.size + length] = struct.pack("!qi", sid, len(announce)) + announce
     return True
+
+
+def server_line(ports: tuple[int, int], observer: bool) -> str:
+    """A ``server.N`` value: 127.0.0.1 at quorum and election ``ports``, a voter or an
+    observer."""
+    line = f"127.0.0.1:{ports[0]}:{ports[1]}"
+    return f"{line}:observer" if observer else line
 
 
 def _rewriter(dialer: int, announce: bytes) -> Callable[[bytearray], bool]:
@@ -121,38 +133,52 @@ class ServerLinks:
     :meth:`start` until :meth:`close`. The proxies listen from construction on: choose the
     members' real ports after it, so that none of them can be a proxy's."""
 
-    def __init__(self, ids: Iterable[int]) -> None:
+    def __init__(
+        self, ids: Iterable[int], observers: Collection[int] = (), master: int | None = None
+    ) -> None:
         ids = list(ids)
         self._pump = LinkPump()
         self._real: dict[int, tuple[int, int]] = {}
+        self._observers = frozenset(observers)
         self._proxies: dict[Pair, tuple[Listener, Listener]] = {}
+        self._masters: dict[int, Listener] = {}  # observer -> the proxy to its master
         try:
             for pair in ((dialer, target) for dialer in ids for target in ids):
                 if pair[0] != pair[1]:  # quorum, election
                     self._proxies[pair] = (self._pump.listen(pair), self._pump.listen(pair))
+            if master is not None:
+                for observer in self._observers:
+                    self._masters[observer] = self._pump.listen((observer, master))
         except BaseException:
             self._pump.close()
             raise
 
-    def start(self, real: Mapping[int, tuple[int, int]]) -> None:
-        """Forward to the members' ``real`` quorum and election ports, from now on."""
+    def start(self, real: Mapping[int, tuple[int, int]], master_port: int = 0) -> None:
+        """Forward to the members' ``real`` quorum and election ports (and to the
+        ObserverMaster's ``master_port``), from now on."""
         self._real = dict(real)
         for (dialer, target), (quorum, election) in self._proxies.items():
             quorum.upstream_port, election.upstream_port = real[target]
             # The target dials back (if it must) through the reverse pair's proxy.
             back = self._proxies[(target, dialer)][1].port
             election.rewrite = _rewriter(dialer, f"127.0.0.1:{back}".encode())
+        for listener in self._masters.values():
+            listener.upstream_port = master_port
         self._pump.start()
+
+    def master_port(self, observer: int) -> int:
+        """The port at which ``observer`` dials its ObserverMaster (a proxy of the kit)."""
+        return self._masters[observer].port
 
     def servers_for(self, member: int) -> dict[str, str]:
         """The ``server.N`` lines of ``member``'s ``zoo.cfg``: itself at its real ports, the
-        others at the proxies of its pairs."""
+        others at the proxies of its pairs; observers marked ``:observer``."""
         lines = {}
         for other, ports in self._real.items():
             if other != member:
                 quorum, election = self._proxies[(member, other)]
                 ports = (quorum.port, election.port)
-            lines[f"server.{other}"] = f"127.0.0.1:{ports[0]}:{ports[1]}"
+            lines[f"server.{other}"] = server_line(ports, other in self._observers)
         return lines
 
     @property

@@ -142,8 +142,10 @@ class ZooKeeperMember:
         java: str,
         jvm_properties: Mapping[str, str] | None = None,
         secure_client_port: int | None = None,
+        conf_allowed: bool = True,
     ) -> None:
         self.id = id
+        self._conf_allowed = conf_allowed
         self.client_port = client_port
         self.address = f"127.0.0.1:{client_port}"
         #: The TLS port (``secureClientPort``) and its address; None without TLS.
@@ -242,7 +244,8 @@ class ZooKeeperMember:
             time.sleep(_POLL_INTERVAL)  # polling readiness: there is nothing to await
 
     def mode(self, timeout: float = 1.0) -> str | None:
-        """``standalone``/``leader``/``follower`` from ``srvr``; ``None`` if not serving.
+        """``standalone``/``leader``/``follower``/``observer`` from ``srvr``; ``None`` if not
+        serving.
 
         ``None`` covers: not running, paused, not answering within ``timeout``, and a
         member that has no quorum ("not currently serving requests").
@@ -256,11 +259,15 @@ class ZooKeeperMember:
 
     def answers_for_itself(self, timeout: float = 1.0) -> bool:
         """Whether the server answering on our client port is this member (its ``conf``
-        names our ``dataDir``), not another process's that took the free port first."""
+        names our ``dataDir``), not another process's that took the free port first. Where
+        this member refuses ``conf`` (its whitelist), a refusal is all it can tell: taken
+        for this member's."""
         try:
             conf = four_letter_word(self.address, "conf", timeout)
         except OSError:
             return False
+        if not self._conf_allowed and "not in the whitelist" in conf:
+            return True
         return f"dataDir={self.data_dir}" in conf
 
     def stop(self) -> None:
