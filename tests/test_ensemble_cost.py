@@ -8,7 +8,8 @@
   every session (none replaced) and grants with no overlap.
 * A **leader isolation with stock settings** (tickTime 2 s, syncLimit 5: the followers
   notice after about 10 s, then elect): the waiter's session and its place in the queue
-  survive the failover (longer than a session timeout without an answer), and it is granted in the session it queued in, after the holder (connected to the
+  survive the failover (longer than a session timeout without an answer), and it is
+  granted in the session it queued in, after the holder (connected to the
   isolated leader) stopped.
 """
 
