@@ -5,6 +5,7 @@ recipe factories are in ``_factories``."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aiozklock._acl import ACL
 from aiozklock._client import ZooKeeperClient
 from aiozklock._doctor._defaults import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING
-from aiozklock._exceptions import ClientClosed, InvalidArgument
+from aiozklock._exceptions import MESSAGE_LIMIT, ClientClosed, InvalidArgument, shorten
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._wire._protocol import Stat
 from aiozklock._wire._session import SessionState, StateListener
@@ -26,6 +27,8 @@ from aiozklock.sync._portal import Portal, Proxy, refuse_blocking
 
 if TYPE_CHECKING:
     from aiozklock._doctor._model import Diagnosis
+
+log = logging.getLogger(__name__)
 
 
 class SyncClient(SyncFactories):
@@ -122,6 +125,36 @@ class SyncClient(SyncFactories):
             portal, self._portal = self._portal, None
         if portal is not None:
             portal.stop()
+
+    def _close_at_exit(self) -> None:
+        """At the interpreter's exit (``_fork``): ``close()``, unless threads that are still
+        alive (daemon threads, and the exiting main thread, which runs the exit handlers
+        that follow) hold something through this client. Those run on until the
+        interpreter stops them: closing would free their locks to other processes under
+        them. Their session is left open instead, its holdings end with the process, and
+        the server expires it a session timeout later; a WARNING names the threads."""
+        portal = self._portal
+        if portal is None:
+            return
+        kept = portal.stop_at_exit()
+        if not kept:
+            with self._lock:
+                self._closed = True
+                if self._portal is portal:
+                    self._portal = None
+            return
+        held = "; ".join(f"thread {name!r} holds {', '.join(labels)}" for name, labels in kept)
+        log.warning(
+            "aiozklock.sync: at the interpreter's exit, session 0x%x of %s is left open, "
+            "because threads still alive hold through it (%s): closing it would let other "
+            "processes take their locks while they run on. Their holdings end with the "
+            "process; the server expires the session %.3g s after it ends. Release before "
+            "exiting (or join those threads) to free them at once",
+            portal.client.session_id,
+            self.hosts,
+            shorten(held, MESSAGE_LIMIT),
+            portal.client.negotiated_timeout,
+        )
 
     def _forked(self) -> None:
         """In a forked child: the parent's loop, thread and session are not ours. Drop
