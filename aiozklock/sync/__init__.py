@@ -22,7 +22,9 @@ pass ``lock.fencing_token`` to the resource it writes.
 **Fork.** A client made before ``fork()`` (a module-level client in a gunicorn ``--preload``
 app or a Celery prefork worker) works in the child: there it opens a session of its own on
 first use, never sends anything on the parent's, and never holds the parent's locks (the
-recipe objects made before the fork are made again in the child).
+recipe objects made before the fork are made again in the child): a holding the parent had
+is lost in the child at once (``lost`` set, ``check()`` raises ``LockLost``, and so does
+leaving its ``with`` block there), nothing sent.
 
 **Event loops.** Every blocking call from a thread that runs an event loop (asyncio or
 trio) raises ``UsageError`` at once: use ``aiozklock.connect()`` there.

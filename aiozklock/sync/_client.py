@@ -60,6 +60,8 @@ class SyncClient(SyncFactories):
         self._lock = threading.Lock()  # opening and closing (made again in a forked child)
         self._listeners: list[StateListener] = []
         self._removers: list[tuple[StateListener, Callable[[], None]]] = []  # this epoch's
+        self._handles: weakref.WeakSet[SyncHandle[Any]] = weakref.WeakSet()  # its recipes
+        self._inherited: list[Portal] = []  # in a forked child: the parents' portals
         _fork.track(self)
 
     # ---------------------------------------------------------------- lifecycle
@@ -158,12 +160,16 @@ class SyncClient(SyncFactories):
 
     def _forked(self) -> None:
         """In a forked child: the parent's loop, thread and session are not ours. Drop
-        them without a word; the next call opens a session of the child's own."""
+        them without a word; the next call opens a session of the child's own. Every
+        holding the parent had is lost here at once (``SyncHandle._forsaken``)."""
         self._lock = threading.Lock()  # it may have been held by a thread of the parent
         portal, self._portal = self._portal, None
         self._removers = []
         if portal is not None:
             _fork.forsake(portal)
+            self._inherited.append(portal)
+        for handle in list(self._handles):
+            handle._forsaken()
 
     def _portal_now(self) -> Portal:
         portal = self._portal
@@ -305,6 +311,7 @@ class SyncClient(SyncFactories):
         only while the calling thread's holding of it is ours (``StaleFencingToken``
         otherwise, nothing written). Errors: see the async client."""
         validate_path(path)  # before the session is opened: nothing sent
+        self._unforked(guard, path)
         return self._call(  # type: ignore[no-any-return]
             lambda proxy: proxy.client.set_data(
                 path, data, version, guard=self._guard(proxy, guard)
@@ -324,6 +331,7 @@ class SyncClient(SyncFactories):
         """Create a node; returns its path. ``guard``: as for ``set_data``. Errors: see the
         async client."""
         validate_path(path)  # before the session is opened: nothing sent
+        self._unforked(guard, path)
         return self._call(  # type: ignore[no-any-return]
             lambda proxy: proxy.client.create(
                 path,
@@ -339,6 +347,7 @@ class SyncClient(SyncFactories):
         """Delete a node (any version). ``guard``: as for ``set_data``. Errors: see the
         async client."""
         validate_path(path)  # before the session is opened: nothing sent
+        self._unforked(guard, path)
         self._call(lambda proxy: proxy.client.delete(path, guard=self._guard(proxy, guard)))
 
     def ensure_path(self, path: str, *, acl: Sequence[ACL] | None = None) -> None:
@@ -351,6 +360,12 @@ class SyncClient(SyncFactories):
         """The node's ACL and ``Stat``. Errors: see the async client."""
         validate_path(path)  # before the session is opened: nothing sent
         return self._call(lambda proxy: proxy.client.get_acl(path))  # type: ignore[no-any-return]
+
+    def _unforked(self, guard: SyncHandle[Any] | None, path: str) -> None:
+        """Refuse (``StaleFencingToken``, nothing sent) a write guarded by a holding that
+        this forked child inherited from its parent: it is lost here."""
+        if isinstance(guard, SyncHandle) and guard._client is self:
+            guard._refuse_inherited_guard(path)
 
     def _guard(self, proxy: Proxy, guard: SyncHandle[Any] | None) -> Handle | None:
         if guard is None:
