@@ -301,7 +301,7 @@ class SyncHandle(Generic[H]):
 
     @property
     def valid_until(self) -> float:
-        """The ``time.monotonic()`` instant until which the calling thread's holding is
+        """The ``aiozklock.clock()`` instant until which the calling thread's holding is
         certainly still ours (see the async recipe); ``-inf`` once lost (in a forked child,
         for a holding the parent had). Raises ``NotLockOwner`` if not held."""
         if self._client._inherited and self._inherited() is not None:
