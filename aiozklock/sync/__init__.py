@@ -76,8 +76,9 @@ def connect(
     The arguments are ``aiozklock.connect()``'s, validated now (``InvalidArgument``); nothing
     is sent until the client is opened: by ``with``, ``open()``, or its first use.
     ``with`` closes it at the block's exit; a client used without ``with`` is closed at
-    the interpreter's exit (or call ``close()``). Opening raises ``ZooKeeperUnavailable``
-    if no server answers within ``connect_timeout``.
+    the interpreter's exit (or call ``close()``), unless threads still alive hold through
+    it then: its session is left to end with the process (a WARNING names them). Opening
+    raises ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``.
     """
     return SyncClient(
         hosts,
