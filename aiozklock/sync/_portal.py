@@ -181,9 +181,9 @@ class Portal:
         open (the loop thread serves it until the process ends, and the server expires it
         a session timeout later). Returns each such thread's name and what it holds;
         empty if the client was closed."""
+        self._decided.clear()  # before the check: a loop that ends after it sets it again
         if os.getpid() != self.pid or self._ended:
             return []
-        self._decided.clear()
         self._exiting = True  # read by the loop once it sees the stop (after this write)
         self.stop_soon()
         if not self._decided.wait(STOP_BOUND):  # the loop does not run: nothing can close
