@@ -227,7 +227,9 @@ class SyncHandle(Generic[H]):
         Raises ``LockTimeout`` if not acquired in time (nothing of ours is left on the
         server), ``InvalidArgument`` for a bad ``timeout``, ``ClientClosed`` once the client
         is closed, ``UsageError`` from a thread that runs an event loop (use the async API)
-        or from the client's own loop thread, and what the async ``acquire()`` raises.
+        or from the client's own loop thread, and what the async ``acquire()`` raises. In
+        a forked child, while the thread is in a holding the parent had: ``LockLost``, as
+        the reentry of a lost holding (``release()`` leaves it), nothing sent.
         """
         timeout = validate_timeout(timeout)
         self._refuse_inherited()
@@ -250,7 +252,8 @@ class SyncHandle(Generic[H]):
         Raises ``NotLockOwner`` if the calling thread does not hold it, ``LockLost``
         (``LeadershipLost`` for an election) if it was lost while held (it is released
         all the same), ``InvalidArgument`` for a non-bool ``confirm``, ``ClientClosed``,
-        ``UsageError`` as ``acquire()``.
+        ``UsageError`` as ``acquire()``. In a forked child, leaving a holding the parent
+        had raises ``LockLost`` and sends nothing (the parent's node is the parent's).
         """
         confirm = validate_flag("confirm", confirm)
         held = self._inherited() if self._client._inherited else None
