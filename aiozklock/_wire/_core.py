@@ -52,7 +52,7 @@ class StateChange:
     previous: SessionState
     session_id: int  # the session this change is about: on LOST, the one that was lost
     generation: int  # changes whenever the session that owns our ephemeral nodes is gone
-    at: float  # time.monotonic()
+    at: float  # time.monotonic(): a timestamp, not a deadline (see aiozklock.clock())
     reason: str
 
 
@@ -61,7 +61,7 @@ StateListener = Callable[[StateChange], None]
 
 class SessionCore:
     """One logical ZooKeeper session across connections, as a state machine (not public
-    API). ``now`` arguments are ``time.monotonic()`` instants; ``new_waker`` makes what a
+    API). ``now`` arguments are ``uptime()`` instants (``_now``); ``new_waker`` makes what a
     caller waits on for its reply; ``scheduler`` is told when queued requests need a flush."""
 
     def __init__(
@@ -114,7 +114,7 @@ class SessionCore:
 
     @property
     def valid_until(self) -> float:
-        """The ``time.monotonic()`` instant before which the server cannot have expired this
+        """The ``uptime()`` instant before which the server cannot have expired this
         session: it heard our newest answered request no earlier than we sent it, and expires
         a session ``timeout`` after it last heard from it (less our safety margin)."""
         return self._clock.valid_until

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import random
 import ssl
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -50,6 +49,7 @@ from aiozklock._wire._leader import config_op
 from aiozklock._wire._lifecycle import CLOSE_TIMEOUT, SessionLifecycle
 from aiozklock._wire._limits import DEFAULT_MAX_REQUEST_BYTES
 from aiozklock._wire._loop import LoopGuard
+from aiozklock._wire._now import uptime
 from aiozklock._wire._ops import close_op
 from aiozklock._wire._probe import server_kind
 from aiozklock._wire._records import Op, Watcher
@@ -158,7 +158,7 @@ class Session(SessionLifecycle):
         ``connect_timeout``; any failure but cancellation means an ensemble (the safe side)."""
         try:
             data: bytes | None = (
-                await self.call(config_op(), wait_until=time.monotonic() + self._connect_timeout)
+                await self.call(config_op(), wait_until=uptime() + self._connect_timeout)
             )[0]
         except (AiozklockError, TimeoutError):
             data = None
@@ -179,7 +179,7 @@ class Session(SessionLifecycle):
         """Wait until CONNECTED (in ``generation`` if given).
 
         Raises ``ClientClosed`` once closed, ``SessionExpired`` when ``generation`` is gone,
-        and ``TimeoutError`` at ``until`` (a ``time.monotonic()`` deadline).
+        and ``TimeoutError`` at ``until`` (an ``uptime()`` deadline, ``_now``).
         """
         while True:
             if self._auth_failure is not None:
@@ -194,7 +194,7 @@ class Session(SessionLifecycle):
             if until is None:
                 await event.wait()
             else:
-                with anyio.move_on_after(until - time.monotonic()):
+                with anyio.move_on_after(until - uptime()):
                     await event.wait()
                 if not event.is_set():
                     raise TimeoutError("not connected to ZooKeeper in time")
@@ -258,7 +258,7 @@ class Session(SessionLifecycle):
         conn = self._conn
         if conn is None or (self.state is not SessionState.CONNECTED and not closing):
             return None
-        pendings, data = self.frame_now(ops, generation, on_done, time.monotonic())
+        pendings, data = self.frame_now(ops, generation, on_done, uptime())
         self._write(conn, data)
         return pendings
 
@@ -285,13 +285,13 @@ class Session(SessionLifecycle):
         """Establish the first session, within ``connect_timeout``. Raises
         ``ZooKeeperUnavailable`` saying, for each host, why it could not be used (the last
         failure of each: refused, timed out, not ZooKeeper...)."""
-        deadline = time.monotonic() + self._connect_timeout
+        deadline = uptime() + self._connect_timeout
         attempt = max(self._connect_timeout / len(self._hosts), min(1.0, self._connect_timeout))
         failures: dict[tuple[str, int], str] = {}  # the last one of each host
         tls_rejected: set[int] = set()  # indexes of the hosts that failed TLS for good
         delay = 0.05
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = deadline - uptime()
             if remaining <= 0:
                 raise ZooKeeperUnavailable(
                     f"no ZooKeeper server answered within {self._connect_timeout:g} s: "
@@ -313,7 +313,7 @@ class Session(SessionLifecycle):
                 continue
             except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
                 failures[self._hosts[self._host_index]] = describe_failure(exc)
-                await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+                await anyio.sleep(min(delay, max(deadline - uptime(), 0)))
                 delay = min(delay * 2, 0.5)
                 continue
             return
