@@ -59,6 +59,7 @@ from aiozklock._recipes._rwlock import ReadWriteLock as ReadWriteLock
 from aiozklock._recipes._rwlock import WriteLock as WriteLock
 from aiozklock._recipes._semaphore import Semaphore as Semaphore
 from aiozklock._recipes._semaphore import SemaphoreStatistics as SemaphoreStatistics
+from aiozklock._wire._now import clock as clock
 from aiozklock._wire._protocol import Stat as Stat
 from aiozklock._wire._session import SessionState as SessionState
 from aiozklock._wire._session import StateChange as StateChange
@@ -151,5 +152,6 @@ __all__ = (
     "ZooKeeperClient",
     "ZooKeeperError",
     "ZooKeeperUnavailable",
+    "clock",
     "connect",
 )

@@ -201,6 +201,12 @@ class ZooKeeperClient(RecipeFactories, Znodes):
         if self._worker is not None:
             await self._worker.stop(BACKGROUND_STOP)
 
+    def _holds(self, task_id: int) -> list[str]:
+        """The labels of what the task ``task_id`` holds through this client (lost or not),
+        for a host that must not end the session under a holder still running (the sync
+        face, at the interpreter's exit). Call it in the client's event loop."""
+        return self._recipes.holds(task_id)
+
     def _live_session(self) -> Session:
         if self._session is None:
             raise ClientClosed("the client is not connected: use 'async with aiozklock.connect()'")

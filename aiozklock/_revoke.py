@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from typing import TYPE_CHECKING, Any
 
 from aiozklock._exceptions import InvalidArgument, LockTimeout, NoNodeError, NotRevoked, short_repr
@@ -23,6 +22,7 @@ from aiozklock._recipes._core._retry import RETRY
 from aiozklock._recipes._core._revocation import REVOKE
 from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock._recipes._traits import TRAITS
+from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import Op, Stat, exists_op, set_data_op
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join, validate_recipe_path
@@ -50,7 +50,7 @@ async def revoke(zk: ZooKeeperClient, path: str, wait: float | None) -> tuple[st
     path = validate_recipe_path(path)
     wait = validate_wait(wait)
     session = zk._live_session()
-    deadline = None if wait is None else time.monotonic() + wait
+    deadline = None if wait is None else uptime() + wait
     holders = await _holders(zk, path)
     nodes = tuple(join(path, c.node) for c in holders)
     if not holders:

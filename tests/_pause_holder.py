@@ -18,10 +18,16 @@ from typing import Any
 import anyio
 
 import aiozklock
+from tests._clocks import on_monotonic
 
 
 def emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, "t": time.monotonic(), **fields}), flush=True)
+
+
+def valid(lock: aiozklock.Lock) -> float:
+    """Its ``valid_until``, on the scale of ``t`` (``time.monotonic()``)."""
+    return on_monotonic(lock.valid_until)
 
 
 async def hold(hosts: str, path: str, session_timeout: float) -> None:
@@ -31,10 +37,10 @@ async def hold(hosts: str, path: str, session_timeout: float) -> None:
             async with lock:
                 token = lock.fencing_token
                 emit("acquired", token=token, node=lock.statistics().node)
-                emit("write", token=token, is_held=lock.is_held, valid_until=lock.valid_until)
+                emit("write", token=token, is_held=lock.is_held, valid_until=valid(lock))
                 sys.stdin.readline()  # blocks the event loop; the parent pauses us here
                 while True:
-                    emit("write", token=token, is_held=lock.is_held, valid_until=lock.valid_until)
+                    emit("write", token=token, is_held=lock.is_held, valid_until=valid(lock))
                     await anyio.sleep(0.01)
         except aiozklock.LockLost as exc:
             emit("exit", error=type(exc).__name__)

@@ -28,6 +28,7 @@ import pytest
 import aiozklock
 from aiozklock import SessionState, StateChange
 from aiozklock.testing import FaultProxy, History, Opcode, expire_session, session_of
+from tests._clocks import on_monotonic
 from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(40)]
@@ -590,7 +591,7 @@ def record_suspensions(client: aiozklock.ZooKeeperClient) -> list[tuple[StateCha
 
     def on_change(change: StateChange) -> None:
         if change.state is SessionState.SUSPENDED:
-            suspensions.append((change, session.valid_until))
+            suspensions.append((change, on_monotonic(session.valid_until)))
 
     client.add_listener(on_change)
     return suspensions

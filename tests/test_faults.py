@@ -34,6 +34,7 @@ from aiozklock.testing import (
     expire_session,
     session_of,
 )
+from tests._clocks import on_monotonic
 from tests.conftest import ClientFactory, gone, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
@@ -93,7 +94,9 @@ class StateLog:
     def _on_change(self, change: StateChange) -> None:
         # Called synchronously by the session as it changes state: its clock is exact here.
         session = self._session
-        self._clocks[id(change)] = SessionClock(session.last_heard, session.valid_until)
+        self._clocks[id(change)] = SessionClock(
+            on_monotonic(session.last_heard), on_monotonic(session.valid_until)
+        )
         self.changes.append(change)
         self._changed.set()
         self._changed = anyio.Event()

@@ -12,6 +12,7 @@ import pytest
 
 import aiozklock
 from aiozklock.testing import FaultProxy, History, Opcode, expire_session, session_of
+from tests._clocks import on_monotonic
 from tests.conftest import ClientFactory, gone, on_wait, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
@@ -354,7 +355,7 @@ async def hold_until_lost(
             try:
                 await anyio.sleep(30)
             finally:
-                exited = (time.monotonic(), session.state, session.valid_until)
+                exited = (time.monotonic(), session.state, on_monotonic(session.valid_until))
 
     with pytest.raises(aiozklock.LockLost):
         await body()

@@ -50,7 +50,7 @@ async def test_valid_until_while_held_and_after_release(zk: aiozklock.ZooKeeperC
     with pytest.raises(aiozklock.NotLockOwner):
         _ = lock.valid_until
     async with lock:
-        now = time.monotonic()
+        now = aiozklock.clock()
         timeout = zk.negotiated_timeout
         # It runs from the send time of the newest answered request (our acquire at the
         # latest), 90 % of the session timeout ahead.

@@ -17,6 +17,7 @@ from kazoo.client import KazooClient  # type: ignore[import-untyped]
 
 import aiozklock
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
+from tests._clocks import on_monotonic
 from tests.conftest import ClientFactory, gone, on_wait, wait_for_queue
 from tests.interop.peers import HANG, Changes, Lines, compiled_java, java_cache, running
 
@@ -57,7 +58,7 @@ async def hold_until_lost(
             try:
                 await anyio.sleep(30)
             finally:
-                exited = (time.monotonic(), session.state, session.valid_until)
+                exited = (time.monotonic(), session.state, on_monotonic(session.valid_until))
 
     with pytest.raises(aiozklock.LockLost):
         await body()

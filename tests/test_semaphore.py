@@ -22,6 +22,7 @@ from aiozklock._recipes._core._queue import Queue
 from aiozklock._recipes._core._queued import QueuedPrimitive
 from aiozklock._recipes._semaphore import LeaseBase, decide_leases, stored_limit
 from aiozklock.testing import FaultProxy, Opcode, expire_session, session_of
+from tests._clocks import on_monotonic
 from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
 from tests.conftest import on_wait as on_queue_wait
 
@@ -753,7 +754,9 @@ async def test_partition_longer_than_the_session_cancels_before_the_server_regra
                 try:
                     await anyio.sleep_forever()
                 finally:
-                    exits.append((time.monotonic(), session.state, session.valid_until))
+                    exits.append(
+                        (time.monotonic(), session.state, on_monotonic(session.valid_until))
+                    )
         except aiozklock.LockLost:
             pass
 

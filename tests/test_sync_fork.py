@@ -13,13 +13,14 @@ import json
 import multiprocessing
 import os
 import select
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from aiozklock import SessionState
-from aiozklock.sync import SyncClient, SyncLock
+from aiozklock.sync import SyncClient, SyncHandle, SyncLock
 from tests._sync_kit import BOUND
 
 HELD = "/locks/held"  # the parent holds it across the fork
@@ -38,7 +39,12 @@ def child_report(
     report["session"] = zk.session_id
     report["free_token"] = free.fencing_token
     free.release()
-    report["takes_parents"] = held.try_acquire()  # the parent's session holds it
+    # The parent's holding is lost here: a reentry raises its loss (as for any lost
+    # holding), and so does leaving it; then the child is a contender of its own, and
+    # the parent's session holds the lock.
+    report["reenters_parents"] = raised(held.try_acquire)
+    report["leaves_parents"] = raised(held.release)
+    report["takes_parents"] = held.try_acquire()
     zk.close()
     return report
 
@@ -84,6 +90,8 @@ def check_child(report: dict[str, Any], session: int) -> None:
     assert report["session"] not in (0, session)
     assert report["holds_parents"] is False
     assert report["takes_free"] is True
+    assert report["reenters_parents"] == "LockLost"
+    assert report["leaves_parents"] == "LockLost"
     assert report["takes_parents"] is False
 
 
@@ -139,6 +147,88 @@ def test_multiprocessing_fork_with_a_client_never_opened(
     check_parent_unharmed(szk, session, held, szk2)
     held.release()
     fresh.close()
+
+
+def child_in_bodies(
+    zk: SyncClient, bodies: dict[str, SyncHandle[Any]], events: dict[str, threading.Event]
+) -> dict[str, Any]:
+    """What a child forked inside the parent's bodies sees of each holding, then what
+    leaving each body does (``__exit__``, as the ``with`` statement calls it)."""
+    report: dict[str, Any] = {}
+    for name, body in bodies.items():
+        steps: dict[str, Callable[[], object]] = {
+            "event_taken_before": events[name].is_set,
+            "lost": body.lost.is_set,
+            "is_held": lambda body=body: body.is_held,
+            "valid_until": lambda body=body: body.valid_until,
+            "check": body.check,
+            "fencing_token": lambda body=body: body.fencing_token,
+            "reenter": body.try_acquire,
+            "guarded_write": lambda body=body: zk.create("/written", guard=body),
+            "exit": lambda body=body: body.__exit__(None, None, None),
+        }
+        report[name] = {step: outcome(func) for step, func in steps.items()}
+    report["session"] = zk.session_id  # nothing above opened one: 0
+    return report
+
+
+def outcome(func: Callable[[], object]) -> str:
+    """``repr(func())``, or the name of the exception it raises."""
+    try:
+        return repr(func())
+    except Exception as exc:
+        return type(exc).__name__
+
+
+def raised(func: Callable[[], object]) -> str:
+    """The name of the exception ``func()`` raises, or "" if none."""
+    try:
+        func()
+    except Exception as exc:
+        return type(exc).__name__
+    return ""
+
+
+def test_a_child_forked_inside_a_body_has_lost_every_holding_of_the_parent(
+    szk: SyncClient, szk2: SyncClient
+) -> None:
+    """The docs' watchdog pattern in a child: the body's copy there must stop. Every
+    holding is lost in the child at once (the event the body took before the fork is set,
+    ``check()`` raises), leaving the body raises the loss, and nothing reaches the
+    parent's nodes (no session is opened in the child)."""
+    lock, election = szk.lock(HELD), szk.election("/election")
+    bodies: dict[str, SyncHandle[Any]] = {"lock": lock, "election": election}
+    read_fd, write_fd = os.pipe()
+    with lock, election:
+        events = {name: body.lost for name, body in bodies.items()}  # a watchdog's
+        session = szk.session_id
+        pid = os.fork()
+        if pid == 0:  # the child, inside both bodies
+            os.close(read_fd)
+            run_child(write_fd, lambda: child_in_bodies(szk, bodies, events))
+        os.close(write_fd)
+        try:
+            report = read_report(read_fd)
+        finally:
+            _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        lost = {"lock": "LockLost", "election": "LeadershipLost"}
+        for name, error in lost.items():
+            assert report[name] == {
+                "event_taken_before": "True",
+                "lost": "True",
+                "is_held": "False",
+                "valid_until": "-inf",
+                "check": error,
+                "fencing_token": error,
+                "reenter": error,
+                "guarded_write": "StaleFencingToken",
+                "exit": error,
+            }, (name, report)
+        assert report["session"] == 0
+        check_parent_unharmed(szk, session, lock, szk2)
+        assert not events["election"].is_set()
+        assert election.is_leader
 
 
 @pytest.fixture(autouse=True)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 from collections.abc import AsyncGenerator, Sequence
 
 import anyio
@@ -44,6 +43,7 @@ from aiozklock._recipes._core._names import KAZOO_MARKER, LATCH_MARKER, Compat, 
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._queued import QueuedPrimitive
 from aiozklock._recipes._decision import decide
+from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import (
     EventType,
     WatchedEvent,
@@ -137,7 +137,7 @@ class Election(QueuedPrimitive):
         holding = self._holding
         if holding is None or holding.lost:
             return False
-        return time.monotonic() < self._valid_until(holding)
+        return uptime() < self._valid_until(holding)
 
     async def leader(self) -> str | None:
         """The current leader's identifier, or None if there is no candidate (or no path).

@@ -42,7 +42,6 @@ import logging
 import math
 import os
 import socket
-import time
 import uuid
 
 import anyio
@@ -69,6 +68,7 @@ from aiozklock._recipes._lease_keeper import (
     keep,
     refresh,
 )
+from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import Stat, set_data_op
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import (
@@ -177,7 +177,7 @@ class LeaseLock(Primitive):
 
     @property
     def expires_at(self) -> float:
-        """The ``time.monotonic()`` instant from which the server may delete our node: the
+        """The ``aiozklock.clock()`` instant from which the server may delete our node: the
         send time of our last successful write plus the TTL. Raises ``NotLockOwner`` if not
         held."""
         return self._current("have an expiry").expires_at
@@ -252,7 +252,7 @@ class LeaseLock(Primitive):
         """Our ``holder_id`` is on the node (a lost create reply, or a restart with the same
         ``holder_id``): adopt it, renewing at once, since its expiry is unknown until we
         write. None if it changed meanwhile, or the outcome is unknown: create again."""
-        sent = time.monotonic()
+        sent = uptime()
         op = set_data_op(self._fixed.server_node, self._data, stat.version)
         try:
             renewed = await self._session.call(op, wait_until=deadline)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +24,7 @@ from aiozklock._recipes._core._fixed import FixedHolding
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Spawn
 from aiozklock._recipes._core._retry import RETRY_ANY_SESSION
+from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import Stat, get_data_op, set_data_op
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ UNKNOWN_OUTCOME = (ConnectionLoss, SessionExpired)  # what RETRY_ANY_SESSION rep
 @dataclass(eq=False)
 class LeaseHolding(FixedHolding):
     """A holding plus what renewals need: the node's ``version`` after our last write, and
-    the earliest instant (``time.monotonic()``) the server may delete the node."""
+    the earliest instant (``uptime()``) the server may delete the node."""
 
     expires_at: float = -math.inf
     renewals: int = 0
@@ -59,7 +59,7 @@ class LeaseStatistics:
     tasks_waiting: int  # tasks of this process waiting on this object
     fencing_token: int | None
     version: int | None  # the node's version after our last write
-    expires_at: float | None  # time.monotonic() instant: the server may delete it from then
+    expires_at: float | None  # aiozklock.clock() instant: the server may delete it from then
     renewals: int  # successful renewals of the current holding
     acquisitions: int
     losses: int
@@ -113,7 +113,7 @@ async def keep(lease: LeaseLock, holding: LeaseHolding) -> None:
     """The keeper: renew every ttl/3 (if ``renew``), and mark the holding lost at
     ``valid_until`` if it was not renewed by then."""
     while not holding.lost:
-        now = time.monotonic()
+        now = uptime()
         lost_at = lease._valid_until(holding)
         if now >= lost_at:
             lose(lease, holding, "not renewed in time", delete=True)
@@ -139,7 +139,7 @@ async def refresh(lease: LeaseLock, holding: LeaseHolding) -> None:
             if holding.lost:
                 raise lose(lease, holding, holding.lost_reason)
             until = lease._valid_until(holding)
-            sent = time.monotonic()
+            sent = uptime()
             if sent >= until:
                 raise lose(lease, holding, "not renewed in time", delete=True)
             stat = None

@@ -26,7 +26,6 @@ data, two ``Layout`` values (``KAZOO``, ``CURATOR``) that one algorithm reads.
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from aiozklock._recipes._core._unique import ConditionFailed, UniqueNodePrimitiv
 from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock._recipes._lock import Lock
 from aiozklock._recipes._semaphore import LeaseBase, Semaphore
+from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import (
     Created,
     CreateMode,
@@ -96,7 +96,7 @@ LAYOUTS: dict[Compat, Layout] = {"kazoo": KAZOO, "curator": CURATOR}
 
 
 def _left(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
+    return None if deadline is None else max(0.0, deadline - uptime())
 
 
 class _CompatLease(UniqueNodePrimitive, LeaseBase):

@@ -55,7 +55,7 @@ class StateChange:
     previous: SessionState
     session_id: int  # the session this change is about: on LOST, the one that was lost
     generation: int  # changes whenever the session that owns our ephemeral nodes is gone
-    at: float  # time.monotonic()
+    at: float  # time.monotonic(): a timestamp, not a deadline (see aiozklock.clock())
     reason: str
 
 
@@ -64,7 +64,7 @@ StateListener = Callable[[StateChange], None]
 
 class SessionCore:
     """One logical ZooKeeper session across connections, as a state machine (not public
-    API). ``now`` arguments are ``time.monotonic()`` instants; ``new_waker`` makes what a
+    API). ``now`` arguments are ``uptime()`` instants (``_now``); ``new_waker`` makes what a
     caller waits on for its reply; ``scheduler`` is told when queued requests need a flush."""
 
     def __init__(
@@ -118,7 +118,7 @@ class SessionCore:
 
     @property
     def valid_until(self) -> float:
-        """The ``time.monotonic()`` instant before which no server can have expired this
+        """The ``uptime()`` instant before which no server can have expired this
         session (less our safety margin): the send time of the newest request proven heard
         (by a standalone server: any answered; by an ensemble's leader: ``_leader``'s proof)
         plus the timeout. The one rule of ``_clock``, on every topology."""

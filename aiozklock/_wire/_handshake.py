@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
-import time
 from collections.abc import Iterator
 
 import anyio
@@ -24,6 +23,7 @@ from aiozklock._wire._connection import (
     open_connection,
 )
 from aiozklock._wire._core import SessionCore
+from aiozklock._wire._now import uptime
 from aiozklock._wire._ops import close_op
 
 # The session logs on one logger, whichever of its modules speaks (docs/observability.md).
@@ -49,7 +49,7 @@ async def handshake(
     ``ExpiredAnswer`` (the presented session expired), ``HandshakeRejected`` (also when our
     own clock gave the session up meanwhile), ``AuthenticationFailed`` or a stream error."""
     request, session_id = core.connect_request()
-    sent_at = time.monotonic()
+    sent_at = uptime()
     conn.write(request)
     await conn.drain()
     answer = parse_handshake(await conn.read_frame())
@@ -58,7 +58,7 @@ async def handshake(
     await authenticate(conn, core, answer, auth)
     if session_id:
         # Same session: re-arm every watch before any other request.
-        rearm = core.rearm_request(time.monotonic())
+        rearm = core.rearm_request(uptime())
         if rearm:
             conn.write(rearm)
             await conn.drain()
@@ -120,7 +120,7 @@ async def close_stale_session(
     """Close the session our clock gave up (``core.stale_to_close``) through ``host``, if
     there is one still to close. An "expired" answer leaves nothing to close. Raises what a
     handshake raises."""
-    stale = core.stale_to_close(time.monotonic())
+    stale = core.stale_to_close(uptime())
     if stale is None:
         return
     session_id, password = stale
@@ -132,7 +132,7 @@ async def close_stale_session(
         await conn.drain()
         answer = parse_handshake(await conn.read_frame())
         if not answer.expired:
-            core.stale_answered(time.monotonic())
+            core.stale_answered(uptime())
             conn.write(framing.frame(1, close_op().body))
             await conn.drain()
             await conn.read_frame()

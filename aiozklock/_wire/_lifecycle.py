@@ -34,6 +34,7 @@ from aiozklock._wire._connection import (
 from aiozklock._wire._core import SessionCore, SessionState, StateChange, StateListener
 from aiozklock._wire._diagnose import describe_failure
 from aiozklock._wire._handshake import ExpiredAnswer, close_stale_session, explained, handshake
+from aiozklock._wire._now import uptime
 from aiozklock._wire._probe import unproven_reason, write_probe
 from aiozklock._wire._requests import Waker
 
@@ -144,7 +145,7 @@ class SessionLifecycle(SessionCore):
             chroot=chroot,
             session_timeout=session_timeout,
             max_request_bytes=max_request_bytes,
-            now=time.monotonic(),
+            now=uptime(),
             new_waker=new_waker,
             scheduler=scheduler,
         )
@@ -175,9 +176,9 @@ class SessionLifecycle(SessionCore):
             return  # CLOSED is final
         if session_id is None:
             session_id = self.session_id
-        change = StateChange(
-            state, self.state, session_id, self.generation, time.monotonic(), reason
-        )
+        # ``at`` is a timestamp for listeners, never a deadline: time.monotonic() (its doc).
+        at = time.monotonic()
+        change = StateChange(state, self.state, session_id, self.generation, at, reason)
         self.state = state
         log.info(
             "session 0x%x: %s -> %s (%s)", session_id, change.previous.value, state.value, reason
@@ -240,10 +241,10 @@ class SessionLifecycle(SessionCore):
         """Write what was queued for soon (the tasks that ran meanwhile are done)."""
         conn = self._conn
         if conn is not None:
-            self._write(conn, self.frame_queued(time.monotonic()))
+            self._write(conn, self.frame_queued(uptime()))
 
     def _on_data(self, data: bytes) -> None:
-        drop = self.receive(data, time.monotonic())
+        drop = self.receive(data, uptime())
         if drop is not None:
             self._drop_connection(drop)
 
@@ -251,7 +252,7 @@ class SessionLifecycle(SessionCore):
         """The liveness clock (``SessionCore.tick``): performs its decisions, sleeps until
         its next deadline or the next state change."""
         while True:
-            now = time.monotonic()
+            now = uptime()
             conn = self._conn
             connected = self.state is SessionState.CONNECTED and conn is not None
             decision, next_at = self.tick(now, connected)
@@ -268,7 +269,9 @@ class SessionLifecycle(SessionCore):
             elif decision is Tick.HORIZON:
                 self._horizon_passed(now)
             event = self._state_event
-            with anyio.move_on_after(max(next_at - time.monotonic(), 0.001)):
+            # The loop's timers run on CLOCK_MONOTONIC: a relative sleep, taken now. One
+            # across a suspend wakes late by it, so the decision above re-reads uptime().
+            with anyio.move_on_after(max(next_at - uptime(), 0.001)):
                 await event.wait()
 
     # ---------------------------------------------------------------- connection loop
@@ -379,7 +382,7 @@ class SessionLifecycle(SessionCore):
                     raise TimeoutError(f"no connection within {bound:g} s") from None
                 raise TimeoutError(f"no answer to the handshake within {bound:g} s") from None
             raise
-        self.attached(answer, sent_at, time.monotonic())
+        self.attached(answer, sent_at, uptime())
         return conn
 
     async def _give_up_refused(self, error: AuthenticationFailed) -> None:

@@ -5,7 +5,6 @@ is numbered and framed at once; its answer arrives as a reply callback."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from functools import partial
 
@@ -13,6 +12,7 @@ from aiozklock._exceptions import AiozklockError, SessionExpired
 from aiozklock._wire._core import SessionCore
 from aiozklock._wire._leader import PROBE_WAIT, LeaderProof, probe_op, relay_hops, standalone
 from aiozklock._wire._multi import MultiResult
+from aiozklock._wire._now import uptime
 
 # The session logs on one logger, whichever of its modules speaks (docs/observability.md).
 log = logging.getLogger("aiozklock._wire._session")
@@ -56,7 +56,7 @@ def _probe_answered(
         if failure is not None and isinstance(failure[1], _SESSION_ERRORS):
             log.warning("session 0x%x: the leader refused a probe: %s", core.session_id, failure[1])
             proof = False
-    core.leader.answered(sent, time.monotonic(), proof, core.timeout)
+    core.leader.answered(sent, uptime(), proof, core.timeout)
     wake()
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import random
 import ssl
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -50,6 +49,7 @@ from aiozklock._wire._leader import PROBE_WAIT, config_op
 from aiozklock._wire._lifecycle import CLOSE_TIMEOUT, SessionLifecycle
 from aiozklock._wire._limits import DEFAULT_MAX_REQUEST_BYTES
 from aiozklock._wire._loop import LoopGuard
+from aiozklock._wire._now import uptime
 from aiozklock._wire._ops import close_op
 from aiozklock._wire._probe import server_kind
 from aiozklock._wire._records import Op, Watcher
@@ -119,7 +119,7 @@ class Session(SessionLifecycle):
         leader = self.leader
         if count != leader.demand:
             rose = not leader.demand
-            leader.demanded(count, time.monotonic())
+            leader.demanded(count, uptime())
             if rose:
                 self._wake_monitor()  # a stale proof gets a probe at once
 
@@ -127,14 +127,14 @@ class Session(SessionLifecycle):
     def beyond_horizon(self) -> bool:
         """No connection serves the session and ``valid_until`` is past: a holding taken
         now cannot be proven before it is given up."""
-        return self.state is not SessionState.CONNECTED and time.monotonic() >= self.valid_until
+        return self.state is not SessionState.CONNECTED and uptime() >= self.valid_until
 
     async def wait_proven(self, given_up: Callable[[], bool]) -> None:
         """Return once ``valid_until`` is far enough ahead for a body to start (``_clock``'s
         ``fresh``), or once ``given_up()`` says the holding waiting for it was lost. A
         session that was idle gets one probe through the leader for it (``_leader``)."""
         clock = self._clock
-        while not given_up() and not clock.fresh(time.monotonic()):
+        while not given_up() and not clock.fresh(uptime()):
             if self.state is SessionState.CLOSED:
                 return
             event = self._state_event  # set by state changes, probe answers and horizons
@@ -198,7 +198,7 @@ class Session(SessionLifecycle):
         ``connect_timeout``; any failure but cancellation means an ensemble (the safe side)."""
         try:
             data: bytes | None = (
-                await self.call(config_op(), wait_until=time.monotonic() + self._connect_timeout)
+                await self.call(config_op(), wait_until=uptime() + self._connect_timeout)
             )[0]
         except (AiozklockError, TimeoutError):
             data = None
@@ -219,7 +219,7 @@ class Session(SessionLifecycle):
         """Wait until CONNECTED (in ``generation`` if given).
 
         Raises ``ClientClosed`` once closed, ``SessionExpired`` when ``generation`` is gone,
-        and ``TimeoutError`` at ``until`` (a ``time.monotonic()`` deadline).
+        and ``TimeoutError`` at ``until`` (an ``uptime()`` deadline, ``_now``).
         """
         while True:
             if self._auth_failure is not None:
@@ -234,7 +234,7 @@ class Session(SessionLifecycle):
             if until is None:
                 await event.wait()
             else:
-                with anyio.move_on_after(until - time.monotonic()):
+                with anyio.move_on_after(until - uptime()):
                     await event.wait()
                 if not event.is_set():
                     raise TimeoutError("not connected to ZooKeeper in time")
@@ -298,7 +298,7 @@ class Session(SessionLifecycle):
         conn = self._conn
         if conn is None or (self.state is not SessionState.CONNECTED and not closing):
             return None
-        pendings, data = self.frame_now(ops, generation, on_done, time.monotonic())
+        pendings, data = self.frame_now(ops, generation, on_done, uptime())
         self._write(conn, data)
         return pendings
 
@@ -325,13 +325,13 @@ class Session(SessionLifecycle):
         """Establish the first session, within ``connect_timeout``. Raises
         ``ZooKeeperUnavailable`` saying, for each host, why it could not be used (the last
         failure of each: refused, timed out, not ZooKeeper...)."""
-        deadline = time.monotonic() + self._connect_timeout
+        deadline = uptime() + self._connect_timeout
         attempt = max(self._connect_timeout / len(self._hosts), min(1.0, self._connect_timeout))
         failures: dict[tuple[str, int], str] = {}  # the last one of each host
         tls_rejected: set[int] = set()  # indexes of the hosts that failed TLS for good
         delay = 0.05
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = deadline - uptime()
             if remaining <= 0:
                 raise ZooKeeperUnavailable(
                     f"no ZooKeeper server answered within {self._connect_timeout:g} s: "
@@ -353,7 +353,7 @@ class Session(SessionLifecycle):
                 continue
             except (TimeoutError, HandshakeRejected, *STREAM_ERRORS) as exc:
                 failures[self._hosts[self._host_index]] = describe_failure(exc)
-                await anyio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+                await anyio.sleep(min(delay, max(deadline - uptime(), 0)))
                 delay = min(delay * 2, 0.5)
                 continue
             return

@@ -22,7 +22,9 @@ pass ``lock.fencing_token`` to the resource it writes.
 **Fork.** A client made before ``fork()`` (a module-level client in a gunicorn ``--preload``
 app or a Celery prefork worker) works in the child: there it opens a session of its own on
 first use, never sends anything on the parent's, and never holds the parent's locks (the
-recipe objects made before the fork are made again in the child).
+recipe objects made before the fork are made again in the child): a holding the parent had
+is lost in the child at once (``lost`` set, ``check()`` raises ``LockLost``, and so does
+leaving its ``with`` block there), nothing sent.
 
 **Event loops.** Every blocking call from a thread that runs an event loop (asyncio or
 trio) raises ``UsageError`` at once: use ``aiozklock.connect()`` there.
@@ -74,8 +76,9 @@ def connect(
     The arguments are ``aiozklock.connect()``'s, validated now (``InvalidArgument``); nothing
     is sent until the client is opened: by ``with``, ``open()``, or its first use.
     ``with`` closes it at the block's exit; a client used without ``with`` is closed at
-    the interpreter's exit (or call ``close()``). Opening raises ``ZooKeeperUnavailable``
-    if no server answers within ``connect_timeout``.
+    the interpreter's exit (or call ``close()``), unless threads still alive hold through
+    it then: its session is left to end with the process (a WARNING names them). Opening
+    raises ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``.
     """
     return SyncClient(
         hosts,

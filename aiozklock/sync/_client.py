@@ -5,6 +5,7 @@ recipe factories are in ``_factories``."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aiozklock._acl import ACL
 from aiozklock._client import ZooKeeperClient
 from aiozklock._doctor._defaults import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING
-from aiozklock._exceptions import ClientClosed, InvalidArgument
+from aiozklock._exceptions import MESSAGE_LIMIT, ClientClosed, InvalidArgument, shorten
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._wire._protocol import Stat
 from aiozklock._wire._session import SessionState, StateListener
@@ -26,6 +27,8 @@ from aiozklock.sync._portal import Portal, Proxy, refuse_blocking
 
 if TYPE_CHECKING:
     from aiozklock._doctor._model import Diagnosis
+
+log = logging.getLogger(__name__)
 
 
 class SyncClient(SyncFactories):
@@ -57,6 +60,8 @@ class SyncClient(SyncFactories):
         self._lock = threading.Lock()  # opening and closing (made again in a forked child)
         self._listeners: list[StateListener] = []
         self._removers: list[tuple[StateListener, Callable[[], None]]] = []  # this epoch's
+        self._handles: weakref.WeakSet[SyncHandle[Any]] = weakref.WeakSet()  # its recipes
+        self._inherited: list[Portal] = []  # in a forked child: the parents' portals
         _fork.track(self)
 
     # ---------------------------------------------------------------- lifecycle
@@ -123,14 +128,48 @@ class SyncClient(SyncFactories):
         if portal is not None:
             portal.stop()
 
+    def _close_at_exit(self) -> None:
+        """At the interpreter's exit (``_fork``): ``close()``, unless threads that are still
+        alive (daemon threads, and the exiting main thread, which runs the exit handlers
+        that follow) hold something through this client. Those run on until the
+        interpreter stops them: closing would free their locks to other processes under
+        them. Their session is left open instead, its holdings end with the process, and
+        the server expires it a session timeout later; a WARNING names the threads."""
+        portal = self._portal
+        if portal is None:
+            return
+        kept = portal.stop_at_exit()
+        if not kept:
+            with self._lock:
+                self._closed = True
+                if self._portal is portal:
+                    self._portal = None
+            return
+        held = "; ".join(f"thread {name!r} holds {', '.join(labels)}" for name, labels in kept)
+        log.warning(
+            "aiozklock.sync: at the interpreter's exit, session 0x%x of %s is left open, "
+            "because threads still alive hold through it (%s): closing it would let other "
+            "processes take their locks while they run on. Their holdings end with the "
+            "process; the server expires the session %.3g s after it ends. Release before "
+            "exiting (or join those threads) to free them at once",
+            portal.client.session_id,
+            self.hosts,
+            shorten(held, MESSAGE_LIMIT),
+            portal.client.negotiated_timeout,
+        )
+
     def _forked(self) -> None:
         """In a forked child: the parent's loop, thread and session are not ours. Drop
-        them without a word; the next call opens a session of the child's own."""
+        them without a word; the next call opens a session of the child's own. Every
+        holding the parent had is lost here at once (``SyncHandle._forsaken``)."""
         self._lock = threading.Lock()  # it may have been held by a thread of the parent
         portal, self._portal = self._portal, None
         self._removers = []
         if portal is not None:
             _fork.forsake(portal)
+            self._inherited.append(portal)
+        for handle in list(self._handles):
+            handle._forsaken()
 
     def _portal_now(self) -> Portal:
         portal = self._portal
@@ -272,6 +311,7 @@ class SyncClient(SyncFactories):
         only while the calling thread's holding of it is ours (``StaleFencingToken``
         otherwise, nothing written). Errors: see the async client."""
         validate_path(path)  # before the session is opened: nothing sent
+        self._unforked(guard, path)
         return self._call(  # type: ignore[no-any-return]
             lambda proxy: proxy.client.set_data(
                 path, data, version, guard=self._guard(proxy, guard)
@@ -291,6 +331,7 @@ class SyncClient(SyncFactories):
         """Create a node; returns its path. ``guard``: as for ``set_data``. Errors: see the
         async client."""
         validate_path(path)  # before the session is opened: nothing sent
+        self._unforked(guard, path)
         return self._call(  # type: ignore[no-any-return]
             lambda proxy: proxy.client.create(
                 path,
@@ -306,6 +347,7 @@ class SyncClient(SyncFactories):
         """Delete a node (any version). ``guard``: as for ``set_data``. Errors: see the
         async client."""
         validate_path(path)  # before the session is opened: nothing sent
+        self._unforked(guard, path)
         self._call(lambda proxy: proxy.client.delete(path, guard=self._guard(proxy, guard)))
 
     def ensure_path(self, path: str, *, acl: Sequence[ACL] | None = None) -> None:
@@ -318,6 +360,12 @@ class SyncClient(SyncFactories):
         """The node's ACL and ``Stat``. Errors: see the async client."""
         validate_path(path)  # before the session is opened: nothing sent
         return self._call(lambda proxy: proxy.client.get_acl(path))  # type: ignore[no-any-return]
+
+    def _unforked(self, guard: SyncHandle[Any] | None, path: str) -> None:
+        """Refuse (``StaleFencingToken``, nothing sent) a write guarded by a holding that
+        this forked child inherited from its parent: it is lost here."""
+        if isinstance(guard, SyncHandle) and guard._client is self:
+            guard._refuse_inherited_guard(path)
 
     def _guard(self, proxy: Proxy, guard: SyncHandle[Any] | None) -> Handle | None:
         if guard is None:

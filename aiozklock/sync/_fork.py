@@ -1,7 +1,8 @@
 """Every synchronous client of the process, for the two moments that concern them all: a
-``fork()`` (the child drops what it inherited, and opens sessions of its own on first use)
-and the interpreter's exit (sessions are closed, so their ephemeral nodes go at once rather
-than a session timeout later).
+``fork()`` (the child drops what it inherited, and opens sessions of its own on first use;
+what the parent held is lost in the child) and the interpreter's exit (sessions are closed,
+so their ephemeral nodes go at once rather than a session timeout later, except a session
+through which a thread that is still alive holds: see ``SyncClient._close_at_exit``).
 
 One hook of each kind for the whole process, registered at import; the clients are held
 weakly.
@@ -63,9 +64,12 @@ def _after_fork_in_child() -> None:
 
 
 def _close_all() -> None:
+    # Not close(): a client through which a thread still alive holds is left open.
     for client in list(_CLIENTS):
-        with contextlib.suppress(Exception):
-            client.close()
+        try:
+            client._close_at_exit()
+        except Exception:  # one client's failure must not leave the others open
+            log.exception("aiozklock: closing a sync client at exit failed")
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -12,13 +12,14 @@ object, and makes it again for a new client epoch (in a forked child).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner
+from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner, StaleFencingToken
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._wire._validation import validate_flag, validate_timeout
@@ -78,6 +79,7 @@ class SyncHandle(Generic[H]):
         self._bound_to: ZooKeeperClient | None = None
         self._held: weakref.WeakKeyDictionary[Proxy, _Held] = weakref.WeakKeyDictionary()
         client._peek(self._bind)  # made now: bad arguments raise here, in the caller's thread
+        client._handles.add(self)  # told of a fork (``_forsaken``)
 
     # ---------------------------------------------------------------- in the loop thread
 
@@ -157,6 +159,50 @@ class SyncHandle(Generic[H]):
             "paused, or the session has been silent); its loss may follow"
         )
 
+    # ---------------------------------------------------------------- in a forked child
+
+    def _forsaken(self) -> None:
+        """In a forked child (the only thread, at once): every holding of the parent's
+        through this object is lost here, though the parent still holds it. Their loss
+        events are set (the child's copy of a body polls them); ``on_lost`` is not called
+        (it runs in the client's loop thread, which a child does not have)."""
+        for held in list(self._held.values()):
+            if held.depth > 0:
+                _set_in_child(held.lost)
+
+    def _inherited(self, any_depth: bool = False) -> _Held | None:
+        """In a forked child: the calling thread's holding through this object that the
+        parent held at the fork (lost here), while the child has not left it (or, with
+        ``any_depth``, even once it has)."""
+        for portal in self._client._inherited:  # empty but in a forked child
+            proxy = portal.proxy_if_any()
+            held = None if proxy is None else self._held.get(proxy)
+            if held is not None and (held.depth > 0 or any_depth):
+                return held
+        return None
+
+    def _inherited_loss(self) -> LockLost:
+        lost: type[LockLost] = getattr(self._target, "_lost_error", LockLost)
+        label = getattr(self._target, "_label", "lock")
+        return lost(
+            f"{label} was lost in this process: it was forked while its parent held it, and "
+            "a forked child holds none of its parent's locks (the parent still does)"
+        )
+
+    def _refuse_inherited(self) -> None:
+        """Raise the loss if the calling thread is in a holding it inherited: no call of
+        a forked child reaches the parent's holding (nothing is sent)."""
+        if self._client._inherited and self._inherited() is not None:
+            raise self._inherited_loss()
+
+    def _refuse_inherited_guard(self, resource: str) -> None:
+        """``StaleFencingToken`` for a write guarded by an inherited holding."""
+        held = self._inherited() if self._client._inherited else None
+        if held is not None:
+            stale = StaleFencingToken(resource, held.holding.token)
+            stale.add_note(str(self._inherited_loss()))
+            raise stale
+
     # ---------------------------------------------------------------- the user's calls
 
     def _call(self, func: Callable[[Proxy], Any]) -> Any:
@@ -181,15 +227,19 @@ class SyncHandle(Generic[H]):
         Raises ``LockTimeout`` if not acquired in time (nothing of ours is left on the
         server), ``InvalidArgument`` for a bad ``timeout``, ``ClientClosed`` once the client
         is closed, ``UsageError`` from a thread that runs an event loop (use the async API)
-        or from the client's own loop thread, and what the async ``acquire()`` raises.
+        or from the client's own loop thread, and what the async ``acquire()`` raises. In
+        a forked child, while the thread is in a holding the parent had: ``LockLost``, as
+        the reentry of a lost holding (``release()`` leaves it), nothing sent.
         """
         timeout = validate_timeout(timeout)
+        self._refuse_inherited()
         self._client._call(lambda proxy: self._acquire_job(proxy, timeout), self._undo)
         return Acquired(self)
 
     def try_acquire(self) -> bool:
         """One attempt, no waiting: True if it is now held by the calling thread. Raises
         what ``acquire()`` raises, except ``LockTimeout``."""
+        self._refuse_inherited()
         result: bool = self._client._call(self._try_job, self._undo)
         return result
 
@@ -202,13 +252,19 @@ class SyncHandle(Generic[H]):
         Raises ``NotLockOwner`` if the calling thread does not hold it, ``LockLost``
         (``LeadershipLost`` for an election) if it was lost while held (it is released
         all the same), ``InvalidArgument`` for a non-bool ``confirm``, ``ClientClosed``,
-        ``UsageError`` as ``acquire()``.
+        ``UsageError`` as ``acquire()``. In a forked child, leaving a holding the parent
+        had raises ``LockLost`` and sends nothing (the parent's node is the parent's).
         """
         confirm = validate_flag("confirm", confirm)
+        held = self._inherited() if self._client._inherited else None
+        if held is not None:  # a forked child leaves the parent's holding: nothing sent
+            _given_back(held)
+            raise self._inherited_loss()
         self._call(lambda proxy: self._release_job(proxy, confirm))
 
     def __enter__(self) -> Self:
         """``with x:`` acquires for the calling thread, without a time limit."""
+        self._refuse_inherited()
         self._client._call(lambda proxy: self._acquire_job(proxy, None), self._undo)
         return self
 
@@ -231,20 +287,28 @@ class SyncHandle(Generic[H]):
         """True if the calling thread holds it, it has not been lost, and it is within
         ``valid_until``: a cheap check right before acting on the resource. Raises
         ``ClientClosed`` once the client is closed, ``UsageError`` as ``acquire()``."""
+        if self._client._inherited and self._inherited() is not None:
+            return False
         held: bool = self._client._peek(lambda proxy: self._bind(proxy)._holds(proxy.task_id))
         return held
 
     @property
     def fencing_token(self) -> int:
         """The fencing token of the calling thread's holding (see the async recipe): pass it
-        to the resource you protect. Raises ``NotLockOwner`` if not held."""
+        to the resource you protect. Raises ``NotLockOwner`` if not held, and in a forked
+        child, ``LockLost`` for the holding it inherited (the parent holds it, with this
+        token: a store could not tell the two apart)."""
+        self._refuse_inherited()
         token: int = self._client._peek(lambda proxy: self._bind(proxy).fencing_token)
         return token
 
     @property
     def valid_until(self) -> float:
-        """The ``time.monotonic()`` instant until which the calling thread's holding is
-        certainly still ours (see the async recipe). Raises ``NotLockOwner`` if not held."""
+        """The ``aiozklock.clock()`` instant until which the calling thread's holding is
+        certainly still ours (see the async recipe); ``-inf`` once lost (in a forked child,
+        for a holding the parent had). Raises ``NotLockOwner`` if not held."""
+        if self._client._inherited and self._inherited() is not None:
+            return -math.inf
         until: float = self._client._peek(lambda proxy: self._bind(proxy).valid_until)
         return until
 
@@ -253,10 +317,13 @@ class SyncHandle(Generic[H]):
         """The calling thread's loss event: set the moment its current (or last) holding
         through this object is lost. Poll it (``lost.is_set()``) or wait on it
         (``lost.wait(timeout)``) in the body; a new acquisition has a new event. An
-        unset event if this thread never acquired through this object. Sends nothing,
-        blocks nothing, raises nothing."""
+        unset event if this thread never acquired through this object. In a forked child,
+        the events of the parent's holdings are set at the fork. Sends nothing, blocks
+        nothing, raises nothing."""
         proxy = self._client._proxy_if_any()
         held = None if proxy is None else self._held.get(proxy)
+        if held is None and self._client._inherited:  # a forked child: the parent's holding
+            held = self._inherited(any_depth=True)
         return threading.Event() if held is None else held.lost
 
     def check(self) -> None:
@@ -264,12 +331,23 @@ class SyncHandle(Generic[H]):
         for an election) if it was lost, or is past ``valid_until``; ``NotLockOwner`` if the
         thread does not hold it. Call it between the steps of a long body. Sends nothing
         (one hop to the client's thread); ``ClientClosed``, ``UsageError`` as ``acquire()``.
+        In a forked child, a holding the parent had is lost: ``LockLost``, nothing sent.
         """
+        self._refuse_inherited()
         self._client._peek(self._check_job)
 
     def __repr__(self) -> str:
         target = self._target
         return f"<aiozklock.sync {type(self).__name__} {target!r}>"
+
+
+def _set_in_child(event: threading.Event) -> None:
+    """Set an event in a forked child: a thread of the parent (none exists here) may have
+    held its lock at the fork, so it is made anew first, as ``threading`` does for its own."""
+    reinit = getattr(event, "_at_fork_reinit", None)
+    if reinit is not None:
+        reinit()
+    event.set()
 
 
 def _given_back(held: _Held | None) -> None:

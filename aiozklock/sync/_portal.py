@@ -61,6 +61,11 @@ class Portal:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._context = Context()  # the hand-over callbacks': no copy of the caller's per call
         self.thread_id = 0
+        # The interpreter's exit (``stop_at_exit``): asked by the exiting thread, decided in
+        # the loop (``_main``); ``kept``: the live threads that hold, if the session stays.
+        self._exiting = False
+        self._decided = threading.Event()
+        self.kept: list[tuple[str, list[str]]] = []
 
     # ---------------------------------------------------------------- the user's side
 
@@ -134,7 +139,7 @@ class Portal:
     def _proxy(self) -> Proxy:
         proxy: Proxy | None = getattr(self._local, "proxy", None)
         if proxy is None:
-            proxy = Proxy(self, threading.current_thread().name)
+            proxy = Proxy(self, threading.current_thread())
             with self._proxies_lock:
                 self._proxies.add(proxy)
             self._local.proxy = proxy
@@ -169,6 +174,24 @@ class Portal:
         if self._thread.ident is not None and self._thread is not threading.current_thread():
             self._thread.join(STOP_BOUND)
 
+    def stop_at_exit(self) -> list[tuple[str, list[str]]]:
+        """At the interpreter's exit: close the client and end the loop thread (as
+        ``stop()``), unless threads that are still alive hold through it. Those run on
+        until the interpreter stops them, so the session must outlive them: it is left
+        open (the loop thread serves it until the process ends, and the server expires it
+        a session timeout later). Returns each such thread's name and what it holds;
+        empty if the client was closed."""
+        self._decided.clear()  # before the check: a loop that ends after it sets it again
+        if os.getpid() != self.pid or self._ended:
+            return []
+        self._exiting = True  # read by the loop once it sees the stop (after this write)
+        self.stop_soon()
+        if not self._decided.wait(STOP_BOUND):  # the loop does not run: nothing can close
+            return []
+        if not self.kept:
+            self._thread.join(STOP_BOUND)
+        return self.kept
+
     # ---------------------------------------------------------------- the loop thread
 
     def forget(self, proxy: Proxy) -> None:
@@ -186,6 +209,7 @@ class Portal:
             log.exception("aiozklock: the sync client's event loop failed")
         finally:
             self._ended = True
+            self._decided.set()
             with self._proxies_lock:
                 proxies = list(self._proxies)
             for proxy in proxies:  # calls that came too late to run
@@ -205,12 +229,42 @@ class Portal:
         finally:
             self._opened.set()
         try:
-            await self._stop.wait()
+            while await self._kept_at_exit():
+                pass
         finally:
             await self._close(client)
 
+    async def _kept_at_exit(self) -> bool:
+        """Wait for a stop; False to close now. At the interpreter's exit, True while threads
+        still alive hold (``stop_at_exit``): then only a later ``stop()`` closes. Nothing
+        is awaited between this decision and the start of the close, so no holding can be
+        granted in between; and once the close starts, none can be."""
+        await self._stop.wait()
+        if not self._exiting:
+            return False
+        self._exiting = False
+        self.kept = self._live_holders()
+        self._decided.set()
+        if self.kept:
+            self._stop = asyncio.Event()
+        return bool(self.kept)
+
+    def _live_holders(self) -> list[tuple[str, list[str]]]:
+        """The user threads still alive that hold something through the client (lost or
+        not: a loss told to a running thread stops nothing), and what each holds."""
+        with self._proxies_lock:
+            proxies = list(self._proxies)
+        found = []
+        for proxy in proxies:
+            if proxy.task is not None and proxy.thread.is_alive():
+                held = self.client._holds(proxy.task_id)
+                if held:
+                    found.append((proxy.name, held))
+        return found
+
     async def _close(self, client: ZooKeeperClient) -> None:
         self.closing = True
+        self._decided.set()  # an exit that came during another stop: nothing is kept
         await client.close()  # fails every request; a waiter behind a local holder waits on
         with self._proxies_lock:
             tasks = [proxy.task for proxy in self._proxies if proxy.task is not None]

@@ -54,13 +54,15 @@ class Proxy:
         "seq",
         "task",
         "task_id",
+        "thread",
         "value",
     )
 
-    def __init__(self, portal: Portal, name: str) -> None:
+    def __init__(self, portal: Portal, thread: threading.Thread) -> None:
         self._portal = portal
         self.client: ZooKeeperClient = portal.client
-        self.name = name
+        self.thread = thread  # the user thread it serves (forgotten once that thread ends)
+        self.name = thread.name
         self.done = threading.Lock()  # released when an outcome is delivered
         self.done.acquire()
         self.seq = 0  # the thread's last call

@@ -197,8 +197,8 @@ class SyncLeaseLock(SyncHandle[LeaseLock]):
 
     @property
     def expires_at(self) -> float:
-        """When the server may delete our node (``time.monotonic()``); ``NotLockOwner`` if
-        not held."""
+        """When the server may delete our node (an ``aiozklock.clock()`` instant);
+        ``NotLockOwner`` if not held."""
         return self._read(lambda lease: lease.expires_at)
 
     def statistics(self) -> LeaseStatistics:

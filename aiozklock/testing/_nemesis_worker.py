@@ -179,10 +179,13 @@ def _node_key(primitive: Held) -> str | None:
 
 def _expires_at(primitive: Held, ttl_lease: bool) -> float | None:
     """A TTL lease's ``expires_at`` (None for the session-bound recipes, or once released);
-    ``ttl_lease``: the recipe's description says it is one (its objects are ``LeaseLock``)."""
+    ``ttl_lease``: the recipe's description says it is one (its objects are ``LeaseLock``).
+    On the history's clock (``time.monotonic()``): the lease's is ``aiozklock.clock()``,
+    which counts a suspend; the two move together while the machine runs."""
     if not ttl_lease:
         return None
-    return cast("aiozklock.LeaseLock", primitive).statistics().expires_at
+    expires_at = cast("aiozklock.LeaseLock", primitive).statistics().expires_at
+    return None if expires_at is None else expires_at - aiozklock.clock() + time.monotonic()
 
 
 async def run_worker(

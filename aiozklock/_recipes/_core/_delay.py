@@ -24,7 +24,6 @@ lock-delay on a path whose listings show neither a record nor a lock-delay node.
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import NamedTuple
 
 import anyio
@@ -46,6 +45,7 @@ from aiozklock._recipes._core._delay_record import (
 )
 from aiozklock._recipes._core._queue_state import Listings, QueueState
 from aiozklock._recipes._core._retry import RETRY
+from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import CreateMode, create_op, delete_op, get_data_op, set_data_op
 from aiozklock._wire._validation import join
 
@@ -55,7 +55,7 @@ _CHANGED = (BadVersionError, NoNodeError, NodeExistsError, ConnectionLoss)
 
 class _Weighed(NamedTuple):
     """A member's record as we left it: its ``version`` (``ABSENT``: none), whether it named
-    a holder that vanished (``honored``: we waited for it), and until when (monotonic)."""
+    a holder that vanished (``honored``: we waited for it), and until when (``uptime()``)."""
 
     version: int
     honored: bool = False
@@ -115,7 +115,7 @@ class Delaying(QueueState):
         except _CHANGED:
             return None
         read_at, written_at = (stat.mtime, stat.mzxid), (written.mtime, written.mzxid)
-        until = time.monotonic() + record.remaining(read_at, written_at)
+        until = uptime() + record.remaining(read_at, written_at)
         # Each of our reckonings for this vanish is a bound (it is after the vanish by the
         # delay): an earlier one, on our own clock, spares a second full wait across a
         # leader change (our first mark written under the old leader, this one the new).
@@ -128,7 +128,7 @@ class Delaying(QueueState):
         """Sleep until ``until``; raise ``LockTimeout`` at once if that is after
         ``deadline`` (nothing can end a delay early), ``SessionExpired`` if our session
         ended meanwhile (our nodes went with it: queue again)."""
-        left = until - time.monotonic()
+        left = until - uptime()
         if left <= 0:
             return
         if deadline is not None and until > deadline:

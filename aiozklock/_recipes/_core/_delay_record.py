@@ -154,7 +154,7 @@ class LockDelay:
     which honors a record it finds), whether this acquisition ``seen`` a reason to read the
     record, the version of each member's record we wrote when granted (what our release
     deletes), the seconds the last acquisition ``waited`` for a delay, and until when
-    (monotonic) this acquisition already knows it owes a vanished holder's delay (``owed``,
+    (``uptime()``) this acquisition already knows it owes a vanished holder's delay (``owed``,
     by member and holder node: reckoned from its own earlier write, a bound that a leader
     change since cannot move)."""
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -50,6 +49,7 @@ from aiozklock._recipes._core._uncertain import FixedClaim, delete_shielded
 from aiozklock._recipes._core._uncertain import abandon as abandon_claim
 from aiozklock._recipes._core._uncertain import release_nowait as delete_nowait
 from aiozklock._recipes._core._waiting import Wakeup
+from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import (
     Created,
     CreateMode,
@@ -144,7 +144,7 @@ class FixedNode:
         the servers do not support); ``abandon()`` then cleans up."""
         losses = 0
         while True:
-            sent = time.monotonic()
+            sent = uptime()
             created = await self._create(bid, deadline)
             if isinstance(created, tuple):
                 return self._grant(bid, *created, sent)
@@ -245,7 +245,7 @@ class FixedNode:
     ) -> FixedHolding | None:
         if bid.adopt is None:
             log.info("%s: adopted our node after a lost create reply", self._label)
-            return self._grant(bid, stat, generation, time.monotonic())
+            return self._grant(bid, stat, generation, uptime())
         self.claim = FixedClaim(self.node, generation, bid.owned)  # ours: never left behind
         held = await bid.adopt(stat, deadline)
         if held is not None:
@@ -298,10 +298,10 @@ class FixedNode:
                 czxid=czxid,
                 version=holding.version,
             )
-        until = time.monotonic() + (math.inf if bound is None else bound)
+        until = uptime() + (math.inf if bound is None else bound)
         if await self._delete_valid(holding.version, min(valid_until, until)):
             return True
-        rest = None if bound is None else until - time.monotonic()
+        rest = None if bound is None else until - uptime()
         return await delete_shielded(
             session, self.node, None, bound=rest, czxid=czxid, owned=owned, retry=self._retry
         )
@@ -310,7 +310,7 @@ class FixedNode:
         """The 1-round-trip delete of a TTL node, while its version is trusted (``until``).
         False: check by reading first (a write of ours whose reply we did not see, a lost
         reply, or no longer trusted)."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(until - time.monotonic()):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(until - uptime()):
             try:
                 await self._session.call(delete_op(self.server_node, version), wait_until=until)
                 return True
@@ -341,14 +341,14 @@ class FixedNode:
 
 
 def _expired(deadline: float | None) -> bool:
-    return deadline is not None and time.monotonic() >= deadline
+    return deadline is not None and uptime() >= deadline
 
 
 async def _back_off(losses: int, deadline: float | None) -> None:
     bound = min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** (losses - _BACKOFF_AFTER))
     delay = random.uniform(0, bound)
     if deadline is not None:
-        delay = min(delay, max(0.0, deadline - time.monotonic()))
+        delay = min(delay, max(0.0, deadline - uptime()))
     await anyio.sleep(delay)
 
 

@@ -10,7 +10,6 @@ passed, nothing more is waited for either: the deletes are written as a release'
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import Any
 
 import anyio
@@ -26,6 +25,7 @@ from aiozklock._recipes._core._delay_record import RECORD
 from aiozklock._recipes._core._names import nodes_of
 from aiozklock._recipes._core._queue_state import Alone, QueueState
 from aiozklock._recipes._core._retry import GONE_ALREADY, delete_node
+from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import (
     MultiDelete,
     MultiResult,
@@ -160,7 +160,7 @@ class GivingBack(QueueState):
         server. Otherwise (an error, a cancellation) the deletes are confirmed, within half
         the session timeout, and what is not done by then is the janitor's. Raises nothing."""
         deadline = self._deadline
-        if deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and uptime() >= deadline:
             self._abandon_nowait()
             return
         nodes, generation = self.nodes, self.generation
@@ -207,7 +207,7 @@ class GivingBack(QueueState):
         try:
             if nodes:
                 return await self._delete_named(nodes, generation)
-            listings = await self._list_all(generation, time.monotonic())
+            listings = await self._list_all(generation, uptime())
             ours = [
                 (m, n) for m in self.members for n in nodes_of(listings[m], self.guid, self._marker)
             ]
@@ -221,7 +221,7 @@ class GivingBack(QueueState):
     async def _delete_named(self, nodes: dict[str, str], generation: int) -> bool:
         session = self._session
         ops = [delete_op(session.server_path(join(m, n))) for m, n in nodes.items()]
-        results = await session.pipeline(ops, generation=generation, wait_until=time.monotonic())
+        results = await session.pipeline(ops, generation=generation, wait_until=uptime())
         errors = [r for r in results if isinstance(r, BaseException)]
         return all(isinstance(e, NoNodeError | SessionExpired) for e in errors)
 

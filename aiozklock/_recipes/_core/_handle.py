@@ -313,14 +313,15 @@ class Handle(metaclass=_FactoryMade):
 
     @property
     def valid_until(self) -> float:
-        """The ``time.monotonic()`` instant until which it is certainly still ours.
+        """The ``aiozklock.clock()`` instant until which it is certainly still ours.
 
         For a session-bound recipe: the server cannot expire our session, and so cannot grant
         the resource to anyone else, earlier than the send time of our newest answered request
         plus the session timeout; this is that instant less a 10 % margin. It advances with
         every reply (pings keep it moving while idle), and it catches what no notification
-        can: a process that was paused (GC, SIGSTOP, a swapped-out VM) and resumes after its
-        session may have expired. ``-inf`` once lost. Raises ``NotLockOwner`` if not held.
+        can: a process that was paused (GC, SIGSTOP, a swapped-out VM, a suspended machine:
+        ``aiozklock.clock()`` counts a suspend) and resumes after its session may have
+        expired. ``-inf`` once lost. Raises ``NotLockOwner`` if not held.
         Fencing tokens remain the real protection: a write can still be delayed in flight.
         """
         engine = self._held_engine(", so it has no validity")

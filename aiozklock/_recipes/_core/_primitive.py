@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import time
 from abc import abstractmethod
 from collections.abc import Sequence
 from types import TracebackType
@@ -27,6 +26,7 @@ from aiozklock._recipes._core._handle import Handle, _task_ended
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._local_waiters import LocalWaiters
 from aiozklock._recipes._core._observe import RecipeObserver
+from aiozklock._wire._now import uptime
 from aiozklock._wire._session import Session
 from aiozklock._wire._tasks import TaskRef
 
@@ -113,7 +113,7 @@ class Primitive(Handle):
         self._paths = tuple(paths)  # what it locks, for the registry's self-deadlock check
         self._registry: Registry | None = None
         self._observer: RecipeObserver | None = None  # set by the registry, with telemetry
-        self._granted_at = 0.0  # time.monotonic() of the grant (kept only with an observer)
+        self._granted_at = 0.0  # uptime() of the grant (kept only with an observer)
         # One holding per object: local tasks queue here, FIFO.
         self._local = LocalGate()
         self._waiters: LocalWaiters | None = None  # made with the first task that waits
@@ -131,7 +131,7 @@ class Primitive(Handle):
 
     @abstractmethod
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        """Acquire the resource by ``deadline`` (``time.monotonic()``), or raise (a
+        """Acquire the resource by ``deadline`` (``uptime()``), or raise (a
         ``TimeoutError`` on time-out); ``_abandon`` then cleans up."""
 
     @abstractmethod
@@ -170,7 +170,7 @@ class Primitive(Handle):
         holding = self._holding
         if holding is None or holding.lost or self._owner is None:
             return False
-        if time.monotonic() >= self._valid_until(holding):
+        if uptime() >= self._valid_until(holding):
             return False
         return self._owner.id == task_id
 
@@ -235,13 +235,13 @@ class Primitive(Handle):
         self, limit: float | None, task: TaskRef, observer: RecipeObserver
     ) -> None:
         attempt = observer.acquiring()
-        started = time.monotonic()
+        started = uptime()
         try:
             await self._obtain(limit, task)
         except BaseException as exc:
-            attempt.failed(time.monotonic() - started, exc)
+            attempt.failed(uptime() - started, exc)
             raise
-        self._granted_at = time.monotonic()
+        self._granted_at = uptime()
         assert self._holding is not None
         attempt.acquired(self._granted_at - started, self._ahead(), self._holding.token)
 
@@ -256,7 +256,7 @@ class Primitive(Handle):
 
     async def _obtain(self, limit: float | None, task: TaskRef) -> None:
         """Wait for this process's other tasks, then take the resource (see ``_acquire``)."""
-        started = time.monotonic()
+        started = uptime()
         deadline = None if limit is None else started + limit
         try:
             self._local.acquire_nowait()
@@ -290,7 +290,7 @@ class Primitive(Handle):
             with contextlib.suppress(LockLost):  # lost: the janitor has its nodes
                 await self._let_go(holding, task.id)
             raise
-        self._last_wait = time.monotonic() - started
+        self._last_wait = uptime() - started
 
     async def _release(self, task_id: int, confirm: bool = False) -> None:
         holding = self._holding
@@ -324,7 +324,7 @@ class Primitive(Handle):
         if self._registry is not None:
             self._registry.released(self, task_id)
         if self._observer is not None:
-            self._observer.released(time.monotonic() - self._granted_at)
+            self._observer.released(uptime() - self._granted_at)
         try:
             if holding.lost:
                 self._losses += 1

@@ -9,7 +9,6 @@ reply still awaited then is given up (only reads are sent here: nothing to undo)
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import anyio
@@ -18,6 +17,7 @@ from aiozklock._exceptions import ConnectionLoss, LockTimeout, NoNodeError
 from aiozklock._recipes._core._plan import Decision
 from aiozklock._recipes._core._queue_state import Listings, QueueState
 from aiozklock._recipes._core._waiting import Wakeup
+from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import Stat, exists_op, get_children_op
 from aiozklock._wire._validation import join
 
@@ -43,7 +43,7 @@ class Waiting(QueueState):
         """Wait until a predecessor is gone (or the session changes); updates ``listings``.
         Returns whether the wait ended in a direct hand-off (``_wait_one``). Raises
         ``LockTimeout`` at ``deadline``."""
-        left = math.inf if deadline is None else deadline - time.monotonic()
+        left = math.inf if deadline is None else deadline - uptime()
         handed_off = False
         with anyio.move_on_after(left) as bound:
             if len(self.members) == 1:

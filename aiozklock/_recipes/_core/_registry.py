@@ -145,6 +145,11 @@ class Recipes:
             if not held:
                 del self._held_by[task_id]
 
+    def holds(self, task_id: int) -> list[str]:
+        """The labels of what the task ``task_id`` holds now (lost or not), oldest first:
+        what would stay held if its holder went on running."""
+        return [held._label for held in self._held(task_id) if held._held_by_task(task_id)]
+
     async def reap_orphans(self) -> None:
         """Release what tasks that ended without releasing still hold (logged as errors)."""
         for held in list(self._held_by.values()):

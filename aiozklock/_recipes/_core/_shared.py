@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +32,7 @@ from aiozklock._recipes._core._handle import _task_ended
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._recipes._core._waiting import wait_woken
+from aiozklock._wire._now import uptime
 from aiozklock._wire._tasks import TaskRef
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class _Holder:
 
     task: TaskRef
     depth: int
-    since: float  # time.monotonic(), for telemetry
+    since: float  # uptime(), for telemetry
 
 
 @dataclass(eq=False, slots=True)
@@ -96,7 +96,7 @@ class SharedHolding(Primitive):
 
     def _holds(self, task_id: int) -> bool:
         holding = self._holding
-        if holding is None or holding.lost or time.monotonic() >= self._valid_until(holding):
+        if holding is None or holding.lost or uptime() >= self._valid_until(holding):
             return False
         return self._held_by_task(task_id)
 
@@ -118,7 +118,7 @@ class SharedHolding(Primitive):
 
     async def _obtain(self, limit: float | None, task: TaskRef) -> None:
         """Join the holding, or take it first (see the module docstring)."""
-        started = time.monotonic()
+        started = uptime()
         deadline = None if limit is None else started + limit
         self._waiting += 1
         try:
@@ -130,9 +130,9 @@ class SharedHolding(Primitive):
         finally:
             self._waiting -= 1
         # Returned with the holding to join, and no checkpoint since.
-        self._holders[task.id] = _Holder(task, 1, time.monotonic())
+        self._holders[task.id] = _Holder(task, 1, uptime())
         self._acquisitions += 1
-        self._last_wait = time.monotonic() - started
+        self._last_wait = uptime() - started
 
     async def _join_or_take(self, task: TaskRef, deadline: float | None) -> None:
         """Return when ``self._holding`` is for ``task`` to join (or was just taken by it)."""
@@ -215,7 +215,7 @@ class SharedHolding(Primitive):
         if self._registry is not None:
             self._registry.released(self, task_id)
         if self._observer is not None:
-            self._observer.released(time.monotonic() - holder.since)
+            self._observer.released(uptime() - holder.since)
         if self._holders:  # the others keep it: nothing to tell the server
             if holding.lost:
                 raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")

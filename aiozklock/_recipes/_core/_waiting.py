@@ -7,7 +7,6 @@ the watch, so a change between that read and the wait cannot be missed (pitfall 
 
 from __future__ import annotations
 
-import time
 from types import TracebackType
 from typing import Self
 
@@ -15,6 +14,7 @@ import anyio
 
 from aiozklock._exceptions import LockTimeout, NoNodeError
 from aiozklock._recipes._core._retry import RETRY, Retry
+from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import (
     EventType,
     Stat,
@@ -31,7 +31,7 @@ async def wait_woken(woken: anyio.Event, deadline: float | None, message: str) -
     if deadline is None:
         await woken.wait()
         return
-    with anyio.move_on_after(deadline - time.monotonic()):
+    with anyio.move_on_after(deadline - uptime()):
         await woken.wait()
     if not woken.is_set():
         raise LockTimeout(message)
