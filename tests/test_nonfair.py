@@ -561,7 +561,9 @@ async def test_lost_create_reply_then_new_session_never_adopts_the_old_node(
     async def heal_once_expired() -> None:
         # The server expired the old session while partitioned (its node went with it); our
         # clock never gives a session up: the server says so at the reconnect.
-        await node_gone(zk, NODE, within=15)
+        name = NODE.rpartition("/")[2]
+        await wait_for_children(zk, PATH, lambda children: name in children)  # created
+        await node_gone(zk, NODE, within=15)  # expired with its session
         proxy.blackhole(False)
 
     proxy.arm_drop_after([Opcode.CREATE2], 1)
