@@ -254,11 +254,15 @@ class ReadLock(SharedHolding, _Side):
 
     async def _admits_more(self, holding: Holding, deadline: float | None) -> bool:
         """No writer waits behind our node (one listing): a newcomer then delays no one
-        who was waiting. Once one does, sharing with newcomers would starve it."""
+        who was waiting. Once one does, sharing with newcomers would starve it. The listing
+        is checked for peers that cannot order our nodes, as a join's is: one that came
+        after our grant ends the holding (``_core/_newcomers.py``)."""
         try:
             children = await self._queue.list_children(self.path, holding.generation, deadline)
         except SessionExpired:
             return False  # the holding is lost with its session
+        if not self._queue.check_held(self.path, children, holding):
+            return False  # lost: a peer that cannot order our nodes came after our grant
         ours = holding.nodes[0].rpartition("/")[2]
         queue = rw_order(children)
         places = [name for name, _, _ in queue]
