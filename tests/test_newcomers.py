@@ -179,3 +179,60 @@ async def test_a_read_holders_own_listing_tells_it_of_a_newcomer(
     assert first.cancelled
     assert isinstance(first.raised, aiozklock.LockLost)
     assert isinstance(first.raised.__cause__, aiozklock.LayoutConflict)
+
+
+async def test_what_the_watch_costs_on_the_wire(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    """The same requests as without it. An uncontended cycle: one notification (our own
+    release's delete fires the watch its listing set). A re-join after a contended grant
+    lists without a watch: waiting behind another, it hears only its predecessor's
+    deletion (one notification), as before."""
+    client = await open_client(proxy)
+    lock = client.lock(PATH)
+    await zk.ensure_path(PATH)
+    first, behind = Holder((await open_client()).lock(PATH)), Holder(zk.lock(PATH))
+    granted, rejoined = anyio.Event(), anyio.Event()
+    heard: list[int] = []
+
+    async def cycles() -> None:
+        await first.held.wait()
+        await lock.acquire()  # behind first: granted by a hand-off
+        granted.set()
+        await wait_for_queue(zk, PATH, 2)  # behind queued after us
+        await lock.release()  # to behind, by a hand-off
+        proxy.reset_counters()
+        await lock.acquire()  # a contended re-join, behind behind
+        rejoined.set()
+        await lock.release(confirm=True)
+        await client.exists("/")
+        heard.append(proxy.notifications)
+
+    with anyio.fail_after(HANG):
+        proxy.reset_counters()
+        await lock.acquire()
+        await lock.release(confirm=True)
+        await client.exists("/")  # answered after the notification
+        heard.append(proxy.notifications)
+        uncontended = [r.opcode for r in proxy.requests if r.opcode != Opcode.PING]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first.hold)
+            tg.start_soon(cycles)
+            await first.held.wait()
+            await wait_for_queue(zk, PATH, 2)
+            first.done.set()
+            await granted.wait()
+            tg.start_soon(behind.hold)
+            await behind.held.wait()
+            await wait_for_queue(zk, PATH, 2)  # our re-join queued
+            await proxy.wait_for_request(Opcode.EXISTS)  # its watch on behind's node
+            await client.exists("/")  # ... answered: set
+            behind.done.set()
+            await rejoined.wait()
+    assert heard == [1, 1]
+    assert uncontended == [Opcode.CREATE2, Opcode.GET_CHILDREN, Opcode.DELETE, Opcode.EXISTS]
+    rejoin = [r.opcode for r in proxy.requests if r.opcode != Opcode.PING]
+    if rejoin[0] == Opcode.DELETE:
+        del rejoin[0]  # the release before (written at the call) reached the proxy late
+    waits = [Opcode.CREATE2, Opcode.GET_CHILDREN, Opcode.EXISTS]  # join, watch behind
+    assert rejoin == [*waits, Opcode.EXISTS, Opcode.DELETE, Opcode.EXISTS]

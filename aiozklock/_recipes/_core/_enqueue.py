@@ -132,7 +132,7 @@ class Enqueuing(QueueState):
             reads = (
                 []
                 if proof is not None
-                else [self._listing_op(m, watched=True) for m in self.members]
+                else [self._listing_op(m, not self._contended) for m in self.members]
                 if follow is None
                 else [follow.op]
             )
@@ -177,8 +177,10 @@ class Enqueuing(QueueState):
             return await self._after_follow(follow, replies, deadline)
         listings = await self._listed(replies.listings, self.generation, deadline)
         # Watched if every listing came with our create (one read again carries no watch).
-        watched = self._newcomers is not None and all(
-            isinstance(listing, list) for listing in replies.listings
+        watched = (
+            self._newcomers is not None
+            and not self._contended
+            and all(isinstance(listing, list) for listing in replies.listings)
         )
         return Joined(listings, replies.guarded, watched=watched)
 
@@ -227,6 +229,7 @@ class Enqueuing(QueueState):
         ):
             return Joined({member: [ours]}, guarded, proven=True)
         listing = await self.list_children(member, self.generation, deadline, watched=True)
+        # A proof follows a grant with nothing behind it: uncontended, watched.
         return Joined({member: listing}, guarded, watched=self._newcomers is not None)
 
     def _follow(self, lead: Lead, generation: int) -> _Follow | None:
@@ -251,8 +254,10 @@ class Enqueuing(QueueState):
         if isinstance(replies.listings[0], Stat) and _older(hinted, ours):
             followed = follow.hint
             await follow.wakeup.wait(deadline, self._late)
-        listing = await self.list_children(member, generation, deadline, watched=True)
-        watched = self._newcomers is not None
+        # A hint follows a grant with nodes behind it (contended): watched only if not.
+        watch = not self._contended
+        listing = await self.list_children(member, generation, deadline, watched=watch)
+        watched = watch and self._newcomers is not None
         return Joined({member: listing}, replies.guarded, followed=followed, watched=watched)
 
     def _create_op(self, data: bytes) -> Op[Any]:

@@ -127,6 +127,9 @@ class Queue(Enqueuing, Waiting, GivingBack, Delaying):
                 # Our nodes' session is gone: queue again in the new one.
                 listings, handed_off = None, False
         self._lead = self._lead_for(step, handed_off)
+        # Contended: our next join most likely waits, and its watch would only fire unheard
+        # (a notification per grant): it lists without one (``_newcomers.py``).
+        self._contended = handed_off or bool(step.behind)
         if step.mark:
             self._mark(data())  # the bytes our node was created with
         assert self.token is not None

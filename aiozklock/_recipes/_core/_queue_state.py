@@ -162,6 +162,7 @@ class QueueState:
         "__weakref__",
         "_acl",
         "_armed",
+        "_contended",
         "_deadline",
         "_decide",
         "_delay",
@@ -225,6 +226,7 @@ class QueueState:
         # What our last grant left for the next join (written by ``take``, the release
         # records its deletes' outcome on an ``Alone``).
         self._lead: Lead = None
+        self._contended = False  # our last grant came by a hand-off, or had nodes behind
         self._armed: _ChildWatch | None = None  # a child watch kept between the waits
         # Called once nodes are ours (the local waiters' publisher, if any: their count may
         # have changed since the data they were created with was built).
