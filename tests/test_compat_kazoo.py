@@ -110,6 +110,7 @@ async def test_kazoo_arriving_after_our_holder_ends_our_holding(
     assert 'pass compat="kazoo" to zk.lock()' in str(conflict)
     assert theirs[0] in str(conflict)  # kazoo's node, named
     assert "came after our grant" in str(holder.raised)
+    assert "lost: kazoo's Lock node" in str(conflict)
     assert sent[:1] == [Opcode.GET_CHILDREN]  # one listing told it: no other request first
     assert sent.count(Opcode.GET_CHILDREN) == 1
     assert holder.lock.statistics().losses == 1

@@ -16,13 +16,19 @@ cost every holding requests. What costs nothing more on a path without foreign n
 
 A peer that cannot order our nodes ends the holding as any loss does: marked lost with the
 ``LayoutConflict`` as the ``LockLost``'s ``__cause__``, bodies cancelled, nodes given to the
-janitor (deleted at once: the session is sound). Cost on a path without foreign nodes: one
-notification per watched listing (from the server: no request; our own release's delete
-fires it at the latest), and, while a watched holding holds, one getChildren per change of
-the children (contenders arriving behind an uncontended holder). Holdings granted without a
-listing are not watched: a direct hand-off (``_queue_wait.py``), a join proven alone
-(``_enqueue.py``), a downgrade's read node; a peer arriving then is refused by the next
-acquisition that lists the path (a re-acquire's proof fails on the peer's create).
+janitor (deleted at once: the session is sound).
+
+Cost on a path without foreign nodes: the same requests, plus one notification per watched
+listing (sent by the server, no request: our own release's delete fires it at the latest),
+and, while a watched holding holds, one getChildren per change of the children (contenders
+arriving behind an uncontended holder). A join that follows a contended grant (a hand-off,
+or nodes behind us) lists without the watch: it most likely waits, and its watch would only
+fire unheard, a notification per grant. Not watched, so a peer arriving then is not told to
+the holder (the next acquisition that lists the path refuses; a re-acquire's proof fails on
+the peer's create): holdings granted without a listing (a direct hand-off,
+``_queue_wait.py``; a join proven alone, ``_enqueue.py``; a downgrade's read node), after a
+wait's listing, after a contended grant, and with lock-delay (its record's writes would fire
+the watch: a listing per grant).
 
 A notification is counted only after its listing's reply: the session parses replies and
 reads notifications in the order the server sent them, and a notification sent before the
@@ -49,14 +55,15 @@ from aiozklock._recipes._core._peers import Layout
 from aiozklock._wire._protocol import EventType, Op, WatchedEvent, get_children_op
 from aiozklock._wire._session import Session, SessionState, StateChange
 
-log = logging.getLogger(__name__)
+# The logger documented for "a held lock was lost, and why" (docs/observability.md).
+log = logging.getLogger("aiozklock._recipes._core._holding")
 
 
 def lose_to_newcomer(holding: Holding, conflict: LayoutConflict, janitor: Janitor) -> None:
     """A peer that cannot order our nodes holds beside ``holding``: lost (bodies
     cancelled, ``conflict`` as the holders' ``LockLost.__cause__``), its nodes deleted by
     ``janitor`` (the session is sound: nothing else would delete them)."""
-    reason = f"a peer that cannot order our nodes came after our grant: {conflict}"
+    reason = f"a peer that cannot order our nodes came after our grant ({conflict})"
     if holding.mark_lost(reason, "layout", conflict):
         log.warning("lock node(s) %s lost: %s", shorten(", ".join(holding.nodes)), reason)
         for node in holding.nodes:
@@ -181,7 +188,7 @@ class NewcomerWatch:
     def _check(self, holding: Holding, server_path: str, children: list[str]) -> None:
         member = self._members[server_path]
         try:
-            self._layout.check(member, children, self._guid, self._label)
+            self._layout.check(member, children, self._guid, self._label, held=True)
         except LayoutConflict as conflict:
             lose_to_newcomer(holding, conflict, self._janitor)
 

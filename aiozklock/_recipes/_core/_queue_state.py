@@ -336,7 +336,7 @@ class QueueState:
         if self._layout is None:
             return True
         try:
-            self._layout.check(member, children, self.guid, self._label)
+            self._layout.check(member, children, self.guid, self._label, held=True)
         except LayoutConflict as conflict:
             lose_to_newcomer(holding, conflict, self._janitor)
             return False
