@@ -81,6 +81,8 @@ class FaultProxy:
         self.connections_accepted = 0
         #: replies swallowed by arm_drop_after
         self.swallowed_replies = 0
+        #: watch notifications the server sent (frames with xid -1), on every connection
+        self.notifications = 0
 
     def __repr__(self) -> str:
         return f"<FaultProxy {self.address or '(not started)'} -> {self.upstream}>"
@@ -234,7 +236,8 @@ class FaultProxy:
                 self._waiters.remove(waiter)
 
     def reset_counters(self) -> None:
-        """Forget every observation so far (requests, handshakes, connection count).
+        """Forget every observation so far (requests, handshakes, connection count,
+        notifications).
         Connection indexes keep counting, so they stay unique."""
         self.requests.clear()
         self.connect_requests.clear()
@@ -242,6 +245,7 @@ class FaultProxy:
         self.four_letter_words.clear()
         self.connections_accepted = 0
         self.swallowed_replies = 0
+        self.notifications = 0
 
     # --- observation helpers, called by the pump for each frame -----------------------
 

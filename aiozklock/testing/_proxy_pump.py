@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 _LENGTH = struct.Struct("!i")
 _REQUEST_HEADER = struct.Struct("!ii")  # xid, opcode
 _REPLY_XID = struct.Struct("!i")  # a reply starts with xid, zxid, err
+_NOTIFICATION_XID = -1  # a watch notification's
 #: Larger "lengths" mean the stream is not ZooKeeper framing; it is then passed through.
 _MAX_FRAME = 64 * 1024 * 1024
 
@@ -209,6 +210,8 @@ class _Pump:
                         self._proxy._observe_connect_response(conn, frame, now)
                     elif len(frame) >= 4 + _REPLY_XID.size:
                         (xid,) = _REPLY_XID.unpack_from(frame, 4)
+                        if xid == _NOTIFICATION_XID:
+                            self._proxy.notifications += 1
                         reset = conn.drop_xids.pop(xid, None)
                         if reset is not None:
                             self._proxy.swallowed_replies += 1
