@@ -4,7 +4,7 @@ The client under test connects to :attr:`FaultProxy.address` instead of the serv
 proxy splits both byte streams into ZooKeeper frames (4-byte big-endian length + payload),
 so it can record every request (xid, opcode), the session ids handed out, and drop exactly
 the reply to one request ("request executed, response lost"), with the connection reset or
-going on.
+going on, or lose every request while the server's frames still arrive (a one-way cut).
 
 This module has its API (lifecycle, faults, observation) and its records of what it saw;
 the connections themselves are pumped by :mod:`._proxy_pump`, and the record types are in
@@ -65,6 +65,8 @@ class FaultProxy:
         self._pump = _Pump(self)
         # fault state
         self._blackholed = False
+        self._one_way = False
+        self._one_way_healed: anyio.Event | None = None
         self._new_mode: Literal["hang", "refuse"] = "hang"
         self._lifted: anyio.Event | None = None
         self._delay = 0.0
@@ -81,6 +83,8 @@ class FaultProxy:
         self.connections_accepted = 0
         #: replies swallowed by arm_drop_after
         self.swallowed_replies = 0
+        #: frames (or, unframed, chunks of bytes) from the client lost to a one-way cut
+        self.lost_to_cut = 0
 
     def __repr__(self) -> str:
         return f"<FaultProxy {self.address or '(not started)'} -> {self.upstream}>"
@@ -92,6 +96,8 @@ class FaultProxy:
             raise RuntimeError("FaultProxy is already running")
         self._lifted = anyio.Event()
         self._lifted.set()
+        self._one_way_healed = anyio.Event()
+        self._one_way_healed.set()
         self._delay_changed = anyio.Event()
         async with AsyncExitStack() as stack:
             listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
@@ -115,9 +121,10 @@ class FaultProxy:
         if stack is None:
             return None
         # Unblock held writers so that nothing waits on a fault that no one will lift.
-        self._blackholed = False
-        if self._lifted is not None:
-            self._lifted.set()
+        self._blackholed = self._one_way = False
+        for lifted in (self._lifted, self._one_way_healed):
+            if lifted is not None:
+                lifted.set()
         result = await stack.__aexit__(exc_type, exc, tb)
         logger.info("FaultProxy %s closed", self.address)
         return result
@@ -161,6 +168,38 @@ class FaultProxy:
     @property
     def blackholed(self) -> bool:
         return self._blackholed
+
+    def one_way_cut(self, on: bool) -> None:
+        """Start (``on=True``) or heal (``on=False``) a one-way cut: a half-open path.
+
+        While on, every frame the client sends is **lost** (discarded, never delivered: the
+        server does not read it, so it does not touch the session), while everything the
+        server sends is still delivered, and the client's sockets stay open: the server
+        closing a connection (e.g. when it expires the session) reaches the client only when
+        the cut heals, as when its FIN is stuck behind data that the client can no longer
+        acknowledge. The client hears the replies to what it sent before the cut and its
+        watch events, nothing else, and no end.
+
+        New connections made during the cut are accepted and connected upstream, and what
+        their clients send is lost too: their handshakes go unanswered. A client closing its
+        side still closes the connection. Healing delivers nothing that was lost: a connection
+        that lived through a cut has a gap in its requests (ZooKeeper answers the later ones;
+        a client fails the skipped ones), and over TLS, whose bytes the proxy passes through
+        unframed, the server usually closes it. Frames received before the cut (held by a
+        black-hole or a delay) are still delivered. Lost requests are still recorded in
+        :attr:`requests`; ``lost_to_cut`` counts the lost frames.
+        """
+        if on and not self._one_way:
+            self._one_way_healed = anyio.Event()
+        elif not on and self._one_way and self._one_way_healed is not None:
+            self._one_way_healed.set()
+        self._one_way = on
+        logger.info("FaultProxy %s: one-way cut %s", self.address, on)
+
+    @property
+    def one_way_cut_active(self) -> bool:
+        """Whether a one-way cut is on (:meth:`one_way_cut`)."""
+        return self._one_way
 
     def set_delay(self, seconds: float) -> None:
         """Delay every client→server frame by ``seconds`` after its receipt before
@@ -234,7 +273,8 @@ class FaultProxy:
                 self._waiters.remove(waiter)
 
     def reset_counters(self) -> None:
-        """Forget every observation so far (requests, handshakes, connection count).
+        """Forget every observation so far (requests, handshakes, connection count, lost
+        frames).
         Connection indexes keep counting, so they stay unique."""
         self.requests.clear()
         self.connect_requests.clear()
@@ -242,6 +282,7 @@ class FaultProxy:
         self.four_letter_words.clear()
         self.connections_accepted = 0
         self.swallowed_replies = 0
+        self.lost_to_cut = 0
 
     # --- observation helpers, called by the pump for each frame -----------------------
 

@@ -143,6 +143,10 @@ class _Pump:
         while self._proxy._blackholed and self._proxy._lifted is not None:
             await self._proxy._lifted.wait()
 
+    async def _wait_one_way_healed(self) -> None:
+        while self._proxy._one_way and self._proxy._one_way_healed is not None:
+            await self._proxy._one_way_healed.wait()
+
     async def _receive(
         self, stream: SocketStream, out: MemoryObjectSendStream[_Item]
     ) -> bytes | None:
@@ -157,6 +161,13 @@ class _Pump:
             pass  # we closed it ourselves
         return None
 
+    def _forward(self, out: MemoryObjectSendStream[_Item], data: bytes, now: float) -> None:
+        """Pass ``data`` from the client on, unless a one-way cut loses it."""
+        if self._proxy._one_way:
+            self._proxy.lost_to_cut += 1
+            return
+        out.send_nowait(_Data(data, now))
+
     async def _read_client(self, conn: _Connection, out: MemoryObjectSendStream[_Item]) -> None:
         buffer = bytearray()
         handshake_done = False
@@ -165,14 +176,14 @@ class _Pump:
         with out, contextlib.suppress(anyio.BrokenResourceError):
             while (chunk := await self._receive(conn.client, out)) is not None:
                 if conn.raw:
-                    out.send_nowait(_Data(chunk, time.monotonic()))
+                    self._forward(out, chunk, time.monotonic())
                     continue
                 buffer += chunk
                 if not handshake_done and len(buffer) >= 4 and buffer[:4].isalpha():
                     # A four-letter word such as aiozk's "srvr" probe: not framed.
                     conn.raw = True
                     self._proxy.four_letter_words.append(buffer[:4].decode("ascii", "replace"))
-                    out.send_nowait(_Data(bytes(buffer), time.monotonic()))
+                    self._forward(out, bytes(buffer), time.monotonic())
                     buffer.clear()
                     continue
                 for frame in self._split_frames(conn, buffer):
@@ -187,7 +198,7 @@ class _Pump:
                         self._proxy._observe_request(
                             conn, ObservedRequest(conn.index, xid, opcode, now)
                         )
-                    out.send_nowait(_Data(frame, now))
+                    self._forward(out, frame, now)
 
     async def _read_server(
         self, conn: _Connection, server: SocketStream, out: MemoryObjectSendStream[_Item]
@@ -252,6 +263,8 @@ class _Pump:
         with items:
             async for item in items:
                 await self._wait_lifted()  # a partition holds everything, markers included
+                if not to_server and not isinstance(item, _Data):
+                    await self._wait_one_way_healed()  # the server's close: see one_way_cut
                 if isinstance(item, _Reset):
                     logger.info(
                         "FaultProxy %s: resetting connection #%d: %s",
