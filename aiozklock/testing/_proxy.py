@@ -66,7 +66,8 @@ class FaultProxy:
         # fault state
         self._blackholed = False
         self._one_way = False
-        self._one_way_healed: anyio.Event | None = None
+        self._chatter = 0.0
+        self._one_way_changed: anyio.Event | None = None  # set (and replaced) at each change
         self._new_mode: Literal["hang", "refuse"] = "hang"
         self._lifted: anyio.Event | None = None
         self._delay = 0.0
@@ -96,8 +97,7 @@ class FaultProxy:
             raise RuntimeError("FaultProxy is already running")
         self._lifted = anyio.Event()
         self._lifted.set()
-        self._one_way_healed = anyio.Event()
-        self._one_way_healed.set()
+        self._one_way_changed = anyio.Event()
         self._delay_changed = anyio.Event()
         async with AsyncExitStack() as stack:
             listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
@@ -121,10 +121,10 @@ class FaultProxy:
         if stack is None:
             return None
         # Unblock held writers so that nothing waits on a fault that no one will lift.
-        self._blackholed = self._one_way = False
-        for lifted in (self._lifted, self._one_way_healed):
-            if lifted is not None:
-                lifted.set()
+        self._blackholed = False
+        if self._lifted is not None:
+            self._lifted.set()
+        self.one_way_cut(False)
         result = await stack.__aexit__(exc_type, exc, tb)
         logger.info("FaultProxy %s closed", self.address)
         return result
@@ -169,7 +169,7 @@ class FaultProxy:
     def blackholed(self) -> bool:
         return self._blackholed
 
-    def one_way_cut(self, on: bool) -> None:
+    def one_way_cut(self, on: bool, *, chatter: float = 0.0) -> None:
         """Start (``on=True``) or heal (``on=False``) a one-way cut: a half-open path.
 
         While on, every frame the client sends is **lost** (discarded, never delivered: the
@@ -182,19 +182,33 @@ class FaultProxy:
 
         New connections made during the cut are accepted and connected upstream, and what
         their clients send is lost too: their handshakes go unanswered. A client closing its
-        side still closes the connection. Healing delivers nothing that was lost: a connection
-        that lived through a cut has a gap in its requests (ZooKeeper answers the later ones;
-        a client fails the skipped ones), and over TLS, whose bytes the proxy passes through
-        unframed, the server usually closes it. Frames received before the cut (held by a
-        black-hole or a delay) are still delivered. Lost requests are still recorded in
-        :attr:`requests`; ``lost_to_cut`` counts the lost frames.
+        side still closes the connection. Healing delivers nothing that was lost, and resets
+        (both sides) every connection that lost something: a TCP stream has no gaps, so a
+        connection cannot go on past lost bytes (one that lost nothing goes on). Frames
+        received before the cut (held by a black-hole or a delay) are still delivered. Lost
+        requests are still recorded in :attr:`requests`; ``lost_to_cut`` counts the lost
+        frames (over TLS, which the proxy passes through unframed: chunks of bytes).
+
+        ``chatter`` (seconds, > 0): while the cut lasts, the proxy also writes a watch
+        notification (``NodeDataChanged`` of ``/aiozklock-one-way-cut-chatter``, which nobody
+        watches) to the client of every connection whose handshake was answered, that often:
+        a stand-in for the watch events a busy session keeps hearing, which prove nothing
+        about the session. Framed (plain) connections only.
         """
-        if on and not self._one_way:
-            self._one_way_healed = anyio.Event()
-        elif not on and self._one_way and self._one_way_healed is not None:
-            self._one_way_healed.set()
-        self._one_way = on
-        logger.info("FaultProxy %s: one-way cut %s", self.address, on)
+        if chatter < 0:
+            raise ValueError("chatter must be >= 0")
+        chatter = chatter if on else 0.0
+        if (on, chatter) == (self._one_way, self._chatter):
+            return
+        self._one_way, self._chatter = on, chatter
+        changed, self._one_way_changed = self._one_way_changed, anyio.Event()
+        if changed is not None:
+            changed.set()
+        if not on:
+            for conn in self._pump.conns.values():
+                if conn.lost_to_cut:
+                    conn.abort(rst=True)
+        logger.info("FaultProxy %s: one-way cut %s (chatter %g s)", self.address, on, chatter)
 
     @property
     def one_way_cut_active(self) -> bool:
