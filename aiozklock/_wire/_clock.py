@@ -16,8 +16,8 @@ half-open connection) while the session's clock runs out at the server. Hence:
   is dropped (``UNPROVEN``, however alive it looks), and while SUSPENDED the session is
   given up (``LOST``). ``LOST_MARGIN`` absorbs our scheduling delays and clock rates;
 
-and two rules that notice a dead path sooner, at no cost beyond the pings Java's client
-sends too (never later than the proof):
+and two rules that notice a dead path sooner (whichever deadline comes first drops the
+connection; none extends the proof):
 
 * **ping**: a connection on which we wrote nothing for ``T/6`` gets a ping (a probe
   through the leader, ``PROBE_GAP x T`` after the previous answer, on an ensemble), so
