@@ -96,7 +96,7 @@ async def chatter(
     """``CHATTER`` locks held by ``other``, a task of the holder queued behind each, and a
     watch of the holder's session on each of ``other``'s nodes that records when its event
     arrives. Returns the events that make ``other`` release them."""
-    releases: list[anyio.Event] = []
+    releases = [anyio.Event() for _ in range(CHATTER)]
     session = session_of(holder)
 
     def arrived(event: WatchedEvent) -> None:
@@ -108,17 +108,19 @@ async def chatter(
             got.set()
             await release.wait()
 
-    for i in range(CHATTER):
-        path = f"{base}/chatter-{i}"
-        got, release = anyio.Event(), anyio.Event()
-        tg.start_soon(keep, path, got, release)
+    async def set_up(i: int) -> None:
+        path, got = f"{base}/chatter-{i}", anyio.Event()
+        tg.start_soon(keep, path, got, releases[i])
         await got.wait()
         tg.start_soon(queue_behind, holder, path)
         children = await wait_for_children(other, path, lambda c: len(c) >= 2)
         first = min(children, key=lambda name: name[-10:])  # the lowest sequence: other's
         node = session.server_path(f"{path}/{first}")
         assert await session.call(exists_op(node, arrived)) is not None
-        releases.append(release)
+
+    async with anyio.create_task_group() as setting_up:
+        for i in range(CHATTER):
+            setting_up.start_soon(set_up, i)
     return releases
 
 
