@@ -109,15 +109,24 @@ class SessionCore:
 
     @property
     def last_heard(self) -> float:
-        """When the last frame (any) arrived from the server."""
+        """When the newest answer to one of our requests arrived (watch events do not count:
+        they prove nothing, ``_clock``)."""
         return self._clock.last_heard
 
     @property
     def valid_until(self) -> float:
-        """The ``uptime()`` instant before which the server cannot have expired this
-        session: it heard our newest answered request no earlier than we sent it, and expires
-        a session ``timeout`` after it last heard from it (less our safety margin)."""
+        """The ``uptime()`` instant before which no server can have expired this
+        session, on any topology: the send time of our newest request proven to have
+        reached the session's keeper (answered by a standalone server; a probe committed
+        through an ensemble's leader) plus 90 % of the timeout. Only answers move it; at it,
+        the session is unproven whether the connection looks alive or not (``_clock``)."""
         return self._clock.valid_until
+
+    @property
+    def proven(self) -> float:
+        """The send time of our newest request proven to have reached the session's keeper
+        (``valid_until`` is 90 % of the timeout later)."""
+        return self._clock.proven
 
     def tick(self, now: float, connected: bool) -> tuple[Tick, float]:
         """The liveness clock's decision at ``now`` (``_clock``) and the next deadline;
@@ -221,7 +230,6 @@ class SessionCore:
         """Bytes read from the connection at ``now``: settle the replies and fire the
         watches they complete. Returns why the connection must be dropped (the server says
         the session expired), else None; raises on a frame it cannot read."""
-        self._clock.last_heard = now
         buffer = self._read_buffer
         # Nearly always nothing is left from the last read: the frames are cut from ``data``
         # itself (one copy each), not from the buffer (two, and the buffer's own).
@@ -238,7 +246,7 @@ class SessionCore:
             end = start + 4 + size
             if end > available:
                 break
-            if self._on_frame(bytes(source[start + 4 : end])):
+            if self._on_frame(bytes(source[start + 4 : end]), now):
                 drop = "server reports session expired"
             start = end
         if source is buffer:
@@ -247,8 +255,8 @@ class SessionCore:
             buffer += data[start:]
         return drop
 
-    def _on_frame(self, data: bytes) -> bool:
-        """One frame; True if it says that the session expired."""
+    def _on_frame(self, data: bytes, now: float) -> bool:
+        """One frame, read at ``now``; True if it says that the session expired."""
         xid, zxid, err = framing.REPLY_HEADER.unpack_from(data, 0)
         if zxid > self.last_zxid:
             self.last_zxid = zxid
@@ -257,8 +265,10 @@ class SessionCore:
             if event.type in FIRES:
                 self._watches.fire(EventType(event.type), event.path)
             return False
-        # Replies come in request order: the oldest send is this one's (see LivenessClock).
+        # An answer (a watch event is none: it proves nothing, see _clock). Replies come in
+        # request order: the oldest send is this one's (see LivenessClock).
         clock = self._clock
+        clock.last_heard = now
         if clock.sent_at:
             sent_at = clock.sent_at.popleft()
             if sent_at > clock.last_acked_send:

@@ -129,10 +129,11 @@ class HoldingMonitor(Protocol):
 class LossMonitor:
     """Decides when a session-bound holding can no longer be trusted, and tells its holder.
 
-    ``"suspended"``: as soon as the session is SUSPENDED (connection lost, or nothing heard
-    for half the session timeout): before the server can expire the session and grant the
-    lock to someone else. ``"expired"``: only once the session is LOST; the holder keeps the
-    lock through short disconnections, at the price of a thin margin before a re-grant.
+    ``"suspended"``: as soon as the session is SUSPENDED (connection lost, no answer for
+    half the session timeout, or past ``valid_until``): before the server can expire the
+    session and grant the lock to someone else. ``"expired"``: only once the session is
+    LOST; the holder keeps the lock through short disconnections, at the price of a thin
+    margin before a re-grant.
     """
 
     def __init__(self, session: Session, mode: LossPolicy, janitor: Janitor) -> None:
