@@ -283,21 +283,27 @@ class ZooKeeperClient(RecipeFactories, Znodes):
         return await diagnose(self._live_session(), given)
 
     async def revoke(self, path: str, *, wait: float | None = 10.0) -> tuple[str, ...]:
-        """Ask the holder of the lock at ``path`` to let go, and wait until it did.
+        """Ask the holders of the lock at ``path`` to let go, and wait until they did.
 
         Finds the holder's node (as ``aiozklock contenders`` reads the path: our layout,
-        Curator's and kazoo's), sets its data to ``__REVOKE__`` (Curator's
-        ``Revoker.attemptRevoke``), and waits up to ``wait`` seconds (None: no bound; 0:
-        not at all) for the node to be deleted (a watch, no polling). A holder that opted
-        in (``zk.lock(path, revocable=True)``, a revocable write lock or multi-lock,
-        Curator's ``makeRevocable``) lets go; others ignore it. Returns the node(s) asked,
-        as paths. One round trip for the request and its watch, after the reads.
+        Curator's and kazoo's; on a read/write path, every reader that holds), sets its data
+        to ``__REVOKE__`` (Curator's ``Revoker.attemptRevoke``), and waits up to ``wait``
+        seconds (None: no bound; 0: not at all) for the node to be deleted (a watch, no
+        polling). A holder that opted in (``zk.lock(path, revocable=True)``, a revocable
+        write lock or multi-lock, Curator's ``makeRevocable``) lets go; others ignore it.
+        Returns every holder's node, as paths, once all are gone (``wait=0``: once all were
+        asked). One round trip for the requests and their watches, after the reads.
+
+        Never returns while a holder it found still holds: with several holders (readers),
+        each one that may let go is asked and waited for, and if any still holds,
+        ``NotRevoked`` names it (``held``), with those asked (``asked``; the others let go).
 
         Raises ``InvalidArgument`` (nothing sent) for a bad path or ``wait``;
-        ``NotRevoked`` with its ``reason``: ``"no holder"``, ``"not revocable"`` (its node
-        says it did not opt in: nothing is written), ``"timeout"`` (not gone within
-        ``wait``: it may not be revocable); ``ClientClosed`` if the client is not
-        connected; ``NoAuthError`` if the node's ACL forbids the write.
+        ``NotRevoked`` with its ``reason``: ``"no holder"``, ``"not revocable"`` (a holder's
+        node says it did not opt in: it is not written to), ``"timeout"`` (every holder was
+        asked and one is not gone within ``wait``: it may not be revocable);
+        ``ClientClosed`` if the client is not connected; ``NoAuthError`` if a node's ACL
+        forbids the write.
         """
         from aiozklock._revoke import revoke  # loaded when first used
 

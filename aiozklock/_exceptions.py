@@ -362,17 +362,31 @@ class LockRevoked(LockLost):
 
 
 class NotRevoked(AiozklockError):
-    """``zk.revoke(path)`` could not make the holder let go. ``reason``: ``"no holder"``
-    (nothing holds the lock at ``path``), ``"not revocable"`` (its holder did not opt in:
-    nothing was written), ``"timeout"`` (it did not let go within ``wait`` seconds: it may
-    not be revocable). ``nodes``: the holder's node(s), as paths (empty without a holder).
+    """``zk.revoke(path)`` could not make every holder let go. ``reason``: ``"no holder"``
+    (nothing holds the lock at ``path``), ``"not revocable"`` (a holder did not opt in: it
+    was not written to; any other holders were asked, and waited for), ``"timeout"`` (every
+    holder was asked, and one did not let go within ``wait`` seconds: it may not be
+    revocable). ``nodes``: every holder's node, as paths (several on a read/write path with
+    readers; empty without a holder); ``asked``: those a revoke request was written to;
+    ``held``: those that still held when ``revoke`` gave up (the holders not revocable, and
+    those asked that had not let go); the others let go. The message names them.
     """
 
-    def __init__(self, path: str, reason: str, message: str, nodes: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        path: str,
+        reason: str,
+        message: str,
+        nodes: tuple[str, ...] = (),
+        asked: tuple[str, ...] = (),
+        held: tuple[str, ...] | None = None,
+    ) -> None:
         self.path = path
         self.reason = reason
         self.nodes = nodes
+        self.asked = asked
+        self.held = nodes if held is None else held
         super().__init__(message)
 
-    def __reduce__(self) -> tuple[type[NotRevoked], tuple[str, str, str, tuple[str, ...]]]:
-        return (type(self), (self.path, self.reason, str(self), self.nodes))
+    def __reduce__(self) -> tuple[type[NotRevoked], tuple[object, ...]]:
+        return (type(self), (self.path, self.reason, str(self), self.nodes, self.asked, self.held))

@@ -20,8 +20,8 @@ Metrics (instrumentation scope ``aiozklock``), each with the attributes ``aiozkl
 - ``aiozklock.lock.hold`` (histogram, s): how long each acquisition was held.
 - ``aiozklock.lock.acquisitions``, ``aiozklock.lock.timeouts`` (counters).
 - ``aiozklock.lock.losses`` (counter), with ``aiozklock.loss.cause``: ``suspended``,
-  ``lost``, ``closed`` (the session's state), ``lease`` or ``revoked`` (a revocable holder
-  asked to let go).
+  ``lost``, ``closed`` (the session's state), ``lease``, ``revoked`` (a revocable holder
+  asked to let go) or ``layout`` (a peer that cannot order our nodes came after the grant).
 - ``aiozklock.lock.local_waiters`` (up-down counter, {task}): the tasks of this process
   queued behind their recipe object's own node, now (the local queue that ZooKeeper does
   not see: one node per object and process).

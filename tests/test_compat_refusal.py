@@ -1,8 +1,8 @@
 """Fail closed beside peers that cannot order our nodes (issue 30, item 5), on real
 ZooKeeper: an acquisition that lists Curator's or kazoo's contender whose recipe does not see
 the names we write (``compat=``) refuses with ``LayoutConflict`` naming the fix, and leaves
-no node of ours; a holder is not cancelled when such a contender comes after it (see
-docs/mixed-fleets.md).
+no node of ours. A holder told of such a contender that comes after it:
+``tests/test_newcomers.py`` (see docs/mixed-fleets.md).
 
 Peers' nodes are written by hand where the names are enough (``/work/shared/
 interop-formats.md``: Curator's ``_c_<uuid>-<marker><seq>``, kazoo's ``<32 hex>__lock__<seq>``),

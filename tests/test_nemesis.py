@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,6 +75,9 @@ RECIPE_SEEDS = {
     "rwlock": ("trio", 971, 8.9),
     "semaphore": ("asyncio", 1093, 7.2),
 }
+# The kinds those seeds were chosen among (each kind added changes every seed's draws): all but
+# the ensemble's cuts and the one-way cut, which have seeds of their own.
+CI_BASE_KINDS = [k for k in FAULT_KINDS if k not in PARTITION_KINDS and k != "one-way-cut"]
 # The fault kinds each CI run's schedule exercises (checked against its plan below).
 CI_KINDS = {
     "lock-asyncio": {"blackhole-long", "blackhole-short", "drop", "expire", "leader-kill"}
@@ -107,7 +111,7 @@ def test_ci_seeds_plan_the_kinds_they_are_chosen_for() -> None:
     """Each CI run's plan has the fault kinds its seed was chosen for, and the groups that
     complete them end about 4 s (3.9 or more) before the run stops starting groups (a
     session timeout after its duration): room for the waits of a run."""
-    allowed = [kind for kind in FAULT_KINDS if kind not in PARTITION_KINDS]
+    allowed = CI_BASE_KINDS
     runs = {f"lock-{backend}": seed for backend, seed in CI_SEEDS.items()}
     runs.update({recipe: (seed, duration) for recipe, (_, seed, duration) in RECIPE_SEEDS.items()})
     assert runs.keys() == CI_KINDS.keys()
@@ -139,6 +143,10 @@ def test_schedule_respects_kinds_and_keeps_the_quorum() -> None:
                     assert spec.duration < 6.0 / 2  # shorter than our silence detection
                 if spec.kind == "pause-long":
                     assert spec.duration > 6.0
+                if spec.kind == "one-way-cut" and spec.option == "short":
+                    assert spec.duration < 6.0 / 2  # the session survives it
+                if spec.kind == "one-way-cut" and spec.option == "long":
+                    assert spec.duration > 6.0 + 0.2  # the session surely expires
     assert seen == set(FAULT_KINDS)
     assert PARTITION_KINDS <= SERVER_KINDS  # never two at once, nor with a server fault
     client_only = set(FAULT_KINDS) - SERVER_KINDS - PROCESS_KINDS
@@ -185,6 +193,9 @@ def test_negative_control_plan_starts_by_expiring_the_holder() -> None:
     assert [g.index for g in plan] == list(range(1, len(plan) + 1))
     assert {s.kind for g in plan[1:] for s in g.faults} <= {"drop", "expire"}
     assert plan == control_plan(7, 30, 4.0, ["drop", "expire"])
+    # Asked for one-way cuts (and no black-hole): a one-way cut as long opens it.
+    first = control_plan(7, 30, 4.0, ["one-way-cut"])[0].faults[0]
+    assert (first.kind, first.target, first.duration) == ("one-way-cut", "holder", 6.0)
 
 
 @pytest.mark.timeout(10)
@@ -641,6 +652,7 @@ async def test_nemesis_short_seed(zk_ensemble: ZooKeeperCluster, anyio_backend: 
                 session_timeout=CI_SESSION_TIMEOUT,
                 clients=4,
                 processes=2,
+                kinds=CI_BASE_KINDS,
                 command=f"AIOZKLOCK_NEMESIS_SEED={seed} pytest tests/test_nemesis.py",
             )
     finally:
@@ -715,6 +727,40 @@ def test_cli_negative_control_exits_non_zero(
     assert "--unprotected" in out.splitlines()[1]  # the command that replays it
     assert "negative control: the checker found" in out
     assert "[FAIL] fencing" in out
+
+
+# One-way cuts (the client's requests lost, its server's frames and a watch notification
+# every T/8 still delivered, half-open) on one server: seed 11 plans a long cut of the holder
+# (its session expires) and a short one, in 5.4 s: 5.6 s left for the waits of a run (a
+# long holder to aim at: up to a session timeout per fault).
+ONE_WAY_SEED = 11
+ONE_WAY_DURATION = 9.0
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_nemesis_one_way_cuts_short_seed(zk_hosts: str, anyio_backend: str) -> None:
+    seed = int(os.environ.get("AIOZKLOCK_NEMESIS_SEED", ONE_WAY_SEED))
+    started = time.monotonic()
+    with anyio.fail_after(90):
+        report = await run_nemesis(
+            zk_hosts,
+            seed=seed,
+            duration=ONE_WAY_DURATION,
+            session_timeout=CI_SESSION_TIMEOUT,
+            clients=3,
+            processes=1,
+            kinds=["one-way-cut"],
+            command=f"AIOZKLOCK_NEMESIS_SEED={seed} pytest tests/test_nemesis.py -k one_way",
+        )
+    print(f"\nNEMESIS one-way cuts in {time.monotonic() - started:.1f} s\n{report}")
+    assert report.ok, str(report)
+    assert report.by_kind["one-way-cut"].run == 2
+    notes = [f.note for f in report.faults]  # e.g. "to member 1: 7 frame(s) lost"
+    assert all(re.search(r": [1-9]\d* frame\(s\) lost", note) for note in notes), notes
+    assert report.history.counters.get("section:completed", 0) >= 10
 
 
 # The ensemble's cuts: seed 12332's plan is four groups, one of each kind (split,
@@ -811,6 +857,7 @@ async def _run_recipe_seed(cluster: ZooKeeperCluster, recipe: str, backend: str)
                 session_timeout=CI_SESSION_TIMEOUT,
                 clients=4,
                 processes=2,
+                kinds=CI_BASE_KINDS,
                 recipe=recipe,
                 command=f"AIOZKLOCK_NEMESIS_SEED={seed} pytest tests/test_nemesis.py -k {recipe}",
             )

@@ -35,7 +35,7 @@ class Holder:
     """A task holding ``lock`` in ``async with`` until ``done`` (or until cancelled): what
     happened to its body, and what its block raised."""
 
-    lock: aiozklock.Lock | aiozklock.WriteLock
+    lock: aiozklock.Lock | aiozklock.WriteLock | aiozklock.ReadLock
     held: anyio.Event = field(default_factory=anyio.Event)
     done: anyio.Event = field(default_factory=anyio.Event)
     cancelled: bool = False

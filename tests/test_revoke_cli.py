@@ -4,6 +4,8 @@ usage). A real subprocess, bounded (bad usage, which contacts nothing, in this p
 
 from __future__ import annotations
 
+import uuid
+
 import anyio
 import pytest
 
@@ -62,3 +64,34 @@ async def test_a_holder_that_does_not_let_go_in_time_exits_75(
         late = await _cli("revoke", "--hosts", hosts, "--wait", "0.2", PATH)
     assert late.returncode == 75
     assert b"did not let go within 0.2 s (it may not be revocable)" in late.stderr
+
+
+async def test_on_a_read_write_path_every_reader_is_counted_and_named(
+    zk: aiozklock.ZooKeeperClient, hosts: str
+) -> None:
+    """Issue 37, item 7: beside a reader that is not revocable (ours) the status is 77 even
+    though another reader was asked; with every reader asked and one still there, 75; the
+    message names each reader that still holds."""
+    path = PATH + "-rw"
+    ours = Holder(zk.rw_lock(path).read_lock)
+    name = f"_c_{uuid.uuid4()}-__READ__"  # a Curator reader's, empty data: perhaps revocable
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ours.hold)
+            await ours.held.wait()
+            curator = await zk.create(f"{path}/{name}", ephemeral=True, sequential=True)
+            mixed = await _cli("revoke", "--hosts", hosts, "--wait", "0.2", path)
+            ours.done.set()
+        late = await _cli("revoke", "--hosts", hosts, "--wait", "0.2", path)  # Curator's alone
+        other = await zk.create(f"{path}/{name}", ephemeral=True, sequential=True)
+        both = await _cli("revoke", "--hosts", hosts, "--wait", "0.2", path)
+    assert mixed.returncode == 77, mixed.stderr
+    said = mixed.stderr.decode()
+    assert f"2 of 2 holders of {path} still hold (1 asked, 0 let go)" in said
+    assert f"not written to: {ours.node}" in said
+    assert f"did not let go within 0.2 s (may not be revocable): {curator}" in said
+    assert late.returncode == 75
+    assert b"did not let go within 0.2 s (it may not be revocable)" in late.stderr
+    assert both.returncode == 75
+    assert f"2 of 2 holders of {path} still hold (2 asked, 0 let go)" in both.stderr.decode()
+    assert f"{curator}, {other}" in both.stderr.decode()

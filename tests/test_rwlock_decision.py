@@ -15,6 +15,7 @@ import random
 
 import pytest
 
+from aiozklock._recipes._core._contenders import holds_now
 from aiozklock._recipes._core._names import node_prefix, nodes_of
 from aiozklock._recipes._core._plan import Decision
 from aiozklock._recipes._rwdecision import (
@@ -244,3 +245,33 @@ def test_foreign_lock_nodes_are_ordered_by_their_sequence() -> None:
     assert decide_write(listing, writer, GUIDS[1]).predecessor == mutex
     assert decide_read([kazoo_r, reader], reader, GUIDS[0]).held
     assert not decide_write([kazoo_r, writer], writer, GUIDS[1]).held
+
+
+# --------------------------------------------------------------------------------------------
+# 4. Who holds now, as the read-only commands and revoke read it (issue 37, item 7)
+# --------------------------------------------------------------------------------------------
+
+
+def test_holds_now_agrees_with_every_contenders_own_decision() -> None:
+    """``holds_now`` (``contenders()``, ``revoke``) marks exactly the nodes that the
+    decision each of them runs would grant: every queue of up to 8 readers and writers.
+    (A downgrade's node is granted without a decision: see the next test.)"""
+    checked = 0
+    for size in range(1, 9):
+        for kinds in itertools.product((False, True), repeat=size):
+            children = [name(f"{i:032x}", write, i) for i, write in enumerate(kinds)]
+            order = rw_order(children)
+            held = holds_now([(not write, seq) for _, write, seq in order])
+            for (node, write, _), holds in zip(order, held, strict=True):
+                decision = (decide_write if write else decide_read)(children, node, node[:32])
+                assert decision.held is holds, (children, node)
+                checked += 1
+    assert checked == sum(size * 2**size for size in range(1, 9))
+
+
+def test_holds_now_with_readers_ahead_of_the_first_writer() -> None:
+    assert holds_now([(True, 1), (True, 2), (False, 3), (True, 4)]) == [True, True, False, False]
+    assert holds_now([(False, 1), (True, 2)]) == [True, False]
+    assert holds_now([(False, 5), (True, 5), (True, 6)]) == [True, True, False]  # downgrade
+    assert holds_now([(False, 1), (False, 2)]) == [True, False]  # a mutex's queue
+    assert holds_now([]) == []

@@ -6,6 +6,7 @@ Every instant is a number we choose; every "server reply" is bytes we build.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
@@ -170,6 +171,44 @@ def test_suspended_without_holdings_has_no_horizon() -> None:
     session.receive(reply(1), now=2.5)
     session.state = SessionState.SUSPENDED
     assert session.tick(2.0 + T, connected=False) == (Tick.WAIT, pytest.approx(2.0 + 2 * T))
+
+
+def watch_event(path: str = "/w") -> bytes:
+    """A server-sent notification (NodeDeleted): no request of ours asked for it."""
+    encoded = path.encode()
+    body = struct.pack("!iii", 2, 3, len(encoded)) + encoded  # type, state, path
+    frame = framing.REPLY_HEADER.pack(framing.WATCH_XID, -1, 0) + body
+    return framing.LENGTH.pack(len(frame)) + frame
+
+
+@pytest.mark.parametrize("standalone", [True, False], ids=["standalone", "ensemble"])
+def test_watch_events_extend_neither_the_silence_nor_the_proof(standalone: bool) -> None:
+    """A one-way cut: our requests are lost, the server's notifications still arrive. They
+    count for nothing: silence from the newest answer, and the proof's ``valid_until``
+    drops a connection that looks alive, on either topology."""
+    session = core(standalone=standalone)
+    session.receive(reply(framing.PING_XID), now=0.2)  # the last answer
+    at = 0.2
+    while at < T:
+        at += 0.25
+        session.receive(watch_event(), now=at)
+    assert session.last_heard == 0.2
+    assert session.tick(0.2 + T / 2, connected=True)[0] is Tick.SILENT
+
+
+def test_connected_to_a_standalone_server_past_valid_until_drops_the_connection() -> None:
+    """Answers keep arriving (no silence) but none to a request sent after 1.0: at
+    ``valid_until`` the connection is unproven, as on an ensemble."""
+    session = core()
+    session.frame_now([delete_op("/a")], None, recorder([]), now=1.0)
+    session.receive(reply(1), now=1.1)
+    lost_at = 1.0 + T * 0.9
+    assert session.valid_until == pytest.approx(lost_at)
+    session._clock.last_heard = lost_at  # an answer arrives: not silent
+    assert session.tick(lost_at - 0.01, connected=True)[1] <= lost_at
+    assert session.tick(lost_at, connected=True)[0] is Tick.UNPROVEN
+    session.state = SessionState.SUSPENDED
+    assert session.tick(lost_at, connected=False)[0] is Tick.LOST
 
 
 def test_connecting_or_closed_has_no_deadline_but_the_next_tick() -> None:

@@ -26,6 +26,7 @@ FAULT_KINDS = (
     "drop",
     "blackhole-short",
     "blackhole-long",
+    "one-way-cut",
     "lost-create-reply",
     "lost-delete-reply",
     "expire",

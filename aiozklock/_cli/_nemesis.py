@@ -77,7 +77,8 @@ def add_nemesis_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         description=(
             "Clients (each its own session behind its own fault proxies, some in child "
             "processes) loop acquire -> fenced writes -> release while a seeded nemesis "
-            "injects faults: connection drops, black-holes, lost replies, session expiries, "
+            "injects faults: connection drops, black-holes, one-way cuts, lost replies, "
+            "session expiries, "
             "SIGSTOP of holder processes, and (on a local ensemble) SIGSTOP/SIGKILL/restart of "
             "servers and of the leader. The history is then checked: no overlapping holders, "
             "tokens increasing, stale writes fenced, attempts bounded, no orphan node or "

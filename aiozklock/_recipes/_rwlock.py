@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from aiozklock._acl import ACL
 from aiozklock._exceptions import LockLost, SessionExpired, UsageError, short_repr
-from aiozklock._recipes._core._contenders import Contender, contender_of
+from aiozklock._recipes._core._contenders import Contender, contender_of, holds_now
 from aiozklock._recipes._core._handle import _FactoryMade
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
@@ -103,18 +103,17 @@ class _Side(PathLock):
         queue = rw_order(await self._queue.list_children(self.path, None, None))
         ops = [get_data_op(session.server_path(join(self.path, name))) for name, _, _ in queue]
         results = await session.pipeline(ops) if ops else []
-        contenders: list[Contender] = []
-        writer_ahead = False  # a node that vanished while we read was released: skipped
-        for (name, is_write, sequence), result in zip(queue, results, strict=True):
-            if not isinstance(result, tuple):
-                continue
-            # A writer holds when first; a downgrade node shares its writer's sequence.
-            holds = (
-                all(c.sequence == sequence for c in contenders) if is_write else not writer_ahead
-            )
-            writer_ahead = writer_ahead or is_write
-            data, stat = result
-            contenders.append(contender_of(name, data, stat, is_holder=holds, sequence=sequence))
+        # A node that vanished while we read was released: skipped.
+        present = [
+            (node, result)
+            for node, result in zip(queue, results, strict=True)
+            if isinstance(result, tuple)
+        ]
+        holds = holds_now([(not is_write, sequence) for (_, is_write, sequence), _ in present])
+        contenders = [
+            contender_of(name, data, stat, is_holder=held, sequence=sequence)
+            for held, ((name, _, sequence), (data, stat)) in zip(holds, present, strict=True)
+        ]
         return contenders
 
     def __repr__(self) -> str:
@@ -255,11 +254,15 @@ class ReadLock(SharedHolding, _Side):
 
     async def _admits_more(self, holding: Holding, deadline: float | None) -> bool:
         """No writer waits behind our node (one listing): a newcomer then delays no one
-        who was waiting. Once one does, sharing with newcomers would starve it."""
+        who was waiting. Once one does, sharing with newcomers would starve it. The listing
+        is checked for peers that cannot order our nodes, as a join's is: one that came
+        after our grant ends the holding (``_core/_newcomers.py``)."""
         try:
             children = await self._queue.list_children(self.path, holding.generation, deadline)
         except SessionExpired:
             return False  # the holding is lost with its session
+        if not self._queue.check_held(self.path, children, holding):
+            return False  # lost: a peer that cannot order our nodes came after our grant
         ours = holding.nodes[0].rpartition("/")[2]
         queue = rw_order(children)
         places = [name for name, _, _ in queue]

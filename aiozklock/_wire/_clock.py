@@ -84,13 +84,18 @@ class LivenessClock:
         self.horizon_passed = False  # HORIZON was decided since the last attach
 
     @property
-    def valid_until(self) -> float:
-        """The instant before which no leader can have expired the session (less our safety
-        margin): ``_leader``'s proof, or on a standalone server our newest answered request,
-        which the server heard no earlier than we sent it."""
+    def proven(self) -> float:
+        """The newest send time proven to have reached the session's keeper: on a standalone
+        server our newest answered request (read no earlier than we sent it), on an
+        ensemble ``_leader``'s proof."""
         leader = self.leader
-        base = self.last_acked_send if leader.direct else leader.proven
-        return base + self.timeout * (1 - LOST_MARGIN)
+        return self.last_acked_send if leader.direct else leader.proven
+
+    @property
+    def valid_until(self) -> float:
+        """The instant before which no server can have expired the session, less our safety
+        margin: ``proven`` plus 90 % of the timeout (the module's rule, on every topology)."""
+        return self.proven + self.timeout * (1 - LOST_MARGIN)
 
     def fresh(self, now: float) -> bool:
         """Whether a body may start now: ``valid_until`` is ``FRESH x timeout`` ahead."""

@@ -124,6 +124,12 @@ class SessionCore:
         plus the timeout. The one rule of ``_clock``, on every topology."""
         return self._clock.valid_until
 
+    @property
+    def proven(self) -> float:
+        """The send time of our newest request proven to have reached the session's keeper
+        (``valid_until`` is 90 % of the timeout later)."""
+        return self._clock.proven
+
     def tick(self, now: float, connected: bool) -> tuple[Tick, float]:
         """The liveness clock's decision at ``now`` (``_clock``) and the next deadline;
         ``connected``: a connection serves the session now."""
@@ -262,7 +268,8 @@ class SessionCore:
             if event.type in FIRES:
                 self._watches.fire(EventType(event.type), event.path)
             return False
-        # Replies come in request order: the oldest send is this one's (see LivenessClock).
+        # An answer (a watch event is none: it proves nothing, see _clock). Replies come in
+        # request order: the oldest send is this one's (see LivenessClock).
         clock = self._clock
         clock.last_heard = now
         sent_at = None

@@ -262,7 +262,8 @@ class SessionLifecycle(SessionCore):
                 self._write(conn, write_probe(self, now, self._wake_monitor))
             elif decision is Tick.SILENT:
                 self._drop_connection(
-                    f"nothing heard for {now - self.last_heard:.3f} s (half the session timeout)"
+                    f"nothing heard for {now - self.last_heard:.3f} s in answer to our requests "
+                    "(half the session timeout)"
                 )
             elif decision is Tick.UNPROVEN:
                 self._drop_connection(unproven_reason(self, now))

@@ -69,7 +69,8 @@ def unproven_reason(core: SessionCore, now: float) -> str:
             f"no answer through the leader for {now - outstanding:.3f} s "
             f"({PROBE_WAIT:.3g} of the session timeout): the server may be cut off from it"
         )
+    keeper = "the server" if leader.direct else "the leader"
     return (
-        f"the leader was last proven to know the session {now - leader.proven:.3f} s ago "
-        f"(session timeout {core.timeout:g} s)"
+        f"{keeper} was last proven to know the session {now - core.proven:.3f} s ago "
+        f"(session timeout {core.timeout:g} s): no answer since, whatever else arrived"
     )

@@ -3,8 +3,9 @@
 
 Its workers ignore the loss of their lock (see :mod:`._nemesis_worker_unprotected`) and the
 store's fence is off, and its schedule starts with a fault that costs the holder its session
-while it holds: a black-hole of 1.5 session timeouts on a holder that means to act for
-0.6-1.2 timeouts more, and lingers 1.5 timeouts after it noticed the loss. The server expires
+while it holds: a black-hole of 1.5 session timeouts (a one-way cut as long, where the kinds
+asked for have one and no black-hole) on a holder that means to act for 0.6-1.2 timeouts
+more, and lingers 1.5 timeouts after it noticed the loss. The server expires
 the session, grants the lock to a waiter, and the old holder keeps writing: overlapping
 holders and accepted stale writes by construction, which the checker must report.
 """
@@ -45,9 +46,13 @@ def control_plan(
     sync_time: float = 1.0,
 ) -> list[FaultGroup]:
     """The negative control's schedule: first, after a second, a black-hole of the holder
-    for 1.5 session timeouts (new connections hang: the session surely expires); then the
-    seed's schedule of ``kinds`` in what is left of ``duration``."""
-    expiry = FaultSpec("blackhole-long", "holder", 0.0, 1.5 * session_timeout, "hang")
+    for 1.5 session timeouts (new connections hang: the session surely expires), or a
+    one-way cut as long where ``kinds`` has one and no black-hole; then the seed's schedule
+    of ``kinds`` in what is left of ``duration``."""
+    if "one-way-cut" in kinds and "blackhole-long" not in kinds:
+        expiry = FaultSpec("one-way-cut", "holder", 0.0, 1.5 * session_timeout, "long")
+    else:
+        expiry = FaultSpec("blackhole-long", "holder", 0.0, 1.5 * session_timeout, "hang")
     first = FaultGroup(1, _WARMUP, (expiry,))
     left = duration - _WARMUP - first.length
     rest = plan_faults(seed, left, session_timeout, kinds, warmup=1.0, sync_time=sync_time)

@@ -30,6 +30,9 @@ __all__ = ["EXPIRE_REACTION", "heal_all", "register_expiries", "restore_cluster"
 logger = logging.getLogger(__name__)
 
 _SERVER_TIMEOUT = 60.0  # a restarted member serving again
+#: A one-way cut's watch notifications come this often (x the session timeout): far more
+#: often than the silence rule's half, as for a session whose other tasks wait on watches.
+ONE_WAY_CHATTER = 1 / 8
 #: A holder whose session is expired must stop acting this soon after (fault-matrix F6: the
 #: EOF tells it at once).
 EXPIRE_REACTION = 0.5
@@ -78,6 +81,8 @@ async def _client_fault(n: _Nemesis, spec: FaultSpec, record: FaultRecord) -> No
             await proxy.drop_all(rst=spec.option == "rst")
     elif spec.kind.startswith("blackhole"):
         await _blackhole(client, spec)
+    elif spec.kind == "one-way-cut":
+        await _one_way_cut(n, client, spec, record)
     elif spec.kind in ("lost-create-reply", "lost-delete-reply"):
         await _lose_reply(n, client, spec, record)
     elif spec.kind == "expire":
@@ -95,6 +100,25 @@ async def _blackhole(client: _Client, spec: FaultSpec) -> None:
     finally:
         for proxy in client.proxies:
             proxy.blackhole(False)
+
+
+async def _one_way_cut(n: _Nemesis, client: _Client, spec: FaultSpec, record: FaultRecord) -> None:
+    """Cut the client's path to its server one way (the proxy of the member it is connected
+    to; all of them if none is): its requests lost, its server's frames still delivered with
+    a watch notification every ``ONE_WAY_CHATTER`` x the session timeout, half-open."""
+    active = client.active_member()
+    cut = [p for i, p in enumerate(client.proxies) if active is None or i == active]
+    before = sum(proxy.lost_to_cut for proxy in cut)
+    for proxy in cut:
+        proxy.one_way_cut(True, chatter=ONE_WAY_CHATTER * n.session_timeout)
+    try:
+        await anyio.sleep(spec.duration)
+    finally:
+        for proxy in cut:
+            proxy.one_way_cut(False)
+    where = "every member" if active is None else f"member {active + 1}"
+    lost = sum(proxy.lost_to_cut for proxy in cut) - before
+    record.note = f"to {where}: {lost} frame(s) lost"
 
 
 async def _lose_reply(n: _Nemesis, client: _Client, spec: FaultSpec, record: FaultRecord) -> None:
@@ -265,6 +289,7 @@ async def heal_all(n: _Nemesis) -> None:
         for client in n.clients:
             for proxy in client.proxies:
                 proxy.blackhole(False)
+                proxy.one_way_cut(False)
                 proxy.disarm()
             if client.pid is not None and client.stopped and client not in n.resumes:
                 _kill_quietly(client.pid, signal.SIGCONT)

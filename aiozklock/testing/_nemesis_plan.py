@@ -34,6 +34,9 @@ FAULT_WEIGHTS: dict[str, float] = {
     "drop": 3,  # close the client's connections: RST or FIN
     "blackhole-short": 2,  # partition for 0.15-0.4 x the session timeout
     "blackhole-long": 2,  # partition for 1.3-2 x the session timeout: the session expires
+    # The client's requests to its server lost, its server's frames (and a watch notification
+    # every eighth of the timeout) still delivered, half-open: 0.15-0.4 or 1.3-2 x the timeout.
+    "one-way-cut": 2,
     "lost-create-reply": 2,  # the reply to the client's next create is lost
     "lost-delete-reply": 2,  # the reply to the client's next delete (release) is lost
     "expire": 3,  # a real session expiry (re-attach + closeSession)
@@ -53,7 +56,7 @@ FAULT_WEIGHTS: dict[str, float] = {
 }
 CLIENT_KINDS = frozenset(
     {"drop", "blackhole-short", "blackhole-long", "lost-create-reply", "lost-delete-reply"}
-    | {"expire"}
+    | {"expire", "one-way-cut"}
 )
 PROCESS_KINDS = frozenset({"pause-short", "pause-long", "pause-before-write"})
 PARTITION_KINDS = frozenset(_PARTITION_KINDS)
@@ -75,6 +78,7 @@ class FaultSpec:
     offset: float  # seconds after its group starts
     duration: float  # seconds the fault lasts (0: instantaneous)
     option: str = ""  # rst/fin for drops, hang/refuse for black-holes, short/long for pauses
+    # and one-way cuts
     pick: float = 0.0  # in [0, 1): chooses among candidates at run time
     window: float = 0.0  # pause-before-write: how long it stays armed before the pause
     steps: tuple[float, ...] = ()  # flap: cut, healed, cut, ... (s)
@@ -162,6 +166,11 @@ def _spec(
         low, high = (0.15, 0.4) if kind == "blackhole-short" else (1.3, 2.0)
         mode = rng.choice(("hang", "refuse"))
         return FaultSpec(kind, holder_biased, offset, rng.uniform(low, high) * timeout, mode, pick)
+    if kind == "one-way-cut":
+        option = rng.choice(("short", "long"))
+        low, high = (0.15, 0.4) if option == "short" else (1.3, 2.0)
+        duration = rng.uniform(low, high) * timeout
+        return FaultSpec(kind, holder_biased, offset, duration, option, pick)
     if kind in ("lost-create-reply", "lost-delete-reply"):
         # Arming window: the reply to the target's next create/delete in it is lost (the
         # holder creates again soon after its release; a waiter only after its turn).

@@ -4,7 +4,7 @@ The client under test connects to :attr:`FaultProxy.address` instead of the serv
 proxy splits both byte streams into ZooKeeper frames (4-byte big-endian length + payload),
 so it can record every request (xid, opcode), the session ids handed out, and drop exactly
 the reply to one request ("request executed, response lost"), with the connection reset or
-going on.
+going on, or lose every request while the server's frames still arrive (a one-way cut).
 
 This module has its API (lifecycle, faults, observation) and its records of what it saw;
 the connections themselves are pumped by :mod:`._proxy_pump`, and the record types are in
@@ -65,6 +65,9 @@ class FaultProxy:
         self._pump = _Pump(self)
         # fault state
         self._blackholed = False
+        self._one_way = False
+        self._chatter = 0.0
+        self._one_way_changed: anyio.Event | None = None  # set (and replaced) at each change
         self._new_mode: Literal["hang", "refuse"] = "hang"
         self._lifted: anyio.Event | None = None
         self._delay = 0.0
@@ -81,6 +84,10 @@ class FaultProxy:
         self.connections_accepted = 0
         #: replies swallowed by arm_drop_after
         self.swallowed_replies = 0
+        #: watch notifications the server sent (frames with xid -1), on every connection
+        self.notifications = 0
+        #: frames (or, unframed, chunks of bytes) from the client lost to a one-way cut
+        self.lost_to_cut = 0
 
     def __repr__(self) -> str:
         return f"<FaultProxy {self.address or '(not started)'} -> {self.upstream}>"
@@ -92,6 +99,7 @@ class FaultProxy:
             raise RuntimeError("FaultProxy is already running")
         self._lifted = anyio.Event()
         self._lifted.set()
+        self._one_way_changed = anyio.Event()
         self._delay_changed = anyio.Event()
         async with AsyncExitStack() as stack:
             listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
@@ -118,6 +126,7 @@ class FaultProxy:
         self._blackholed = False
         if self._lifted is not None:
             self._lifted.set()
+        self.one_way_cut(False)
         result = await stack.__aexit__(exc_type, exc, tb)
         logger.info("FaultProxy %s closed", self.address)
         return result
@@ -161,6 +170,52 @@ class FaultProxy:
     @property
     def blackholed(self) -> bool:
         return self._blackholed
+
+    def one_way_cut(self, on: bool, *, chatter: float = 0.0) -> None:
+        """Start (``on=True``) or heal (``on=False``) a one-way cut: a half-open path.
+
+        While on, every frame the client sends is **lost** (discarded, never delivered: the
+        server does not read it, so it does not touch the session), while everything the
+        server sends is still delivered, and the client's sockets stay open: the server
+        closing a connection (e.g. when it expires the session) reaches the client only when
+        the cut heals, as when its FIN is stuck behind data that the client can no longer
+        acknowledge. The client hears the replies to what it sent before the cut and its
+        watch events, nothing else, and no end.
+
+        New connections made during the cut are accepted and connected upstream, and what
+        their clients send is lost too: their handshakes go unanswered. A client closing its
+        side still closes the connection. Healing delivers nothing that was lost, and resets
+        (both sides) every connection that lost something: a TCP stream has no gaps, so a
+        connection cannot go on past lost bytes (one that lost nothing goes on). Frames
+        received before the cut (held by a black-hole or a delay) are still delivered. Lost
+        requests are still recorded in :attr:`requests`; ``lost_to_cut`` counts the lost
+        frames (over TLS, which the proxy passes through unframed: chunks of bytes).
+
+        ``chatter`` (seconds, > 0): while the cut lasts, the proxy also writes a watch
+        notification (``NodeDataChanged`` of ``/aiozklock-one-way-cut-chatter``, which nobody
+        watches) to the client of every connection whose handshake was answered, that often:
+        a stand-in for the watch events a busy session keeps hearing, which prove nothing
+        about the session. Framed (plain) connections only.
+        """
+        if chatter < 0:
+            raise ValueError("chatter must be >= 0")
+        chatter = chatter if on else 0.0
+        if (on, chatter) == (self._one_way, self._chatter):
+            return
+        self._one_way, self._chatter = on, chatter
+        changed, self._one_way_changed = self._one_way_changed, anyio.Event()
+        if changed is not None:
+            changed.set()
+        if not on:
+            for conn in self._pump.conns.values():
+                if conn.lost_to_cut:
+                    conn.abort(rst=True)
+        logger.info("FaultProxy %s: one-way cut %s (chatter %g s)", self.address, on, chatter)
+
+    @property
+    def one_way_cut_active(self) -> bool:
+        """Whether a one-way cut is on (:meth:`one_way_cut`)."""
+        return self._one_way
 
     def set_delay(self, seconds: float) -> None:
         """Delay every client→server frame by ``seconds`` after its receipt before
@@ -234,7 +289,8 @@ class FaultProxy:
                 self._waiters.remove(waiter)
 
     def reset_counters(self) -> None:
-        """Forget every observation so far (requests, handshakes, connection count).
+        """Forget every observation so far (requests, handshakes, connection count,
+        notifications, lost frames).
         Connection indexes keep counting, so they stay unique."""
         self.requests.clear()
         self.connect_requests.clear()
@@ -242,6 +298,8 @@ class FaultProxy:
         self.four_letter_words.clear()
         self.connections_accepted = 0
         self.swallowed_replies = 0
+        self.notifications = 0
+        self.lost_to_cut = 0
 
     # --- observation helpers, called by the pump for each frame -----------------------
 

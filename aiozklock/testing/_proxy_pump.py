@@ -31,6 +31,20 @@ logger = logging.getLogger(__name__)
 _LENGTH = struct.Struct("!i")
 _REQUEST_HEADER = struct.Struct("!ii")  # xid, opcode
 _REPLY_XID = struct.Struct("!i")  # a reply starts with xid, zxid, err
+_NOTIFICATION_XID = -1  # a watch notification's
+#: The path of the notifications a one-way cut's chatter writes (nobody watches it).
+CHATTER_PATH = "/aiozklock-one-way-cut-chatter"
+
+
+def _notification(path: str) -> bytes:
+    """A framed watch notification: xid -1, zxid -1, err 0; NodeDataChanged (3),
+    SyncConnected (3), ``path``."""
+    encoded = path.encode()
+    body = struct.pack("!iqiiii", -1, -1, 0, 3, 3, len(encoded)) + encoded
+    return _LENGTH.pack(len(body)) + body
+
+
+_CHATTER_FRAME = _notification(CHATTER_PATH)
 #: Larger "lengths" mean the stream is not ZooKeeper framing; it is then passed through.
 _MAX_FRAME = 64 * 1024 * 1024
 
@@ -68,6 +82,8 @@ class _Connection:
     rst: bool = False  # close with SO_LINGER 0 (RST) instead of FIN
     raw: bool = False  # not ZooKeeper framing (a four-letter word): pass bytes through
     drop_xids: dict[int, bool] = field(default_factory=dict)  # xid -> reset after it
+    answered: bool = False  # the server's ConnectResponse was read
+    lost_to_cut: bool = False  # a one-way cut lost bytes of the client's: reset at the heal
 
     def abort(self, *, rst: bool) -> None:
         self.rst = self.rst or rst
@@ -138,10 +154,30 @@ class _Pump:
             tg.start_soon(self._write, conn, c2s_recv, conn.server, True)
             tg.start_soon(self._read_server, conn, conn.server, s2c_send)
             tg.start_soon(self._write, conn, s2c_recv, conn.client, False)
+            tg.start_soon(self._chatter, conn, s2c_send.clone())
 
     async def _wait_lifted(self) -> None:
         while self._proxy._blackholed and self._proxy._lifted is not None:
             await self._proxy._lifted.wait()
+
+    async def _wait_one_way_healed(self) -> None:
+        while self._proxy._one_way and self._proxy._one_way_changed is not None:
+            await self._proxy._one_way_changed.wait()
+
+    async def _chatter(self, conn: _Connection, out: MemoryObjectSendStream[_Item]) -> None:
+        """While a one-way cut with chatter lasts: a watch notification to the client every
+        ``chatter`` seconds, between whole frames, once its handshake was answered."""
+        proxy = self._proxy
+        with out, contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            while True:
+                changed = proxy._one_way_changed
+                assert changed is not None  # set by the proxy's __aenter__
+                if proxy._one_way and proxy._chatter > 0 and conn.answered and not conn.raw:
+                    out.send_nowait(_Data(_CHATTER_FRAME, time.monotonic()))
+                    with anyio.move_on_after(proxy._chatter):
+                        await changed.wait()
+                else:
+                    await changed.wait()
 
     async def _receive(
         self, stream: SocketStream, out: MemoryObjectSendStream[_Item]
@@ -157,6 +193,16 @@ class _Pump:
             pass  # we closed it ourselves
         return None
 
+    def _forward(
+        self, conn: _Connection, out: MemoryObjectSendStream[_Item], data: bytes, now: float
+    ) -> None:
+        """Pass ``data`` from the client on, unless a one-way cut loses it."""
+        if self._proxy._one_way:
+            self._proxy.lost_to_cut += 1
+            conn.lost_to_cut = True
+            return
+        out.send_nowait(_Data(data, now))
+
     async def _read_client(self, conn: _Connection, out: MemoryObjectSendStream[_Item]) -> None:
         buffer = bytearray()
         handshake_done = False
@@ -165,14 +211,14 @@ class _Pump:
         with out, contextlib.suppress(anyio.BrokenResourceError):
             while (chunk := await self._receive(conn.client, out)) is not None:
                 if conn.raw:
-                    out.send_nowait(_Data(chunk, time.monotonic()))
+                    self._forward(conn, out, chunk, time.monotonic())
                     continue
                 buffer += chunk
                 if not handshake_done and len(buffer) >= 4 and buffer[:4].isalpha():
                     # A four-letter word such as aiozk's "srvr" probe: not framed.
                     conn.raw = True
                     self._proxy.four_letter_words.append(buffer[:4].decode("ascii", "replace"))
-                    out.send_nowait(_Data(bytes(buffer), time.monotonic()))
+                    self._forward(conn, out, bytes(buffer), time.monotonic())
                     buffer.clear()
                     continue
                 for frame in self._split_frames(conn, buffer):
@@ -187,7 +233,7 @@ class _Pump:
                         self._proxy._observe_request(
                             conn, ObservedRequest(conn.index, xid, opcode, now)
                         )
-                    out.send_nowait(_Data(frame, now))
+                    self._forward(conn, out, frame, now)
 
     async def _read_server(
         self, conn: _Connection, server: SocketStream, out: MemoryObjectSendStream[_Item]
@@ -205,10 +251,12 @@ class _Pump:
                     if conn.raw:
                         pass
                     elif not handshake_done:
-                        handshake_done = True
+                        handshake_done = conn.answered = True
                         self._proxy._observe_connect_response(conn, frame, now)
                     elif len(frame) >= 4 + _REPLY_XID.size:
                         (xid,) = _REPLY_XID.unpack_from(frame, 4)
+                        if xid == _NOTIFICATION_XID:
+                            self._proxy.notifications += 1
                         reset = conn.drop_xids.pop(xid, None)
                         if reset is not None:
                             self._proxy.swallowed_replies += 1
@@ -252,6 +300,8 @@ class _Pump:
         with items:
             async for item in items:
                 await self._wait_lifted()  # a partition holds everything, markers included
+                if not to_server and not isinstance(item, _Data):
+                    await self._wait_one_way_healed()  # the server's close: see one_way_cut
                 if isinstance(item, _Reset):
                     logger.info(
                         "FaultProxy %s: resetting connection #%d: %s",

@@ -6,6 +6,7 @@ import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.framework.recipes.locks.Revoker;
@@ -17,9 +18,10 @@ import org.apache.curator.retry.RetryNTimes;
  * CuratorPeer).
  *
  * <p>Usage: {@code java CuratorHolder HOSTS PATH RECIPE [MAX_LEASES]}, RECIPE being {@code
- * mutex} (InterProcessMutex) or {@code semaphore} (InterProcessSemaphoreV2 with MAX_LEASES). It
- * acquires, prints {@code held 0x<session id>}, waits for a line on stdin (or its end),
- * releases, closes its session and exits.
+ * mutex} (InterProcessMutex), {@code read} (the read lock of an InterProcessReadWriteLock) or
+ * {@code semaphore} (InterProcessSemaphoreV2 with MAX_LEASES). It acquires, prints {@code held
+ * 0x<session id>}, waits for a line on stdin (or its end), releases, closes its session and
+ * exits.
  *
  * <p>RECIPE {@code revocable}: an InterProcessMutex made revocable ({@code makeRevocable})
  * whose listener prints {@code revoke requested} and lets go: it releases on a revoke request
@@ -48,7 +50,11 @@ public final class CuratorHolder {
             return;
         }
         if (args[2].equals("revocable")) {
-            holdRevocable(client, path);
+            holdRevocable(client, new InterProcessMutex(client, path));
+            return;
+        }
+        if (args[2].equals("revocable-read")) {
+            holdRevocable(client, new InterProcessReadWriteLock(client, path).readLock());
             return;
         }
         InterProcessMutex mutex = null;
@@ -56,7 +62,10 @@ public final class CuratorHolder {
         if (args[2].equals("semaphore")) {
             lease = new InterProcessSemaphoreV2(client, path, Integer.parseInt(args[3])).acquire();
         } else {
-            mutex = new InterProcessMutex(client, path);
+            mutex =
+                    args[2].equals("read")
+                            ? new InterProcessReadWriteLock(client, path).readLock()
+                            : new InterProcessMutex(client, path);
             mutex.acquire();
         }
         long session = client.getZookeeperClient().getZooKeeper().getSessionId();
@@ -71,10 +80,10 @@ public final class CuratorHolder {
         client.close();
     }
 
-    /** Holds a revocable mutex until a revoke request or a line on stdin, then releases. */
-    private static void holdRevocable(CuratorFramework client, String path) throws Exception {
+    /** Holds {@code mutex}, made revocable, until a revoke request or a line on stdin. */
+    private static void holdRevocable(CuratorFramework client, InterProcessMutex mutex)
+            throws Exception {
         CountDownLatch letGo = new CountDownLatch(1);
-        InterProcessMutex mutex = new InterProcessMutex(client, path);
         mutex.makeRevocable(
                 lock -> {
                     System.out.println("revoke requested");

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ from aiozklock._wire._validation import join, validate_data
 
 _HOST = socket.gethostname()
 _KAZOO_MARKERS = ("__lock__", "__rlock__")  # kazoo's nodes: kazoo has no revocation
+# Readers' nodes (Curator's read/write lock and ours, kazoo's ReadLock): they share the lock.
+_READ_MARKERS = frozenset({"__READ__", "__rlock__"})
 # One encoder for every node's data: json.dumps(..., ensure_ascii=False) builds a new one
 # per call, a measurable share of an uncontended acquire.
 _ENCODE = json.JSONEncoder(ensure_ascii=False).encode
@@ -88,8 +91,9 @@ class Identity:
 
 
 async def read_contenders(session: Session, queue: Queue, path: str) -> list[Contender]:
-    """The queue under ``path``, holder first, read from ZooKeeper (one round trip for the
-    listing, one for the nodes' data)."""
+    """The queue under ``path``, holders first, read from ZooKeeper (one round trip for the
+    listing, one for the nodes' data). Readers' nodes (a read/write lock's) share the lock:
+    each one with no exclusive node ahead of it holds (``holds_now``)."""
     try:
         children = await queue.list_children(path, None, None)
     except NoNodeError:
@@ -97,12 +101,38 @@ async def read_contenders(session: Session, queue: Queue, path: str) -> list[Con
     names = queue_order(children)
     ops = [get_data_op(session.server_path(join(path, name))) for name in names]
     results = await session.pipeline(ops) if ops else []
-    # A node that vanished while we read was released: the next one is the holder.
+    # A node that vanished while we read was released: those behind it may hold now.
     present = [(n, r) for n, r in zip(names, results, strict=True) if isinstance(r, tuple)]
+    holds = holds_now([(is_reader(name), sequence_of(name)) for name, _ in present])
     return [
-        contender_of(name, data, stat, is_holder=position == 0)
-        for position, (name, (data, stat)) in enumerate(present)
+        contender_of(name, data, stat, is_holder=held)
+        for held, (name, (data, stat)) in zip(holds, present, strict=True)
     ]
+
+
+def is_reader(name: str) -> bool:
+    """Whether the contender's node ``name`` is a reader's (it shares the lock)."""
+    parts = parts_of(name)
+    return parts is not None and parts[1] in _READ_MARKERS
+
+
+def holds_now(queue: Sequence[tuple[bool, int]]) -> list[bool]:
+    """Which contenders of a queue hold now, given each one's ``(is_reader, sequence)`` in
+    queue order. Every node blocks an exclusive one (a writer's, a mutex's, an election's);
+    only exclusive nodes block a reader; a blocker with the node's own sequence does not (a
+    downgrade's read node shares its writer's place: Curator 5.5+, ours). So a queue without
+    readers has one holder, its first; readers ahead of the first exclusive node all hold.
+    Curator's read/write lock decides so, as do kazoo's ReadLock and WriteLock."""
+    held = []
+    ahead: set[int] = set()  # the sequences of the nodes ahead, and of the exclusive ones
+    exclusive: set[int] = set()
+    for reader, sequence in queue:
+        blockers = exclusive if reader else ahead
+        held.append(not blockers or blockers == {sequence})
+        ahead.add(sequence)
+        if not reader:
+            exclusive.add(sequence)
+    return held
 
 
 def contender_of(
@@ -168,4 +198,12 @@ def _count(value: object) -> int | None:
     return None
 
 
-__all__ = ("Contender", "Identity", "contender_of", "read_contenders", "revocable_of")
+__all__ = (
+    "Contender",
+    "Identity",
+    "contender_of",
+    "holds_now",
+    "is_reader",
+    "read_contenders",
+    "revocable_of",
+)

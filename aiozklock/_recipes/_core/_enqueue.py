@@ -130,7 +130,11 @@ class Enqueuing(QueueState):
             proof = self._proof(lead, generation)
             lead = None  # for this join's first write only
             reads = (
-                [] if proof is not None else self._listing_ops if follow is None else [follow.op]
+                []
+                if proof is not None
+                else [self._listing_op(m, not self._contended) for m in self.members]
+                if follow is None
+                else [follow.op]
             )
             sent = Round(generation, deadline, create, released, parents, guard, reads)
             try:
@@ -172,7 +176,13 @@ class Enqueuing(QueueState):
         if follow is not None:
             return await self._after_follow(follow, replies, deadline)
         listings = await self._listed(replies.listings, self.generation, deadline)
-        return Joined(listings, replies.guarded)
+        # Watched if every listing came with our create (one read again carries no watch).
+        watched = (
+            self._newcomers is not None
+            and not self._contended
+            and all(isinstance(listing, list) for listing in replies.listings)
+        )
+        return Joined(listings, replies.guarded, watched=watched)
 
     async def _listed(
         self, listings: Sequence[object], generation: int, deadline: float | None
@@ -218,8 +228,9 @@ class Enqueuing(QueueState):
             and (sequence_of(ours) - sequence_of(alone.name)) % _WRAP == 1
         ):
             return Joined({member: [ours]}, guarded, proven=True)
-        listing = await self.list_children(member, self.generation, deadline)
-        return Joined({member: listing}, guarded)
+        listing = await self.list_children(member, self.generation, deadline, watched=True)
+        # A proof follows a grant with nothing behind it: uncontended, watched.
+        return Joined({member: listing}, guarded, watched=self._newcomers is not None)
 
     def _follow(self, lead: Lead, generation: int) -> _Follow | None:
         """The existence watch to write instead of the listing, if ``lead`` is a hint that
@@ -243,8 +254,11 @@ class Enqueuing(QueueState):
         if isinstance(replies.listings[0], Stat) and _older(hinted, ours):
             followed = follow.hint
             await follow.wakeup.wait(deadline, self._late)
-        listing = await self.list_children(member, generation, deadline)
-        return Joined({member: listing}, replies.guarded, followed=followed)
+        # A hint follows a grant with nodes behind it (contended): watched only if not.
+        watch = not self._contended
+        listing = await self.list_children(member, generation, deadline, watched=watch)
+        watched = watch and self._newcomers is not None
+        return Joined({member: listing}, replies.guarded, followed=followed, watched=watched)
 
     def _create_op(self, data: bytes) -> Op[Any]:
         """Our creates: one create, or one transaction of them (a multi-lock)."""

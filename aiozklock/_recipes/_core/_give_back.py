@@ -72,6 +72,7 @@ class GivingBack(QueueState):
 
     async def delete_own(self) -> None:
         """Delete our nodes: shielded; returns once they are gone (or their session is)."""
+        self._stop_watching()
         if not self.nodes:
             return
         session = self._session
@@ -94,6 +95,7 @@ class GivingBack(QueueState):
         re-acquire goes out at once: one round trip per cycle. A delete that fails, or that
         cannot be written now (disconnected: there is no wire), is the janitor's, in the
         same session."""
+        self._stop_watching()
         if not self.nodes:
             return
         session, janitor, generation = self._session, self._janitor, self.generation
@@ -124,6 +126,11 @@ class GivingBack(QueueState):
                 janitor.delete(node, generation)  # once reconnected, in this session
         elif alone is not None:
             alone.written = True
+
+    def _stop_watching(self) -> None:
+        """Our holding ends: our own deletes must not read as a newcomer's change."""
+        if self._newcomers is not None:
+            self._newcomers.forget()
 
     def _our_records(self) -> list[MultiDelete]:
         """The deletes of the lock-delay records our grant wrote (``_delay.py``), at the

@@ -315,14 +315,17 @@ class Handle(metaclass=_FactoryMade):
     def valid_until(self) -> float:
         """The ``aiozklock.clock()`` instant until which it is certainly still ours.
 
-        For a session-bound recipe: the server cannot expire our session, and so cannot grant
-        the resource to anyone else, earlier than the send time of our newest answered request
-        plus the session timeout; this is that instant less a 10 % margin. It advances with
-        every reply (pings keep it moving while idle), and it catches what no notification
-        can: a process that was paused (GC, SIGSTOP, a swapped-out VM, a suspended machine:
-        ``aiozklock.clock()`` counts a suspend) and resumes after its session may have
-        expired. ``-inf`` once lost. Raises ``NotLockOwner`` if not held.
-        Fencing tokens remain the real protection: a write can still be delayed in flight.
+        For a session-bound recipe, one rule on every topology: no server can expire our
+        session, and so grant the resource to anyone else, earlier than the session timeout
+        after the send time of our newest request proven to have reached the session's keeper
+        (a standalone server's answer; on an ensemble, a probe committed through the leader);
+        this is that instant less a 10 % margin. Only answers move it (pings or probes keep it
+        moving while idle; watch events never do), and the session is dropped at it even if
+        its connection looks alive. It catches what no notification can: a process that was
+        paused (GC, SIGSTOP, a swapped-out VM, a suspended machine: ``aiozklock.clock()``
+        counts a suspend) and resumes after its session may have expired.
+        ``-inf`` once lost. Raises ``NotLockOwner`` if not held. Fencing tokens remain the
+        real protection: a write can still be delayed in flight.
         """
         engine = self._held_engine(", so it has no validity")
         assert engine._holding is not None

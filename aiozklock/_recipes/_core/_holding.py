@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 import anyio
 
@@ -20,6 +20,8 @@ from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._wire._session import Session, SessionState, StateChange
 
 log = logging.getLogger(__name__)
+
+E = TypeVar("E", bound=BaseException)
 
 LossPolicy = Literal["suspended", "expired"]
 LOSS_POLICIES: tuple[LossPolicy, ...] = ("suspended", "expired")
@@ -36,7 +38,9 @@ class Holding:
     still has our czxid. ``observer``: told of the loss (``connect(telemetry=...)``).
     ``revoked``: lost because its holder was asked to let go (a revocable holding,
     ``_revocation.py``): unlike any other loss, the session is sound, so the release still
-    deletes our nodes, and raises ``LockRevoked``.
+    deletes our nodes, and raises ``LockRevoked``. ``lost_cause``: the error behind a loss,
+    if one says more than ``lost_reason`` (a peer's ``LayoutConflict``: ``_newcomers.py``),
+    the ``__cause__`` of the ``LockLost`` a holder gets.
     """
 
     nodes: tuple[str, ...]
@@ -49,6 +53,7 @@ class Holding:
     observer: RecipeObserver | None = None
     revoked: bool = False
     listeners: list[Callable[[], object]] | None = None
+    lost_cause: BaseException | None = None
 
     def when_lost(self, listener: Callable[[], object]) -> Callable[[], None]:
         """Call ``listener()`` once when the holding is marked lost (now, if it is already):
@@ -67,15 +72,17 @@ class Holding:
 
         return forget
 
-    def mark_lost(self, reason: str, cause: str) -> bool:
+    def mark_lost(self, reason: str, cause: str, error: BaseException | None = None) -> bool:
         """Mark the holding lost and cancel its bodies; True if it was not lost before.
 
         ``reason`` says what happened, for messages; ``cause`` is one of a few words, for
-        metrics (see ``RecipeObserver.lost``)."""
+        metrics (see ``RecipeObserver.lost``); ``error``, if given, is the ``__cause__``
+        of the ``LockLost`` its holders get (``lost_error``)."""
         if self.lost:
             return False
         self.lost = True
         self.lost_reason = reason
+        self.lost_cause = error
         for scope in self.scopes or ():
             scope.cancel()
         listeners, self.listeners = self.listeners or (), None
@@ -92,6 +99,15 @@ class Holding:
             return False
         self.revoked = True
         return self.mark_lost(reason, "revoked")
+
+
+def lost_error(holding: Holding, kind: type[E], message: str) -> E:
+    """The ``kind`` of ``LockLost`` (``message``) that a holder of the lost ``holding``
+    gets, with the holding's ``lost_cause`` as its ``__cause__`` (if it has one)."""
+    error = kind(message)
+    if holding.lost_cause is not None:
+        error.__cause__ = holding.lost_cause
+    return error
 
 
 def _tell(listener: Callable[[], object]) -> None:
@@ -189,4 +205,11 @@ class LossMonitor:
                     self._janitor.delete(node, holding.generation, czxid=czxid)
 
 
-__all__ = ("LOSS_POLICIES", "Holding", "HoldingMonitor", "LossMonitor", "LossPolicy")
+__all__ = (
+    "LOSS_POLICIES",
+    "Holding",
+    "HoldingMonitor",
+    "LossMonitor",
+    "LossPolicy",
+    "lost_error",
+)

@@ -42,7 +42,8 @@ class RecipeObserver(Protocol):
     def lost(self, cause: str) -> None:
         """The holding was found lost; ``cause`` is one of a few words (``"suspended"``,
         ``"lost"``, ``"closed"`` for the session's state, ``"lease"`` for a lease that could
-        not be kept, ``"revoked"`` for a revocable holding asked to let go)."""
+        not be kept, ``"revoked"`` for a revocable holding asked to let go, ``"layout"`` for
+        a peer that cannot order our nodes, come after the grant: ``_newcomers.py``)."""
 
 
 @runtime_checkable

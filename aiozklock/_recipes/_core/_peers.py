@@ -1,4 +1,5 @@
-"""Peers whose recipes cannot order our nodes (pure): fail closed before we hold.
+"""Peers whose recipes cannot order our nodes (pure): fail closed before we hold, and tell
+a holder of one that came after its grant (``_newcomers.py``).
 
 We read every library's markers, so we always order a peer's nodes; the converse depends on
 the names we write (``compat=``). A node only Curator or kazoo names the way it is named
@@ -96,10 +97,12 @@ class Layout:
         """The marker our nodes carry."""
         return self.curator if self.compat == "curator" else self.kazoo
 
-    def check(self, path: str, children: Iterable[str], guid: str, label: str) -> None:
+    def check(
+        self, path: str, children: Iterable[str], guid: str, label: str, held: bool = False
+    ) -> None:
         """Raises ``LayoutConflict`` if a peer's node among ``children`` (a listing of
         ``path``; ours start with ``guid``) cannot order ours; ``label`` names the recipe
-        object."""
+        object; ``held``: the listing is a holder's (the peer came after our grant)."""
         ours = self.marker.lstrip("-")
         peers = {
             name: view
@@ -108,10 +111,15 @@ class Layout:
         }
         unseen = {name: view for name, view in peers.items() if ours not in SEES[view]}
         if unseen:
-            raise LayoutConflict(self._refusal(path, label, peers, unseen))
+            raise LayoutConflict(self._refusal(path, label, peers, unseen, held))
 
     def _refusal(
-        self, path: str, label: str, peers: dict[str, View], unseen: dict[str, View]
+        self,
+        path: str,
+        label: str,
+        peers: dict[str, View],
+        unseen: dict[str, View],
+        held: bool = False,
     ) -> str:
         shown = sorted(unseen)[:_SHOWN]
         nodes = ", ".join(f"{RECIPES[unseen[name]]} node {short_repr(name)}" for name in shown)
@@ -134,10 +142,12 @@ class Layout:
             fix = f'pass compat="curator" (the default) to {self.factory} on this path'
         else:
             fix = SAME_RECIPE
+        what = "came after our grant and " if held else ""
+        both = "may hold now" if held else "could hold at once"
         return (
-            f"{label} refused: {nodes}{more} on {path} cannot order the "
-            f"{self.marker.lstrip('-')!r} nodes "
-            f"written with compat={self.compat!r}, so both could hold at once (our node is "
+            f"{label} {'lost' if held else 'refused'}: {nodes}{more} on {path} {what}cannot "
+            f"order the {self.marker.lstrip('-')!r} nodes "
+            f"written with compat={self.compat!r}, so both {both} (our node is "
             f"removed). Fix: {fix}"
         )
 

@@ -23,7 +23,7 @@ from aiozklock._acl import ACL
 from aiozklock._exceptions import LockLost, LockRevoked, LockTimeout, NotLockOwner, shorten
 from aiozklock._recipes._core._gate import LocalGate
 from aiozklock._recipes._core._handle import Handle, _task_ended
-from aiozklock._recipes._core._holding import Holding, HoldingMonitor
+from aiozklock._recipes._core._holding import Holding, HoldingMonitor, lost_error
 from aiozklock._recipes._core._local_waiters import LocalWaiters
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._wire._now import uptime
@@ -314,7 +314,9 @@ class Primitive(Handle):
         """What a lost ``holding`` raises: ``LockRevoked`` if it was revoked."""
         if holding.revoked:
             return LockRevoked(f"{self._label} was revoked: {holding.lost_reason}")
-        return self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
+        return lost_error(
+            holding, self._lost_error, f"{self._label} was lost: {holding.lost_reason}"
+        )
 
     async def _let_go(self, holding: Holding, task_id: int, confirm: bool = True) -> None:
         self._depth = 0
@@ -329,7 +331,7 @@ class Primitive(Handle):
             if holding.lost:
                 self._losses += 1
                 if not holding.revoked:  # its nodes are the janitor's (the loss policy's)
-                    raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
+                    raise self._loss(holding)
             if confirm or not self._give_back_nowait(holding):
                 await self._give_back(holding)
             elif not holding.revoked:

@@ -97,34 +97,47 @@ class Queue(Enqueuing, Waiting, GivingBack, Delaying):
     ) -> Holding:
         listings: Listings | None = None
         handed_off = False  # the last wait ended in a direct hand-off (nothing listed behind)
+        watched = False  # the listings decided on carry the newcomers' watch
         while True:
             try:
                 joined = None
                 if listings is None:
                     joined = await self._join(deadline, data, on_join)
-                    listings = joined.listings
+                    listings, watched = joined.listings, joined.watched
                 if self._layout is not None:
                     for member, children in listings.items():  # fail closed: see _peers.py
                         self._layout.check(member, children, self.guid, self._label)
                 step = self._decided(listings, joined)
                 if step.held and not (step.stale or step.requeue):
-                    if self._delay is None or await self._honored(listings, deadline):
+                    if self._delay is None:
+                        break
+                    # Lock-delay's record writes are changes of the children: they would
+                    # fire the watch, a listing per grant (``_newcomers.py``).
+                    watched = False
+                    if await self._honored(listings, deadline):
                         break
                     listings = await self._list_all(self.generation, deadline)  # changed
                 elif step.stale or step.requeue:
-                    listings = await self._drop(step, listings)
+                    listings = await self._drop(step, listings)  # still the watched ones
                     handed_off = False
                 else:
                     handed_off = await self._wait(step.waits, listings, deadline)
+                    watched = False
             except SessionExpired:
                 # Our nodes' session is gone: queue again in the new one.
                 listings, handed_off = None, False
         self._lead = self._lead_for(step, handed_off)
+        # Contended: our next join most likely waits, and its watch would only fire unheard
+        # (a notification per grant): it lists without one (``_newcomers.py``).
+        self._contended = handed_off or bool(step.behind)
         if step.mark:
             self._mark(data())  # the bytes our node was created with
         assert self.token is not None
         nodes = tuple([join(member, self.nodes[member]) for member in self.members])
-        return Holding(nodes, self.generation, self.token)
+        holding = Holding(nodes, self.generation, self.token)
+        if self._newcomers is not None:
+            self._newcomers.hold(holding, watched, self.guid)
+        return holding
 
     async def _join(
         self, deadline: float | None, data: Callable[[], bytes], on_join: OnJoin | None

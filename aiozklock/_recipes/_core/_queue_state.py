@@ -19,10 +19,18 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from aiozklock._acl import ACL
-from aiozklock._exceptions import ConnectionLoss, InvalidArgument, NoNodeError, SessionExpired
+from aiozklock._exceptions import (
+    ConnectionLoss,
+    InvalidArgument,
+    LayoutConflict,
+    NoNodeError,
+    SessionExpired,
+)
 from aiozklock._recipes._core._delay_record import LockDelay, delay_guid
+from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import LOCK_MARKER, node_prefix
+from aiozklock._recipes._core._newcomers import NewcomerWatch, lose_to_newcomer
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._retry import RETRY
@@ -90,13 +98,15 @@ Lead = Hint | Alone | None
 @dataclass(frozen=True, slots=True)
 class Joined:
     """What a join learned: the ``listings`` to decide on, the guard's reply (``guarded``,
-    None without a guard), whether it was ``proven`` alone (first, nothing else queued), and
-    the hint it ``followed`` (waited on), if any (see ``_enqueue.py``)."""
+    None without a guard), whether it was ``proven`` alone (first, nothing else queued), the
+    hint it ``followed`` (waited on), if any (see ``_enqueue.py``), and whether the listings
+    were ``watched`` (``_newcomers.py``)."""
 
     listings: Listings
     guarded: object = None
     proven: bool = False
     followed: Hint | None = None
+    watched: bool = False
 
 
 class Replies(NamedTuple):
@@ -152,6 +162,7 @@ class QueueState:
         "__weakref__",
         "_acl",
         "_armed",
+        "_contended",
         "_deadline",
         "_decide",
         "_delay",
@@ -162,6 +173,7 @@ class QueueState:
         "_layout",
         "_lead",
         "_marker",
+        "_newcomers",
         "_prefixes",
         "_released",
         "_session",
@@ -192,6 +204,10 @@ class QueueState:
         self._delay = None if delay is None else LockDelay(delay)
         self._marker = marker  # our nodes are named <guid><marker><sequence>
         self._layout = layout  # peers that cannot order our nodes are refused (None: no check)
+        # ... and a holder is told of one that comes after its grant (``_newcomers.py``).
+        self._newcomers = (
+            None if layout is None else NewcomerWatch(session, members, layout, label, janitor)
+        )
         self._guard = guard
         self._acl = encode_acl(acl)  # our nodes', and the containers' we create
         self._session = session
@@ -210,6 +226,7 @@ class QueueState:
         # What our last grant left for the next join (written by ``take``, the release
         # records its deletes' outcome on an ``Alone``).
         self._lead: Lead = None
+        self._contended = False  # our last grant came by a hand-off, or had nodes behind
         self._armed: _ChildWatch | None = None  # a child watch kept between the waits
         # Called once nodes are ours (the local waiters' publisher, if any: their count may
         # have changed since the data they were created with was built).
@@ -225,6 +242,14 @@ class QueueState:
         """Every member's getChildren (a join proven alone needs none: built when listed)."""
         server_path = self._session.server_path
         return [get_children_op(server_path(m)) for m in self.members]
+
+    def _listing_op(self, member: str, watched: bool = False) -> Op[list[str]]:
+        """``member``'s getChildren; ``watched``: with the newcomers' watch, if we keep one
+        (a join's listing: ``_newcomers.py``)."""
+        server_path = self._session.server_path(member)
+        if watched and self._newcomers is not None:
+            return self._newcomers.listing_op(server_path)
+        return get_children_op(server_path)
 
     # ---------------------------------------------------------------- identity
 
@@ -263,6 +288,8 @@ class QueueState:
         """Released or lost: no node is ours any more."""
         self.nodes = {}
         self.token = None
+        if self._newcomers is not None:
+            self._newcomers.forget()
         if self._delay is not None:
             self._delay.versions = {}  # our records: deleted with the release, or left
 
@@ -302,15 +329,28 @@ class QueueState:
         in_doubt, self._in_doubt = self._in_doubt, False
         return in_doubt
 
+    def check_held(self, member: str, children: list[str], holding: Holding) -> bool:
+        """A listing of ``member`` that a holder of ``holding`` made for its own ends: False,
+        and the holding lost, if it shows a peer that cannot order our nodes
+        (``_newcomers.py``)."""
+        if self._layout is None:
+            return True
+        try:
+            self._layout.check(member, children, self.guid, self._label, held=True)
+        except LayoutConflict as conflict:
+            lose_to_newcomer(holding, conflict, self._janitor)
+            return False
+        return True
+
     # ---------------------------------------------------------------- reads and deletes
 
     async def list_children(
-        self, member: str, generation: int | None, deadline: float | None
+        self, member: str, generation: int | None, deadline: float | None, watched: bool = False
     ) -> list[str]:
         """The children of ``member``, none if it does not exist (a container reaped once
-        empty); retried after a connection loss (a read)."""
+        empty); retried after a connection loss (a read). ``watched``: see ``_listing_op``."""
         session = self._session
-        op = get_children_op(session.server_path(member))
+        op = self._listing_op(member, watched)
         try:
             return await RETRY.call(session, op, generation=generation, wait_until=deadline)
         except NoNodeError:

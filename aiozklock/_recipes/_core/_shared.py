@@ -111,7 +111,7 @@ class SharedHolding(Primitive):
         if holder is not None:
             assert self._holding is not None
             if self._holding.lost:
-                raise self._lost_error(f"{self._label} was lost: {self._holding.lost_reason}")
+                raise self._loss(self._holding)
             holder.depth += 1
             return
         await self._take_anew(limit, task)
@@ -205,7 +205,7 @@ class SharedHolding(Primitive):
         if holder.depth > 1:
             holder.depth -= 1
             if holding.lost:
-                raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
+                raise self._loss(holding)
             return
         await self._leave(task_id, holder, holding, confirm)
 
@@ -218,7 +218,7 @@ class SharedHolding(Primitive):
             self._observer.released(uptime() - holder.since)
         if self._holders:  # the others keep it: nothing to tell the server
             if holding.lost:
-                raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
+                raise self._loss(holding)
             return
         self._holding = None
         self._monitor.unregister(holding)
@@ -226,7 +226,7 @@ class SharedHolding(Primitive):
         try:
             if holding.lost:
                 self._losses += 1
-                raise self._lost_error(f"{self._label} was lost: {holding.lost_reason}")
+                raise self._loss(holding)
             if confirm or not self._give_back_nowait(holding):
                 await self._give_back(holding)
         finally:
