@@ -197,18 +197,20 @@ def test_watch_events_extend_neither_the_silence_nor_the_proof(standalone: bool)
 
 
 def test_connected_to_a_standalone_server_past_valid_until_drops_the_connection() -> None:
-    """Answers keep arriving (no silence) but none to a request sent after 1.0: at
-    ``valid_until`` the connection is unproven, as on an ensemble."""
+    """A holding on a standalone server: answers keep arriving (no silence) but none to a
+    request sent after 1.0: at ``valid_until`` the connection is unproven, as on an
+    ensemble, and the holdings are given up (the session is kept)."""
     session = core()
     session.frame_now([delete_op("/a")], None, recorder([]), now=1.0)
     session.receive(reply(1), now=1.1)
+    session.leader.demanded(1, 1.05)  # a holding, granted on that answer
     lost_at = 1.0 + T * 0.9
     assert session.valid_until == pytest.approx(lost_at)
     session._clock.last_heard = lost_at  # an answer arrives: not silent
     assert session.tick(lost_at - 0.01, connected=True)[1] <= lost_at
     assert session.tick(lost_at, connected=True)[0] is Tick.UNPROVEN
     session.state = SessionState.SUSPENDED
-    assert session.tick(lost_at, connected=False)[0] is Tick.LOST
+    assert session.tick(lost_at, connected=False)[0] is Tick.HORIZON
 
 
 def test_connecting_or_closed_has_no_deadline_but_the_next_tick() -> None:
