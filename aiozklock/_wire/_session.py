@@ -129,17 +129,24 @@ class Session(SessionLifecycle):
         now cannot be proven before it is given up."""
         return self.state is not SessionState.CONNECTED and uptime() >= self.valid_until
 
-    async def wait_proven(self, given_up: Callable[[], bool]) -> None:
-        """Return once ``valid_until`` is far enough ahead for a body to start (``_clock``'s
-        ``fresh``), or once ``given_up()`` says the holding waiting for it was lost. A
-        session that was idle gets one probe through the leader for it (``_leader``)."""
+    async def wait_proven(self, given_up: Callable[[], bool], until: float | None = None) -> bool:
+        """Wait until ``valid_until`` is far enough ahead for a body to start (``_clock``'s
+        ``fresh``), or ``given_up()`` says the holding waiting for it was lost: True; False
+        if ``until`` (an ``uptime()`` deadline) came first. A session that was idle gets one
+        probe through the leader for it (``_leader``)."""
         clock = self._clock
-        while not given_up() and not clock.fresh(uptime()):
+        while not given_up() and not clock.fresh(now := uptime()):
             if self.state is SessionState.CLOSED:
-                return
+                return True  # the holding is lost with the session
+            if until is not None and now >= until:
+                return False
+            wait = self.timeout * PROBE_WAIT
+            if until is not None:
+                wait = min(wait, until - now)
             event = self._state_event  # set by state changes, probe answers and horizons
-            with anyio.move_on_after(self.timeout * PROBE_WAIT):
+            with anyio.move_on_after(wait):
                 await event.wait()
+        return True
 
     async def call(
         self, op: Op[T], *, generation: int | None = None, wait_until: float | None = None

@@ -125,7 +125,7 @@ class HoldingMonitor(Protocol):
 
     def unregister(self, holding: Holding) -> None: ...
 
-    async def proven(self, holding: Holding) -> None: ...
+    async def proven(self, holding: Holding, until: float | None = None) -> bool: ...
 
 
 class LossMonitor:
@@ -165,11 +165,11 @@ class LossMonitor:
         self._holdings.discard(holding)
         self._session.demand_proof(len(self._holdings))
 
-    async def proven(self, holding: Holding) -> None:
-        """Return once the session is proven far enough ahead for ``holding``'s body to
-        start (``Session.wait_proven``: at most one probe's round trip after idleness), or
-        ``holding`` is lost meanwhile."""
-        await self._session.wait_proven(lambda: holding.lost)
+    async def proven(self, holding: Holding, until: float | None = None) -> bool:
+        """Wait until the session is proven far enough ahead for ``holding``'s body to start
+        (``Session.wait_proven``: at most one probe's round trip after idleness), or
+        ``holding`` is lost meanwhile: True; False if ``until`` came first."""
+        return await self._session.wait_proven(lambda: holding.lost, until)
 
     def _unsafe(self, state: SessionState, generation: int, holding: Holding) -> str | None:
         if generation != holding.generation or state in (SessionState.LOST, SessionState.CLOSED):
