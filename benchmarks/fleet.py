@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import shlex
 import subprocess
@@ -38,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -65,6 +65,7 @@ SCENARIOS = ("steady", "rolling", "isolation")
 READY_TIMEOUT_S = 900.0  # every session connected and in role (1,000 on 2 busy cores...)
 RESULT_TIMEOUT_S = 120.0
 SERVING_TIMEOUT_S = 120.0
+LEADER_POLL_S = 0.25  # how often a fault's timeline asks each member whether it leads
 #: The versions reported (aiozklock's is the measured checkout's, in "aiozklock_checkout").
 VERSIONS = ("kazoo", "anyio", "curator", "zookeeper")
 CURATOR_SOURCE = ROOT / "benchmarks" / "curator" / "CuratorFleet.java"
@@ -111,20 +112,30 @@ def shares(
     """Each worker's share (``ValueError`` for one it cannot play): ``anchors`` holders per
     worker keep their line (None: all of them, the steady fleet), the others cycle."""
     idle, queued, holding = (split(c, workers) for c in counts)
-    return [
-        replace(
+    out: list[FleetParams] = []
+    first_cycler = 0
+    for w in range(workers):
+        share = replace(
             base,
             worker=w,
             idle=idle[w],
             queued=queued[w],
             holders=holding[w],
             anchors=holding[w] if anchors is None else min(anchors, holding[w]),
+            first_cycler=first_cycler,
         ).checked()
-        for w in range(workers)
-    ]
+        out.append(share)
+        first_cycler += share.holders - share.anchors
+    if 0 < first_cycler < base.shared_paths:
+        raise ValueError(
+            f"{first_cycler} cycling holders cannot keep {base.shared_paths} shared paths busy"
+        )
+    return out
 
 
-def fleet_params(args: argparse.Namespace, client: str, scenario: str, round_: int) -> list[FleetParams]:
+def fleet_params(
+    args: argparse.Namespace, client: str, scenario: str, round_: int
+) -> list[FleetParams]:
     sessions = args.curator_sessions if client == "Curator" else args.sessions
     base = FleetParams(
         hosts="",
@@ -170,34 +181,59 @@ def sample_commits(cluster: ZooKeeperCluster, window: float, every: float) -> li
         time.sleep(min(every, left))
 
 
+def leaders(cluster: ZooKeeperCluster) -> tuple[int, ...]:
+    """The members that say ``Mode: leader`` now (two for a while after a leader is cut
+    off: the old one until it steps down, the new one)."""
+    return tuple(m.id for m in cluster.members if m.mode() == "leader")
+
+
+def watch_leaders(
+    cluster: ZooKeeperCluster, clock: Callable[[], float], done: Callable[[], bool]
+) -> list[list[Any]]:
+    """Until ``done()``: an event each time the set of leaders changes."""
+    events: list[list[Any]] = []
+    seen: tuple[int, ...] | None = None
+    while not done():
+        now = leaders(cluster)
+        if now != seen:
+            events.append([clock(), f"leader {', '.join(map(str, now)) or 'none'}"])
+            seen = now
+        time.sleep(LEADER_POLL_S)
+    return events
+
+
 def rolling_restart(ctx: Context, clock: Callable[[], float]) -> list[list[Any]]:
-    """Each member stopped and started, followers first, the leader last, each serving
-    (and the ensemble with a leader) before the next."""
+    """Each member stopped and started again at once, followers first, the leader last,
+    each serving (and the ensemble with a leader) before the next; the leaders seen
+    meanwhile."""
     cluster = ctx.cluster
     order = [*cluster.followers(), cluster.leader()]
     events: list[list[Any]] = []
     for member in order:
         member.stop()
         events.append([clock(), f"member {member.id} stopped"])
-        member.start(wait=True, timeout=SERVING_TIMEOUT_S)
+        with ThreadPoolExecutor(1) as pool:
+            started = pool.submit(member.start, wait=True, timeout=SERVING_TIMEOUT_S)
+            events += watch_leaders(cluster, clock, started.done)
+            started.result()
         cluster.wait_serving(SERVING_TIMEOUT_S)
-        leader = read_leader(cluster)
-        events.append([clock(), f"member {member.id} serving, leader {leader and leader.leader}"])
+        events.append([clock(), f"member {member.id} serving"])
     return events
 
 
 def isolate_leader(ctx: Context, clock: Callable[[], float]) -> list[list[Any]]:
-    """The leader's server links held silently for ``--cut`` seconds, then healed."""
+    """The leader's server links held silently for ``--cut`` seconds, then healed; the
+    leaders seen meanwhile."""
     cluster = ctx.cluster
     leader = cluster.leader()
     cluster.isolate(leader)
-    events: list[list[Any]] = [[clock(), f"leader {leader.id} isolated"]]
-    time.sleep(ctx.args.cut)
+    events: list[list[Any]] = [[clock(), f"member {leader.id} (leader) isolated"]]
+    healed_at = time.monotonic() + ctx.args.cut
+    events += watch_leaders(cluster, clock, lambda: time.monotonic() >= healed_at)
     cluster.heal()
     events.append([clock(), "healed"])
     cluster.wait_serving(SERVING_TIMEOUT_S)
-    now = read_leader(cluster)
-    events.append([clock(), f"all serving, leader {now and now.leader}"])
+    events.append([clock(), f"all serving, leader {', '.join(map(str, leaders(cluster)))}"])
     return events
 
 
@@ -224,7 +260,9 @@ def run_fleet(ctx: Context, client: Client, scenario: str, round_: int) -> dict[
     try:
         for p in params:
             words = replace(p, hosts=ctx.cluster.hosts).to_words()
-            workers.append(Worker([*client.command, *words], f"{label}-w{p.worker}", ctx.log_dir, client.env))
+            workers.append(
+                Worker([*client.command, *words], f"{label}-w{p.worker}", ctx.log_dir, client.env)
+            )
         readies = [w.expect("ready", READY_TIMEOUT_S) for w in workers]
         in_role_s = time.monotonic() - started
         check_source(client, readies)
@@ -272,7 +310,9 @@ def check_source(client: Client, readies: Sequence[dict[str, Any]]) -> None:
             raise WorkerError(f"{client.column} imported {found}, not from {client.source}")
 
 
-def summarize(scenario: str, run: dict[str, Any], shared_paths: int) -> tuple[dict[str, float], dict[str, Any]]:
+def summarize(
+    scenario: str, run: dict[str, Any], shared_paths: int
+) -> tuple[dict[str, float], dict[str, Any]]:
     """A fleet's values for the tables, and its raw summary for the JSON file."""
     results = run["results"]
     sessions = [row for r in results for row in r["sessions"]]
@@ -319,10 +359,13 @@ def summarize(scenario: str, run: dict[str, Any], shared_paths: int) -> tuple[di
 # ---------------------------------------------------------------- clients
 
 
-def make_clients(args: argparse.Namespace, build_dir: Path, shim_dir: Path, notes: list[str]) -> dict[str, Client]:
+def make_clients(
+    args: argparse.Namespace, build_dir: Path, shim_dir: Path, notes: list[str]
+) -> dict[str, Client]:
     """The columns that can run, keyed by column; notes on those that cannot."""
     clients: dict[str, Client] = {}
-    for name in args.clients:
+    faults = any(scenario != "steady" for scenario in args.scenarios)
+    for name in dict.fromkeys([*args.clients, *(args.fault_clients if faults else [])]):
         if name == "aiozklock":
             clients["aiozklock"] = aiozklock_client(args.aiozklock_path, shim_dir)
         elif name == "kazoo":

@@ -11,14 +11,15 @@ new epoch: :func:`days_to_wrap` is how long that takes at a given rate.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from benchmarks.stats import Grants, RatioRange, median
 from benchmarks.report import format_ratio
+from benchmarks.stats import Grants, RatioRange, median
 
 WRAP = 2**32
 SUBJECT = "aiozklock"
@@ -69,7 +70,7 @@ def commit_rate(samples: Sequence[Sample]) -> CommitRate:
     same = len({s.leader for s in samples}) == 1 and len({s.zxid >> 32 for s in samples}) == 1
     count = (last.zxid & 0xFFFFFFFF) - (first.zxid & 0xFFFFFFFF)
     window = last.t - first.t
-    pairs = zip(samples, samples[1:], strict=False)
+    pairs = itertools.pairwise(samples)
     intervals = tuple((b.zxid - a.zxid) / (b.t - a.t) for a, b in pairs if b.t > a.t)
     return CommitRate(count, window, count / window if window > 0 else math.nan, same, intervals)
 
@@ -138,7 +139,7 @@ def grant_flow(
 
 def _longest_gap(entries: Sequence[int], start: int, end: int) -> int:
     points = [start, *entries, end]
-    return max(b - a for a, b in zip(points, points[1:], strict=False))
+    return max(b - a for a, b in itertools.pairwise(points))
 
 
 # ---------------------------------------------------------------- tables
@@ -208,13 +209,17 @@ def vs_cell(row: Row, ours: Sequence[float], peers: Sequence[float]) -> str:
     diffs = [a - b for a, b in pairs if math.isfinite(a) and math.isfinite(b)]
     if not diffs:
         return "—"
+    if not any(diffs):
+        return "same"
     text = f"{median(diffs):+,.{row.digits}f}"
     if len(diffs) > 1 and min(diffs) != max(diffs):
         text += f" [{min(diffs):+,.{row.digits}f} to {max(diffs):+,.{row.digits}f}]"
     return text + " (difference)"
 
 
-def table(rounds: Sequence[Round], scenario: str, rows: Sequence[Row], columns: Sequence[str]) -> str:
+def table(
+    rounds: Sequence[Round], scenario: str, rows: Sequence[Row], columns: Sequence[str]
+) -> str:
     """One row per metric, one column per client that ran ``scenario``, then aiozklock vs
     each peer."""
     present = [c for c in columns if _values(rounds, scenario, c, "sessions_total")]
@@ -250,10 +255,10 @@ def _cell(rounds: Sequence[Round], scenario: str, column: str, row: Row) -> str:
 HOW_TO_READ = (
     "Each fleet ran in fresh worker processes, {rounds} round(s), the steady fleets' client "
     "order rotated each round. Client columns: the median over the rounds, with [min-max] "
-    "where they differ. \"aiozklock vs X\": how many times better aiozklock is (> 1.00x: "
+    'where they differ. "aiozklock vs X": how many times better aiozklock is (> 1.00x: '
     "aiozklock is better; median [min-max] of the rounds' ratios, `~` when the range "
     "straddles 1.00x), or, where a value is 0 or never (a peer committing no transaction), "
-    "the difference aiozklock − X."
+    "the difference aiozklock - X."
 )
 STEADY_NOTE = (
     "All sessions connected and in role (idle: nothing held; queued: waiting in line behind "
@@ -326,7 +331,7 @@ def _note(document: dict[str, Any], scenario: str) -> str:
     s, e = document["settings"], document["ensemble"]
     if scenario == "steady":
         return STEADY_NOTE.format(every=s["sample_every"], window=s["window"])
-    timeline = next(
+    timeline: list[list[Any]] = next(
         (raw[k]["timeline"] for raw in document["raw"] for k in raw if k.startswith(scenario)),
         [],
     )

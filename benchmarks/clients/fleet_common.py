@@ -54,6 +54,7 @@ class FleetParams:
     holders: int = 0  # anchors + cyclers
     anchors: int = 0  # holders that hold their line's lock throughout
     shared_paths: int = 4  # the cyclers' paths, shared by every worker
+    first_cycler: int = 0  # the fleet-wide index of this worker's first cycler
     hold_ms: float = 10.0  # how long a cycler holds its lock
     session_timeout: float = 10.0
     connect_batch: int = 20  # sessions connecting at once
@@ -70,7 +71,9 @@ class FleetParams:
             if not sep or name not in kinds:
                 raise SystemExit(f"unknown parameter {word!r}; known: {', '.join(kinds)}")
             kind = kinds[name]
-            values[name] = int(value) if kind == "int" else float(value) if kind == "float" else value
+            values[name] = (
+                int(value) if kind == "int" else float(value) if kind == "float" else value
+            )
         return cls(**values).checked()
 
     @property
@@ -130,7 +133,7 @@ def plan(params: FleetParams) -> list[Slot]:
     for a in range(params.anchors):
         add("anchor", line_path(params, a), line=a)
     for i in range(params.holders - params.anchors):
-        k = (params.worker + i) % params.shared_paths
+        k = (params.first_cycler + i) % params.shared_paths  # spread over every path
         add("cycler", shared_path(params, k), shared=k)
     for j in range(params.queued):
         add("queued", line_path(params, j % params.anchors), line=j % params.anchors)

@@ -136,7 +136,7 @@ public final class CuratorFleet {
             lineSizes.merge(a, 1, Integer::sum);
         }
         for (int i = 0; i < cyclers; i++) {
-            int k = (worker + i) % sharedPaths;
+            int k = (intParam("first_cycler") + i) % sharedPaths;
             slots.add(new Slot("cycler", root + "/shared/" + k, k, -1));
         }
         for (int j = 0; j < intParam("queued"); j++) {
