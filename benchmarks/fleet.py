@@ -37,7 +37,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,7 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make ``benchmarks`` and ``aiozklock`` importable
     sys.path.insert(0, str(ROOT))
 
-from aiozklock.testing import ZooKeeperCluster, four_letter_word  # noqa: E402
+from aiozklock.testing import ZooKeeperCluster  # noqa: E402
+from benchmarks import fleet_ensemble as fe  # noqa: E402
 from benchmarks import fleet_report as fr  # noqa: E402
 from benchmarks.clients.fleet_common import FleetParams  # noqa: E402
 from benchmarks.ensemble_safety import SETTINGS  # noqa: E402
@@ -64,8 +64,6 @@ CLIENTS = {"aiozklock": "aiozklock", "kazoo": "kazoo", "curator": "Curator"}
 SCENARIOS = ("steady", "rolling", "isolation")
 READY_TIMEOUT_S = 900.0  # every session connected and in role (1,000 on 2 busy cores...)
 RESULT_TIMEOUT_S = 120.0
-SERVING_TIMEOUT_S = 120.0
-LEADER_POLL_S = 0.25  # how often a fault's timeline asks each member whether it leads
 #: The versions reported (aiozklock's is the measured checkout's, in "aiozklock_checkout").
 VERSIONS = ("kazoo", "anyio", "curator", "zookeeper")
 CURATOR_SOURCE = ROOT / "benchmarks" / "curator" / "CuratorFleet.java"
@@ -150,94 +148,15 @@ def fleet_params(
     return shares(base, role_counts(sessions, args.mix), workers, anchors)
 
 
-# ---------------------------------------------------------------- the ensemble
+def rolling(ctx: Context, clock: Callable[[], float]) -> list[list[Any]]:
+    return fe.rolling_restart(ctx.cluster, clock)
 
 
-def read_leader(cluster: ZooKeeperCluster) -> fr.Sample | None:
-    """The leader's id and zxid now (None while there is no leader)."""
-    for member in cluster.members:
-        if not member.running:
-            continue
-        try:
-            mode, zxid = fr.parse_srvr(four_letter_word(member.address, "srvr", 2.0))
-        except OSError:
-            continue
-        if mode == "leader" and zxid is not None:
-            return fr.Sample(time.monotonic(), member.id, zxid)
-    return None
+def isolation(ctx: Context, clock: Callable[[], float]) -> list[list[Any]]:
+    return fe.isolate_leader(ctx.cluster, clock, ctx.args.cut)
 
 
-def sample_commits(cluster: ZooKeeperCluster, window: float, every: float) -> list[fr.Sample]:
-    """The leader's zxid every ``every`` seconds over ``window`` seconds."""
-    samples: list[fr.Sample] = []
-    deadline = time.monotonic() + window
-    while True:
-        sample = read_leader(cluster)
-        if sample is not None:
-            samples.append(sample)
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return samples
-        time.sleep(min(every, left))
-
-
-def leaders(cluster: ZooKeeperCluster) -> tuple[int, ...]:
-    """The members that say ``Mode: leader`` now (two for a while after a leader is cut
-    off: the old one until it steps down, the new one)."""
-    return tuple(m.id for m in cluster.members if m.mode() == "leader")
-
-
-def watch_leaders(
-    cluster: ZooKeeperCluster, clock: Callable[[], float], done: Callable[[], bool]
-) -> list[list[Any]]:
-    """Until ``done()``: an event each time the set of leaders changes."""
-    events: list[list[Any]] = []
-    seen: tuple[int, ...] | None = None
-    while not done():
-        now = leaders(cluster)
-        if now != seen:
-            events.append([clock(), f"leader {', '.join(map(str, now)) or 'none'}"])
-            seen = now
-        time.sleep(LEADER_POLL_S)
-    return events
-
-
-def rolling_restart(ctx: Context, clock: Callable[[], float]) -> list[list[Any]]:
-    """Each member stopped and started again at once, followers first, the leader last,
-    each serving (and the ensemble with a leader) before the next; the leaders seen
-    meanwhile."""
-    cluster = ctx.cluster
-    order = [*cluster.followers(), cluster.leader()]
-    events: list[list[Any]] = []
-    for member in order:
-        member.stop()
-        events.append([clock(), f"member {member.id} stopped"])
-        with ThreadPoolExecutor(1) as pool:
-            started = pool.submit(member.start, wait=True, timeout=SERVING_TIMEOUT_S)
-            events += watch_leaders(cluster, clock, started.done)
-            started.result()
-        cluster.wait_serving(SERVING_TIMEOUT_S)
-        events.append([clock(), f"member {member.id} serving"])
-    return events
-
-
-def isolate_leader(ctx: Context, clock: Callable[[], float]) -> list[list[Any]]:
-    """The leader's server links held silently for ``--cut`` seconds, then healed; the
-    leaders seen meanwhile."""
-    cluster = ctx.cluster
-    leader = cluster.leader()
-    cluster.isolate(leader)
-    events: list[list[Any]] = [[clock(), f"member {leader.id} (leader) isolated"]]
-    healed_at = time.monotonic() + ctx.args.cut
-    events += watch_leaders(cluster, clock, lambda: time.monotonic() >= healed_at)
-    cluster.heal()
-    events.append([clock(), "healed"])
-    cluster.wait_serving(SERVING_TIMEOUT_S)
-    events.append([clock(), f"all serving, leader {', '.join(map(str, leaders(cluster)))}"])
-    return events
-
-
-FAULTS = {"rolling": rolling_restart, "isolation": isolate_leader}
+FAULTS = {"rolling": rolling, "isolation": isolation}
 
 
 # ---------------------------------------------------------------- one fleet
@@ -274,7 +193,7 @@ def run_fleet(ctx: Context, client: Client, scenario: str, round_: int) -> dict[
             w.expect("marked", 60)
         measured: dict[str, Any] = {}
         if scenario == "steady":
-            samples = sample_commits(ctx.cluster, args.window, args.sample_every)
+            samples = fe.sample_commits(ctx.cluster, args.window, args.sample_every)
             measured["commits"] = fr.commit_rate(samples).as_dict()
         else:
             clock = ctx.clock(mark)
@@ -515,7 +434,7 @@ def main(argv: Sequence[str]) -> int:
             kept: dict[str, Any] = {}
             for scenario, column in fleets:
                 say(f"round {index + 1}: {scenario}, {column}")
-                cluster.wait_serving(SERVING_TIMEOUT_S)
+                cluster.wait_serving(fe.SERVING_TIMEOUT_S)
                 try:
                     run = run_fleet(ctx, clients[column], scenario, index)
                 except (WorkerError, ValueError, OSError) as exc:
