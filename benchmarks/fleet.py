@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -66,6 +67,7 @@ READY_TIMEOUT_S = 900.0  # every session connected and in role (1,000 on 2 busy 
 RESULT_TIMEOUT_S = 120.0
 #: The versions reported (aiozklock's is the measured checkout's, in "aiozklock_checkout").
 VERSIONS = ("kazoo", "anyio", "curator", "zookeeper")
+QUIESCE_MARGIN_S = 30.0  # beyond 2 T, for the sessions of the last fleet to be gone
 CURATOR_SOURCE = ROOT / "benchmarks" / "curator" / "CuratorFleet.java"
 
 
@@ -148,12 +150,12 @@ def fleet_params(
     return shares(base, role_counts(sessions, args.mix), workers, anchors)
 
 
-def rolling(ctx: Context, clock: Callable[[], float]) -> list[list[Any]]:
-    return fe.rolling_restart(ctx.cluster, clock)
+def rolling(ctx: Context, timeline: fe.Timeline) -> None:
+    fe.rolling_restart(ctx.cluster, timeline)
 
 
-def isolation(ctx: Context, clock: Callable[[], float]) -> list[list[Any]]:
-    return fe.isolate_leader(ctx.cluster, clock, ctx.args.cut)
+def isolation(ctx: Context, timeline: fe.Timeline) -> None:
+    fe.isolate_leader(ctx.cluster, timeline, ctx.args.cut)
 
 
 FAULTS = {"rolling": rolling, "isolation": isolation}
@@ -196,9 +198,10 @@ def run_fleet(ctx: Context, client: Client, scenario: str, round_: int) -> dict[
             samples = fe.sample_commits(ctx.cluster, args.window, args.sample_every)
             measured["commits"] = fr.commit_rate(samples).as_dict()
         else:
-            clock = ctx.clock(mark)
             time.sleep(args.lead)
-            measured["timeline"] = FAULTS[scenario](ctx, clock)
+            timeline = fe.Timeline(ctx.clock(mark))
+            FAULTS[scenario](ctx, timeline)
+            measured.update(timeline=timeline.events, leaderless_s=timeline.leaderless_s)
             time.sleep(args.tail)
         stop_ns = time.monotonic_ns()
         for w in workers:
@@ -209,6 +212,7 @@ def run_fleet(ctx: Context, client: Client, scenario: str, round_: int) -> dict[
     finally:
         for w in workers:
             w.stop()
+    left_open = fe.global_sessions(ctx.cluster)  # sessions its workers did not close
     return {
         **measured,
         "params": [p.to_words() for p in params],
@@ -216,7 +220,18 @@ def run_fleet(ctx: Context, client: Client, scenario: str, round_: int) -> dict[
         "mark_ns": mark_ns,
         "stop_ns": stop_ns,
         "results": results,
+        "left_open": left_open,
     }
+
+
+def quiesce(ctx: Context) -> None:
+    """Before a fleet: the ensemble serves, and the last fleet's sessions are gone (those
+    its workers did not close expire within T), so that none of their transactions (an
+    expiry is one) falls into this fleet's window."""
+    ctx.cluster.wait_serving(fe.SERVING_TIMEOUT_S)
+    left = fe.wait_no_sessions(ctx.cluster, 2 * ctx.args.session_timeout + QUIESCE_MARGIN_S)
+    if left != 0:
+        ctx.notes.append(f"the ensemble still tracked {left} session(s) before a fleet")
 
 
 def check_source(client: Client, readies: Sequence[dict[str, Any]]) -> None:
@@ -247,6 +262,7 @@ def summarize(
         "kept": kept.kept,
         "lost_events": kept.lost_events,
         "in_role_s": run["in_role_s"],
+        "left_open": math.nan if run["left_open"] is None else run["left_open"],
     }
     raw: dict[str, Any] = {"kept_by_role": roles, "counts": counts, "params": run["params"][0]}
     if scenario == "steady":
@@ -272,6 +288,7 @@ def summarize(
             window_s=(run["stop_ns"] - run["mark_ns"]) / 1e9,
         )
         raw["timeline"] = run["timeline"]
+        values["leaderless_s"] = run["leaderless_s"]
     return values, raw
 
 
@@ -434,7 +451,7 @@ def main(argv: Sequence[str]) -> int:
             kept: dict[str, Any] = {}
             for scenario, column in fleets:
                 say(f"round {index + 1}: {scenario}, {column}")
-                cluster.wait_serving(fe.SERVING_TIMEOUT_S)
+                quiesce(ctx)
                 try:
                     run = run_fleet(ctx, clients[column], scenario, index)
                 except (WorkerError, ValueError, OSError) as exc:

@@ -4,12 +4,14 @@ window, and the faults (a rolling restart, a leader isolation) with the leaders 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
-from aiozklock.testing import ZooKeeperCluster, four_letter_word
+from aiozklock.testing import ZooKeeperCluster, ZooKeeperMember, four_letter_word
 from benchmarks import fleet_report as fr
 
 SERVING_TIMEOUT_S = 120.0
@@ -44,57 +46,108 @@ def sample_commits(cluster: ZooKeeperCluster, window: float, every: float) -> li
         time.sleep(min(every, left))
 
 
-def leaders(cluster: ZooKeeperCluster) -> tuple[int, ...]:
-    """The members that say ``Mode: leader`` now (two for a while after a leader is cut
-    off: the old one until it steps down, the new one)."""
-    return tuple(m.id for m in cluster.members if m.mode() == "leader")
+def leaders(cluster: ZooKeeperCluster, cut_off: int | None = None) -> tuple[int, ...]:
+    """The members that say ``Mode: leader`` now, but ``cut_off`` (an isolated leader says
+    so until it steps down, though it can commit nothing)."""
+    return tuple(m.id for m in cluster.members if m.id != cut_off and m.mode() == "leader")
 
 
-def watch_leaders(
-    cluster: ZooKeeperCluster, clock: Callable[[], float], done: Callable[[], bool]
-) -> list[list[Any]]:
-    """Until ``done()``: an event each time the set of leaders changes."""
-    events: list[list[Any]] = []
-    seen: tuple[int, ...] | None = None
-    while not done():
-        now = leaders(cluster)
-        if now != seen:
-            events.append([clock(), f"leader {', '.join(map(str, now)) or 'none'}"])
-            seen = now
+def global_sessions(cluster: ZooKeeperCluster) -> int | None:
+    """The sessions the leader tracks (``mntr``'s ``zk_global_sessions``: open ones, and
+    those of gone clients until they expire); None without a leader."""
+    for member in cluster.members:
+        if member.mode() != "leader":
+            continue
+        with contextlib.suppress(OSError):
+            for line in four_letter_word(member.address, "mntr", 2.0).splitlines():
+                name, _, value = line.partition("\t")
+                if name == "zk_global_sessions":
+                    return int(value)
+    return None
+
+
+def wait_no_sessions(cluster: ZooKeeperCluster, timeout: float) -> int | None:
+    """Wait (polling the leader) until it tracks no session, at most ``timeout`` seconds:
+    the sessions left then (0, or None without a leader)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = global_sessions(cluster)
+        if left == 0 or time.monotonic() >= deadline:
+            return left
         time.sleep(LEADER_POLL_S)
-    return events
 
 
-def rolling_restart(cluster: ZooKeeperCluster, clock: Callable[[], float]) -> list[list[Any]]:
+@dataclass
+class Timeline:
+    """What a fault did, ``[seconds after mark, what]``, and how long no member (but a cut
+    off one) said it leads."""
+
+    clock: Callable[[], float]
+    events: list[list[Any]] = field(default_factory=list)
+    leaderless_s: float = 0.0
+
+    def note(self, what: str) -> None:
+        self.events.append([self.clock(), what])
+
+    def watch_leaders(
+        self, cluster: ZooKeeperCluster, done: Callable[[], bool], cut_off: int | None = None
+    ) -> None:
+        """Until ``done()`` (and once after): an event each time the set of leaders
+        changes."""
+        seen: tuple[int, ...] | None = None
+        last = time.monotonic()
+        while True:
+            finished = done()
+            now = leaders(cluster, cut_off)
+            polled = time.monotonic()
+            if not now:  # the time since the previous poll counts as without a leader
+                self.leaderless_s += polled - last
+            last = polled
+            if now != seen:
+                self.note(f"leader {', '.join(map(str, now)) or 'none'}")
+                seen = now
+            if finished:
+                return
+            time.sleep(LEADER_POLL_S)
+
+
+def rolling_restart(cluster: ZooKeeperCluster, timeline: Timeline) -> None:
     """Each member stopped and started again at once, followers first, the leader last,
     each serving (and the ensemble with a leader) before the next; the leaders seen
     meanwhile."""
-    order = [*cluster.followers(), cluster.leader()]
-    events: list[list[Any]] = []
-    for member in order:
+    for member in [*cluster.followers(), cluster.leader()]:
         member.stop()
-        events.append([clock(), f"member {member.id} stopped"])
-        with ThreadPoolExecutor(1) as pool:
-            started = pool.submit(member.start, wait=True, timeout=SERVING_TIMEOUT_S)
-            events += watch_leaders(cluster, clock, started.done)
-            started.result()
-        cluster.wait_serving(SERVING_TIMEOUT_S)
-        events.append([clock(), f"member {member.id} serving"])
-    return events
+        timeline.note(f"member {member.id} stopped")
+
+        def restart(member: ZooKeeperMember = member) -> None:
+            member.start(wait=True, timeout=SERVING_TIMEOUT_S)
+            cluster.wait_serving(SERVING_TIMEOUT_S)
+
+        _watching(cluster, timeline, restart)
+        timeline.note(f"member {member.id} serving")
 
 
-def isolate_leader(
-    cluster: ZooKeeperCluster, clock: Callable[[], float], cut: float
-) -> list[list[Any]]:
+def isolate_leader(cluster: ZooKeeperCluster, timeline: Timeline, cut: float) -> None:
     """The leader's server links held silently for ``cut`` seconds, then healed; the
-    leaders seen meanwhile."""
+    leaders seen meanwhile (the isolated one not counted while it is cut off)."""
     leader = cluster.leader()
     cluster.isolate(leader)
-    events: list[list[Any]] = [[clock(), f"member {leader.id} (leader) isolated"]]
-    healed_at = time.monotonic() + cut
-    events += watch_leaders(cluster, clock, lambda: time.monotonic() >= healed_at)
+    timeline.note(f"member {leader.id} (leader) isolated")
+    _watching(cluster, timeline, lambda: time.sleep(cut), cut_off=leader.id)
     cluster.heal()
-    events.append([clock(), "healed"])
-    cluster.wait_serving(SERVING_TIMEOUT_S)
-    events.append([clock(), f"all serving, leader {', '.join(map(str, leaders(cluster)))}"])
-    return events
+    timeline.note("healed")
+    _watching(cluster, timeline, lambda: cluster.wait_serving(SERVING_TIMEOUT_S))
+    timeline.note("all serving")
+
+
+def _watching(
+    cluster: ZooKeeperCluster,
+    timeline: Timeline,
+    action: Callable[[], None],
+    cut_off: int | None = None,
+) -> None:
+    """``action()`` in a thread, the leaders watched until it returns (its error raised)."""
+    with ThreadPoolExecutor(1) as pool:
+        done = pool.submit(action)
+        timeline.watch_leaders(cluster, done.done, cut_off)
+        done.result()

@@ -160,6 +160,7 @@ STEADY_ROWS = (
     Row("days_to_wrap", "Days to a zxid wrap at that rate", False, 0),
     Row("kept", "Sessions kept through the window (same session id)", False),
     Row("in_role_s", "Seconds to connect every session and put it in role", True, 1),
+    Row("left_open", "Sessions the workers left open (the leader's, after they exited)", True),
 )
 FAULT_ROWS = (
     Row("sessions", "Sessions (idle / queued / holding)", None),
@@ -172,13 +173,14 @@ FAULT_ROWS = (
     Row("overlaps", "Overlaps (sections of one path, by the holders' own clocks)", True),
     Row("queued_granted", "Queued sessions granted (their line's anchor lost its lock)", True),
     Row("anchors_lost", "Anchors that lost their lock", True),
+    Row("leaderless_s", "Ensemble without a leader that can commit (s)", None, 1),
     Row("window_s", "Window, mark to stop (s)", None, 1),
 )
 
 
 def _values(rounds: Sequence[Round], scenario: str, column: str, key: str) -> list[float]:
     found = (r.get(scenario, {}).get(column, {}).get(key) for r in rounds)
-    return [v for v in found if v is not None]
+    return [v for v in found if v is not None and not math.isnan(v)]
 
 
 def _number(value: float, digits: int) -> str:
