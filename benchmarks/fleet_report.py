@@ -311,7 +311,9 @@ def document_markdown(document: dict[str, Any], columns: Sequence[str]) -> str:
         f"Machine: {m.get('cpu')}, {m['cpus']} CPUs, Python {m['python']}, {m.get('java')}; "
         f"load average {load[0]:.2f} at start, {load[1]:.2f} at end. Ensemble: 3 members, "
         f"tickTime {e['tickTime']} ms, syncLimit {e['syncLimit']}, initLimit "
-        f"{e['initLimit']}, fsync on, no limit on connections per address. aiozklock "
+        f"{e['initLimit']}, fsync on, no limit on connections per address, empty "
+        "containers reaped once a day (not every minute: a fleet's would be deleted, one "
+        "transaction each, in the next fleet's window). aiozklock "
         f"measured: {checkout['path']} @ {checkout['git']}. Versions: {found}. "
         f"{s['workers']} worker processes per fleet; mix idle/queued/holding "
         f"{'/'.join(f'{p:g}' for p in s['mix'])} %.",

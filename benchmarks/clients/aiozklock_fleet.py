@@ -88,25 +88,35 @@ class Fleet:
         await anyio.sleep_forever()
 
     async def anchor(self, zk: aiozklock.ZooKeeperClient, slot: Slot) -> None:
-        """Hold the line's lock; once held the first time, wait for the line's queued
-        sessions to be in place (its children); re-acquire if it is lost."""
-        lock = zk.lock(slot.path)
-        while True:
-            held = False
-            try:
-                async with lock:
-                    held = True
-                    if not self.held[slot.line].is_set():
+        """Hold the line's lock (re-acquire if it is lost); beside it, once it was held,
+        wait for the line's queued sessions to be in place (a loss then must not keep
+        the worker from being ready)."""
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._line_in_place, zk, slot)
+            lock = zk.lock(slot.path)
+            while True:
+                held = False
+                try:
+                    async with lock:
+                        held = True
                         self.held[slot.line].set()
-                        await self._line_in_place(zk, slot)
-                    await anyio.sleep_forever()
-            except aiozklock.AiozklockError as exc:
-                self.tally.count("anchor lost" if held else f"anchor retry: {type(exc).__name__}")
-                await anyio.sleep(RETRY_S)
+                        await anyio.sleep_forever()
+                except aiozklock.AiozklockError as exc:
+                    lost = "anchor lost" if held else f"anchor retry: {type(exc).__name__}"
+                    self.tally.count(lost)
+                    await anyio.sleep(RETRY_S)
 
     async def _line_in_place(self, zk: aiozklock.ZooKeeperClient, slot: Slot) -> None:
-        # Polled, once at setup: the public API has no watch on children (older checkouts).
-        while len(await zk.get_children(slot.path)) < self.sizes[slot.line]:  # noqa: ASYNC110
+        """Once, at setup: the line's children (its anchor and queued sessions) counted
+        until all are there. Polled: the public API has no watch on children (older
+        checkouts must run this too)."""
+        await self.held[slot.line].wait()
+        while True:
+            try:
+                if len(await zk.get_children(slot.path)) >= self.sizes[slot.line]:
+                    break
+            except aiozklock.AiozklockError:
+                pass  # a connection loss at setup: count again
             await anyio.sleep(POLL_S)
         for other in self.slots:
             if other.line == slot.line:

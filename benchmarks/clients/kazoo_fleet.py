@@ -87,8 +87,15 @@ class Fleet:
                 time.sleep(RETRY_S)
 
     def _line_in_place(self, slot: Slot) -> None:
+        """The line's children counted until all are there (a kazoo holder's body is not
+        interrupted by a loss: counting inside it is safe)."""
         client = self.clients[slot.index]
-        while len(client.get_children(slot.path)) < self.sizes[slot.line]:
+        while True:
+            try:
+                if len(client.get_children(slot.path)) >= self.sizes[slot.line]:
+                    break
+            except FAILURES:
+                pass  # a connection loss at setup: count again
             time.sleep(POLL_S)
         for other in self.slots:
             if other.line == slot.line:

@@ -219,8 +219,20 @@ public final class CuratorFleet {
         }
     }
 
-    private void lineInPlace(Slot slot) throws Exception {
-        while (slot.client.getChildren().forPath(slot.path).size() < lineSizes.get(slot.line)) {
+    /** The line's children counted until all are there (inside the anchor's body, which a
+     * loss does not interrupt); a failed count is tried again. */
+    private void lineInPlace(Slot slot) throws InterruptedException {
+        while (true) {
+            try {
+                if (slot.client.getChildren().forPath(slot.path).size()
+                        >= lineSizes.get(slot.line)) {
+                    break;
+                }
+            } catch (InterruptedException e) {
+                throw e;
+            } catch (Exception e) {
+                // a connection loss at setup: count again
+            }
             Thread.sleep(POLL_MS);
         }
         for (Slot other : slots) {
