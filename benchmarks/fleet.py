@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import shlex
 import subprocess
@@ -55,6 +54,7 @@ from benchmarks.ensemble_safety import SETTINGS  # noqa: E402
 from benchmarks.run import (  # noqa: E402
     Worker,
     WorkerError,
+    baseline_checkout,
     compile_curator,
     machine_info,
     versions,
@@ -248,54 +248,6 @@ def check_source(client: Client, readies: Sequence[dict[str, Any]]) -> None:
             raise WorkerError(f"{client.column} imported {found}, not from {client.source}")
 
 
-def summarize(
-    scenario: str, run: dict[str, Any], shared_paths: int
-) -> tuple[dict[str, float], dict[str, Any]]:
-    """A fleet's values for the tables, and its raw summary for the JSON file."""
-    results = run["results"]
-    sessions = [row for r in results for row in r["sessions"]]
-    kept = fr.sessions_kept(sessions)
-    counts: dict[str, int] = {}
-    for r in results:
-        for name, n in r["counts"].items():
-            counts[name] = counts.get(name, 0) + n
-    roles = kept.by_role
-    values: dict[str, float] = {
-        "sessions_total": kept.total,
-        **{role: roles.get(role, (0, 0))[1] for role in ("idle", "queued", "holding")},
-        "kept": kept.kept,
-        "lost_events": kept.lost_events,
-        "in_role_s": run["in_role_s"],
-        "left_open": math.nan if run["left_open"] is None else run["left_open"],
-    }
-    raw: dict[str, Any] = {"kept_by_role": roles, "counts": counts, "params": run["params"][0]}
-    if scenario == "steady":
-        commits = run["commits"]
-        per_s = commits["per_s"]
-        values.update(
-            tx_per_s=per_s,
-            tx_per_session_s=per_s / kept.total,
-            days_to_wrap=fr.days_to_wrap(per_s),
-        )
-        raw["commits"] = commits
-    else:
-        sections = [s for r in results for s in r["sections"]]
-        flow = fr.grant_flow(sections, run["mark_ns"], run["stop_ns"], shared_paths)
-        values.update(
-            grants=flow.grants,
-            grants_per_s=flow.per_s,
-            longest_pause_s=flow.longest_pause_s,
-            longest_path_pause_s=flow.longest_path_pause_s,
-            overlaps=flow.overlaps,
-            queued_granted=counts.get("queued granted", 0),
-            anchors_lost=counts.get("anchor lost", 0),
-            window_s=(run["stop_ns"] - run["mark_ns"]) / 1e9,
-        )
-        raw["timeline"] = run["timeline"]
-        values["leaderless_s"] = run["leaderless_s"]
-    return values, raw
-
-
 # ---------------------------------------------------------------- clients
 
 
@@ -354,7 +306,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     add("--clients", default="aiozklock,kazoo,curator", help="steady scenario's clients")
     add("--fault-clients", default="aiozklock", help="fault scenarios' clients (aiozklock)")
     add("--scenarios", default=",".join(SCENARIOS), help=f"of {', '.join(SCENARIOS)}")
-    add("--aiozklock-path", type=Path, default=ROOT, help="the aiozklock checkout measured")
+    add("--aiozklock-path", type=Path, help="the aiozklock checkout measured (this one)")
+    add("--aiozklock-ref", help="or a commit, measured from a temporary git worktree of it")
     add("--rounds", type=int, default=1, help="every fleet again, client order rotated (1)")
     add("--window", type=float, default=30.0, help="steady: seconds of zxid samples (30)")
     add("--sample-every", type=float, default=1.0, help="steady: seconds between samples (1)")
@@ -402,6 +355,9 @@ def checked(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argpar
     for name in positive:
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
+    if args.aiozklock_ref is not None and args.aiozklock_path is not None:
+        parser.error("--aiozklock-path or --aiozklock-ref, not both")
+    args.aiozklock_path = args.aiozklock_path or ROOT
     if not (args.aiozklock_path / "aiozklock" / "__init__.py").is_file():
         parser.error(f"--aiozklock-path {args.aiozklock_path}: no aiozklock/ package there")
     try:  # every fleet's shares, as the workers will check them
@@ -439,9 +395,10 @@ def main(argv: Sequence[str]) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
     tick, config = SETTINGS[args.settings]
-    rounds: list[fr.Round] = []
-    raw: list[dict[str, Any]] = []
     with ExitStack() as stack:
+        if args.aiozklock_ref is not None:  # a snapshot nobody edits while it is measured
+            args.aiozklock_path = stack.enter_context(baseline_checkout(args.aiozklock_ref)).tree
+        checkout = checkout_info(args.aiozklock_path)
         build_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-build-")))
         shim_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-shim-")))
         clients = make_clients(args, build_dir, shim_dir, notes)
@@ -455,33 +412,16 @@ def main(argv: Sequence[str]) -> int:
         stack.enter_context(cluster)
         say(f"ensemble at {cluster.hosts} ({args.settings}: tickTime {tick} ms)")
         found = {k: v for k, v in versions(cluster.hosts).items() if k in VERSIONS}
-        ctx = Context(args, cluster, log_dir, notes)
-        for index, fleets in enumerate(plan_rounds(args, list(clients))):
-            values: fr.Round = {}
-            kept: dict[str, Any] = {}
-            for scenario, column in fleets:
-                say(f"round {index + 1}: {scenario}, {column}")
-                quiesce(ctx)
-                try:
-                    run = run_fleet(ctx, clients[column], scenario, index)
-                except (WorkerError, ValueError, OSError) as exc:
-                    notes.append(f"round {index + 1}, {scenario}, {column}: failed: {exc}")
-                    say(notes[-1])
-                    continue
-                (log_dir / f"{column}-{scenario}-r{index}.json").write_text(json.dumps(run))
-                row, summary = summarize(scenario, run, args.shared_paths)
-                values.setdefault(scenario, {})[column] = row
-                kept[f"{scenario}/{column}"] = summary
-                say(f"  {json.dumps({k: round(v, 3) for k, v in row.items()})}")
-            rounds.append(values)
-            raw.append(kept)
+        rounds, raw = run_rounds(Context(args, cluster, log_dir, notes), clients)
+        if checkout_info(args.aiozklock_path) != checkout or "dirty" in str(checkout["git"]):
+            notes.append(f"aiozklock's checkout, {checkout['git']} at first, changed or is dirty")
     machine["load_average_at_end"] = os.getloadavg()
     document = {
         "command": command_line(argv),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "ensemble": {"members": 3, "tickTime": tick, **config, **SERVER_PROPERTIES},
-        "aiozklock_checkout": checkout_info(args.aiozklock_path),
+        "aiozklock_checkout": checkout,
         "machine": machine,
         "versions": found,
         "elapsed_s": round(time.monotonic() - began, 1),
@@ -494,6 +434,35 @@ def main(argv: Sequence[str]) -> int:
     Path(f"{stem}.md").write_text(fr.document_markdown(document, list(CLIENTS.values())))
     say(f"wrote {stem}.json and {stem}.md")
     return 0
+
+
+def run_rounds(
+    ctx: Context, clients: dict[str, Client]
+) -> tuple[list[fr.Round], list[dict[str, Any]]]:
+    """Every fleet of every round: the values for the tables and the raw summaries (a
+    fleet that fails is noted and left out)."""
+    rounds: list[fr.Round] = []
+    raw: list[dict[str, Any]] = []
+    for index, fleets in enumerate(plan_rounds(ctx.args, list(clients))):
+        values: fr.Round = {}
+        summaries: dict[str, Any] = {}
+        for scenario, column in fleets:
+            say(f"round {index + 1}: {scenario}, {column}")
+            quiesce(ctx)
+            try:
+                run = run_fleet(ctx, clients[column], scenario, index)
+            except (WorkerError, ValueError, OSError) as exc:
+                ctx.notes.append(f"round {index + 1}, {scenario}, {column}: failed: {exc}")
+                say(ctx.notes[-1])
+                continue
+            (ctx.log_dir / f"{column}-{scenario}-r{index}.json").write_text(json.dumps(run))
+            row, summary = fr.summarize(scenario, run, ctx.args.shared_paths)
+            values.setdefault(scenario, {})[column] = row
+            summaries[f"{scenario}/{column}"] = summary
+            say(f"  {json.dumps({k: round(v, 3) for k, v in row.items()})}")
+        rounds.append(values)
+        raw.append(summaries)
+    return rounds, raw
 
 
 def command_line(argv: Sequence[str]) -> str:

@@ -142,6 +142,54 @@ def _longest_gap(entries: Sequence[int], start: int, end: int) -> int:
     return max(b - a for a, b in itertools.pairwise(points))
 
 
+def summarize(
+    scenario: str, run: dict[str, Any], shared_paths: int
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """A fleet's values for the tables, and its raw summary for the JSON file."""
+    results = run["results"]
+    sessions = [row for r in results for row in r["sessions"]]
+    kept = sessions_kept(sessions)
+    counts: dict[str, int] = {}
+    for r in results:
+        for name, n in r["counts"].items():
+            counts[name] = counts.get(name, 0) + n
+    roles = kept.by_role
+    values: dict[str, float] = {
+        "sessions_total": kept.total,
+        **{role: roles.get(role, (0, 0))[1] for role in ("idle", "queued", "holding")},
+        "kept": kept.kept,
+        "lost_events": kept.lost_events,
+        "in_role_s": run["in_role_s"],
+        "left_open": math.nan if run["left_open"] is None else run["left_open"],
+    }
+    raw: dict[str, Any] = {"kept_by_role": roles, "counts": counts, "params": run["params"][0]}
+    if scenario == "steady":
+        commits = run["commits"]
+        per_s = commits["per_s"]
+        values.update(
+            tx_per_s=per_s,
+            tx_per_session_s=per_s / kept.total,
+            days_to_wrap=days_to_wrap(per_s),
+        )
+        raw["commits"] = commits
+    else:
+        sections = [s for r in results for s in r["sections"]]
+        flow = grant_flow(sections, run["mark_ns"], run["stop_ns"], shared_paths)
+        values.update(
+            grants=flow.grants,
+            grants_per_s=flow.per_s,
+            longest_pause_s=flow.longest_pause_s,
+            longest_path_pause_s=flow.longest_path_pause_s,
+            overlaps=flow.overlaps,
+            queued_granted=counts.get("queued granted", 0),
+            anchors_lost=counts.get("anchor lost", 0),
+            window_s=(run["stop_ns"] - run["mark_ns"]) / 1e9,
+        )
+        raw["timeline"] = run["timeline"]
+        values["leaderless_s"] = run["leaderless_s"]
+    return values, raw
+
+
 # ---------------------------------------------------------------- tables
 
 

@@ -36,7 +36,7 @@ def test_tiny_fleet_writes_its_table(tmp_path: Path) -> None:
     assert values["tx_per_session_s"] == pytest.approx(values["tx_per_s"] / 10)
     commits = document["raw"][0]["steady/aiozklock"]["commits"]
     assert commits["same_leader"] is True
-    assert document["notes"] == []
+    assert not [note for note in document["notes"] if "failed" in note]
 
 
 def test_grant_flow_counts_overlaps_on_one_path_only() -> None:
@@ -142,6 +142,7 @@ def test_roles_of_a_worker_and_the_fleet_split() -> None:
         (["--session-timeout", "100"], "--session-timeout must be in"),
         (["--clients", "zk"], "--clients"),
         (["--aiozklock-path", "/nonexistent"], "no aiozklock/ package"),
+        (["--aiozklock-path", ".", "--aiozklock-ref", "HEAD"], "not both"),
     ],
 )
 def test_bad_options_fail_before_anything_starts(
