@@ -22,7 +22,8 @@ spread over ``--workers`` processes, each session idle, queued or holding
 
 for each: grants/s, the longest pause between grants, the sessions kept (same session id
 at the end), the overlaps (``--fault-clients``). Outputs: ``OUTPUT/NAME.{json,md}`` (the
-workers' raw results under ``OUTPUT/logs/NAME/``). See benchmarks/README.md, "Fleet".
+workers' raw results under ``OUTPUT/logs/NAME/``); ``fleet.py --report JSON...`` writes the
+markdown again from a run's JSON file. See benchmarks/README.md, "Fleet".
 """
 
 from __future__ import annotations
@@ -388,6 +389,12 @@ def plan_rounds(args: argparse.Namespace, columns: Sequence[str]) -> list[list[t
 
 
 def main(argv: Sequence[str]) -> int:
+    if argv[:1] == ["--report"]:  # the markdown again, from a run's JSON file
+        for name in argv[1:]:
+            document = fr.from_json(json.loads(Path(name).read_text()))
+            markdown = fr.document_markdown(document, list(CLIENTS.values()))
+            Path(name).with_suffix(".md").write_text(markdown)
+        return 0
     args = parse_args(argv)
     began = time.monotonic()
     notes: list[str] = []

@@ -332,8 +332,8 @@ FAULT_COMMON = (
     " Holders cycle locks on {paths} shared paths (hold {hold:g} ms), one anchor per "
     "worker holds a line lock with the queued sessions behind it; {lead:g} s of grants "
     "before the fault, {tail:g} s after the ensemble serves again. A session is kept if "
-    "its session id is the same at mark and at stop. Timeline (first round, seconds "
-    "after mark): {timeline}."
+    "its session id is the same at mark and at stop. Each fleet's timeline in round 1 "
+    "(seconds after its mark): {timeline}."
 )
 TITLES = {
     "steady": "Steady state: transactions the ensemble commits",
@@ -383,10 +383,11 @@ def _note(document: dict[str, Any], scenario: str) -> str:
     s, e = document["settings"], document["ensemble"]
     if scenario == "steady":
         return STEADY_NOTE.format(every=s["sample_every"], window=s["window"])
-    timeline: list[list[Any]] = next(
-        (raw[k]["timeline"] for raw in document["raw"] for k in raw if k.startswith(scenario)),
-        [],
-    )
+    fleets = [(k, raw[k]) for raw in document["raw"][:1] for k in raw if k.startswith(scenario)]
+    timelines = [
+        f"{key.partition('/')[2]}: " + "; ".join(f"{t:g} s {what}" for t, what in raw["timeline"])
+        for key, raw in fleets
+    ]
     sync = int(e["syncLimit"]) * e["tickTime"] / 1000
     text = FAULT_NOTES[scenario].format(cut=s["cut"], sync=sync)
     return text + FAULT_COMMON.format(
@@ -394,8 +395,20 @@ def _note(document: dict[str, Any], scenario: str) -> str:
         hold=s["hold_ms"],
         lead=s["lead"],
         tail=s["tail"],
-        timeline="; ".join(f"{t:g} s {what}" for t, what in timeline) or "—",
+        timeline=" | ".join(timelines) or "—",
     )
+
+
+def from_json(value: Any) -> Any:
+    """A document read back from its JSON file, "never" as infinity again (the tables
+    render from it as from the run's own)."""
+    if value == "never":
+        return math.inf
+    if isinstance(value, dict):
+        return {key: from_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [from_json(item) for item in value]
+    return value
 
 
 def jsonable(value: Any) -> Any:

@@ -37,6 +37,9 @@ def test_tiny_fleet_writes_its_table(tmp_path: Path) -> None:
     commits = document["raw"][0]["steady/aiozklock"]["commits"]
     assert commits["same_leader"] is True
     assert not [note for note in document["notes"] if "failed" in note]
+    (tmp_path / "smoke.md").unlink()  # the markdown again from the JSON file: the same
+    assert fleet.main(["--report", str(tmp_path / "smoke.json")]) == 0
+    assert (tmp_path / "smoke.md").read_text() == text
 
 
 def test_grant_flow_counts_overlaps_on_one_path_only() -> None:
