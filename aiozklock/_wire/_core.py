@@ -357,6 +357,13 @@ class SessionCore:
         but does not answer (frozen, or just restarted) cannot eat the session's life."""
         return min(max(self.timeout / (2 * (hosts + 1)), 0.25), connect_timeout)
 
+    def reconnect_cap(self) -> float:
+        """The longest pause between reconnect attempts: a fifth of the timeout (at least
+        five tries within it), 0.5 to 2 s. A fleet's sessions all retry at once when their
+        servers go away; 1,000 sessions retrying every 0.5 s kept a 2-core ensemble without
+        a leader for 21 s of a rolling restart, against 2.6 s at 2 s (benchmarks/fleet.py)."""
+        return min(max(self.timeout / 5, 0.5), 2.0)
+
     def forget_session(self, reason: str, *, stale: bool) -> int:
         """The session that owns our ephemerals is gone, or given up by our clock
         (``stale``: it must still be closed on the server): everything waiting fails with

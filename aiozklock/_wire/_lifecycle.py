@@ -352,7 +352,7 @@ class SessionLifecycle(SessionCore):
                 log.debug("reconnect to %s failed: %s", self._current_host(), describe_failure(exc))
             # The first retry is immediate (e.g. a new session right after an expiry answer).
             await anyio.sleep(delay * (0.5 + random.random() / 2))
-            delay = min(max(delay * 2, 0.02), 0.5)
+            delay = min(max(delay * 2, 0.02), self.reconnect_cap())
         return False
 
     def _current_host(self) -> str:
