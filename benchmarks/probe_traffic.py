@@ -1,9 +1,11 @@
 """What aiozklock sends on its own, per session and second, on the 3-node ensemble (part of
 scenario ``ensemble``, round 1 only: counts, not timings).
 
-On an ensemble, a session writes a probe through the leader (``multi([check("/", -1)])``, a
-quorum-committed write) ``T/8`` after the previous one was answered, idle or busy, instead
-of pinging after ``T/6`` of idleness (``T``: the session timeout). For each session timeout
+On an ensemble, a session that holds something proves itself through the leader: its own
+writes, and a probe (``multi([check("/", -1)])``, a quorum-committed write) ``T/8`` after
+the previous commit where it writes nothing else; an idle session holds nothing and pings
+after ``T/6`` of idleness, as ZooKeeper's own clients do (``T``: the session timeout); a
+busy session proves itself mostly with its own creates and deletes. For each session timeout
 of :data:`SESSION_TIMEOUTS` and each kind of session of :data:`KINDS` (idle; busy: cycling
 a lock of its own without pause), a worker of each aiozklock (this checkout and, with
 ``--baseline-commit``, the baseline commit: one after the other) connects its sessions to

@@ -28,7 +28,7 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
-from aiozklock._wire._leader import LeaderProof
+from aiozklock._wire._leader import FRESH, LeaderProof
 
 VALID = 0.9  # valid_until = proven + VALID x timeout (the clock's 1 - LOST_MARGIN)
 
@@ -43,6 +43,7 @@ class Outcome:
     overclaim: float = float("-inf")
     headroom: float = float("inf")
     answers: int = 0
+    fresh_at: float | None = None  # the first answer after which a body may start
 
 
 @dataclass
@@ -76,31 +77,54 @@ def run(
     link_latency: float = 0.0003,
     commit: float = 0.002,
     duration: float | None = None,
+    pings: float | None = None,
+    idle_until: float = 0.0,
 ) -> Outcome:
     """Run the model for ``duration`` (default 6 x ``timeout``) with ``hops`` servers
     between the client and the leader (1: a follower, or an observer of the leader; 2: an
     observer served by an ObserverMaster) and ``proof``, a fresh ``LeaderProof`` told what
-    the client knows (``tick``, ``hops``, ``direct=False``)."""
+    the client knows (``tick``, ``hops``, ``direct=False``). ``pings``: the client also
+    pings its server this often (touches, no commit: candidates for ``A``); ``idle_until``:
+    no holding needs the proof before then (no probe), and then one is granted: its create
+    is the first write, the proof's further probes follow ``LeaderProof.due``."""
     model = _Model(timeout, tick / 2, phases, client_latency, link_latency, commit)
     servers = [_Server() for _ in range(hops)]  # 0: the client's; hops - 1 under the leader
     out = Outcome()
     down = hops * link_latency  # leader to the client's server
     leader_touch = client_latency + down  # the new session, created at the leader
     proof.attached(0.0, new_session=True)
+    if not idle_until:
+        proof.demanded(1, 0.0)  # a holding: probes run
     end = duration if duration is not None else 6 * timeout
     for hop, phase in enumerate(phases):
         model.at(phase, "ping", hop)
-    model.at(0.0, "probe")
+    model.at(idle_until, "probe")
+    if pings is not None:
+        model.at(pings / 3, "client_ping")
     sent: dict[int, float] = {}
     probes = itertools.count()
     while model.events:
         now, _, kind, arg = heapq.heappop(model.events)
         if now > end:
             break
-        if kind == "probe":  # written by the client
+        if kind == "client_ping":  # touches the client's server, answered by it alone
+            assert pings is not None
             number = next(probes)
             sent[number] = now
-            proof.written(now)
+            model.at(now + pings, "client_ping")
+            model.at(now + client_latency, "ping_arrive", number)
+        elif kind == "ping_arrive":
+            servers[0].touched = True
+            model.at(now + client_latency, "ping_answer", arg)
+        elif kind == "ping_answer":
+            proof.touched(sent[arg], now, timeout)
+        elif kind == "probe":  # written by the client
+            number = next(probes)
+            sent[number] = now
+            if not proof.demand:
+                proof.demanded(1, now)  # the grant: its create is this first write, no probe
+            else:
+                proof.written(now)
             model.at(now + client_latency, "arrive", number)
         elif kind == "arrive":  # at the client's server: touched, forwarded up and committed
             servers[0].touched = True
@@ -108,10 +132,16 @@ def run(
             model.at(commit_at + down + client_latency, "answer", arg)
         elif kind == "answer":
             out.headroom = min(out.headroom, proof.proven + VALID * timeout - now)
+            # As ``SessionCore._on_frame`` reports a probe's reply: an answer, a commit.
+            proof.touched(sent[arg], now, timeout)
+            proof.committed(sent[arg], now, timeout)
             proof.answered(sent[arg], now, True, timeout)
             out.overclaim = max(out.overclaim, proof.proven - leader_touch)
             out.answers += 1
-            due = proof.due(now, timeout)
+            if out.fresh_at is None and proof.proven + VALID * timeout - now >= FRESH * timeout:
+                out.fresh_at = now
+            urgent = proof.proven + VALID * timeout - now < FRESH * timeout
+            due = proof.due(now, timeout, urgent)
             assert due is not None
             model.at(max(due, now), "probe")
         elif kind == "ping":  # hop ``arg``'s upstream pings server ``arg``

@@ -275,10 +275,14 @@ async def test_a_node_created_since_our_grant_is_seen_and_not_overtaken(
 
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
-            await lock.acquire()  # alone, as listed
+            await lock.acquire()  # alone, as listed (its listing's child watch kept)
             order.append("ours")
+            proxy.reset_counters()
             tg.start_soon(contend)
             await wait_for_queue(observer, PATH, 2)
+            # The newcomer fires our holding's watch: one listing, looking for a peer's node
+            # (test_newcomers.py); counted before the release, not in it.
+            await proxy.wait_for_request(GET_CHILDREN, 1)
             proxy.reset_counters()
             await lock.release()  # the new node's number is two past the old one's
             await lock.acquire()

@@ -13,13 +13,14 @@ import math
 import pytest
 
 from aiozklock._wire import _framing as framing
-from aiozklock._wire._clock import LOST_MARGIN, Tick
+from aiozklock._wire._clock import LOST_MARGIN, SILENCE, Tick
 from aiozklock._wire._core import SessionCore, SessionState
 from aiozklock._wire._leader import (
     MIN_PROBE_GAP,
     PROBE_GAP,
     PROBE_WAIT,
     TOUCH_GAP,
+    URGENT_GAP,
     LeaderProof,
     chain_start,
     relay_hops,
@@ -34,9 +35,19 @@ RTT = 0.01
 
 
 def probe(leader: LeaderProof, sent: float, *, proof: bool = True) -> float:
-    """One probe written at ``sent`` and answered RTT later; returns the answer's instant."""
+    """One probe written at ``sent`` and answered RTT later (as ``SessionCore._on_frame``
+    reports it: an answer, then a commit if it was one); returns the answer's instant."""
     leader.written(sent)
+    if proof:
+        leader.touched(sent, sent + RTT, T)
+        leader.committed(sent, sent + RTT, T)
     leader.answered(sent, sent + RTT, proof, T)
+    return sent + RTT
+
+
+def ping(leader: LeaderProof, sent: float) -> float:
+    """A ping (or a read) answered RTT later: a touch, no commit."""
+    leader.touched(sent, sent + RTT, T)
     return sent + RTT
 
 
@@ -128,6 +139,7 @@ def ensemble_core() -> SessionCore:
     assert session.attached(framing.Handshake(int(T * 1000), 0x42, b"p" * 16), 0.0, 0.0)
     session.state = SessionState.CONNECTED
     session.leader.direct = False
+    session.leader.demanded(1, 0.0)  # a holding needs the proof (see the idle tests below)
     return session
 
 
@@ -144,6 +156,7 @@ def test_an_ensemble_is_probed_not_pinged_and_a_late_probe_drops_the_server() ->
 def test_the_next_probe_is_written_a_probe_gap_after_the_answer() -> None:
     session = ensemble_core()
     assert session.tick(0.0, connected=True)[0] is Tick.PROBE
+    session.leader.committed(0.0, 0.05, T)
     session.leader.answered(0.0, 0.05, True, T)
     decision, wake = session.tick(0.06, connected=True)
     assert (decision, wake) == (Tick.WAIT, pytest.approx(0.05 + T * PROBE_GAP))
@@ -151,7 +164,7 @@ def test_the_next_probe_is_written_a_probe_gap_after_the_answer() -> None:
     assert session.tick(wake, connected=True)[0] is Tick.PROBE
 
 
-def test_connected_past_the_proof_drops_the_server_then_loses_the_session() -> None:
+def test_connected_past_the_proof_drops_the_server_then_gives_up_the_holdings() -> None:
     session = ensemble_core()
     valid_until = session.valid_until
     assert valid_until == pytest.approx(T * (1 - LOST_MARGIN))  # the new session's handshake
@@ -162,7 +175,11 @@ def test_connected_past_the_proof_drops_the_server_then_loses_the_session() -> N
     session._clock.last_heard = valid_until
     assert session.tick(valid_until, connected=True)[0] is Tick.UNPROVEN
     session.state = SessionState.SUSPENDED
-    assert session.tick(valid_until, connected=False)[0] is Tick.LOST
+    # Suspended past the proof: the holdings are given up, once; the session is kept, however
+    # long no server answers (only a server can say it expired).
+    assert session.tick(valid_until, connected=False) == (Tick.HORIZON, valid_until + T)
+    assert session.tick(valid_until + 1, connected=False) == (Tick.WAIT, valid_until + 1 + T)
+    assert session.tick(valid_until + 10 * T, connected=False)[0] is Tick.WAIT
 
 
 def test_a_standalone_server_keeps_the_answered_request_rule() -> None:
@@ -258,3 +275,68 @@ def test_the_warning_for_an_unknown_tick_says_what_is_assumed_and_what_to_allow(
     assert "at least 2 x tickTime" in warning
     assert "4lw.commands.whitelist=srvr,conf" in warning
     assert "did not answer" in unknown_tick_warning("", 2.0)
+
+
+# ---------------------------------------------------------------- proofs only when held
+
+
+def test_an_idle_ensemble_session_pings_and_writes_no_probe() -> None:
+    session = ensemble_core()
+    session.leader.demanded(0, 0.0)  # nothing held: waiters and idle sessions
+    assert session.tick(0.0, connected=True)[0] is Tick.WAIT
+    assert session.tick(T / 6, connected=True)[0] is Tick.PING
+    # Long after the handshake's proof ran out: an idle session is not dropped for it.
+    session._clock.last_heard = 3 * T
+    session._clock.last_sent = 3 * T
+    assert session.tick(3 * T, connected=True)[0] is Tick.WAIT
+    session.state = SessionState.SUSPENDED
+    assert session.tick(3 * T + 0.1, connected=False) == (Tick.WAIT, 4 * T + 0.1)  # no horizon
+
+
+def test_any_answered_request_is_a_candidate_for_a() -> None:
+    leader = LeaderProof(0.0)
+    leader.attached(0.0, new_session=True)
+    a_answer = ping(leader, 10.0)  # an idle session's ping
+    y = a_answer + T * TOUCH_GAP  # the grant's create
+    probe(leader, y)
+    assert leader.proven == 0.0  # a create alone proves nothing
+    probe(leader, y + RTT + 0.001)  # B: the probe written after the create's answer
+    assert leader.proven == 10.0
+
+
+def test_a_grant_after_idleness_gets_a_probe_at_once_not_a_dropped_connection() -> None:
+    session = ensemble_core()
+    session.leader.demanded(0, 0.0)
+    at = 3 * T  # the handshake's proof ran out long ago
+    session._clock.last_heard = session._clock.last_sent = at
+    session.leader.demanded(1, at)  # granted: the holding waits for a fresh proof
+    assert not session._clock.fresh(at)
+    assert session.tick(at, connected=True)[0] is Tick.PROBE  # not UNPROVEN
+    session.leader.answered(at, at + RTT, False, T)  # answered, but no proof yet
+    decision, wake = session.tick(at + RTT, connected=True)
+    assert decision is Tick.WAIT
+    assert wake == pytest.approx(at + T * URGENT_GAP)  # the next one soon, not a gap later
+
+
+def test_a_busy_session_proves_itself_with_its_own_writes() -> None:
+    session = ensemble_core()
+    leader = session.leader
+    at = 10.0
+    for _ in range(int((T * TOUCH_GAP + 1.0) / RTT)):  # creates and deletes, back to back
+        leader.touched(at, at + RTT, T)
+        leader.committed(at, at + RTT, T)
+        at += RTT
+    assert leader.proven == pytest.approx(at - T * TOUCH_GAP - 3 * RTT, abs=T / 16)
+    assert session._clock.fresh(at)
+
+
+def test_a_watch_event_is_no_answer() -> None:
+    session = ensemble_core()
+    session._clock.last_heard = 1.0
+    header = framing.REPLY_HEADER.pack(framing.WATCH_XID, 7, 0)
+    path = b"/x"
+    event = header + (3).to_bytes(4, "big") + (3).to_bytes(4, "big")
+    event += len(path).to_bytes(4, "big") + path
+    assert session.receive(len(event).to_bytes(4, "big") + event, 2.5) is None
+    assert session.last_heard == 1.0  # the event moved no clock
+    assert session.tick(1.0 + T * SILENCE, connected=True)[0] is Tick.SILENT

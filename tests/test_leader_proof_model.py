@@ -8,9 +8,12 @@ so the same tests run against that code (and failed there).
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from aiozklock._wire._leader import LeaderProof
+from aiozklock._wire._probe import server_kind
 from tests import _proof_model as model
 
 ENSEMBLE = b"server.1=127.0.0.1:2888:3888:participant;127.0.0.1:2181\nversion=100000000\n"
@@ -73,3 +76,32 @@ def test_negative_control_a_proof_told_too_little_is_caught_over_claiming(
     )
     print(f"negative control: {worst}")
     assert worst.overclaim > 0.001, worst
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_an_idle_session_that_pings_is_proven_soundly_after_its_grant(hops: int) -> None:
+    """Proofs only while held: the session pings (touches, no commit) and writes nothing
+    until a grant at 2 timeouts; its pings are candidates for ``A``. Never over-claimed,
+    and fresh soon after the grant: one probe's round trip past the create for one hop,
+    about two touch gaps more for two."""
+    timeout, tick = 2.0, 0.2
+    config = ENSEMBLE if hops == 1 else OBSERVED
+    ping = tick / 2
+    grid = [ping * (i + 0.37) / 6 for i in range(6)]
+    for phases in itertools.product(grid, repeat=hops):
+        proof = LeaderProof(0.0)
+        server_kind(proof, config)
+        proof.tick = tick
+        out = model.run(
+            proof,
+            timeout=timeout,
+            tick=tick,
+            hops=hops,
+            phases=phases,
+            pings=timeout / 6,
+            idle_until=2 * timeout,
+            duration=4 * timeout,
+        )
+        assert out.overclaim <= 0, (phases, out)
+        assert out.fresh_at is not None, (phases, out)
+        assert out.fresh_at - 2 * timeout < (0.02 if hops == 1 else 0.5 * timeout), out

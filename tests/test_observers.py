@@ -105,7 +105,10 @@ async def test_the_tick_unknown_is_warned_once_per_client_with_what_is_assumed(
     caplog.set_level(logging.INFO, logger="aiozklock._wire._session")
     (observer,) = ensemble.observer_members()
     for _ in range(2):
-        async with aiozklock.connect(ensemble.hosts, session_timeout=T) as zk:
+        async with (
+            aiozklock.connect(ensemble.hosts, session_timeout=T) as zk,
+            zk.lock(f"/tick-unknown/{uuid.uuid4().hex}"),  # a holding: the session probes
+        ):
             leader = session_of(zk).leader
             with anyio.fail_after(BOUND):
                 # Several probes answered: the proof's state, polled (no event tells it).

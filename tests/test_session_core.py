@@ -150,16 +150,27 @@ def test_a_late_but_in_time_ping_reply_is_not_silence() -> None:
     assert session.tick(T - 0.01, connected=True)[0] is Tick.SILENT
 
 
-def test_suspended_becomes_lost_at_the_session_deadline_of_the_newest_answered_send() -> None:
+def test_suspended_gives_up_holdings_at_valid_until_and_keeps_the_session() -> None:
     session = core()
     session.frame_now([delete_op("/a")], None, recorder([]), now=2.0)
     session.receive(reply(1), now=2.5)  # answered: the server heard us no earlier than 2.0
     session.frame_now([delete_op("/b")], None, recorder([]), now=3.0)  # never answered
+    session.leader.demanded(1, 2.6)  # a holding
     session.state = SessionState.SUSPENDED
-    lost_at = 2.0 + T * 0.9  # less LOST_MARGIN
-    assert session.valid_until == pytest.approx(lost_at)
-    assert session.tick(lost_at - 0.01, connected=False) == (Tick.WAIT, pytest.approx(lost_at))
-    assert session.tick(lost_at, connected=False)[0] is Tick.LOST
+    horizon = 2.0 + T * 0.9  # less LOST_MARGIN
+    assert session.valid_until == pytest.approx(horizon)
+    assert session.tick(horizon - 0.01, connected=False) == (Tick.WAIT, pytest.approx(horizon))
+    assert session.tick(horizon, connected=False)[0] is Tick.HORIZON
+    # Told once; the session is never given up by our clock: only a server can say so.
+    assert session.tick(horizon + 100 * T, connected=False)[0] is Tick.WAIT
+
+
+def test_suspended_without_holdings_has_no_horizon() -> None:
+    session = core()
+    session.frame_now([delete_op("/a")], None, recorder([]), now=2.0)
+    session.receive(reply(1), now=2.5)
+    session.state = SessionState.SUSPENDED
+    assert session.tick(2.0 + T, connected=False) == (Tick.WAIT, pytest.approx(2.0 + 2 * T))
 
 
 def watch_event(path: str = "/w") -> bytes:
@@ -186,18 +197,20 @@ def test_watch_events_extend_neither_the_silence_nor_the_proof(standalone: bool)
 
 
 def test_connected_to_a_standalone_server_past_valid_until_drops_the_connection() -> None:
-    """Answers keep arriving (no silence) but none to a request sent after 1.0: at
-    ``valid_until`` the connection is unproven, as on an ensemble."""
+    """A holding on a standalone server: answers keep arriving (no silence) but none to a
+    request sent after 1.0: at ``valid_until`` the connection is unproven, as on an
+    ensemble, and the holdings are given up (the session is kept)."""
     session = core()
     session.frame_now([delete_op("/a")], None, recorder([]), now=1.0)
     session.receive(reply(1), now=1.1)
+    session.leader.demanded(1, 1.05)  # a holding, granted on that answer
     lost_at = 1.0 + T * 0.9
     assert session.valid_until == pytest.approx(lost_at)
     session._clock.last_heard = lost_at  # an answer arrives: not silent
     assert session.tick(lost_at - 0.01, connected=True)[1] <= lost_at
     assert session.tick(lost_at, connected=True)[0] is Tick.UNPROVEN
     session.state = SessionState.SUSPENDED
-    assert session.tick(lost_at, connected=False)[0] is Tick.LOST
+    assert session.tick(lost_at, connected=False)[0] is Tick.HORIZON
 
 
 def test_connecting_or_closed_has_no_deadline_but_the_next_tick() -> None:

@@ -100,6 +100,10 @@ class LeaseMonitor:
             self._scopes.pop(holding, None)
             holding.mark_lost("the client is closing: the lease can not be renewed", "closed")
 
+    async def proven(self, holding: Holding, until: float | None = None) -> bool:
+        """A lease is its TTL node's, not the session's: nothing to prove."""
+        return True
+
     def unregister(self, holding: Holding) -> None:
         scope = self._scopes.pop(holding, None)
         if scope is not None:

@@ -21,21 +21,25 @@ follower: two hops. Nothing a client can ask tells whether an observer has one, 
 server of the connect string is an observer without an extra connection: where
 ``/zookeeper/config`` lists an observer, every connection is proven over two hops.
 
-The proof. Probes are written one at a time, each ``probe_gap`` after the previous answer.
-When probe ``B`` is answered, let ``Y`` be the probe answered before ``B`` was written, and
-``A`` a probe answered at least ``touch_gap`` before ``Y`` was written. The server touched
-the session when ``A`` arrived; its upstream (the leader) queued a ping between its commits
-of ``A`` and ``Y`` (the queue times of those commits bracket ``A``'s answer and ``Y``'s
-send, so they are at least ``touch_gap`` apart, and the leader pings at least that often,
-see ``touch_gap``); the server read that ping before ``Y``'s commit and wrote its reply,
-carrying the touch, before it forwarded ``B`` on the same stream; ``B``'s commit shows that
-this leader read the touch, still led a quorum and still had our session. So no leader can
-expire the session earlier than ``timeout`` after ``A`` was sent: ``A``'s send time is
-**proven**. Over two hops the chain has two links: ``A`` to ``Y1`` (a ``touch_gap`` apart)
-brings the touch to the ObserverMaster before it reads any probe written after ``Y1``'s
-answer; the first of those, ``Z``, and a ``Y`` written ``touch_gap`` after ``Z``'s answer
-bring it to the leader (its ping to the follower was queued after ``Z``'s commit, which
-followed the touch), before ``B``, as above (``chain_start``).
+The proof. ``B``, ``Y`` (and ``Y1``, ``Z``) are committed writes on one connection: probes,
+or the session's own writes (a create, a delete, a guarded setData); ``A`` is any request
+answered on it (a ping, a read, a write): the server touched the session when ``A`` arrived,
+before it answered (``ZooKeeperServer.submitRequestNow`` touches for every request, pings
+included). When ``B`` is committed, let ``Y`` be the newest write answered before ``B`` was
+written, and ``A`` a request answered at least ``touch_gap`` before ``Y`` was written. Its
+upstream (the leader) queued a ping between the touch and its commit of ``Y`` (those two
+instants are at least ``touch_gap`` apart, the span from ``A``'s answer to ``Y``'s send, and
+the leader pings at least that often, see ``touch_gap``); the server read that ping before
+``Y``'s commit and wrote its reply, carrying the touch, before it forwarded ``B`` on the same
+stream (a server that loses its leader drops every client connection: one connection sees
+one leader); ``B``'s commit shows that this leader read the touch, still led a quorum and
+still had our session. So no leader can expire the session earlier than ``timeout`` after
+``A`` was sent: ``A``'s send time is **proven**. Over two hops the chain has two links:
+``A`` to ``Y1`` (a ``touch_gap`` apart) brings the touch to the ObserverMaster before it
+reads any write sent after ``Y1``'s answer; the first of those, ``Z``, and a ``Y`` written
+``touch_gap`` after ``Z``'s answer bring it to the leader (its ping to the follower was
+queued after ``Z``'s commit, which followed the touch), before ``B``, as above
+(``chain_start``).
 
 A handshake that re-attached the session made the leader revalidate (touch) it (an
 ObserverMaster forwards the revalidation to the leader: ``ObserverMaster.revalidateSession``):
@@ -43,11 +47,32 @@ its send time is proven once the first probe on that connection is committed. A 
 was created by a committed transaction: its handshake's send time is proven at once. A
 standalone server is its own leader (``/zookeeper/config`` is empty there): every answered
 request proves its send time, and nothing is probed.
+
+**Proofs only where a guarantee needs them.** A probe is a quorum transaction, logged and
+replicated; only a holding's safety depends on the proof. While no holding needs it
+(``demand`` 0: idle sessions, queued waiters) nothing is probed and the session pings as
+ZooKeeper's own clients do, at no transaction's cost. Each transition keeps the argument:
+
+* idle -> holding: the argument needs no probes in a row, only its events on one
+  connection, and ``A`` may be the idle session's pings. A body starts only once
+  ``valid_until`` is ``FRESH x timeout`` ahead (``Session.wait_proven``). A session that
+  was idle has its grant's create as ``Y`` and writes one probe at once (``B``, then
+  ``URGENT_GAP`` apart while it lacks a proof): one round trip through the leader before
+  the body starts (over two hops, the chain needs ``Z`` and a second ``Y`` too: about two
+  touch gaps more). A session that wrote recently (a lock cycled in a loop) starts at
+  once: its create is ``B``.
+* holding -> idle: nothing is claimed any more; probes stop, the proof just ages. The next
+  grant is the transition above.
+* reconnect while holding: ``attached`` clears the connection's events; the re-attach is
+  proven by the first commit on the new connection, and probes go on while the demand
+  lasts.
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
+import math
 from collections.abc import Sequence
 
 from aiozklock._wire._multi import MultiCheck, MultiResult, multi_op
@@ -71,6 +96,15 @@ TICK_SLACK = 1.5
 # The proof may age this fraction of the timeout before the next answer renews it: it is
 # valid for 90 %, and the rest absorbs the round trips of the probes of one chain.
 PROOF_BUDGET = 3 / 4
+# A body starts only with at least this fraction of the timeout left before valid_until
+# (less than the 0.9 - PROOF_BUDGET a held proof keeps: steady probing never falls under it).
+FRESH = 1 / 10
+# While a holding waits for its first proof, probes go out at once, this far apart at least.
+URGENT_GAP = 1 / 32
+# Answered requests kept as candidates for A: the newest always, older ones one per this
+# fraction of the timeout, enough to look back over more than a timeout.
+TOUCH_SPACING = 1 / 32
+_TOUCHES = 40
 
 
 def _same(path: str) -> str:
@@ -106,25 +140,41 @@ def relay_hops(data: bytes | None) -> int:
     return 1
 
 
-def chain_start(answers: Sequence[tuple[float, float]], gap: float, hops: int) -> float | None:
-    """The send time that a probe answered now proves, given ``answers`` (``(sent,
-    answered)``, oldest first, each written after the previous one's answer: the last
-    is ``Y``), or None. Each hop needs a probe answered ``gap`` before the hop's ``Y``
-    was written; the hop before it ends at the probe answered before that one was
-    written (module docstring)."""
-    y = len(answers) - 1
+def _answered_by(writes: Sequence[tuple[float, float]], end: int, instant: float) -> int | None:
+    """The index of the newest of ``writes[:end]`` answered by ``instant``, or None."""
+    for index in range(end - 1, -1, -1):
+        if writes[index][1] <= instant:
+            return index
+    return None
+
+
+def chain_start(
+    writes: Sequence[tuple[float, float]],
+    gap: float,
+    hops: int,
+    b_sent: float = math.inf,
+    touches: Sequence[tuple[float, float]] = (),
+) -> float | None:
+    """The send time that ``B`` (a write sent at ``b_sent``, committed now) proves, given
+    this connection's committed ``writes`` and answered ``touches`` (``(sent, answered)``,
+    oldest first), or None. ``Y`` is the newest write answered before ``B`` was written;
+    each hop needs a request answered ``gap`` before its ``Y`` was written: a write ``Z``
+    for a hop below the last (the hop before it ends at the write answered before ``Z`` was
+    written), any request (``touches``, or else ``writes``) for the last (module docstring)."""
+    y = _answered_by(writes, len(writes), b_sent)
     for hop in range(hops):
-        y_sent = answers[y][0]
-        z = y - 1
-        while z >= 0 and y_sent - answers[z][1] < gap:
-            z -= 1
-        if z < 0:
+        if y is None:
             return None
+        limit = writes[y][0] - gap
         if hop == hops - 1:
-            return answers[z][0]
-        y = z - 1
-        if y < 0:
+            for a_sent, a_answered in reversed(touches or list(itertools.islice(writes, y))):
+                if a_answered <= limit:
+                    return a_sent
             return None
+        z = _answered_by(writes, y, limit)
+        if z is None:
+            return None
+        y = _answered_by(writes, z, writes[z][0])
     return None
 
 
@@ -134,31 +184,57 @@ class LeaderProof:
     ``direct``: None until known (``Session.learn_server``, before ``connect()`` returns),
     True on a standalone server (answered requests prove), False on an ensemble (probed).
     ``proven``: the newest send time proven to have touched the session at a leader that
-    led a quorum. ``answers``: this connection's answered probes, ``(sent, answered)``, of
-    the last timeout (an older one proves nothing ``valid_until`` could use). ``tick``:
-    the ensemble's tickTime (s), where ``conf`` said it; ``hops``: 1, or 2 where a touch
-    may pass an ObserverMaster (``relay_hops``)."""
+    led a quorum. ``answers``: this connection's committed writes, probes included
+    (``(sent, answered)``, of the last timeout: an older one proves nothing ``valid_until``
+    could use); ``touches``: its answered requests of any kind, thinned to one per
+    ``TOUCH_SPACING x timeout`` (the newest always). ``tick``: the ensemble's tickTime (s),
+    where ``conf`` said it; ``hops``: 1, or 2 where a touch may pass an ObserverMaster
+    (``relay_hops``). ``demand``: how many holdings need the proof now (none: nothing is
+    probed); ``demanded_at``: when it last rose from none."""
 
-    __slots__ = ("answers", "direct", "hops", "outstanding", "pending", "proven", "tick")
+    __slots__ = (
+        "answers",
+        "demand",
+        "demanded_at",
+        "direct",
+        "hops",
+        "outstanding",
+        "pending",
+        "probed_at",
+        "proven",
+        "tick",
+        "touches",
+    )
 
     def __init__(self, now: float) -> None:
         self.direct: bool | None = None
         self.proven = now
-        self.pending: float | None = None  # a re-attach's send time, proven by the next probe
+        self.pending: float | None = None  # a re-attach's send time, proven by the next commit
         self.answers: collections.deque[tuple[float, float]] = collections.deque()
+        self.touches: collections.deque[tuple[float, float]] = collections.deque(maxlen=_TOUCHES)
         self.outstanding: float | None = None  # the send time of the probe in flight
+        self.probed_at = -math.inf  # when the last probe was written
         self.tick: float | None = None
         self.hops = 1
+        self.demand = 0
+        self.demanded_at = now
 
     def attached(self, sent_at: float, new_session: bool) -> None:
         """A handshake sent at ``sent_at`` attached the session on a new connection."""
         self.answers.clear()
+        self.touches.clear()
         self.outstanding = None
         if new_session:
             self.proven = sent_at
             self.pending = None
         else:
             self.pending = sent_at
+
+    def demanded(self, count: int, now: float) -> None:
+        """``count`` holdings need the proof from ``now`` on (0: none)."""
+        if count and not self.demand:
+            self.demanded_at = now
+        self.demand = count
 
     def touch_gap(self, timeout: float) -> float:
         """The longest a hop's upstream may go without pinging: the tick unknown, a quarter
@@ -186,10 +262,14 @@ class LeaderProof:
                 return gap
         return None
 
-    def due(self, now: float, timeout: float) -> float | None:
-        """When the next probe is to be written (None while one is in flight)."""
-        if self.outstanding is not None:
+    def due(self, now: float, timeout: float, urgent: bool = False) -> float | None:
+        """When the next probe is to be written: None while one is in flight, or while no
+        holding needs the proof. ``urgent``: a holding waits for a fresh proof (a grant
+        after idleness): at once, but no closer than ``URGENT_GAP`` apart."""
+        if self.outstanding is not None or not self.demand:
             return None
+        if urgent:
+            return max(now, self.probed_at + timeout * URGENT_GAP)
         answers = self.answers
         if not answers:
             return now
@@ -198,23 +278,36 @@ class LeaderProof:
 
     def written(self, now: float) -> None:
         """A probe was written at ``now``."""
-        self.outstanding = now
+        self.outstanding = self.probed_at = now
 
-    def answered(self, sent: float, now: float, proof: bool, timeout: float) -> None:
-        """The probe written at ``sent`` was answered at ``now``: committed with our session
-        alive (``proof``), or not (an error: nothing proven)."""
-        if self.outstanding == sent:
-            self.outstanding = None
-        if not proof:
-            return
+    def touched(self, sent: float, now: float, timeout: float) -> None:
+        """A request sent at ``sent`` was answered at ``now`` (any reply: the server touched
+        the session when it arrived). Kept thinned: the newest always, older ones spaced."""
+        touches = self.touches
+        if len(touches) >= 2 and now - touches[-2][1] < timeout * TOUCH_SPACING:
+            touches[-1] = (sent, now)
+        else:
+            touches.append((sent, now))
+
+    def committed(self, sent: float, now: float, timeout: float) -> None:
+        """A write sent at ``sent`` was committed (answered without error) at ``now``: it
+        is ``B`` of the module's proof, and a later one's ``Y`` or ``Z``."""
         if self.pending is not None:
             self.proven = max(self.proven, self.pending)
             self.pending = None
         answers = self.answers
         if answers:
-            start = chain_start(answers, self.touch_gap(timeout), self.hops)
-            if start is not None:
-                self.proven = max(self.proven, start)
+            gap = self.touch_gap(timeout)
+            start = chain_start(answers, gap, self.hops, sent, self.touches)
+            if start is not None and start > self.proven:
+                self.proven = start
         answers.append((sent, now))
         while answers[0][1] < now - timeout:
             answers.popleft()
+
+    def answered(self, sent: float, now: float, proof: bool, timeout: float) -> None:
+        """The probe written at ``sent`` was answered at ``now``: committed with our session
+        alive (``proof``: already counted by ``committed``, as every write's commit is),
+        or not."""
+        if self.outstanding == sent:
+            self.outstanding = None

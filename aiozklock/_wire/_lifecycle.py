@@ -160,6 +160,9 @@ class SessionLifecycle(SessionCore):
         self._run_scope: anyio.CancelScope | None = None
         self._state_event = anyio.Event()
         self._listeners: list[StateListener] = []
+        # Told when a holding's proof ran out while suspended (``Tick.HORIZON``): the session
+        # is kept, the holdings are not.
+        self._horizon_listeners: list[Callable[[str], None]] = []
         self._closing = False
         self._finished = anyio.Event()
         self._drop_reason = "connection closed"
@@ -198,6 +201,23 @@ class SessionLifecycle(SessionCore):
             log.info("session 0x%x: dropping connection: %s", self.session_id, reason)
             self._drop_reason = reason
             self._conn_scope.cancel()
+
+    def _horizon_passed(self, now: float) -> None:
+        """Suspended past ``valid_until`` with holdings: they are given up, the session kept
+        (waiters keep their place; it may still live, ZooKeeper keeps it up to its timeout
+        at the leader, and a failover restarts that)."""
+        reason = (
+            f"the session was last proven alive {now - self.valid_until:.3f} s past its "
+            f"horizon: no answer proving it since {now - self._clock.last_acked_send:.3f} s "
+            "(the session is kept)"
+        )
+        log.warning("session 0x%x: holdings given up: %s", self.session_id, reason)
+        for listener in list(self._horizon_listeners):
+            try:
+                listener(reason)
+            except Exception:
+                log.exception("horizon listener %r raised", listener)
+        self._wake_monitor()
 
     def _session_gone(self, reason: str, *, stale: bool) -> None:
         """The session that owns our ephemerals is gone (or given up): LOST, new generation."""
@@ -247,8 +267,8 @@ class SessionLifecycle(SessionCore):
                 )
             elif decision is Tick.UNPROVEN:
                 self._drop_connection(unproven_reason(self, now))
-            elif decision is Tick.LOST:
-                self._session_gone("no reply within the session timeout (our clock)", stale=True)
+            elif decision is Tick.HORIZON:
+                self._horizon_passed(now)
             event = self._state_event
             # The loop's timers run on CLOCK_MONOTONIC: a relative sleep, taken now. One
             # across a suspend wakes late by it, so the decision above re-reads uptime().
@@ -332,7 +352,7 @@ class SessionLifecycle(SessionCore):
                 log.debug("reconnect to %s failed: %s", self._current_host(), describe_failure(exc))
             # The first retry is immediate (e.g. a new session right after an expiry answer).
             await anyio.sleep(delay * (0.5 + random.random() / 2))
-            delay = min(max(delay * 2, 0.02), 0.5)
+            delay = min(max(delay * 2, 0.02), self.reconnect_cap())
         return False
 
     def _current_host(self) -> str:

@@ -45,7 +45,7 @@ from aiozklock._exceptions import (
 from aiozklock._wire._connection import STREAM_ERRORS, HandshakeRejected, TLSRejected
 from aiozklock._wire._core import SessionState, StateChange, StateListener
 from aiozklock._wire._diagnose import describe_failure, per_host
-from aiozklock._wire._leader import config_op
+from aiozklock._wire._leader import PROBE_WAIT, config_op
 from aiozklock._wire._lifecycle import CLOSE_TIMEOUT, SessionLifecycle
 from aiozklock._wire._limits import DEFAULT_MAX_REQUEST_BYTES
 from aiozklock._wire._loop import LoopGuard
@@ -100,6 +100,53 @@ class Session(SessionLifecycle):
                 self._listeners.remove(listener)
 
         return remove
+
+    def add_horizon_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener(reason)`` when a holding's proof runs out while no connection
+        serves the session (``_clock``'s horizon): the holdings must be given up, the
+        session is kept. Returns a callable that removes it."""
+        self._horizon_listeners.append(listener)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._horizon_listeners.remove(listener)
+
+        return remove
+
+    def demand_proof(self, count: int) -> None:
+        """``count`` holdings need the session proven from now on (0: none): on an
+        ensemble, probes through the leader run only while some do (``_leader``)."""
+        leader = self.leader
+        if count != leader.demand:
+            rose = not leader.demand
+            leader.demanded(count, uptime())
+            if rose:
+                self._wake_monitor()  # a stale proof gets a probe at once
+
+    @property
+    def beyond_horizon(self) -> bool:
+        """No connection serves the session and ``valid_until`` is past: a holding taken
+        now cannot be proven before it is given up."""
+        return self.state is not SessionState.CONNECTED and uptime() >= self.valid_until
+
+    async def wait_proven(self, given_up: Callable[[], bool], until: float | None = None) -> bool:
+        """Wait until ``valid_until`` is far enough ahead for a body to start (``_clock``'s
+        ``fresh``), or ``given_up()`` says the holding waiting for it was lost: True; False
+        if ``until`` (an ``uptime()`` deadline) came first. A session that was idle gets one
+        probe through the leader for it (``_leader``)."""
+        clock = self._clock
+        while not given_up() and not clock.fresh(now := uptime()):
+            if self.state is SessionState.CLOSED:
+                return True  # the holding is lost with the session
+            if until is not None and now >= until:
+                return False
+            wait = self.timeout * PROBE_WAIT
+            if until is not None:
+                wait = min(wait, until - now)
+            event = self._state_event  # set by state changes, probe answers and horizons
+            with anyio.move_on_after(wait):
+                await event.wait()
+        return True
 
     async def call(
         self, op: Op[T], *, generation: int | None = None, wait_until: float | None = None

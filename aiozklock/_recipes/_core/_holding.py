@@ -125,15 +125,21 @@ class HoldingMonitor(Protocol):
 
     def unregister(self, holding: Holding) -> None: ...
 
+    async def proven(self, holding: Holding, until: float | None = None) -> bool: ...
+
 
 class LossMonitor:
     """Decides when a session-bound holding can no longer be trusted, and tells its holder.
 
-    ``"suspended"``: as soon as the session is SUSPENDED (connection lost, no answer for
-    half the session timeout, or past ``valid_until``): before the server can expire the
-    session and grant the lock to someone else. ``"expired"``: only once the session is
-    LOST; the holder keeps the lock through short disconnections, at the price of a thin
-    margin before a re-grant.
+    ``"suspended"``: as soon as the session is SUSPENDED (connection lost, or no answer for
+    half the session timeout): before the server can expire the session and grant the lock
+    to someone else. ``"expired"``: once the session is LOST, or at the latest when its
+    proof runs out while suspended (the session's horizon); the holder keeps the lock through
+    short disconnections. Either way, a holding never outlives the session's ``valid_until``,
+    and the session itself is kept for its waiters.
+
+    The holdings it watches are what the session must prove itself for
+    (``Session.demand_proof``): with none, an idle session costs the ensemble nothing.
     """
 
     def __init__(self, session: Session, mode: LossPolicy, janitor: Janitor) -> None:
@@ -142,17 +148,28 @@ class LossMonitor:
         self._janitor = janitor
         self._holdings: set[Holding] = set()
         session.add_listener(self._on_state)
+        session.add_horizon_listener(self._on_horizon)
 
     def register(self, holding: Holding) -> None:
         """Watch ``holding``; it is marked lost at once if the session is unsafe now."""
         self._holdings.add(holding)
+        self._session.demand_proof(len(self._holdings))
         reason = self._unsafe(self._session.state, self._session.generation, holding)
+        if reason is None and self._session.beyond_horizon:
+            reason = "the session's proof ran out while no server answered"
         if reason:
             self._lose(holding, reason)
 
     def unregister(self, holding: Holding) -> None:
         """Stop watching ``holding`` (released)."""
         self._holdings.discard(holding)
+        self._session.demand_proof(len(self._holdings))
+
+    async def proven(self, holding: Holding, until: float | None = None) -> bool:
+        """Wait until the session is proven far enough ahead for ``holding``'s body to start
+        (``Session.wait_proven``: at most one probe's round trip after idleness), or
+        ``holding`` is lost meanwhile: True; False if ``until`` came first."""
+        return await self._session.wait_proven(lambda: holding.lost, until)
 
     def _unsafe(self, state: SessionState, generation: int, holding: Holding) -> str | None:
         if generation != holding.generation or state in (SessionState.LOST, SessionState.CLOSED):
@@ -160,6 +177,10 @@ class LossMonitor:
         if self._mode == "suspended" and state is not SessionState.CONNECTED:
             return f"session {state.value.lower()} (loss_policy='suspended')"
         return None
+
+    def _on_horizon(self, reason: str) -> None:
+        for holding in list(self._holdings):
+            self._lose(holding, f"session unproven: {reason}")
 
     def _on_state(self, change: StateChange) -> None:
         for holding in list(self._holdings):

@@ -284,6 +284,17 @@ class Primitive(Handle):
         self._owner = task
         self._depth = 1
         self._acquisitions += 1
+        try:
+            # No body before a proven valid_until; the acquire's deadline still bounds it.
+            if not await self._monitor.proven(holding, deadline):
+                raise LockTimeout(
+                    f"{self._label} not acquired within {limit} s (granted, but the session "
+                    "was not proven through the ZooKeeper leader in time: given back)"
+                )
+        except BaseException:
+            with contextlib.suppress(LockLost):  # lost: the janitor has its nodes
+                await self._let_go(holding, task.id)
+            raise
         self._last_wait = uptime() - started
 
     async def _release(self, task_id: int, confirm: bool = False) -> None:

@@ -182,6 +182,10 @@ class SharedHolding(Primitive):
         self._holding = holding
         holding.observer = self._observer
         self._monitor.register(holding)  # marks it lost at once if it is unsafe already
+        # No body before a proven valid_until (bounded: the clock gives the holding up if no
+        # proof comes). Shielded: the grant is shared, released by its last holder as usual.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._session.timeout):
+            await self._monitor.proven(holding)
         self._wake()
 
     # ---------------------------------------------------------------- release
