@@ -168,6 +168,7 @@ def test_connected_past_the_proof_drops_the_server_then_gives_up_the_holdings() 
     session = ensemble_core()
     valid_until = session.valid_until
     assert valid_until == pytest.approx(T * (1 - LOST_MARGIN))  # the new session's handshake
+    assert session._clock.fresh(0.0)  # the body started: the proof binds it from now on
     for at in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0):
         # Probes answered with errors (a leader that refuses them): nothing proven.
         session.leader.written(at)
@@ -340,3 +341,24 @@ def test_a_watch_event_is_no_answer() -> None:
     assert session.receive(len(event).to_bytes(4, "big") + event, 2.5) is None
     assert session.last_heard == 1.0  # the event moved no clock
     assert session.tick(1.0 + T * SILENCE, connected=True)[0] is Tick.SILENT
+
+
+def test_a_grant_on_a_reattach_not_yet_proven_fresh_is_not_dropped_at_its_old_bound() -> None:
+    """Granted moments after a reconnect: the re-attach's proof (its handshake) gives a
+    ``valid_until`` too close for a body to start; while the first fresh proof is awaited,
+    that bound does not drop the connection (only a late probe would): the body has not
+    started. Found on CI in a leader isolation: the waiter's session was dropped."""
+    session = ensemble_core()
+    session.leader.demanded(0, 0.0)
+    at = 20.0
+    session.attached(framing.Handshake(int(T * 1000), 0x42, b"p" * 16), at, at)  # re-attach
+    session.leader.committed(at + 0.1, at + 0.1 + RTT, T)  # a write: the re-attach proven
+    now = at + T * (1 - LOST_MARGIN) - 0.05  # granted just before that bound
+    session._clock.last_heard = session._clock.last_sent = now
+    session.leader.demanded(1, now)
+    assert not session._clock.fresh(now)
+    assert session.tick(now, connected=True)[0] is Tick.PROBE
+    session.leader.answered(now, now + RTT, False, T)
+    past = at + T * (1 - LOST_MARGIN) + 0.01
+    session._clock.last_heard = past
+    assert session.tick(past, connected=True)[0] is not Tick.UNPROVEN

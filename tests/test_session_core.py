@@ -204,6 +204,7 @@ def test_connected_to_a_standalone_server_past_valid_until_drops_the_connection(
     session.frame_now([delete_op("/a")], None, recorder([]), now=1.0)
     session.receive(reply(1), now=1.1)
     session.leader.demanded(1, 1.05)  # a holding, granted on that answer
+    assert session._clock.fresh(1.1)  # its body started: the proof binds it
     lost_at = 1.0 + T * 0.9
     assert session.valid_until == pytest.approx(lost_at)
     session._clock.last_heard = lost_at  # an answer arrives: not silent

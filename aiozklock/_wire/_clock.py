@@ -98,8 +98,13 @@ class LivenessClock:
         return self.proven + self.timeout * (1 - LOST_MARGIN)
 
     def fresh(self, now: float) -> bool:
-        """Whether a body may start now: ``valid_until`` is ``FRESH x timeout`` ahead."""
-        return self.valid_until - now >= self.timeout * FRESH
+        """Whether a body may start now: ``valid_until`` is ``FRESH x timeout`` ahead. Once
+        it is while a holding needs the proof, the proof is established (``_tick_connected``
+        then holds the connection to ``valid_until``)."""
+        fresh = self.valid_until - now >= self.timeout * FRESH
+        if fresh and self.leader.demand:
+            self.leader.established = True
+        return fresh
 
     def attached(self, timeout: float, sent_at: float, now: float, new_session: bool) -> None:
         """A handshake answered at ``now`` for a ConnectRequest sent at ``sent_at``: the
@@ -127,10 +132,11 @@ class LivenessClock:
             return Tick.SILENT, now + timeout
         wake = silence_deadline
         if leader.demand:
-            # The proof's own deadline counts once the proof held during the demand: a
-            # grant after idleness waits (Session.wait_proven) for a fresh one instead.
+            # The proof's own deadline binds once it was established for the holdings (a
+            # body may run): a grant after idleness waits (Session.wait_proven) for a fresh
+            # proof instead, and meanwhile only a late probe drops the connection.
             valid_until = self.valid_until
-            if valid_until > leader.demanded_at:
+            if self.fresh(now) or leader.established:
                 if now >= valid_until:
                     return Tick.UNPROVEN, now + timeout
                 wake = min(wake, valid_until)

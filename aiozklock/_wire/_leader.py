@@ -190,13 +190,14 @@ class LeaderProof:
     ``TOUCH_SPACING x timeout`` (the newest always). ``tick``: the ensemble's tickTime (s),
     where ``conf`` said it; ``hops``: 1, or 2 where a touch may pass an ObserverMaster
     (``relay_hops``). ``demand``: how many holdings need the proof now (none: nothing is
-    probed); ``demanded_at``: when it last rose from none."""
+    probed); ``established``: since the demand last rose from none, the proof was fresh
+    once (``LivenessClock.fresh``): a body may be running, and ``valid_until`` binds it."""
 
     __slots__ = (
         "answers",
         "demand",
-        "demanded_at",
         "direct",
+        "established",
         "hops",
         "outstanding",
         "pending",
@@ -217,7 +218,7 @@ class LeaderProof:
         self.tick: float | None = None
         self.hops = 1
         self.demand = 0
-        self.demanded_at = now
+        self.established = False
 
     def attached(self, sent_at: float, new_session: bool) -> None:
         """A handshake sent at ``sent_at`` attached the session on a new connection."""
@@ -233,7 +234,7 @@ class LeaderProof:
     def demanded(self, count: int, now: float) -> None:
         """``count`` holdings need the proof from ``now`` on (0: none)."""
         if count and not self.demand:
-            self.demanded_at = now
+            self.established = False
         self.demand = count
 
     def touch_gap(self, timeout: float) -> float:
