@@ -306,7 +306,7 @@ def test_a_reconnect_presents_our_session_until_it_is_lost() -> None:
     generation = session.generation
     replies: Replies = []
     session.frame_now([delete_op("/a")], None, recorder(replies), now=1.0)
-    assert session.forget_session("expired", stale=False) == 0x42
+    assert session.forget_session("expired") == 0x42
     assert isinstance(replies[0][1], SessionExpired)
     assert session.generation == generation + 1
     request, presented = session.connect_request()
@@ -318,8 +318,8 @@ def test_a_reconnect_presents_our_session_until_it_is_lost() -> None:
 
 
 def test_a_session_we_gave_up_is_closed_at_the_next_connection_however_long_ago() -> None:
-    session = core(session_id=0x42)
-    session.forget_session("our clock", stale=True)
+    session = core(session_id=0)
+    session.mark_stale(0x42, b"p" * 16)  # what close() does when the server did not confirm
     assert session.stale_id == 0x42
     assert session.stale_to_close(now=10_000.0) == (0x42, b"p" * 16)
     session.stale_closed()
@@ -327,8 +327,8 @@ def test_a_session_we_gave_up_is_closed_at_the_next_connection_however_long_ago(
 
 
 def test_closing_a_stale_session_is_given_up_after_servers_answered_for_a_whole_timeout() -> None:
-    session = core(session_id=0x42)
-    session.forget_session("our clock", stale=True)
+    session = core(session_id=0)
+    session.mark_stale(0x42, b"p" * 16)
     session.stale_answered(100.0)  # alive on a server, but the close did not go through
     session.stale_answered(102.0)  # later answers do not move the start
     assert session.stale_to_close(now=100.0 + T - 0.01) == (0x42, b"p" * 16)

@@ -4,7 +4,7 @@ frames to write, the next deadline and decisions out. No socket, no await, no ev
 ``SessionCore`` holds what the protocol needs to remember: the session's identity (id,
 password, generation, negotiated timeout, last zxid), the liveness clock (``_clock``), the
 requests in flight (``_requests``), the requests queued to be written soon (``_outgoing``),
-the watchers (``_watches``), and a session our clock gave up that must
+the watchers (``_watches``), and a session we let go of (a close not confirmed) that must
 still be closed on the server. ``Session`` (``_session``) is the socket shell around it: it
 writes what this returns, feeds in what it reads, sleeps until ``tick``'s next deadline, and
 tells listeners about state changes.
@@ -364,13 +364,11 @@ class SessionCore:
         a leader for 21 s of a rolling restart, against 2.6 s at 2 s (benchmarks/fleet.py)."""
         return min(max(self.timeout / 5, 0.5), 2.0)
 
-    def forget_session(self, reason: str, *, stale: bool) -> int:
-        """The session that owns our ephemerals is gone, or given up by our clock
-        (``stale``: it must still be closed on the server): everything waiting fails with
-        ``SessionExpired``, the next connection asks for a new session, the generation
-        changes. Returns the id of the session lost."""
-        if stale and self.session_id:
-            self.mark_stale(self.session_id, self._password)
+    def forget_session(self, reason: str) -> int:
+        """A server said the session that owns our ephemerals expired (our clock never
+        gives one up: ``_clock``): everything waiting fails with ``SessionExpired``, the
+        next connection asks for a new session, the generation changes. Returns the id of
+        the session lost."""
         self.fail_all(lambda: SessionExpired(reason))
         lost_id, self.session_id = self.session_id, 0
         self._password = bytes(16)
@@ -393,7 +391,7 @@ class SessionCore:
         stale, answered_at = self._stale_session, self._stale_answered_at
         if stale is not None and answered_at is not None and now - answered_at > self.timeout:
             log.warning(
-                "could not close session 0x%x that our clock gave up; its nodes stay until "
+                "could not close session 0x%x that we let go of; its nodes stay until "
                 "the server expires it",
                 stale[0],
             )

@@ -1,5 +1,5 @@
 """The I/O of attaching a session to a new connection: the ConnectRequest and its answer,
-authentication, re-arming the watches, and closing a session our clock gave up. What to
+authentication, re-arming the watches, and closing a session we let go of. What to
 present and what the answers mean is ``SessionCore``'s (``_core``); these only talk."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def explained(tls: ssl.SSLContext | None) -> Iterator[None]:
 async def close_stale_session(
     core: SessionCore, host: str, port: int, tls: ssl.SSLContext | None
 ) -> None:
-    """Close the session our clock gave up (``core.stale_to_close``) through ``host``, if
+    """Close the session we let go of (``core.stale_to_close``) through ``host``, if
     there is one still to close. An "expired" answer leaves nothing to close. Raises what a
     handshake raises."""
     stale = core.stale_to_close(uptime())
@@ -136,7 +136,7 @@ async def close_stale_session(
             conn.write(framing.frame(1, close_op().body))
             await conn.drain()
             await conn.read_frame()
-            log.info("closed session 0x%x that our clock had given up", session_id)
+            log.info("closed session 0x%x that we had let go of", session_id)
         core.stale_closed()
     finally:
         await conn.aclose()

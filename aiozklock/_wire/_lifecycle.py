@@ -3,7 +3,7 @@
 It connects (``connect_first``), serves each connection (``run``: reads feed
 ``SessionCore.receive``, the backlog and the requests queued for soon are flushed), runs the
 liveness clock (``_monitor`` sleeps until ``SessionCore.tick``'s deadline and performs its
-decision), reconnects across the host list (closing first a session our clock gave up), and
+decision), reconnects across the host list (closing first a session we let go of), and
 tells listeners about every state change. The request API and ``close`` are ``Session``'s.
 """
 
@@ -219,9 +219,9 @@ class SessionLifecycle(SessionCore):
                 log.exception("horizon listener %r raised", listener)
         self._wake_monitor()
 
-    def _session_gone(self, reason: str, *, stale: bool) -> None:
-        """The session that owns our ephemerals is gone (or given up): LOST, new generation."""
-        lost_id = self.forget_session(reason, stale=stale)
+    def _session_gone(self, reason: str) -> None:
+        """A server said the session that owns our ephemerals expired: LOST, new generation."""
+        lost_id = self.forget_session(reason)
         # Listeners are told which session was lost, not the placeholder 0.
         self._set_state(SessionState.LOST, reason, session_id=lost_id)
         self._watches.fire_all_session_gone()
@@ -361,7 +361,7 @@ class SessionLifecycle(SessionCore):
 
     async def _open(self, bound: float) -> Connection:
         """Connect to the next host and complete a handshake within ``bound`` seconds,
-        closing first a session our clock gave up. Raises ``TimeoutError`` saying how far it
+        closing first a session we let go of. Raises ``TimeoutError`` saying how far it
         got, or what ``handshake`` raises."""
         self._host_index = (self._host_index + 1) % len(self._hosts)
         host, port = self._hosts[self._host_index]
@@ -374,7 +374,7 @@ class SessionLifecycle(SessionCore):
                 answer, _, sent_at = await handshake(conn, self, self._auth)
         except BaseException as exc:
             if isinstance(exc, ExpiredAnswer):
-                self._session_gone("session expired (server answer at reconnect)", stale=False)
+                self._session_gone("session expired (server answer at reconnect)")
             if conn is not None:
                 self._clock.sent_at.clear()
                 await conn.aclose()
