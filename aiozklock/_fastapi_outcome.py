@@ -30,6 +30,7 @@ from fastapi import HTTPException, Request
 
 from aiozklock._exceptions import LockLost, UsageError
 from aiozklock._fastapi_routes import COMMIT_MARK
+from aiozklock._recipes._core import _faces as faces
 from aiozklock._recipes._core._primitive import Primitive
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class Commits:
         for held in self._held:
             if not held.is_held:
                 raise LockLost(
-                    f"{held._label} was lost (or its validity ran out) {when}; nothing of "
+                    f"{faces.label(held)} was lost (or its validity ran out) {when}; nothing of "
                     "this transaction was committed"
                 )
 
@@ -103,7 +104,7 @@ class Commits:
         back, and cancelling the endpoint would only lose its result."""
         self.in_doubt = True
         for held in self._held:
-            held._detach_bodies()
+            faces.commit(held)
 
 
 class _CommitPoint(Generic[T]):

@@ -21,6 +21,7 @@ from aiozklock._exceptions import (
     StaleFencingToken,
     short_repr,
 )
+from aiozklock._recipes._core import _faces as faces
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._wire._protocol import MultiCheck, MultiOutcome, MultiSubOp, multi_op
@@ -41,7 +42,7 @@ def guard_of(guard: object, session: Session) -> Handle:
             f"not {short_repr(guard)}"
         )
     if guard._session is not session:
-        raise InvalidArgument(f"guard {guard._label} belongs to another client")
+        raise InvalidArgument(f"guard {faces.label(guard)} belongs to another client")
     return guard
 
 

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner, StaleFencingToken
+from aiozklock._recipes._core import _faces as faces
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._wire._validation import validate_flag, validate_timeout
@@ -93,7 +94,7 @@ class SyncHandle(Generic[H]):
 
     def _noted(self, proxy: Proxy, handle: H) -> None:
         """After an acquisition by the proxy's thread: nest, or watch the new holding."""
-        holding = handle._held_engine("")._holding
+        holding = faces.holding(handle, proxy.task_id)
         assert holding is not None
         held = self._held.get(proxy)
         if held is not None and held.depth > 0 and held.holding is holding:
@@ -112,13 +113,13 @@ class SyncHandle(Generic[H]):
 
     async def _acquire_job(self, proxy: Proxy, limit: float | None) -> None:
         handle = self._bind(proxy)
-        await handle._acquire(limit)
+        await faces.acquire(handle, limit)
         self._noted(proxy, handle)
 
     async def _try_job(self, proxy: Proxy) -> bool:
         handle = self._bind(proxy)
         try:
-            await handle._acquire(0.0)
+            await faces.acquire(handle, 0.0)
         except LockTimeout:
             return False
         self._noted(proxy, handle)
@@ -140,24 +141,7 @@ class SyncHandle(Generic[H]):
         await self._release_job(proxy)
 
     def _check_job(self, proxy: Proxy) -> None:
-        handle = self._bind(proxy)
-        if handle._holds(proxy.task_id):
-            return
-        label = handle._label
-        try:
-            engine = handle._held_engine("")
-        except NotLockOwner:
-            engine = None
-        holding = None if engine is None else engine._holding
-        if engine is None or holding is None or not engine._held_by_task(proxy.task_id):
-            raise NotLockOwner(f"this thread does not hold the {label}")
-        if holding.lost:
-            raise engine._loss(holding)  # LockRevoked if revoked, else the recipe's LockLost
-        lost: type[LockLost] = getattr(handle, "_lost_error", LockLost)
-        raise lost(
-            f"{label} is no longer certainly ours: past its valid_until (the process was "
-            "paused, or the session has been silent); its loss may follow"
-        )
+        faces.check(self._bind(proxy), proxy.task_id, owner="this thread")
 
     # ---------------------------------------------------------------- in a forked child
 
@@ -182,8 +166,8 @@ class SyncHandle(Generic[H]):
         return None
 
     def _inherited_loss(self) -> LockLost:
-        lost: type[LockLost] = getattr(self._target, "_lost_error", LockLost)
-        label = getattr(self._target, "_label", "lock")
+        lost = LockLost if self._target is None else faces.lost_error(self._target)
+        label = "lock" if self._target is None else faces.label(self._target)
         return lost(
             f"{label} was lost in this process: it was forked while its parent held it, and "
             "a forked child holds none of its parent's locks (the parent still does)"
@@ -289,7 +273,7 @@ class SyncHandle(Generic[H]):
         ``ClientClosed`` once the client is closed, ``UsageError`` as ``acquire()``."""
         if self._client._inherited and self._inherited() is not None:
             return False
-        held: bool = self._client._peek(lambda proxy: self._bind(proxy)._holds(proxy.task_id))
+        held: bool = self._client._peek(lambda proxy: faces.holds(self._bind(proxy), proxy.task_id))
         return held
 
     @property
