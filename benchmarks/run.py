@@ -651,9 +651,11 @@ class Bench:
         )
         (result,) = self.run_workers(driver, "floor", params)
         pair = Summary.of_ns(result["pair_latencies_ns"])
+        true = Summary.of_ns(result.get("true_latencies_ns") or result["pair_latencies_ns"])
         self.record(
             driver,
             floor_pair_median_us=pair.median_us,
+            floor_true_median_us=true.median_us,
             floor_pipelined_per_s=result["pipelined_pairs"] / (result["pipelined_ns"] / 1e9),
         )
         if result["errors"]:
@@ -814,12 +816,14 @@ class Bench:
         (result,) = self.run_workers(driver, scenario, params)
         latency = Summary.of_ns(result["latencies_ns"])
         per_s = latency.n / (result["measured_ns"] / 1e9)
-        if scenario == "request_floor":
-            keys = [f"requests_{concurrency}_floor_per_s"]
+        if scenario in ("request_floor", "request_truefloor"):
+            kind = "floor" if scenario == "request_floor" else "truefloor"
+            keys = [f"requests_{concurrency}_{kind}_per_s"]
             self.record(driver, **{keys[0]: per_s})
             cycles = self.values.get(driver.column, {}).get(f"requests_{concurrency}_per_s")
             if cycles is not None:
-                self.record(driver, **{f"requests_{concurrency}_floor_pct": 100 * cycles / per_s})
+                pct = {f"requests_{concurrency}_{kind}_pct": 100 * cycles / per_s}
+                self.record(driver, **pct)
         else:
             keys = [f"requests_{concurrency}_{name}" for name in ("per_s", "p50_us", "p99_us")]
             values = (per_s, latency.median_us, latency.p99_us)
@@ -934,9 +938,10 @@ def run_scenario(bench: Bench, scenario: str, drivers: Sequence[Driver]) -> None
                     f"requests C={concurrency}",
                     partial(bench.requests, driver, concurrency),
                 )
-            for driver in subject:  # the raw floor, right after the clients of this C
-                run = partial(bench.requests, driver, concurrency, "request_floor")
-                attempt(driver, f"requests floor C={concurrency}", run)
+            for driver in subject:  # the raw floors, right after the clients of this C
+                for floor in ("request_floor", "request_truefloor"):
+                    run = partial(bench.requests, driver, concurrency, floor)
+                    attempt(driver, f"requests {floor[8:]} C={concurrency}", run)
     else:
         method = getattr(bench, scenario)
         for driver in drivers:

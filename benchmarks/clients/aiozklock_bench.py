@@ -281,13 +281,40 @@ async def floor(params: Params, gate: Gate) -> Result:
             results += await session.pipeline([delete(name) for name in names])
             errors += sum(isinstance(result, BaseException) for result in results)
         wall = time.monotonic_ns() - start
+        true_latencies = await true_cycles(zk, params)
         gate.measured()
     return {
         "pair_latencies_ns": latencies,
+        "true_latencies_ns": true_latencies,
         "pipelined_pairs": params.pairs,
         "pipelined_ns": wall,
         "errors": errors,
     }
+
+
+async def true_cycles(zk: aiozklock.ZooKeeperClient, params: Params) -> list[int]:
+    """The true floor of an uncontended cycle: what a correct lock cycle cannot do without,
+    on our own wire: a create (ephemeral) awaited, then its delete written (its own
+    transaction) and not awaited, as a release returns; the next create's reply comes after
+    the delete's (ZooKeeper answers a session in order). One cycle per latency."""
+    from aiozklock._wire._protocol import CreateMode
+    from aiozklock.testing import session_of
+
+    session = session_of(zk)
+    create, delete = wire_ops(zk, params.path, CreateMode.EPHEMERAL)
+    latencies = []
+    for _ in range(params.pairs):
+        start = time.monotonic_ns()
+        await session.call(create("t"))
+        session.send((delete("t"),), generation=session.generation, on_done=_ignore)
+        latencies.append(time.monotonic_ns() - start)
+    await session.call(create("t-end"))  # every delete applied (in order) before we go
+    await session.call(delete("t-end"))
+    return latencies
+
+
+def _ignore(result: object, error: BaseException | None) -> None:
+    """A true-floor delete's reply: a failure shows in the next create (NodeExists)."""
 
 
 class RawPair:
@@ -330,7 +357,31 @@ class RawPair:
             await self._session.call(self._delete)
 
 
-async def request_floor(params: Params, gate: Gate) -> Result:
+class TruePair:
+    """The true floor's stand-in for a lock: entering creates an ephemeral node (awaited),
+    leaving writes its delete, its own transaction, without awaiting the reply: what a
+    correct cycle costs (the release on the wire when it returns), less the listing."""
+
+    def __init__(self, session: Session, server_path: str) -> None:
+        from aiozklock._wire._protocol import CreateMode, create_op, delete_op
+
+        self._session = session
+        self._create = create_op(server_path, b"", CreateMode.EPHEMERAL, session.client_path)
+        self._delete = delete_op(server_path)
+
+    async def __aenter__(self) -> None:
+        await self._session.call(self._create)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        session = self._session
+        session.send((self._delete,), generation=session.generation, on_done=_ignore)
+
+    async def flush(self) -> None:
+        await self._session.call(self._create)  # ordered after the last delete
+        await self._session.call(self._delete)
+
+
+async def request_floor(params: Params, gate: Gate, pair: type[Any] | None = None) -> Result:
     """The per-request scenario with each lock replaced by a bare create (ephemeral) of
     the task's node, its delete in one transaction with the next create: ``concurrency``
     tasks in flight on one session, no recipe."""
@@ -339,8 +390,9 @@ async def request_floor(params: Params, gate: Gate) -> Result:
     async with connect(params) as zk:
         await zk.ensure_path(params.path)
         session = session_of(zk)
+        make = RawPair if pair is None else pair
         pairs = [
-            RawPair(session, session.server_path(f"{params.path}/{i}"))
+            make(session, session.server_path(f"{params.path}/{i}"))
             for i in range(params.concurrency)
         ]
         result = await per_request_cycles(pairs, params, gate)
@@ -364,6 +416,7 @@ SCENARIOS: dict[str, Scenario] = {
     "floor": floor,
     "requests": requests,
     "request_floor": request_floor,
+    "request_truefloor": partial(request_floor, pair=TruePair),
     "scale": scale,
     "idle": idle,
     "busy": busy,

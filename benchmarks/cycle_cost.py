@@ -1,0 +1,214 @@
+"""What one lock cycle costs the client, in counts that do not depend on the machine's load:
+Python calls (function and C calls, ``sys.setprofile``), system calls (``strace -c``) and
+machine instructions (``valgrind --tool=callgrind``'s Ir) per cycle, for this checkout and,
+with ``--baseline-commit``, another commit (a temporary git worktree), on one ZooKeeper.
+
+Each count is a difference of two runs in fresh processes, ``--cycles`` and twice that many
+cycles after the same warm-up, divided by ``--cycles``: start-up, connect and warm-up cancel
+out. Scenarios: ``uncontended`` (one task, one path: ``async with zk.lock(path)``) and
+``requests`` (``--concurrency`` tasks, each on its own path, on one session).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/cycle_cost.py [--baseline-commit abfa31f]
+        [--cycles 500] [--concurrency 10] [--no-callgrind] [--hosts HOST:PORT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from benchmarks.common import zookeeper
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The child: warm up, then run ``cycles`` cycles, counting Python calls if asked. Written for
+# every aiozklock since the first: ``connect``, ``zk.lock(path)``, ``async with``.
+CHILD = r"""
+import sys, anyio, aiozklock
+hosts, scenario, concurrency, warmup, cycles, count_calls = sys.argv[1:7]
+concurrency, warmup, cycles = int(concurrency), int(warmup), int(cycles)
+calls = [0]
+
+def profile(frame, event, arg):
+    if event in ("call", "c_call"):
+        calls[0] += 1
+
+async def loop(lock, n):
+    for _ in range(n):
+        async with lock:
+            pass
+
+async def run(locks, n):
+    async with anyio.create_task_group() as tg:
+        for lock in locks:
+            tg.start_soon(loop, lock, n)
+
+async def main():
+    async with aiozklock.connect(hosts, session_timeout=10.0) as zk:
+        tasks = 1 if scenario == "uncontended" else concurrency
+        locks = [zk.lock(f"/bench/cost/{scenario}/{i}") for i in range(tasks)]
+        await run(locks, warmup)
+        if count_calls == "1":
+            sys.setprofile(profile)
+        await run(locks, cycles // tasks)
+        sys.setprofile(None)
+    if count_calls == "1":
+        print(f"CALLS {calls[0]}")
+
+anyio.run(main)
+"""
+
+
+@contextlib.contextmanager
+def checkout(commit: str | None) -> Iterator[Path]:
+    """This checkout, or ``commit`` in a temporary worktree (removed after)."""
+    if commit is None:
+        yield ROOT
+        return
+    where = Path(tempfile.mkdtemp(prefix="aiozklock-cost-"))
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(where), commit],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield where
+    finally:
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(where)],
+            cwd=ROOT,
+            check=False,
+            capture_output=True,
+        )
+
+
+def child(
+    tree: Path,
+    hosts: str,
+    scenario: str,
+    concurrency: int,
+    warmup: int,
+    cycles: int,
+    calls: bool,
+    wrapper: list[str],
+) -> str:
+    """Run the child under ``wrapper``; its stdout and stderr."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    args = [
+        *wrapper,
+        sys.executable,
+        "-c",
+        CHILD,
+        hosts,
+        scenario,
+        str(concurrency),
+        str(warmup),
+        str(cycles),
+        "1" if calls else "0",
+    ]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+    return done.stdout + done.stderr
+
+
+def python_calls(out: str) -> int:
+    return int(re.search(r"CALLS (\d+)", out).group(1))  # type: ignore[union-attr]
+
+
+def syscalls(out: str) -> int:
+    """The total of ``strace -c``'s summary."""
+    match = re.search(r"^[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?total$", out, re.M)
+    assert match is not None, out[-2000:]
+    return int(match.group(1))
+
+
+def instructions(
+    tree: Path, hosts: str, scenario: str, concurrency: int, warmup: int, cycles: int
+) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        child(
+            tree,
+            hosts,
+            scenario,
+            concurrency,
+            warmup,
+            cycles,
+            False,
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"],
+        )
+        text = out.read_text()
+    match = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+    assert match is not None
+    return int(match.group(1))
+
+
+def per_cycle(
+    measure: object,
+    tree: Path,
+    hosts: str,
+    scenario: str,
+    concurrency: int,
+    warmup: int,
+    cycles: int,
+) -> float:
+    """(count at 2n cycles - count at n cycles) / n."""
+    low = measure(tree, hosts, scenario, concurrency, warmup, cycles)  # type: ignore[operator]
+    high = measure(tree, hosts, scenario, concurrency, warmup, 2 * cycles)  # type: ignore[operator]
+    return (high - low) / cycles
+
+
+def costs(tree: Path, hosts: str, args: argparse.Namespace, scenario: str) -> dict[str, float]:
+    def calls(*a: object) -> int:
+        return python_calls(child(*a, True, []))  # type: ignore[arg-type]
+
+    def sys_calls(*a: object) -> int:
+        return syscalls(child(*a, False, ["strace", "-f", "-c", "-qq"]))  # type: ignore[arg-type]
+
+    common = (tree, hosts, scenario, args.concurrency, args.warmup, args.cycles)
+    found = {
+        "python calls": per_cycle(calls, *common),
+        "system calls": per_cycle(sys_calls, *common),
+    }
+    if not args.no_callgrind and shutil.which("valgrind"):
+        found["instructions"] = per_cycle(instructions, *common)
+    return found
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline-commit")
+    parser.add_argument("--cycles", type=int, default=500)
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--scenarios", default="uncontended,requests")
+    parser.add_argument("--no-callgrind", action="store_true")
+    parser.add_argument("--hosts")
+    args = parser.parse_args(argv)
+    trees = [("this checkout", None)]
+    if args.baseline_commit:
+        trees.append((args.baseline_commit, args.baseline_commit))
+    rows: dict[tuple[str, str], dict[str, float]] = {}
+    with zookeeper(args.hosts) as hosts:
+        for name, commit in trees:
+            with checkout(commit) as tree:
+                for scenario in args.scenarios.split(","):
+                    rows[(name, scenario)] = costs(tree, hosts, args, scenario)
+                    print(name, scenario, rows[(name, scenario)], file=sys.stderr, flush=True)
+    print("| checkout | scenario | " + " | ".join(next(iter(rows.values()))) + " |")
+    print("|---|---|" + "---:|" * len(next(iter(rows.values()))))
+    for (name, scenario), found in rows.items():
+        cells = " | ".join(f"{value:,.0f}" for value in found.values())
+        print(f"| {name} | {scenario} | {cells} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
