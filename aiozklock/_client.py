@@ -218,8 +218,9 @@ class ZooKeeperClient(RecipeFactories, Znodes):
     @property
     def state(self) -> SessionState:
         """The session's state now: ``CONNECTING`` before the first session, then
-        ``CONNECTED``, ``SUSPENDED`` (disconnected, the session may live), ``LOST`` (a new
-        session is being established), and ``CLOSED`` (final). Raises nothing."""
+        ``CONNECTED``, ``SUSPENDED`` (disconnected, the session may live), ``LOST`` (a
+        server said the session expired; a new one is being established), and ``CLOSED``
+        (final). Raises nothing."""
         return self._session.state if self._session is not None else SessionState.CONNECTING
 
     @property

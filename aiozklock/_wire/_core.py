@@ -43,7 +43,7 @@ class SessionState(enum.Enum):
     CONNECTING = "CONNECTING"  # before the first session was established
     CONNECTED = "CONNECTED"
     SUSPENDED = "SUSPENDED"  # connection lost or silent; the session may still be alive
-    LOST = "LOST"  # the session is gone; a new one is being established
+    LOST = "LOST"  # a server said the session expired; a new one is being established
     CLOSED = "CLOSED"
 
 
