@@ -319,9 +319,9 @@ class Handle(metaclass=_FactoryMade):
         server can expire our session, and so grant the resource to anyone else, earlier than
         the session timeout after the send time of our newest request proven to have reached
         the session's keeper: on a standalone server, any request it answered; on an
-        ensemble, one the leader is proven to have heard of (writes it committed for us on
-        the same connection: our creates and deletes, and probes sent while something is
-        held). This is that instant less a 10 % margin. Only answers move it (watch events
+        ensemble, one the leader is proven to have heard of (by writes it committed for us
+        later on the same connection: our creates and deletes, and probes sent while
+        something is held). This is that instant less a 10 % margin. Only answers move it (watch events
         and other frames never do). The holding ends at it, connected or not: its body is
         cancelled and its nodes deleted later; the session is kept (only a server says it
         expired). It catches what no notification can: a process that was
