@@ -218,8 +218,9 @@ class ZooKeeperClient(RecipeFactories, Znodes):
     @property
     def state(self) -> SessionState:
         """The session's state now: ``CONNECTING`` before the first session, then
-        ``CONNECTED``, ``SUSPENDED`` (disconnected, the session may live), ``LOST`` (a new
-        session is being established), and ``CLOSED`` (final). Raises nothing."""
+        ``CONNECTED``, ``SUSPENDED`` (disconnected, the session may live), ``LOST`` (a
+        server said the session expired; a new one is being established), and ``CLOSED``
+        (final). Raises nothing."""
         return self._session.state if self._session is not None else SessionState.CONNECTING
 
     @property
@@ -343,10 +344,11 @@ def connect(
       10 s.
     - ``loss_policy``: when a holder is told it lost its lock (its ``async with`` body is
       cancelled, ``LockLost`` raised): ``"suspended"`` (default, safest) as soon as the
-      connection is lost or silent for half the session timeout, before the server can
-      expire the session and grant the lock to another; ``"expired"`` only once the
-      session is lost, keeping the lock through short disconnections at the price of a
-      thin margin before a re-grant.
+      connection is lost or without an answer for half the session timeout, before the
+      server can expire the session and grant the lock to another; ``"expired"`` once a
+      server says the session expired or, at the latest, at the holding's ``valid_until``
+      while no server answers, keeping the lock through short disconnections at the price
+      of a thin margin before a re-grant. With either, a holding ends at ``valid_until``.
     - ``telemetry``: where to report metrics and traces, e.g.
       ``aiozklock.otel.Telemetry(meter_provider=..., tracer_provider=...)`` (the ``otel``
       extra); None (the default) reports nothing and costs nothing.

@@ -150,8 +150,8 @@ class ConnectionLoss(ZooKeeperUnavailable):
 
 
 class SessionExpired(ZooKeeperUnavailable):
-    """The session the request was bound to is gone (expired on the server, or given up by
-    our own liveness clock); its ephemeral nodes are deleted or about to be."""
+    """The session the request was bound to is gone: a server said it expired (our own
+    clock never gives a session up); its ephemeral nodes are deleted or about to be."""
 
 
 class ZooKeeperError(AiozklockError):

@@ -10,12 +10,14 @@ requests vanish, the server's events still arrive) must not look alive.
 What follows from it, relative to ``T``:
 
 * **ping**: a connection on which we wrote nothing for ``T/6`` gets a ping, so that its reply
-  has a third of ``T`` before silence is declared (as Java's client does), not a sixth;
+  has a third of ``T`` before silence is declared (as Java's client does), not a sixth
+  (while probes run, they take the pings' place);
 * **silence**: no answer for ``T/2`` while connected means the connection is dead, one-way or
   the server frozen: SUSPENDED (the shell drops the connection);
 * **proof**: while a holding needs it (``LeaderProof.demand``), on an ensemble, probes through
-  the leader (``_leader``) are written ``PROBE_GAP x T`` after the newest committed write
-  (a grant that finds the proof stale gets one at once); one unanswered for
+  the leader (``_leader``) are written at most ``PROBE_GAP x T`` after the answer to the
+  newest committed write (less where the chain needs it: ``LeaderProof.probe_gap``; a grant
+  that finds the proof stale gets one at once); one unanswered for
   ``PROBE_WAIT x T`` means the server may be cut off from the leader: the connection is
   dropped and another server tried. Idle and queued sessions only ping;
 * **horizon**: a holding never outlives ``valid_until``: connected, the connection is then
@@ -27,8 +29,10 @@ What follows from it, relative to ``T``:
   know that a session expired. It is LOST only when a server says so (at the reconnect), as
   ZooKeeper's own clients do; while none answers it stays SUSPENDED, its holdings given up.
 
-``tick(now, ...)`` applies them and says what to do and when to tick next; the shell sleeps
-until then (or until the state changes) and performs the decision.
+``LivenessClock.tick(now, ...)`` applies them: it returns a decision (a ``Tick``) and the
+instant of the next decision; the shell sleeps until then (or until the state changes) and
+performs the decision. (``tick`` and ``Tick`` here name this step of our clock; in prose,
+"tick" means ZooKeeper's ``tickTime``, as in ``_leader`` and ``_server_conf``.)
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ PING_IDLE = 1 / 6
 
 
 class Tick(enum.Enum):
-    """What the clock decided at a tick."""
+    """What the liveness clock decided (``LivenessClock.tick``)."""
 
     WAIT = "wait"  # nothing to do before the next deadline
     PING = "ping"  # write a ping now (already counted as sent)
@@ -109,7 +113,9 @@ class LivenessClock:
     def attached(self, timeout: float, sent_at: float, now: float, new_session: bool) -> None:
         """A handshake answered at ``now`` for a ConnectRequest sent at ``sent_at``: the
         server refreshed the session when it read the request, no earlier than we sent it,
-        which is the safe base for our own expiry deadline (at the leader: ``_leader``)."""
+        so ``sent_at`` is the safe base of ``valid_until`` on a standalone server; on an
+        ensemble ``_leader`` proves it (a new session at once, a re-attach with the first
+        commit on the connection)."""
         self.timeout = timeout
         self.last_heard = now
         self.last_sent = self.last_acked_send = sent_at
@@ -117,7 +123,7 @@ class LivenessClock:
         self.leader.attached(sent_at, new_session)
 
     def tick(self, now: float, connected: bool, suspended: bool) -> tuple[Tick, float]:
-        """The decision at ``now`` and the instant of the next tick. ``connected``: a
+        """The decision at ``now`` and the instant of the next one. ``connected``: a
         connection serves the session; ``suspended``: none does, the session may live."""
         if connected:
             return self._tick_connected(now)

@@ -6,8 +6,8 @@ password, generation, negotiated timeout, last zxid), the liveness clock (``_clo
 requests in flight (``_requests``), the requests queued to be written soon (``_outgoing``),
 the watchers (``_watches``), and a session we let go of (a close not confirmed) that must
 still be closed on the server. ``Session`` (``_session``) is the socket shell around it: it
-writes what this returns, feeds in what it reads, sleeps until ``tick``'s next deadline, and
-tells listeners about state changes.
+writes what this returns, feeds in what it reads, sleeps until the next deadline the clock's
+decision names (``tick``), and tells listeners about state changes.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class SessionState(enum.Enum):
     CONNECTING = "CONNECTING"  # before the first session was established
     CONNECTED = "CONNECTED"
     SUSPENDED = "SUSPENDED"  # connection lost or silent; the session may still be alive
-    LOST = "LOST"  # the session is gone; a new one is being established
+    LOST = "LOST"  # a server said the session expired; a new one is being established
     CLOSED = "CLOSED"
 
 
@@ -93,8 +93,9 @@ class SessionCore:
         self._requests = RequestTable(self._watches, self._clock.sent_at, new_waker)
         self._outgoing = OutgoingQueue(scheduler)
         self._read_buffer = bytearray()  # the current connection's incomplete frame
-        # A session we gave up on by our own clock while the server may still keep it (or
-        # revive it after a restart): closed explicitly once we can, so its nodes go at once.
+        # A session we let go of (a close() the server did not confirm, or credentials it
+        # refused) while the server may still keep it (or revive it after a restart): closed
+        # explicitly once we can, so its nodes go at once. Our clock never gives one up.
         self._stale_session: tuple[int, bytes] | None = None
         self._stale_answered_at: float | None = None  # a server first answered for it
 
@@ -118,10 +119,14 @@ class SessionCore:
 
     @property
     def valid_until(self) -> float:
-        """The ``uptime()`` instant before which no server can have expired this
-        session (less our safety margin): the send time of the newest request proven heard
-        (by a standalone server: any answered; by an ensemble's leader: ``_leader``'s proof)
-        plus the timeout. The one rule of ``_clock``, on every topology."""
+        """The ``uptime()`` instant before which no server can have expired this session,
+        less our safety margin: ``proven`` plus 90 % of the timeout (``_clock``'s one rule,
+        on every topology: only an answer proves). ``proven`` is the send time of our newest
+        answered request on a standalone server; on an ensemble, of the newest request the
+        leader is proven to have heard of (``_leader``: an answered request, then writes
+        committed on the same connection; an answer alone proves nothing there). Probes run
+        only while a holding needs the proof, so on an ensemble an idle session's
+        ``valid_until`` may be past: a grant waits for a fresh one (``Session.wait_proven``)."""
         return self._clock.valid_until
 
     @property
@@ -131,7 +136,7 @@ class SessionCore:
         return self._clock.proven
 
     def tick(self, now: float, connected: bool) -> tuple[Tick, float]:
-        """The liveness clock's decision at ``now`` (``_clock``) and the next deadline;
+        """The liveness clock's decision at ``now`` (``_clock``) and the instant of the next;
         ``connected``: a connection serves the session now."""
         return self._clock.tick(now, connected, self.state is SessionState.SUSPENDED)
 
@@ -383,8 +388,8 @@ class SessionCore:
         self._stale_answered_at = None
 
     def stale_to_close(self, now: float) -> tuple[int, bytes] | None:
-        """The session to close before connecting, if any: however long ago we gave it up
-        (a server keeps a session a timeout after it last heard from it, and one restarted
+        """The session to close before connecting, if any: however long ago we let go of
+        it (a server keeps a session a timeout after it last heard from it, and one restarted
         with its data revives the sessions it had, however long it was down). Given up
         (None, logged) once servers answered for it for a whole timeout without the close
         going through: then it is left to the server's expiry."""

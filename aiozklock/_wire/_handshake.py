@@ -46,8 +46,8 @@ async def handshake(
 ) -> tuple[framing.Handshake, int, float]:
     """Attach our session (or ask for a new one), authenticate, re-arm the watches.
     Returns the answer, the session id we presented and when we asked; raises
-    ``ExpiredAnswer`` (the presented session expired), ``HandshakeRejected`` (also when our
-    own clock gave the session up meanwhile), ``AuthenticationFailed`` or a stream error."""
+    ``ExpiredAnswer`` (the presented session expired), ``HandshakeRejected`` (also when the
+    session was forgotten meanwhile), ``AuthenticationFailed`` or a stream error."""
     request, session_id = core.connect_request()
     sent_at = uptime()
     conn.write(request)
@@ -63,7 +63,8 @@ async def handshake(
             conn.write(rearm)
             await conn.drain()
     if session_id != core.session_id:
-        # Our own clock gave the session up while we were reconnecting.
+        # Forgotten while we were reconnecting (only a server's expiry answer forgets one:
+        # ``forget_session``): this answer attached a session that is no longer ours.
         raise HandshakeRejected("session given up during the handshake")
     return answer, session_id, sent_at
 

@@ -2,8 +2,8 @@
 
 It connects (``connect_first``), serves each connection (``run``: reads feed
 ``SessionCore.receive``, the backlog and the requests queued for soon are flushed), runs the
-liveness clock (``_monitor`` sleeps until ``SessionCore.tick``'s deadline and performs its
-decision), reconnects across the host list (closing first a session we let go of), and
+liveness clock (``_monitor`` performs each decision of ``SessionCore.tick`` and sleeps until
+the next), reconnects across the host list (closing first a session we let go of), and
 tells listeners about every state change. The request API and ``close`` are ``Session``'s.
 """
 

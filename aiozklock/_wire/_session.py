@@ -5,9 +5,11 @@ It is built in three layers, each in its own module:
 
 * ``SessionCore`` (``_core``), without I/O: framing and xid matching (``_requests``: a request
   the server left unanswered while it answered a later one fails with ``ConnectionLoss``),
-  the liveness clock (``_clock``: pings after a sixth of the timeout idle, SUSPENDED after
-  half of it silent, LOST at our own deadline), the requests queued for soon
-  (``_outgoing``), which session to present at a reconnect and which stale one to close;
+  the liveness clock (``_clock``: only an answer proves; pings after a sixth of the timeout
+  idle, SUSPENDED after half of it without an answer, every holding given up at
+  ``valid_until``, probes through the leader while something is held; LOST only when a
+  server says the session expired), the requests queued for soon (``_outgoing``), which
+  session to present at a reconnect and which stale one to close;
 * ``SessionLifecycle`` (``_lifecycle``), the socket shell: connects, serves each connection
   (feeding the bytes read to the core), reconnects across the host list (authenticating and
   re-arming every watch with SetWatches before anything else is sent: ``_handshake``), runs

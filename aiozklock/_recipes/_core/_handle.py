@@ -315,13 +315,16 @@ class Handle(metaclass=_FactoryMade):
     def valid_until(self) -> float:
         """The ``aiozklock.clock()`` instant until which it is certainly still ours.
 
-        For a session-bound recipe, one rule on every topology: no server can expire our
-        session, and so grant the resource to anyone else, earlier than the session timeout
-        after the send time of our newest request proven to have reached the session's keeper
-        (a standalone server's answer; on an ensemble, a probe committed through the leader);
-        this is that instant less a 10 % margin. Only answers move it (pings or probes keep it
-        moving while idle; watch events never do), and the session is dropped at it even if
-        its connection looks alive. It catches what no notification can: a process that was
+        For a session-bound recipe, one rule on every topology: only an answer proves. No
+        server can expire our session, and so grant the resource to anyone else, earlier than
+        the session timeout after the send time of our newest request proven to have reached
+        the session's keeper: on a standalone server, any request it answered; on an
+        ensemble, one the leader is proven to have heard of (by writes it committed for us
+        later on the same connection: our creates and deletes, and probes sent while
+        something is held). This is that instant less a 10 % margin. Only answers move it (watch events
+        and other frames never do). The holding ends at it, connected or not: its body is
+        cancelled and its nodes deleted later; the session is kept (only a server says it
+        expired). It catches what no notification can: a process that was
         paused (GC, SIGSTOP, a swapped-out VM, a suspended machine: ``aiozklock.clock()``
         counts a suspend) and resumes after its session may have expired.
         ``-inf`` once lost. Raises ``NotLockOwner`` if not held. Fencing tokens remain the
