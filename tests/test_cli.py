@@ -167,7 +167,7 @@ async def test_loss_kills_the_command_and_exits_70(
             "--session-timeout",
             "2",
             "--grace",
-            "1",
+            "0.2",
             PATH,
             "--",
             "sh",
@@ -478,3 +478,18 @@ def test_aiozk_used_beside_us_is_whole() -> None:
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "ok"
+
+
+def test_the_grace_defaults_to_a_twentieth_of_the_session_timeout_and_warns_above_a_tenth(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A loss can come at ``valid_until``, a tenth of the session timeout before a re-grant:
+    a grace beyond that is said, before anything runs."""
+    from aiozklock._cli._run import _grace
+
+    assert _grace(None, 10.0) == 0.5
+    assert _grace(1.0, 10.0) == 1.0
+    assert capsys.readouterr().err == ""
+    assert _grace(2.0, 10.0) == 2.0
+    err = capsys.readouterr().err
+    assert "--grace 2s exceeds a tenth of the session timeout (1s)" in err

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 from dataclasses import dataclass, field
 
 import anyio
@@ -43,10 +44,11 @@ RUN_EPILOG = f"""\
 The command gets {TOKEN_VARIABLE} (the lock's fencing token) and {PATH_VARIABLE} in its
 environment. It runs in its own process group: SIGINT and SIGTERM received by aiozklock are
 forwarded to that group (then aiozklock waits for the command and releases the lock). If the
-lock is lost (the connection is lost or silent for half the session timeout), the group gets
-SIGTERM, then SIGKILL once the command exits or --grace seconds pass: keep --grace below half
-the session timeout, so that the command is gone before ZooKeeper can grant the lock to
-another.
+lock is lost (the connection is lost, or the holding reaches its valid_until: no answer
+proved the session alive for 0.9 of the session timeout), the group gets SIGTERM, then
+SIGKILL once the command exits or --grace seconds pass (a twentieth of the session timeout
+by default: keep it below a tenth, so that the command is gone before ZooKeeper can grant
+the lock to another).
 
 exit status:
   N       the command's exit status (128+N if a signal N killed it)
@@ -94,9 +96,10 @@ def add_run_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     run.add_argument(
         "--grace",
         type=seconds,
-        default=2.0,
+        default=None,
         metavar="S",
-        help="after a loss, seconds between SIGTERM and SIGKILL (%(default)s)",
+        help="after a loss, seconds between SIGTERM and SIGKILL (default: a twentieth of "
+        "the session timeout; a WARNING above a tenth)",
     )
     run.add_argument(
         "--session-timeout",
@@ -153,8 +156,24 @@ def _options(args: argparse.Namespace) -> _Options:
         command=command,
         timeout=0.0 if args.nonblock else args.timeout,
         identifier=identifier,
-        grace=args.grace,
+        grace=_grace(args.grace, args.session_timeout),
     )
+
+
+def _grace(grace: float | None, session_timeout: float) -> float:
+    """``--grace``, a twentieth of the session timeout by default. A loss can come as late
+    as ``valid_until``, a tenth of the timeout before a server may expire the session and
+    grant the lock to another: a longer grace lets the command outlive the lock."""
+    if grace is None:
+        return session_timeout / 20
+    if grace > session_timeout / 10:
+        print(
+            f"aiozklock run: warning: --grace {grace:g}s exceeds a tenth of the session "
+            f"timeout ({session_timeout / 10:g}s): after a loss the command may still run "
+            "when the lock is granted to another",
+            file=sys.stderr,
+        )
+    return grace
 
 
 def _unrunnable(program: str) -> int | None:
