@@ -51,14 +51,22 @@ class AcquireContext(Coroutine[Any, Any, None], Generic[H]):
     """What ``acquire()`` returns: an async context manager, and a coroutine (so that
     ``await``, ``asyncio.create_task(lock.acquire())`` and ``tg.start_soon(lock.acquire)``
     all work). The underlying coroutine is created only if it is awaited or driven; one that
-    is never awaited or entered warns, as an un-awaited coroutine does."""
+    is never awaited or entered warns, as an un-awaited coroutine does.
 
-    __slots__ = ("_coro", "_handle", "_origin", "_scope", "_timeout")
+    Awaited (``await x.acquire()``), the holding is the awaiting task's. Driven as a task of
+    its own (``asyncio.wait_for`` on Python 3.11, ``create_task``, ``gather``, ``shield``,
+    ``start_soon``), that task ends as soon as it returns: the holding is then the task's
+    that called ``acquire()`` (the one that awaits the result), not the short-lived one's."""
 
-    def __init__(self, handle: H, timeout: float | None, origin: str | None) -> None:
+    __slots__ = ("_caller", "_coro", "_handle", "_origin", "_scope", "_timeout")
+
+    def __init__(
+        self, handle: H, timeout: float | None, origin: str | None, caller: TaskRef | None
+    ) -> None:
         self._handle = handle
         self._timeout = timeout
         self._origin = origin  # where acquire() was called; None once used
+        self._caller = caller  # the task that called acquire(), if in the client's loop
         self._scope: anyio.CancelScope | None = None
         self._coro: Coroutine[Any, Any, None] | None = None
 
@@ -72,17 +80,19 @@ class AcquireContext(Coroutine[Any, Any, None], Generic[H]):
                 stacklevel=2,
             )
 
-    def _coroutine(self) -> Coroutine[Any, Any, None]:
+    def _coroutine(self, task: TaskRef | None = None) -> Coroutine[Any, Any, None]:
         if self._coro is None:
             self._origin = None
-            self._coro = self._handle._acquire(self._timeout)
+            self._coro = self._handle._acquire(self._timeout, task)
         return self._coro
 
     def __await__(self) -> Generator[Any, None, None]:
         return self._coroutine().__await__()
 
     def send(self, value: Any) -> Any:
-        return self._coroutine().send(value)
+        # Driven by ``send`` rather than awaited: it is a task's own coroutine, a task that
+        # ends when it returns, so the holding goes to the task that called acquire().
+        return self._coroutine(self._caller).send(value)
 
     def throw(self, *args: Any) -> Any:
         return self._coroutine().throw(*args)
@@ -244,11 +254,22 @@ class Handle(metaclass=_FactoryMade):
         in time, ``InvalidArgument`` for a bad ``timeout``, ``UsageError`` outside the
         client's event loop, or if the task holds another object on the same path and
         ``timeout`` is None (it would wait for itself forever). Never awaited nor entered,
-        it warns (``RuntimeWarning``).
+        it warns (``RuntimeWarning``). Run as a task of its own (``asyncio.wait_for`` on
+        Python 3.11, ``create_task``, ``gather``, ``shield``), the holding is the task's that
+        called ``acquire()``, which awaits it, not the short-lived task's.
         """
         frame = sys._getframe(1)  # the loop check is _acquire's, when it runs
         origin = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        return AcquireContext(self, validate_timeout(timeout), origin)
+        return AcquireContext(self, validate_timeout(timeout), origin, self._caller())
+
+    def _caller(self) -> TaskRef | None:
+        """The calling task, if called in a task of the client's event loop (a task of
+        another loop or thread is refused when the acquire runs)."""
+        try:
+            self._session.check_loop()
+            return self._session.tasks.current()
+        except (UsageError, RuntimeError):
+            return None
 
     async def try_acquire(self) -> bool:
         """One attempt, no waiting: True if it is now held by the current task.
@@ -321,10 +342,10 @@ class Handle(metaclass=_FactoryMade):
         the session's keeper: on a standalone server, any request it answered; on an
         ensemble, one the leader is proven to have heard of (by writes it committed for us
         later on the same connection: our creates and deletes, and probes sent while
-        something is held). This is that instant less a 10 % margin. Only answers move it (watch events
-        and other frames never do). The holding ends at it, connected or not: its body is
-        cancelled and its nodes deleted later; the session is kept (only a server says it
-        expired). It catches what no notification can: a process that was
+        something is held). This is that instant less a 10 % margin. Only answers move it
+        (watch events and other frames never do). The holding ends at it, connected or not:
+        its body is cancelled and its nodes deleted later; the session is kept (only a
+        server says it expired). It catches what no notification can: a process that was
         paused (GC, SIGSTOP, a swapped-out VM, a suspended machine: ``aiozklock.clock()``
         counts a suspend) and resumes after its session may have expired.
         ``-inf`` once lost. Raises ``NotLockOwner`` if not held. Fencing tokens remain the
