@@ -34,8 +34,8 @@ from ._nemesis_clients import (
     _py_spy,
     _wait_stopped,
 )
-from ._nemesis_report import FaultRecord
 from ._nemesis_store import StoreGate
+from ._nemesis_tally import FaultRecord
 from ._nemesis_worker import recorded_client, run_worker
 from ._nemesis_worker_config import Record, WorkerConfig, WorkerSink
 from ._server import ZooKeeperCluster
