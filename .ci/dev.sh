@@ -2,7 +2,7 @@
 # The one bootstrap script behind the README's quickstart, on Debian/Ubuntu:
 #
 #   bash .ci/dev.sh demo [demo options]   # workers race for one lock on a throwaway ZooKeeper
-#   bash .ci/dev.sh test [pytest args]    # ruff, mypy, mkdocs, the wheel's smoke, pytest
+#   bash .ci/dev.sh test [pytest args]    # ruff, mypy, import circles, mkdocs, wheel smoke, pytest
 #   bash .ci/dev.sh bench [run.py args]   # aiozklock vs aiozk, kazoo, Curator, etcd, Redis
 #   bash .ci/dev.sh setup                 # only install what is missing
 #
@@ -286,6 +286,9 @@ run_tests() {
     "$VENV/bin/ruff" format --check . || failed+=("ruff format --check")
     say "mypy (strict, see pyproject.toml)"
     "$VENV/bin/mypy" || failed+=("mypy")
+    # tests/test_import_graph.py checks it too; here a circle fails fast, with the list.
+    say "import graph: no circle among the package's modules"
+    "$VENV/bin/python" "$ROOT/.ci/import_graph.py" || failed+=("import graph")
     # Not --quiet: mkdocs 1.6 then drops the warnings that --strict counts, and passes.
     say "mkdocs build --strict (the documentation site: broken references fail)"
     # The site built here is the one tests/test_docs_api.py reads (AIOZKLOCK_DOCS_SITE): the

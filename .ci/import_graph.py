@@ -4,6 +4,10 @@ included, and the circles in it (strongly connected components of more than one 
     python .ci/import_graph.py          # exit 1 and list the circles if there are any
     python .ci/import_graph.py --edges  # print every edge too
 
+``tests/test_import_graph.py`` runs it under pytest (0 circles, and a circle found in a
+package made for the test): ``graph`` and ``modules`` take the package and the directory
+that holds it.
+
 An import of a name from a package (``from aiozklock import X``) runs that package's
 ``__init__``, so it is an edge to the package unless ``X`` is a submodule.
 """
@@ -18,11 +22,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = "aiozklock"
 
 
-def modules() -> dict[str, pathlib.Path]:
-    """Every module of the package by dotted name."""
+def modules(root: pathlib.Path = ROOT, package: str = PACKAGE) -> dict[str, pathlib.Path]:
+    """Every module of ``package`` (a directory under ``root``) by dotted name."""
     found = {}
-    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
-        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for path in sorted((root / package).rglob("*.py")):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
         found[name] = path
     return found
 
@@ -51,9 +55,9 @@ def imports(name: str, path: pathlib.Path, known: dict[str, pathlib.Path]) -> se
     return got
 
 
-def graph() -> dict[str, set[str]]:
-    """Module -> the modules it imports."""
-    known = modules()
+def graph(root: pathlib.Path = ROOT, package: str = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports."""
+    known = modules(root, package)
     return {name: imports(name, path, known) for name, path in known.items()}
 
 

@@ -306,9 +306,10 @@ class ZooKeeperClient(RecipeFactories, Znodes):
         ``ClientClosed`` if the client is not connected; ``NoAuthError`` if a node's ACL
         forbids the write.
         """
-        from aiozklock._revoke import revoke  # loaded when first used
+        from aiozklock._revoke import arguments, revoke  # loaded when first used
 
-        return await revoke(self, path, wait)
+        path, wait = arguments(path, wait)
+        return await revoke(self, self._live_session(), path, wait)
 
 
 def connect(

@@ -29,11 +29,11 @@ from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock._recipes._traits import TRAITS
 from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import Op, Stat, exists_op, set_data_op
-from aiozklock._wire._session import Session
 from aiozklock._wire._validation import join, validate_recipe_path
 
 if TYPE_CHECKING:
-    from aiozklock._client import ZooKeeperClient
+    from aiozklock._recipes._traits import RecipeClient
+    from aiozklock._wire._session import Session
 
 #: The recipe whose holder may be revocable: a queue of contender nodes.
 _QUEUE = TRAITS["lock"]
@@ -51,12 +51,18 @@ def validate_wait(wait: object) -> float | None:
     return None if math.isinf(wait) else float(wait)
 
 
-async def revoke(zk: ZooKeeperClient, path: str, wait: float | None) -> tuple[str, ...]:
-    """``ZooKeeperClient.revoke`` (see there): every holder asked, and gone; returns their
+def arguments(path: object, wait: object) -> tuple[str, float | None]:
+    """``revoke``'s ``path`` and ``wait``, validated (``InvalidArgument``), before the
+    client's session is asked for (so a bad argument is told before ``ClientClosed``)."""
+    return validate_recipe_path(path), validate_wait(wait)
+
+
+async def revoke(
+    zk: RecipeClient, session: Session, path: str, wait: float | None
+) -> tuple[str, ...]:
+    """``ZooKeeperClient.revoke`` (see there), given the client (its readers' reads) and its
+    live session, with ``arguments``' values: every holder asked, and gone; returns their
     nodes, as paths. Otherwise ``NotRevoked``, naming the holders that still hold."""
-    path = validate_recipe_path(path)
-    wait = validate_wait(wait)
-    session = zk._live_session()
     deadline = None if wait is None else uptime() + wait
     holders = await _holders(zk, path)
     if not holders:
@@ -109,7 +115,7 @@ def _refusal(
     )
 
 
-async def _holders(zk: ZooKeeperClient, path: str) -> list[Contender]:
+async def _holders(zk: RecipeClient, path: str) -> list[Contender]:
     """The holders at ``path``, read as ``aiozklock contenders`` reads them (the first
     description entry whose reader finds its nodes there); a holder of a recipe that is
     not a queue is returned as not revocable."""
@@ -168,4 +174,4 @@ async def _gone(
     return tuple(server_paths[p] for p in remaining)
 
 
-__all__ = ("revoke", "validate_wait")
+__all__ = ("arguments", "revoke", "validate_wait")

@@ -455,7 +455,8 @@ def test_the_operator_commands_import_neither_the_test_kit_nor_aiozk_client() ->
 
 
 def test_the_command_line_choices_are_the_test_kits() -> None:
-    from aiozklock._cli._choices import FAULT_KINDS, STORES
+    from aiozklock._cli._choices import STORES
+    from aiozklock._nemesis_kinds import FAULT_KINDS
     from aiozklock.testing._nemesis_plan import FAULT_WEIGHTS
     from aiozklock.testing._nemesis_store import STORES as KIT_STORES
 

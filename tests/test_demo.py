@@ -9,7 +9,7 @@ import pytest
 
 from aiozklock._cli import build_parser
 from aiozklock._cli._choices import RECIPES
-from aiozklock._cli._demo import run_demo
+from aiozklock._cli._demo_race import run_demo
 from aiozklock._cli._demo_report import print_report as _print_report
 
 pytestmark = [pytest.mark.anyio]

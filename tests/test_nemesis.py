@@ -43,8 +43,7 @@ from aiozklock.testing._nemesis_plan import (
     SERVER_KINDS,
     _category,
 )
-from aiozklock.testing._nemesis_report import FaultRecord
-from aiozklock.testing._nemesis_tally import render_tally, tally_by_kind
+from aiozklock.testing._nemesis_tally import FaultRecord, render_tally, tally_by_kind
 from aiozklock.testing._nemesis_worker_config import WorkerConfig
 
 # The nemesis runs on CI with a 2 s session (as the negative control and the ensemble cuts

@@ -1,5 +1,6 @@
 """What ``demo`` and ``nemesis`` offer on their command lines, named here so that parsing
-arguments (and ``--help``) never imports the test kit, which runs them."""
+arguments (and ``--help``) never imports the test kit, which runs them. The nemesis's fault
+kinds are the test kit's vocabulary (``aiozklock/_nemesis_kinds.py``)."""
 
 from __future__ import annotations
 
@@ -22,39 +23,6 @@ def recipe_help(lead: str, notes: Callable[[RecipeTraits], Iterable[str]]) -> st
     return f"{lead}{listed} (%(default)s)"
 
 
-FAULT_KINDS = (
-    "drop",
-    "blackhole-short",
-    "blackhole-long",
-    "one-way-cut",
-    "lost-create-reply",
-    "lost-delete-reply",
-    "expire",
-    "pause-short",
-    "pause-long",
-    "pause-before-write",
-    "server-pause",
-    "server-kill",
-    "leader-kill",
-    "server-restart",
-    "isolate-follower",
-    "isolate-leader",
-    "split",
-    "flap",
-)
-"""Every fault the nemesis knows (``nemesis --kinds``); its schedule weighs each
-(``testing._nemesis_plan.FAULT_WEIGHTS``). The last four cut links between ensemble members:
-they need a partitionable ensemble (``--servers``), and run only when asked for."""
-
-#: The faults that cut the ensemble's own links (a partitionable cluster's per-pair proxies).
-PARTITION_KINDS = ("isolate-follower", "isolate-leader", "split", "flap")
-#: ``--kinds ensemble``: every fault of the ensemble's members: the cuts, and kill -9 +
-#: restart of a member (or of the leader) with its data.
-KIND_GROUPS = {
-    "ensemble": (*PARTITION_KINDS, "server-kill", "leader-kill", "server-restart"),
-    "partition": PARTITION_KINDS,
-}
-
 #: Where ``demo`` and ``nemesis`` keep their fenced counter (``--store``): the in-process
 #: ``FencedStore``, or a real server that decides each write (``testing._nemesis_store``).
 STORES = ("memory", "postgres", "redis")
@@ -69,9 +37,6 @@ STORE_URL_HELP = (
 )
 
 __all__ = (
-    "FAULT_KINDS",
-    "KIND_GROUPS",
-    "PARTITION_KINDS",
     "RECIPES",
     "STORES",
     "STORE_HELP",

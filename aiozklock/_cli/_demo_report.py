@@ -6,7 +6,7 @@ import argparse
 import statistics
 from typing import TYPE_CHECKING, TextIO
 
-from aiozklock._cli._demo import Grant, Results, recipe_paths
+from aiozklock._cli._demo_race import Grant, Results, recipe_paths
 from aiozklock._recipes._traits import traits_of
 
 if TYPE_CHECKING:

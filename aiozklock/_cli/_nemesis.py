@@ -20,13 +20,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 import aiozklock
-from aiozklock._cli._choices import (
-    FAULT_KINDS,
-    KIND_GROUPS,
-    PARTITION_KINDS,
-    RECIPES,
-    recipe_help,
-)
+from aiozklock._cli._choices import RECIPES, recipe_help
 from aiozklock._cli._common import Parser, positive_int, seconds
 from aiozklock._cli._demo import (
     EXIT_FAILED,
@@ -37,6 +31,7 @@ from aiozklock._cli._demo import (
     check_store_options,
     store_notice,
 )
+from aiozklock._nemesis_kinds import FAULT_KINDS, KIND_GROUPS, PARTITION_KINDS
 from aiozklock._recipes._traits import RecipeTraits, traits_of
 
 if TYPE_CHECKING:

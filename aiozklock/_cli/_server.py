@@ -119,7 +119,7 @@ def find_install() -> str:
 
     A ``ZOOKEEPER_HOME`` without jars is an error here (the test kit falls back to Debian's
     jars): whoever set it meant that release."""
-    from aiozklock.testing._server_install import _find_java, debian_classpath, home_classpath
+    from aiozklock.testing._server_install import debian_classpath, find_java, home_classpath
 
     home = os.environ.get("ZOOKEEPER_HOME")
     if home:
@@ -135,7 +135,7 @@ def find_install() -> str:
         )
     else:
         source = "/usr/share/java"
-    if _find_java() is None:
+    if find_java() is None:
         raise _CannotRun("no Java runtime: no java on PATH, nor in $JAVA_HOME/bin")
     return source
 
@@ -174,7 +174,7 @@ def server_command(args: argparse.Namespace) -> int:
 def _serve(cluster: ZooKeeperCluster, args: argparse.Namespace, source: str) -> int:
     """Start the cluster, print how to use it, and watch its members until one exits."""
     from aiozklock.testing import PortTaken, ZooKeeperStartError
-    from aiozklock.testing._server_member import _tail
+    from aiozklock.testing._process import log_tail
 
     try:
         cluster.start(timeout=60.0)
@@ -195,7 +195,7 @@ def _serve(cluster: ZooKeeperCluster, args: argparse.Namespace, source: str) -> 
                 say(
                     args.command,
                     f"ZooKeeper {member.id} ({member.address}) exited; the end of "
-                    f"{member.log_path}:\n{_tail(member.log_path, 20)}",
+                    f"{member.log_path}:\n{log_tail(member.log_path, 20)}",
                 )
                 return EXIT_FAILED
         time.sleep(_POLL)  # a signal interrupts it (_Stop)

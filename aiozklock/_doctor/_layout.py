@@ -26,7 +26,7 @@ from aiozklock._recipes._lease import LEASE_NODE
 from aiozklock._recipes._nonfair import NODE_NAME
 from aiozklock._recipes._rwdecision import KAZOO_READ_MARKER, READ_MARKER
 from aiozklock._recipes._semaphore_compat import CURATOR, KAZOO
-from aiozklock._recipes._traits import _is_lease as is_lease
+from aiozklock._recipes._traits import is_lease
 from aiozklock._wire._protocol import Stat
 from aiozklock._wire._validation import join
 

@@ -11,14 +11,15 @@ paths, holders that share the resource, a TTL lease that outlives its session, a
 read side. An entry whose nodes the read-only commands (``contenders``, ``holders``) tell
 apart says how to read them. This module imports nothing but the core and two recipes' node
 names, so the client's factories, the command line (which must not import the test kit) and
-the test kit can all read it.
+the test kit can all read it. It takes the client as a ``RecipeClient`` (the factories and
+reads it uses), never ``ZooKeeperClient`` itself: the client imports this module.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, overload
 
 from aiozklock._exceptions import NoNodeError
 from aiozklock._recipes._core._contenders import Contender, contender_of
@@ -28,12 +29,52 @@ from aiozklock._recipes._nonfair import NODE_NAME
 from aiozklock._wire._validation import join
 
 if TYPE_CHECKING:
-    from aiozklock._client import ZooKeeperClient
     from aiozklock._recipes._core._handle import Handle
+    from aiozklock._recipes._election import Election
+    from aiozklock._recipes._lease import LeaseLock
+    from aiozklock._recipes._lock import Lock
+    from aiozklock._recipes._multilock import MultiLock
+    from aiozklock._recipes._nonfair import NonFairLock
+    from aiozklock._recipes._rwlock import ReadWriteLock
+    from aiozklock._recipes._semaphore import Semaphore
+    from aiozklock._wire._protocol import Stat
+
+
+class RecipeClient(Protocol):
+    """What an entry needs of a client (``ZooKeeperClient`` is one): the public factories
+    its contenders are made with and the reads of its reader, with only the arguments they
+    pass. A protocol, so that this module does not import the client, which imports it."""
+
+    @overload
+    def lock(self, path: str, *, identifier: str | None = ...) -> Lock: ...
+
+    @overload
+    def lock(
+        self, path: str, *, identifier: str | None = ..., fair: Literal[False]
+    ) -> NonFairLock: ...
+
+    def multi_lock(self, paths: Iterable[str], *, identifier: str | None = ...) -> MultiLock: ...
+
+    def election(self, path: str, *, identifier: str | None = ...) -> Election: ...
+
+    def lease_lock(
+        self, path: str, ttl: float, *, holder_id: str | None = ..., identifier: str | None = ...
+    ) -> LeaseLock: ...
+
+    def rw_lock(self, path: str, *, identifier: str | None = ...) -> ReadWriteLock: ...
+
+    def semaphore(
+        self, path: str, max_leases: int, *, identifier: str | None = ...
+    ) -> Semaphore: ...
+
+    async def get_children(self, path: str, *, missing_ok: bool = ...) -> list[str]: ...
+
+    async def get_data(self, path: str) -> tuple[bytes, Stat]: ...
+
 
 #: How the read-only commands read a recipe at a path, given the path's children: its
 #: contenders, holder first, or None if its nodes are not there.
-Reader = Callable[["ZooKeeperClient", str, list[str]], Awaitable[list[Contender] | None]]
+Reader = Callable[[RecipeClient, str, list[str]], Awaitable[list[Contender] | None]]
 
 
 # Named tuples, not dataclasses: the client's factories import this module (for the kinds),
@@ -90,7 +131,7 @@ class RecipeTraits(NamedTuple):
     name: str
     summary: str
     kinds: tuple[str, ...]
-    make: Callable[[ZooKeeperClient, Setup], Sides]
+    make: Callable[[RecipeClient, Setup], Sides]
     multi_path: bool = False
     shares_resource: bool = False
     ttl_lease: bool = False
@@ -98,47 +139,43 @@ class RecipeTraits(NamedTuple):
     inspect: Reader | None = None
 
 
-def _lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _lock(zk: RecipeClient, s: Setup) -> Sides:
     return Sides(zk.lock(s.path, identifier=s.identifier))
 
 
-def _multi_lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _multi_lock(zk: RecipeClient, s: Setup) -> Sides:
     return Sides(zk.multi_lock(s.paths, identifier=s.identifier))
 
 
-def _election(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _election(zk: RecipeClient, s: Setup) -> Sides:
     return Sides(zk.election(s.path, identifier=s.identifier))
 
 
-def _nonfair_lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _nonfair_lock(zk: RecipeClient, s: Setup) -> Sides:
     return Sides(zk.lock(s.path, identifier=s.identifier, fair=False))
 
 
-def _lease_lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _lease_lock(zk: RecipeClient, s: Setup) -> Sides:
     return Sides(zk.lease_lock(s.path, s.ttl, holder_id=s.holder_id, identifier=s.identifier))
 
 
-def _rw_lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _rw_lock(zk: RecipeClient, s: Setup) -> Sides:
     rw = zk.rw_lock(s.path, identifier=s.identifier)
     return Sides(rw.write_lock, rw.read_lock)
 
 
-def _semaphore(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _semaphore(zk: RecipeClient, s: Setup) -> Sides:
     return Sides(zk.semaphore(s.path, s.max_leases, identifier=s.identifier))
 
 
-async def _read_queue(
-    zk: ZooKeeperClient, path: str, children: list[str]
-) -> list[Contender] | None:
+async def _read_queue(zk: RecipeClient, path: str, children: list[str]) -> list[Contender] | None:
     # Any library's contender nodes: an election's, a read/write lock's, kazoo's ... too.
     if not any(is_lock_node(child) for child in children):
         return None
     return await zk.lock(path).contenders()
 
 
-async def _read_nonfair(
-    zk: ZooKeeperClient, path: str, children: list[str]
-) -> list[Contender] | None:
+async def _read_nonfair(zk: RecipeClient, path: str, children: list[str]) -> list[Contender] | None:
     if NODE_NAME not in children:
         return None
     holders = await zk.lock(path, fair=False).contenders()
@@ -146,22 +183,21 @@ async def _read_nonfair(
     return [h for h in holders if h.session_id]
 
 
-async def _read_lease(
-    zk: ZooKeeperClient, path: str, children: list[str]
-) -> list[Contender] | None:
+async def _read_lease(zk: RecipeClient, path: str, children: list[str]) -> list[Contender] | None:
     if LEASE_NODE not in children:
         return None
     try:
         data, stat = await zk.get_data(join(path, LEASE_NODE))
     except NoNodeError:  # released meanwhile
         return []
-    if not _is_lease(data):
+    if not is_lease(data):
         return None
     return [contender_of(LEASE_NODE, data, stat, is_holder=True, sequence=0)]
 
 
-def _is_lease(data: bytes) -> bool:
-    # A TTL node shows no owner in its stat: a lease is told by its data, JSON with holder_id.
+def is_lease(data: bytes) -> bool:
+    """Whether a lease node's ``data`` is a lease's: a TTL node shows no owner in its stat,
+    so a lease is told by its data, JSON with ``holder_id``."""
     try:
         fields = json.loads(data)
     except ValueError:
@@ -235,4 +271,14 @@ def traits_of(name: str) -> RecipeTraits:
         raise ValueError(f"unknown recipe {name!r}; known: {', '.join(TRAITS)}") from None
 
 
-__all__ = ("RECIPE_KINDS", "TRAITS", "RecipeTraits", "Setup", "Sides", "traits_of")
+__all__ = (
+    "RECIPE_KINDS",
+    "TRAITS",
+    "Reader",
+    "RecipeClient",
+    "RecipeTraits",
+    "Setup",
+    "Sides",
+    "is_lease",
+    "traits_of",
+)

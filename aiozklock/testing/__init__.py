@@ -29,9 +29,9 @@ from ._nemesis_plan import FAULT_KINDS as FAULT_KINDS
 from ._nemesis_plan import FaultGroup as FaultGroup
 from ._nemesis_plan import FaultSpec as FaultSpec
 from ._nemesis_plan import plan_faults as plan_faults
-from ._nemesis_report import FaultRecord as FaultRecord
 from ._nemesis_report import NemesisReport as NemesisReport
 from ._nemesis_run import run_nemesis as run_nemesis
+from ._nemesis_tally import FaultRecord as FaultRecord
 from ._postgres import PostgresServer as PostgresServer
 from ._postgres import PostgresStartError as PostgresStartError
 from ._postgres import PostgresUnavailableForTests as PostgresUnavailableForTests

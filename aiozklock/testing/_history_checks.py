@@ -13,12 +13,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from ._history_records import CriticalSection, Crowding, FencedStore, SectionPair
-
-if TYPE_CHECKING:
-    from ._history import History
+from ._history_records import CriticalSection, Crowding, FencedStore, Recorded, SectionPair
 
 __all__ = [
     "Exclusion",
@@ -43,7 +40,7 @@ class Judged:
     the ``id()`` of those a pause covers (judged by fencing), the ``slack`` allowed, and the
     fenced store of each resource."""
 
-    history: History
+    history: Recorded
     ordered: tuple[CriticalSection, ...]
     paused: frozenset[int]
     slack: float = 0.0
@@ -52,7 +49,7 @@ class Judged:
     @classmethod
     def of(
         cls,
-        history: History,
+        history: Recorded,
         slack: float = 0.0,
         stores: Mapping[str, FencedStore] | None = None,
     ) -> Judged:
@@ -220,7 +217,7 @@ def check_released_acts(judged: Judged) -> ReleasedActs:
 
 
 def released_acts(
-    history: History, sections: Iterable[CriticalSection], slack: float
+    history: Recorded, sections: Iterable[CriticalSection], slack: float
 ) -> list[tuple[CriticalSection, float]]:
     """Acts of ``sections`` more than ``slack`` after the observer saw their node
     deleted; only precise deletions count (a late one proves nothing)."""

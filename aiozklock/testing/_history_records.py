@@ -1,5 +1,6 @@
 """What a history is made of: critical sections, pauses, acquire attempts, and the fenced
-store that holders write to; and what its checks find: margins, stale writes, crowding.
+store that holders write to; what its checks read of it (``Recorded``, which ``History``
+is); and what they find: margins, stale writes, crowding.
 
 Times are ``time.monotonic()`` (one host, one clock; system-wide on Linux, so records from
 child processes can be merged).
@@ -10,7 +11,10 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import Counter
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
+from typing import Protocol
 
 __all__ = [
     "AcquireAttempt",
@@ -21,6 +25,7 @@ __all__ = [
     "FencedWrite",
     "Margin",
     "Pause",
+    "Recorded",
     "SectionPair",
     "StaleWrite",
 ]
@@ -237,3 +242,40 @@ class FencedStore:
             return False, None
         self.max_token = max(token, self.max_token or token)
         return True, self.value
+
+
+class Recorded(Protocol):
+    """What the checks (``_history_checks``, ``_history_fencing``, ``_history_timing``) read
+    of a history: ``History``'s records (see there), read-only. A protocol, so that they do
+    not import ``History``, which composes them in ``check()``."""
+
+    @property
+    def sections(self) -> Sequence[CriticalSection]: ...
+
+    @property
+    def pauses(self) -> Sequence[Pause]: ...
+
+    @property
+    def attempts(self) -> Sequence[AcquireAttempt]: ...
+
+    @property
+    def deletions(self) -> Mapping[str, float]: ...
+
+    @property
+    def imprecise_deletions(self) -> Set[str]: ...
+
+    @property
+    def lost_sessions(self) -> Mapping[int, float]: ...
+
+    @property
+    def session_states(self) -> Mapping[int, Sequence[tuple[float, str]]]: ...
+
+    @property
+    def counters(self) -> Counter[str]: ...
+
+    @property
+    def max_holders(self) -> int: ...
+
+    def paused(self, section: CriticalSection) -> bool:
+        """Whether a pause covers ``section`` (it is then judged by fencing)."""
+        ...

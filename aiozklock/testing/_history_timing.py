@@ -5,13 +5,10 @@ time to a closed session, and the margins between a holder's exit and the server
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from ._history_checks import Judged
-from ._history_records import AcquireAttempt, CriticalSection, Margin, Pause
-
-if TYPE_CHECKING:
-    from ._history import History
+from ._history_records import AcquireAttempt, CriticalSection, Margin, Pause, Recorded
 
 __all__ = [
     "LOSS_OUTCOMES",
@@ -49,7 +46,7 @@ def check_attempts(judged: Judged) -> Attempts:
     return Attempts(violations, max_overrun)
 
 
-def paused_time(history: History, client: str, start: float, end: float) -> float:
+def paused_time(history: Recorded, client: str, start: float, end: float) -> float:
     """How long ``client``'s process was stopped (SIGSTOP) between ``start`` and ``end``."""
     return sum(
         p.overlap(start, end)
@@ -106,7 +103,7 @@ def measure_margins(judged: Judged) -> Margins:
 
 
 def lease_margin(
-    history: History, section: CriticalSection, sections: Sequence[CriticalSection]
+    history: Recorded, section: CriticalSection, sections: Sequence[CriticalSection]
 ) -> Margin | None:
     """A lost lease: its node's deletion (by the server's TTL reaper, or by its holder
     once it could) minus the exit, unless its holder took the same node back later
@@ -123,7 +120,7 @@ def lease_margin(
     return Margin(section, released, "ttl" if reason == "timeout" else reason)
 
 
-def cause(history: History, section: CriticalSection) -> str:
+def cause(history: Recorded, section: CriticalSection) -> str:
     """The reason of the first pause that covers ``section``, else ``timeout``."""
     for pause in history.pauses:
         if pause.covers(section):
@@ -131,7 +128,7 @@ def cause(history: History, section: CriticalSection) -> str:
     return "timeout"
 
 
-def connected_since(history: History, session_id: int, t: float) -> bool:
+def connected_since(history: Recorded, session_id: int, t: float) -> bool:
     """Whether the client was connected in ``session_id`` at ``t`` or at any time after
     (and so may have deleted its node itself, e.g. by its janitor)."""
     state_at_t = "CONNECTED"  # no change recorded before t: assume it was connected

@@ -30,13 +30,12 @@ from ._history_records import FencedStore
 from ._nemesis_clients import (
     _Client,
     _kill_quietly,
-    _LocalSink,
     _process_state,
     _py_spy,
     _wait_stopped,
 )
-from ._nemesis_report import FaultRecord
 from ._nemesis_store import StoreGate
+from ._nemesis_tally import FaultRecord
 from ._nemesis_worker import recorded_client, run_worker
 from ._nemesis_worker_config import Record, WorkerConfig, WorkerSink
 from ._server import ZooKeeperCluster
@@ -344,3 +343,24 @@ class _Nemesis:
             await self.close_clients.wait()
         client.closed.set()
         client.exited.set()
+
+
+class _LocalSink:
+    """An in-process worker's sink: its records and fenced reads and writes go straight to
+    the nemesis (a child's come over its stream: ``serve_child``)."""
+
+    def __init__(self, nemesis: _Nemesis, client: _Client) -> None:
+        self._nemesis = nemesis
+        self._client = client
+
+    def emit(self, record: Record) -> None:
+        self._nemesis.on_record(self._client, record)
+
+    async def read(self, resource: str, token: int) -> tuple[bool, int]:
+        return await self._nemesis.gate.read(self._client.name, resource, token)
+
+    async def write(self, resource: str, token: int, value: int) -> bool:
+        return await self._nemesis.gate.write(self._client.name, resource, token, value)
+
+    async def before_write(self) -> None:
+        pass

@@ -1,6 +1,5 @@
 """The nemesis's clients under test (in this process or in a child, each behind its own fault
-proxies), the sink of an in-process one, and the OS helpers that stop, resume and inspect a
-child process."""
+proxies), and the OS helpers that stop, resume and inspect a child process."""
 
 from __future__ import annotations
 
@@ -12,16 +11,12 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 
 from ._nemesis_worker_config import Record
 from ._proxy import FaultProxy
-
-if TYPE_CHECKING:
-    from ._nemesis import _Nemesis
 
 
 class _Client:
@@ -63,24 +58,6 @@ class _Client:
             if proxy.live_connections:
                 return index
         return None
-
-
-class _LocalSink:
-    def __init__(self, nemesis: _Nemesis, client: _Client) -> None:
-        self._nemesis = nemesis
-        self._client = client
-
-    def emit(self, record: Record) -> None:
-        self._nemesis.on_record(self._client, record)
-
-    async def read(self, resource: str, token: int) -> tuple[bool, int]:
-        return await self._nemesis.gate.read(self._client.name, resource, token)
-
-    async def write(self, resource: str, token: int, value: int) -> bool:
-        return await self._nemesis.gate.write(self._client.name, resource, token, value)
-
-    async def before_write(self) -> None:
-        pass
 
 
 def _wait_stopped(pid: int, timeout: float = 2.0) -> bool:

@@ -18,7 +18,7 @@ from ._nemesis import _Nemesis
 from ._nemesis_clients import _Client, _kill_quietly
 from ._nemesis_partition import heal_links, partition_fault
 from ._nemesis_plan import PARTITION_KINDS, PROCESS_KINDS, SERVER_KINDS, FaultGroup, FaultSpec
-from ._nemesis_report import FaultRecord
+from ._nemesis_tally import FaultRecord
 from ._nemesis_targets import client_target, cuttable, described, direct_hosts, member_target
 from ._proxy_records import Opcode
 from ._rawclient_records import RawConnectionClosed, RawSessionExpired, RawZooKeeperError

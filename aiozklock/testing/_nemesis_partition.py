@@ -21,7 +21,7 @@ import anyio.to_thread
 
 from ._nemesis import _Nemesis
 from ._nemesis_plan import FaultSpec
-from ._nemesis_report import FaultRecord
+from ._nemesis_tally import FaultRecord
 from ._nemesis_targets import cuttable, member_target, pick
 from ._server import ZooKeeperCluster
 from ._server_member import ZooKeeperMember

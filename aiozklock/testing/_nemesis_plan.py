@@ -13,8 +13,8 @@ import random
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from aiozklock._cli._choices import FAULT_KINDS, KIND_GROUPS
-from aiozklock._cli._choices import PARTITION_KINDS as _PARTITION_KINDS
+from aiozklock._nemesis_kinds import FAULT_KINDS, KIND_GROUPS
+from aiozklock._nemesis_kinds import PARTITION_KINDS as _PARTITION_KINDS
 
 __all__ = [
     "CLIENT_KINDS",

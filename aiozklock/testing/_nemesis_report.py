@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from aiozklock._recipes._traits import traits_of
 
 from ._history_report import HistoryReport
-from ._nemesis_plan import FaultGroup, FaultSpec
-from ._nemesis_tally import KindTally, render_tally
+from ._nemesis_plan import FaultGroup
+from ._nemesis_tally import FaultRecord, KindTally, render_tally
 
-__all__ = ["FaultRecord", "NemesisReport"]
+__all__ = ["NemesisReport"]
 
 Check = tuple[bool, str]  # (passed, what was checked)
 
@@ -20,26 +20,6 @@ _UNPROTECTED = (
     "UNPROTECTED run (negative control): holders ignored the loss of their lock and the "
     "store did not fence; it cannot pass"
 )
-
-
-@dataclass
-class FaultRecord:
-    """One executed fault: times are seconds since the run's start."""
-
-    group: int
-    spec: FaultSpec
-    target: str = "?"
-    start: float = 0.0
-    end: float = 0.0
-    note: str = ""
-
-    def __str__(self) -> str:
-        option = f"({self.spec.option})" if self.spec.option else ""
-        note = f"  [{self.note}]" if self.note else ""
-        return (
-            f"#{self.group:<3} {self.start:7.2f}-{self.end:7.2f} s  "
-            f"{self.spec.kind}{option} -> {self.target}{note}"
-        )
 
 
 @dataclass

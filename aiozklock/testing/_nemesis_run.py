@@ -160,19 +160,11 @@ async def run_nemesis(
     kit's or the driver's error) when the store cannot be started or reached.
     """
     _check_arguments(recipe, max_leases, clients, processes, duration, session_timeout)
-    if unprotected:
-        check_unprotected(store, recipe)
-    check_store(
-        store, store_url, _current_backend(), shares_resource=traits_of(recipe).shares_resource
-    )
+    _check_fence(recipe, store, store_url, unprotected)
     cluster = target if isinstance(target, ZooKeeperCluster) else None
-    if traits_of(recipe).ttl_lease and cluster is not None:
-        _check_reaping(cluster)
-    allowed = _allowed_kinds(kinds, cluster, processes)
-    ordered = [k for k in FAULT_KINDS if k in allowed]
-    planner = control_plan if unprotected else plan_faults
-    plan = planner(seed, duration, session_timeout, ordered, sync_time=sync_time(cluster))
-    keep_logs = log_dir is not None
+    allowed, plan = _schedule(
+        seed, duration, session_timeout, kinds, cluster, processes, recipe, unprotected
+    )
     logs = _log_dir(log_dir)
     nemesis = _Nemesis(
         seed=seed,
@@ -194,18 +186,67 @@ async def run_nemesis(
         unprotected=unprotected,
     )
     report = _new_report(nemesis, plan, command)
+    await _run_and_judge(nemesis, plan, report, store, store_url)
+    _keep_logs(report, logs, asked=log_dir is not None)
+    return report
+
+
+def _check_fence(recipe: str, store: str, store_url: str | None, unprotected: bool) -> None:
+    """Raises ``ValueError`` (``ImportError`` for a missing driver) for a fenced store the
+    run cannot use, or a negative control it cannot run."""
+    if unprotected:
+        check_unprotected(store, recipe)
+    check_store(
+        store, store_url, _current_backend(), shares_resource=traits_of(recipe).shares_resource
+    )
+
+
+def _schedule(
+    seed: int,
+    duration: float,
+    session_timeout: float,
+    kinds: Collection[str] | None,
+    cluster: ZooKeeperCluster | None,
+    processes: int,
+    recipe: str,
+    unprotected: bool,
+) -> tuple[set[str], list[FaultGroup]]:
+    """The fault kinds the target allows (see ``_allowed_kinds``) and the run's schedule of
+    them (the negative control's for an ``unprotected`` run). Raises ``ValueError`` for a
+    lease on a cluster that does not reap TTL nodes promptly."""
+    if traits_of(recipe).ttl_lease and cluster is not None:
+        _check_reaping(cluster)
+    allowed = _allowed_kinds(kinds, cluster, processes)
+    ordered = [k for k in FAULT_KINDS if k in allowed]
+    planner = control_plan if unprotected else plan_faults
+    return allowed, planner(seed, duration, session_timeout, ordered, sync_time=sync_time(cluster))
+
+
+async def _run_and_judge(
+    nemesis: _Nemesis,
+    plan: list[FaultGroup],
+    report: NemesisReport,
+    store: str,
+    store_url: str | None,
+) -> None:
+    """Run the schedule, restore the cluster whatever happened, then judge the history and
+    the stores into ``report`` and dump what was recorded next to the children's logs."""
     try:
         held = await _run_on_store(nemesis, plan, report, store, store_url)
     finally:
-        if cluster is not None:
-            await restore_cluster(cluster)
+        if nemesis.cluster is not None:
+            await restore_cluster(nemesis.cluster)
     _judge(nemesis, report, held)
-    _dump(nemesis, report, logs / "history.json")
-    if report.ok and not keep_logs:
+    _dump(nemesis, report, nemesis.log_dir / "history.json")
+
+
+def _keep_logs(report: NemesisReport, logs: Path, *, asked: bool) -> None:
+    """Remove the logs of a run that passed unless the caller named their directory; the
+    report names the directory of those kept."""
+    if report.ok and not asked:
         shutil.rmtree(logs, ignore_errors=True)
     else:
         report.log_dir = str(logs)
-    return report
 
 
 async def _run_on_store(

@@ -1,20 +1,38 @@
-"""The nemesis's count per fault kind: how many faults of each kind ran (and were skipped),
-and the safety failures found while one was active: overlapping pairs of holders and stale
-writes the store accepted. A failure is put down to each fault active from its start to a
-session timeout after its heal (what a fault breaks may show only once a session expires)."""
+"""The nemesis's faults as they ran (``FaultRecord``: what each hit, when) and their count per
+kind: how many faults of each kind ran (and were skipped), and the safety failures found
+while one was active: overlapping pairs of holders and stale writes the store accepted. A
+failure is put down to each fault active from its start to a session timeout after its heal
+(what a fault breaks may show only once a session expires)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ._history_records import CriticalSection, StaleWrite
+from ._nemesis_plan import FaultSpec
 
-if TYPE_CHECKING:
-    from ._nemesis_report import FaultRecord
+__all__ = ["FaultRecord", "KindTally", "render_tally", "tally_by_kind"]
 
-__all__ = ["KindTally", "render_tally", "tally_by_kind"]
+
+@dataclass
+class FaultRecord:
+    """One executed fault: times are seconds since the run's start."""
+
+    group: int
+    spec: FaultSpec
+    target: str = "?"
+    start: float = 0.0
+    end: float = 0.0
+    note: str = ""
+
+    def __str__(self) -> str:
+        option = f"({self.spec.option})" if self.spec.option else ""
+        note = f"  [{self.note}]" if self.note else ""
+        return (
+            f"#{self.group:<3} {self.start:7.2f}-{self.end:7.2f} s  "
+            f"{self.spec.kind}{option} -> {self.target}{note}"
+        )
 
 
 @dataclass

@@ -26,7 +26,6 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
 import anyio
@@ -34,11 +33,10 @@ import anyio
 import aiozklock
 from aiozklock import SessionState, StateChange
 from aiozklock._exceptions import NotLockOwner
-from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._traits import Setup, Sides, traits_of
 
-from ._nemesis_worker_config import Record, WorkerConfig, WorkerSink
+from ._nemesis_worker_config import Held, Record, Section, WorkerConfig, WorkerSink
 from ._nemesis_worker_unprotected import act_ignoring_loss
 
 __all__ = [
@@ -48,9 +46,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: What a worker acquires (a semaphore holds its node through the current task's lease).
-Held = Handle
 
 
 def session_recorder(
@@ -254,40 +249,6 @@ def _attempt(sink: WorkerSink, start: float, bound: float, outcome: str) -> None
     )
 
 
-@dataclass
-class _Section:
-    """What a critical section reports when it ends (its ``section`` record)."""
-
-    token: int
-    shared: bool  # a read lock: it shares its grant, and writes nothing
-    shares_resource: bool  # a semaphore: it records its acts, and writes nothing
-    ttl_lease: bool  # a lease: it records its expiry
-    node: str | None
-    session_id: int
-    expires_at: float | None
-    requested: float
-    resources: tuple[str, ...]
-    enter: float = 0.0
-    outcome: str = "error"
-    acts: list[float] = field(default_factory=list)
-
-    def record(self) -> Record:
-        return {
-            "type": "section",
-            "token": self.token,
-            "node": self.node,
-            "session_id": self.session_id,
-            "requested": self.requested,
-            "enter": self.enter,
-            "exit": time.monotonic(),
-            "outcome": self.outcome,
-            "resources": list(self.resources),
-            "expires_at": self.expires_at,
-            "shared": self.shared,
-            "acts": self.acts,
-        }
-
-
 def _pauses(config: WorkerConfig, rng: random.Random) -> list[float]:
     """The "work" before each write: 1..max_writes of them, sometimes spread over a long hold."""
     writes = rng.randint(1, config.max_writes)
@@ -308,7 +269,7 @@ async def _critical_section(
 ) -> None:
     primitive = turn.held
     traits = traits_of(config.recipe)
-    section = _Section(
+    section = Section(
         token=primitive.fencing_token,
         shared=turn.shared,
         shares_resource=traits.shares_resource,
@@ -345,7 +306,7 @@ async def _critical_section(
         sink.emit(section.record())
 
 
-async def _act(primitive: Held, section: _Section, pauses: list[float], sink: WorkerSink) -> str:
+async def _act(primitive: Held, section: Section, pauses: list[float], sink: WorkerSink) -> str:
     """The section's fenced reads, then its pauses and writes; returns its outcome."""
     counters: dict[str, int] = {}
     # A reader shares its grant, a semaphore holder its resource: no fenced access.

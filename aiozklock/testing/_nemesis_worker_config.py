@@ -1,4 +1,5 @@
-"""A nemesis worker's configuration, its records, and the sink they go to.
+"""A nemesis worker's configuration, its records (a critical section's: ``Section``), and the
+sink they go to.
 
 See :mod:`._nemesis_worker` for the loop that emits the records, and
 :mod:`._nemesis_worker_child` for a worker in a child process.
@@ -7,10 +8,16 @@ See :mod:`._nemesis_worker` for the loop that emits the records, and
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Record", "WorkerConfig", "WorkerSink"]
+from aiozklock._recipes._core._handle import Handle
+
+__all__ = ["Held", "Record", "Section", "WorkerConfig", "WorkerSink"]
+
+#: What a worker acquires (a semaphore holds its node through the current task's lease).
+Held = Handle
 
 #: One record of a worker (a JSON object: ``type`` and its fields).
 Record = dict[str, Any]
@@ -69,3 +76,37 @@ class WorkerSink(Protocol):
 
     async def before_write(self) -> None:
         """Called after a pre-write check passed, right before the write is sent."""
+
+
+@dataclass
+class Section:
+    """What a critical section reports when it ends (its ``section`` record)."""
+
+    token: int
+    shared: bool  # a read lock: it shares its grant, and writes nothing
+    shares_resource: bool  # a semaphore: it records its acts, and writes nothing
+    ttl_lease: bool  # a lease: it records its expiry
+    node: str | None
+    session_id: int
+    expires_at: float | None
+    requested: float
+    resources: tuple[str, ...]
+    enter: float = 0.0
+    outcome: str = "error"
+    acts: list[float] = field(default_factory=list)
+
+    def record(self) -> Record:
+        return {
+            "type": "section",
+            "token": self.token,
+            "node": self.node,
+            "session_id": self.session_id,
+            "requested": self.requested,
+            "enter": self.enter,
+            "exit": time.monotonic(),
+            "outcome": self.outcome,
+            "resources": list(self.resources),
+            "expires_at": self.expires_at,
+            "shared": self.shared,
+            "acts": self.acts,
+        }

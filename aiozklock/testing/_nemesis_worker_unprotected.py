@@ -11,14 +11,10 @@ the checker sees what it reports absent in a protected run.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import anyio
 
-from ._nemesis_worker_config import WorkerSink
-
-if TYPE_CHECKING:
-    from ._nemesis_worker import Held, _Section
+from ._nemesis_worker_config import Held, Section, WorkerSink
 
 __all__ = ["act_ignoring_loss"]
 
@@ -27,7 +23,7 @@ _LINGER_STEP = 0.1
 
 
 async def act_ignoring_loss(
-    primitive: Held, section: _Section, pauses: list[float], sink: WorkerSink, linger: float
+    primitive: Held, section: Section, pauses: list[float], sink: WorkerSink, linger: float
 ) -> str:
     """The section's fenced reads, pauses and writes, whatever happens to the lock; returns
     its outcome: ``ignored-loss`` if it saw the loss (and went on), else ``completed``."""

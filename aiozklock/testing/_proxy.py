@@ -6,17 +6,16 @@ so it can record every request (xid, opcode), the session ids handed out, and dr
 the reply to one request ("request executed, response lost"), with the connection reset or
 going on, or lose every request while the server's frames still arrive (a one-way cut).
 
-This module has its API (lifecycle, faults, observation) and its records of what it saw;
-the connections themselves are pumped by :mod:`._proxy_pump`, and the record types are in
-:mod:`._proxy_records`. Runs on asyncio and trio via anyio. All methods must be called from
-the event loop thread that entered the proxy.
+This module has its API (lifecycle, faults, observation); the faults in force and what it
+saw are kept in :mod:`._proxy_state`, the connections themselves are pumped by
+:mod:`._proxy_pump`, and the record types are in :mod:`._proxy_records`. Runs on asyncio and
+trio via anyio. All methods must be called from the event loop thread that entered the
+proxy.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import struct
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -25,15 +24,13 @@ from typing import Literal
 import anyio
 from anyio.abc import SocketAttribute, TaskGroup
 
-from ._proxy_pump import _Connection, _Pump
-from ._proxy_records import ObservedHandshake, ObservedRequest, Opcode, _Arm, _Waiter
+from ._proxy_pump import _Pump
+from ._proxy_records import ObservedHandshake, ObservedRequest, Opcode, _Arm
+from ._proxy_state import ProxyState
 
 __all__ = ["FaultProxy"]
 
 logger = logging.getLogger(__name__)
-
-_CONNECT_REQUEST = struct.Struct("!iqiq")  # protocol_version, last_zxid, timeout, session_id
-_CONNECT_RESPONSE = struct.Struct("!iiq")  # protocol_version, timeout, session_id
 
 
 def _split_upstream(upstream: str) -> tuple[str, int]:
@@ -57,37 +54,12 @@ class FaultProxy:
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
-        self._upstream_host, self._upstream_port = _split_upstream(upstream)
         self.address = ""
         self.port = 0
         self._exit_stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
-        self._pump = _Pump(self)
-        # fault state
-        self._blackholed = False
-        self._one_way = False
-        self._chatter = 0.0
-        self._one_way_changed: anyio.Event | None = None  # set (and replaced) at each change
-        self._new_mode: Literal["hang", "refuse"] = "hang"
-        self._lifted: anyio.Event | None = None
-        self._delay = 0.0
-        self._delay_changed: anyio.Event | None = None
-        self._armed: _Arm | None = None
-        self._waiters: list[_Waiter] = []
-        # observation (all reset by reset_counters)
-        #: every client→server frame after the handshake, in order of receipt
-        self.requests: list[ObservedRequest] = []
-        self.connect_requests: list[ObservedHandshake] = []
-        self.connect_responses: list[ObservedHandshake] = []
-        self.four_letter_words: list[str] = []  # e.g. aiozk's "srvr" probe
-        #: TCP connections accepted, including refused ones and four-letter-word probes
-        self.connections_accepted = 0
-        #: replies swallowed by arm_drop_after
-        self.swallowed_replies = 0
-        #: watch notifications the server sent (frames with xid -1), on every connection
-        self.notifications = 0
-        #: frames (or, unframed, chunks of bytes) from the client lost to a one-way cut
-        self.lost_to_cut = 0
+        self._state = ProxyState()
+        self._pump = _Pump(self._state, *_split_upstream(upstream))
 
     def __repr__(self) -> str:
         return f"<FaultProxy {self.address or '(not started)'} -> {self.upstream}>"
@@ -97,17 +69,14 @@ class FaultProxy:
     async def __aenter__(self) -> FaultProxy:
         if self._exit_stack is not None:
             raise RuntimeError("FaultProxy is already running")
-        self._lifted = anyio.Event()
-        self._lifted.set()
-        self._one_way_changed = anyio.Event()
-        self._delay_changed = anyio.Event()
+        self._state.start()
         async with AsyncExitStack() as stack:
             listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
             stack.push_async_callback(listener.aclose)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit
             self.port = listener.extra(SocketAttribute.local_port)
-            self.address = f"127.0.0.1:{self.port}"
+            self.address = self._state.address = f"127.0.0.1:{self.port}"
             self._tg.start_soon(listener.serve, self._pump.handle, self._tg)
             self._exit_stack = stack.pop_all()
         logger.info("FaultProxy %s -> %s listening", self.address, self.upstream)
@@ -123,9 +92,10 @@ class FaultProxy:
         if stack is None:
             return None
         # Unblock held writers so that nothing waits on a fault that no one will lift.
-        self._blackholed = False
-        if self._lifted is not None:
-            self._lifted.set()
+        state = self._state
+        state.blackholed = False
+        if state.lifted is not None:
+            state.lifted.set()
         self.one_way_cut(False)
         result = await stack.__aexit__(exc_type, exc, tb)
         logger.info("FaultProxy %s closed", self.address)
@@ -159,17 +129,18 @@ class FaultProxy:
         """
         if new not in ("hang", "refuse"):
             raise ValueError(f"new must be 'hang' or 'refuse', got {new!r}")
-        self._new_mode = new
-        if on and not self._blackholed:
-            self._lifted = anyio.Event()
-        elif not on and self._blackholed and self._lifted is not None:
-            self._lifted.set()
-        self._blackholed = on
+        state = self._state
+        state.new_mode = new
+        if on and not state.blackholed:
+            state.lifted = anyio.Event()
+        elif not on and state.blackholed and state.lifted is not None:
+            state.lifted.set()
+        state.blackholed = on
         logger.info("FaultProxy %s: blackhole %s (new=%s)", self.address, on, new)
 
     @property
     def blackholed(self) -> bool:
-        return self._blackholed
+        return self._state.blackholed
 
     def one_way_cut(self, on: bool, *, chatter: float = 0.0) -> None:
         """Start (``on=True``) or heal (``on=False``) a one-way cut: a half-open path.
@@ -200,10 +171,11 @@ class FaultProxy:
         if chatter < 0:
             raise ValueError("chatter must be >= 0")
         chatter = chatter if on else 0.0
-        if (on, chatter) == (self._one_way, self._chatter):
+        state = self._state
+        if (on, chatter) == (state.one_way, state.chatter):
             return
-        self._one_way, self._chatter = on, chatter
-        changed, self._one_way_changed = self._one_way_changed, anyio.Event()
+        state.one_way, state.chatter = on, chatter
+        changed, state.one_way_changed = state.one_way_changed, anyio.Event()
         if changed is not None:
             changed.set()
         if not on:
@@ -215,7 +187,7 @@ class FaultProxy:
     @property
     def one_way_cut_active(self) -> bool:
         """Whether a one-way cut is on (:meth:`one_way_cut`)."""
-        return self._one_way
+        return self._state.one_way
 
     def set_delay(self, seconds: float) -> None:
         """Delay every client→server frame by ``seconds`` after its receipt before
@@ -223,10 +195,11 @@ class FaultProxy:
         ``set_delay(0)`` releases them at once."""
         if seconds < 0:
             raise ValueError("delay must be >= 0")
-        self._delay = seconds
-        if self._delay_changed is not None:
-            self._delay_changed.set()
-            self._delay_changed = anyio.Event()
+        state = self._state
+        state.delay = seconds
+        if state.delay_changed is not None:
+            state.delay_changed.set()
+            state.delay_changed = anyio.Event()
 
     def arm_drop_after(self, opcodes: Iterable[int], n: int = 1, *, reset: bool = True) -> None:
         """Lose the reply to the ``n``-th next client request whose opcode is in
@@ -241,26 +214,64 @@ class FaultProxy:
         """
         if n < 1:
             raise ValueError("n must be >= 1")
-        self._armed = _Arm(frozenset(opcodes), n, reset)
+        armed = self._state.armed = _Arm(frozenset(opcodes), n, reset)
         logger.info(
             "FaultProxy %s: armed drop of reply to request #%d of %s (reset=%s)",
             self.address,
             n,
-            sorted(self._armed.opcodes),
+            sorted(armed.opcodes),
             reset,
         )
 
     def disarm(self) -> None:
         """Cancel a pending :meth:`arm_drop_after` (a reply already targeted still drops)."""
-        self._armed = None
+        self._state.armed = None
 
     # --- observation ------------------------------------------------------------------
 
+    @property
+    def requests(self) -> list[ObservedRequest]:
+        """Every client→server frame after the handshake, in order of receipt."""
+        return self._state.requests
+
+    @property
+    def connect_requests(self) -> list[ObservedHandshake]:
+        """Every ConnectRequest the clients sent, in order of receipt."""
+        return self._state.connect_requests
+
+    @property
+    def connect_responses(self) -> list[ObservedHandshake]:
+        """Every ConnectResponse the server sent, in order of receipt."""
+        return self._state.connect_responses
+
+    @property
+    def four_letter_words(self) -> list[str]:
+        """The four-letter words sent instead of a handshake (e.g. aiozk's "srvr" probe)."""
+        return self._state.four_letter_words
+
+    @property
+    def connections_accepted(self) -> int:
+        """TCP connections accepted, including refused ones and four-letter-word probes."""
+        return self._state.connections_accepted
+
+    @property
+    def swallowed_replies(self) -> int:
+        """Replies swallowed by :meth:`arm_drop_after`."""
+        return self._state.swallowed_replies
+
+    @property
+    def notifications(self) -> int:
+        """Watch notifications the server sent (frames with xid -1), on every connection."""
+        return self._state.notifications
+
+    @property
+    def lost_to_cut(self) -> int:
+        """Frames (or, unframed, chunks of bytes) from the client lost to a one-way cut."""
+        return self._state.lost_to_cut
+
     def count(self, opcode: int | None = None) -> int:
         """Requests seen since the last reset, of ``opcode`` or of any opcode."""
-        if opcode is None:
-            return len(self.requests)
-        return sum(1 for request in self.requests if request.opcode == opcode)
+        return self._state.count(opcode)
 
     @property
     def session_ids(self) -> list[int]:
@@ -278,64 +289,10 @@ class FaultProxy:
     async def wait_for_request(self, opcode: int, count: int = 1) -> None:
         """Wait until at least ``count`` requests of ``opcode`` have been received since
         the last :meth:`reset_counters` (they may still be held or delayed)."""
-        if self.count(opcode) >= count:
-            return
-        waiter = _Waiter(opcode, count, anyio.Event())
-        self._waiters.append(waiter)
-        try:
-            await waiter.event.wait()
-        finally:
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
+        await self._state.wait_for_request(opcode, count)
 
     def reset_counters(self) -> None:
         """Forget every observation so far (requests, handshakes, connection count,
         notifications, lost frames).
         Connection indexes keep counting, so they stay unique."""
-        self.requests.clear()
-        self.connect_requests.clear()
-        self.connect_responses.clear()
-        self.four_letter_words.clear()
-        self.connections_accepted = 0
-        self.swallowed_replies = 0
-        self.notifications = 0
-        self.lost_to_cut = 0
-
-    # --- observation helpers, called by the pump for each frame -----------------------
-
-    def _observe_connect_request(self, conn: _Connection, frame: bytes, now: float) -> None:
-        if len(frame) >= 4 + _CONNECT_REQUEST.size:
-            _, _, timeout, session_id = _CONNECT_REQUEST.unpack_from(frame, 4)
-            self.connect_requests.append(ObservedHandshake(conn.index, session_id, timeout, now))
-
-    def _observe_connect_response(self, conn: _Connection, frame: bytes, now: float) -> None:
-        if len(frame) >= 4 + _CONNECT_RESPONSE.size:
-            _, timeout, session_id = _CONNECT_RESPONSE.unpack_from(frame, 4)
-            self.connect_responses.append(ObservedHandshake(conn.index, session_id, timeout, now))
-            logger.debug(
-                "FaultProxy %s: #%d session 0x%x timeout %d ms",
-                self.address,
-                conn.index,
-                session_id,
-                timeout,
-            )
-
-    def _observe_request(self, conn: _Connection, request: ObservedRequest) -> None:
-        self.requests.append(request)
-        armed = self._armed
-        if armed is not None and request.opcode in armed.opcodes:
-            armed.remaining -= 1
-            if armed.remaining == 0:
-                self._armed = None
-                conn.drop_xids[request.xid] = armed.reset
-                logger.info(
-                    "FaultProxy %s: will swallow the reply to xid %d (opcode %d) on #%d",
-                    self.address,
-                    request.xid,
-                    request.opcode,
-                    conn.index,
-                )
-        for waiter in list(self._waiters):
-            if waiter.opcode == request.opcode and self.count(waiter.opcode) >= waiter.count:
-                self._waiters.remove(waiter)
-                waiter.event.set()
+        self._state.reset()

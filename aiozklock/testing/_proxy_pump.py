@@ -2,8 +2,9 @@
 
 Frames are read as soon as they arrive (so observation is immediate) and forwarded by a
 separate writer per direction, which is where partitions hold them and delays park them;
-order is always preserved. The fault state and the records are the proxy's
-(:class:`~._proxy.FaultProxy`), which the pump reads and feeds.
+order is always preserved. The faults in force and the records are the proxy's state
+(:class:`~._proxy_state.ProxyState`, which :class:`~._proxy.FaultProxy` sets and reads): the
+pump obeys the one and feeds the other.
 """
 
 from __future__ import annotations
@@ -15,16 +16,13 @@ import socket
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._proxy_records import ObservedRequest
-
-if TYPE_CHECKING:
-    from ._proxy import FaultProxy
+from ._proxy_state import ProxyState
 
 logger = logging.getLogger(__name__)
 
@@ -98,19 +96,21 @@ def _set_rst_on_close(stream: SocketStream) -> None:
 
 
 class _Pump:
-    """The connections of one :class:`~._proxy.FaultProxy`, accepted by :meth:`handle`."""
+    """The connections of one :class:`~._proxy.FaultProxy`, accepted by :meth:`handle` and
+    connected to ``upstream_host:upstream_port``, under the faults of its ``state``."""
 
-    def __init__(self, proxy: FaultProxy) -> None:
-        self._proxy = proxy
+    def __init__(self, state: ProxyState, upstream_host: str, upstream_port: int) -> None:
+        self._state = state
+        self._upstream = (upstream_host, upstream_port)
         self.conns: dict[int, _Connection] = {}
         self._next_index = 0  # unique over the proxy's life, unlike connections_accepted
 
     async def handle(self, client: SocketStream) -> None:
         index = self._next_index
         self._next_index += 1
-        self._proxy.connections_accepted += 1
-        if self._proxy._blackholed and self._proxy._new_mode == "refuse":
-            logger.info("FaultProxy %s: refusing connection #%d", self._proxy.address, index)
+        self._state.connections_accepted += 1
+        if self._state.blackholed and self._state.new_mode == "refuse":
+            logger.info("FaultProxy %s: refusing connection #%d", self._state.address, index)
             _set_rst_on_close(client)
             await client.aclose()
             return
@@ -131,7 +131,7 @@ class _Pump:
             conn.closed.set()
             logger.debug(
                 "FaultProxy %s: connection #%d closed (rst=%s)",
-                self._proxy.address,
+                self._state.address,
                 index,
                 conn.rst,
             )
@@ -142,13 +142,11 @@ class _Pump:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._read_client, conn, c2s_send)
             # A hung new connection is not even connected upstream until the partition lifts.
-            await self._wait_lifted()
+            await self._state.wait_lifted()
             try:
-                conn.server = await anyio.connect_tcp(
-                    self._proxy._upstream_host, self._proxy._upstream_port
-                )
+                conn.server = await anyio.connect_tcp(*self._upstream)
             except OSError as exc:
-                logger.info("FaultProxy %s: upstream connect failed: %s", self._proxy.address, exc)
+                logger.info("FaultProxy %s: upstream connect failed: %s", self._state.address, exc)
                 conn.abort(rst=True)
                 return
             tg.start_soon(self._write, conn, c2s_recv, conn.server, True)
@@ -156,25 +154,17 @@ class _Pump:
             tg.start_soon(self._write, conn, s2c_recv, conn.client, False)
             tg.start_soon(self._chatter, conn, s2c_send.clone())
 
-    async def _wait_lifted(self) -> None:
-        while self._proxy._blackholed and self._proxy._lifted is not None:
-            await self._proxy._lifted.wait()
-
-    async def _wait_one_way_healed(self) -> None:
-        while self._proxy._one_way and self._proxy._one_way_changed is not None:
-            await self._proxy._one_way_changed.wait()
-
     async def _chatter(self, conn: _Connection, out: MemoryObjectSendStream[_Item]) -> None:
         """While a one-way cut with chatter lasts: a watch notification to the client every
         ``chatter`` seconds, between whole frames, once its handshake was answered."""
-        proxy = self._proxy
+        state = self._state
         with out, contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             while True:
-                changed = proxy._one_way_changed
+                changed = state.one_way_changed
                 assert changed is not None  # set by the proxy's __aenter__
-                if proxy._one_way and proxy._chatter > 0 and conn.answered and not conn.raw:
+                if state.one_way and state.chatter > 0 and conn.answered and not conn.raw:
                     out.send_nowait(_Data(_CHATTER_FRAME, time.monotonic()))
-                    with anyio.move_on_after(proxy._chatter):
+                    with anyio.move_on_after(state.chatter):
                         await changed.wait()
                 else:
                     await changed.wait()
@@ -197,8 +187,8 @@ class _Pump:
         self, conn: _Connection, out: MemoryObjectSendStream[_Item], data: bytes, now: float
     ) -> None:
         """Pass ``data`` from the client on, unless a one-way cut loses it."""
-        if self._proxy._one_way:
-            self._proxy.lost_to_cut += 1
+        if self._state.one_way:
+            self._state.lost_to_cut += 1
             conn.lost_to_cut = True
             return
         out.send_nowait(_Data(data, now))
@@ -217,7 +207,7 @@ class _Pump:
                 if not handshake_done and len(buffer) >= 4 and buffer[:4].isalpha():
                     # A four-letter word such as aiozk's "srvr" probe: not framed.
                     conn.raw = True
-                    self._proxy.four_letter_words.append(buffer[:4].decode("ascii", "replace"))
+                    self._state.four_letter_words.append(buffer[:4].decode("ascii", "replace"))
                     self._forward(conn, out, bytes(buffer), time.monotonic())
                     buffer.clear()
                     continue
@@ -227,12 +217,13 @@ class _Pump:
                         pass
                     elif not handshake_done:
                         handshake_done = True
-                        self._proxy._observe_connect_request(conn, frame, now)
+                        self._state.observe_connect_request(conn.index, frame, now)
                     elif len(frame) >= 4 + _REQUEST_HEADER.size:
                         xid, opcode = _REQUEST_HEADER.unpack_from(frame, 4)
-                        self._proxy._observe_request(
-                            conn, ObservedRequest(conn.index, xid, opcode, now)
-                        )
+                        request = ObservedRequest(conn.index, xid, opcode, now)
+                        reset = self._state.observe_request(request)
+                        if reset is not None:  # an armed drop: its reply is swallowed
+                            conn.drop_xids[xid] = reset
                     self._forward(conn, out, frame, now)
 
     async def _read_server(
@@ -252,14 +243,14 @@ class _Pump:
                         pass
                     elif not handshake_done:
                         handshake_done = conn.answered = True
-                        self._proxy._observe_connect_response(conn, frame, now)
+                        self._state.observe_connect_response(conn.index, frame, now)
                     elif len(frame) >= 4 + _REPLY_XID.size:
                         (xid,) = _REPLY_XID.unpack_from(frame, 4)
                         if xid == _NOTIFICATION_XID:
-                            self._proxy.notifications += 1
+                            self._state.notifications += 1
                         reset = conn.drop_xids.pop(xid, None)
                         if reset is not None:
-                            self._proxy.swallowed_replies += 1
+                            self._state.swallowed_replies += 1
                             if not reset:
                                 continue
                             out.send_nowait(_Reset(f"swallowed the reply to xid {xid}"))
@@ -275,7 +266,7 @@ class _Pump:
                 logger.warning(
                     "FaultProxy %s: connection #%d is not ZooKeeper framing "
                     "(length %d); passing it through",
-                    self._proxy.address,
+                    self._state.address,
                     conn.index,
                     length,
                 )
@@ -299,13 +290,13 @@ class _Pump:
     ) -> None:
         with items:
             async for item in items:
-                await self._wait_lifted()  # a partition holds everything, markers included
+                await self._state.wait_lifted()  # a partition holds everything, markers too
                 if not to_server and not isinstance(item, _Data):
-                    await self._wait_one_way_healed()  # the server's close: see one_way_cut
+                    await self._state.wait_one_way_healed()  # the server's close: one_way_cut
                 if isinstance(item, _Reset):
                     logger.info(
                         "FaultProxy %s: resetting connection #%d: %s",
-                        self._proxy.address,
+                        self._state.address,
                         conn.index,
                         item.reason,
                     )
@@ -320,24 +311,16 @@ class _Pump:
                         conn.abort(rst=False)
                     return
                 if to_server:
-                    await self._wait_delay(item.t)
-                    await self._wait_lifted()  # a partition may have started meanwhile
+                    await self._state.wait_delay(item.t)
+                    await self._state.wait_lifted()  # a partition may have started meanwhile
                 try:
                     await dest.send(item.payload)
                 except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                     logger.info(
                         "FaultProxy %s: send failed on #%d: %r",
-                        self._proxy.address,
+                        self._state.address,
                         conn.index,
                         exc,
                     )
                     conn.abort(rst=True)
                     return
-
-    async def _wait_delay(self, received: float) -> None:
-        while True:
-            remaining = received + self._proxy._delay - time.monotonic()
-            if remaining <= 0 or self._proxy._delay_changed is None:
-                return
-            with anyio.move_on_after(remaining):
-                await self._proxy._delay_changed.wait()

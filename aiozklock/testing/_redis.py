@@ -16,9 +16,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from ._process import stop_process
+from ._process import POLL_INTERVAL, log_tail, register_process, stop_process, unregister_process
 from ._server_layout import free_ports as _free_ports
-from ._server_member import _POLL_INTERVAL, _register, _tail, _unregister
 
 __all__ = ["RedisServer", "RedisUnavailableForTests"]
 
@@ -109,7 +108,7 @@ class RedisServer:
                     self._start_once(executable, timeout)
                     return self
                 except RuntimeError as exc:
-                    clash = "Address already in use" in _tail(self._log_path, 50)
+                    clash = "Address already in use" in log_tail(self._log_path, 50)
                     self.stop()
                     if not clash or attempt == 3:
                         raise
@@ -138,16 +137,16 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        _register(self._proc)
+        register_process(self._proc)
         deadline = time.monotonic() + timeout
         while not ping(port):
             if self._proc.poll() is not None or time.monotonic() >= deadline:
                 state = f"exit code {self._proc.returncode}" if self.pid is None else "running"
                 raise RuntimeError(
                     f"redis-server on port {port} does not answer PING ({state}); log tail "
-                    f"of {self._log_path}:\n{_tail(self._log_path)}"
+                    f"of {self._log_path}:\n{log_tail(self._log_path)}"
                 )
-            time.sleep(_POLL_INTERVAL)  # polling readiness: there is nothing to await
+            time.sleep(POLL_INTERVAL)  # polling readiness: there is nothing to await
         logger.info("started redis-server on port %d (pid %d)", port, self._proc.pid)
 
     def stop(self) -> None:
@@ -157,7 +156,7 @@ class RedisServer:
         if proc is None:
             return
         stop_process(proc, "redis-server")
-        _unregister(proc)
+        unregister_process(proc)
         self._proc = None
 
     def close(self) -> None:

@@ -22,11 +22,12 @@ import anyio.to_thread
 
 from aiozklock._acl import digest_id
 
+from ._process import POLL_INTERVAL, log_tail
 from ._server_install import (
     _INSTALL_HINT,
     SUPER_DIGEST_PROPERTY,
     ZooKeeperUnavailableForTests,
-    _find_java,
+    find_java,
     find_zookeeper_classpath,
 )
 from ._server_layout import base_config, check_port_free, conf_allowed
@@ -40,13 +41,11 @@ from ._server_links import (
     server_line,
 )
 from ._server_member import (
-    _POLL_INTERVAL,
     _QUORUM_MODES,
     _SERVING_MODES,
     PortTaken,
     ZooKeeperMember,
     ZooKeeperStartError,
-    _tail,
 )
 from ._tls import ClientAuth, TLSFiles
 
@@ -198,7 +197,7 @@ class ZooKeeperCluster:
         if self.work_dir is not None:  # started, and not closed since
             return self
         classpath = find_zookeeper_classpath()
-        java = _find_java()
+        java = find_java()
         if classpath is None or java is None:
             missing = "ZooKeeper jars" if classpath is None else "a java executable"
             raise ZooKeeperUnavailableForTests(f"{_INSTALL_HINT} (missing: {missing})")
@@ -217,7 +216,7 @@ class ZooKeeperCluster:
                     self.wait_serving(timeout)
                 except ZooKeeperStartError as exc:
                     clash = isinstance(exc, PortTaken) or any(
-                        "Address already in use" in _tail(m.log_path, 200) for m in self.members
+                        "Address already in use" in log_tail(m.log_path, 200) for m in self.members
                     )
                     if clash and attempt < attempts:
                         logger.warning("port clash starting ZooKeeper, retrying: %s", exc)
@@ -326,7 +325,7 @@ class ZooKeeperCluster:
                     raise ZooKeeperStartError(
                         f"ZooKeeper {member.id} ({member.address}) exited with "
                         f"{member._proc.returncode}; log tail of {member.log_path}:\n"
-                        f"{_tail(member.log_path)}"
+                        f"{log_tail(member.log_path)}"
                     )
             running = [m for m in self.members if m.running]
             if not running:
@@ -341,13 +340,13 @@ class ZooKeeperCluster:
             if time.monotonic() >= deadline:
                 tails = "\n".join(
                     f"--- member {m.id} ({m.address}) mode={mode}, {m.log_path}:\n"
-                    f"{_tail(m.log_path, 20)}"
+                    f"{log_tail(m.log_path, 20)}"
                     for m, mode in zip(running, modes, strict=True)
                 )
                 raise ZooKeeperStartError(
                     f"ZooKeeper cluster not serving after {timeout}s:\n{tails}"
                 )
-            time.sleep(_POLL_INTERVAL)  # polling readiness: there is nothing to await
+            time.sleep(POLL_INTERVAL)  # polling readiness: there is nothing to await
 
     async def await_serving(self, timeout: float = 30.0) -> None:  # noqa: ASYNC109
         """:meth:`wait_serving` in a worker thread, so the event loop keeps running (the

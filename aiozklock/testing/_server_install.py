@@ -15,6 +15,7 @@ from pathlib import Path
 
 __all__ = [
     "ZooKeeperUnavailableForTests",
+    "find_java",
     "find_zookeeper_classpath",
     "four_letter_word",
 ]
@@ -90,7 +91,10 @@ def debian_classpath() -> str | None:
     return None
 
 
-def _find_java() -> str | None:
+def find_java() -> str | None:
+    """The ``java`` to run ZooKeeper with: ``$JAVA_HOME/bin/java`` if there is one, else the
+    first on ``PATH``; None if there is none. The kit's API for ``aiozklock server`` too (it
+    refuses to start without Java)."""
     java_home = os.environ.get("JAVA_HOME")
     if java_home:
         candidate = Path(java_home) / "bin" / "java"

@@ -2,24 +2,23 @@
 
 A member runs ``QuorumPeerMain`` from a local install (see :mod:`._server_install`) on ports
 of 127.0.0.1 and in a private temp directory. Only PIDs started here are ever signalled, and
-an ``atexit`` hook kills whatever is still running when the test process exits.
+an ``atexit`` hook kills whatever is still running when the test process exits
+(:mod:`._process`).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import anyio.to_thread
 
-from ._process import stop_process
+from ._process import POLL_INTERVAL, log_tail, register_process, stop_process, unregister_process
 from ._server_install import four_letter_word
 
 __all__ = [
@@ -31,7 +30,6 @@ logger = logging.getLogger(__name__)
 
 _MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 _JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC")
-_POLL_INTERVAL = 0.05
 _SERVING_MODES = frozenset({"standalone", "leader", "follower", "observer"})
 _QUORUM_MODES = frozenset({"leader", "follower", "observer"})
 
@@ -50,14 +48,6 @@ def _parse_mode(srvr_answer: str) -> str | None:
         if line.startswith("Mode:"):
             return line.partition(":")[2].strip() or None
     return None  # e.g. "This ZooKeeper instance is not currently serving requests"
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text("utf-8", "replace")
-    except OSError as exc:
-        return f"(no log at {path}: {exc})"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def _thread_states(pid: int) -> list[str] | None:
@@ -90,37 +80,6 @@ def _wait_thread_states(pid: int, *, stopped: bool, timeout: float = 5.0) -> Non
             )
             return
         time.sleep(0.001)
-
-
-# --- process registry: kill whatever we started when the interpreter exits ------------
-
-_live: dict[int, subprocess.Popen[bytes]] = {}
-_live_lock = threading.Lock()
-
-
-def _register(proc: subprocess.Popen[bytes]) -> None:
-    with _live_lock:
-        _live[proc.pid] = proc
-
-
-def _unregister(proc: subprocess.Popen[bytes]) -> None:
-    with _live_lock:
-        _live.pop(proc.pid, None)
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    with _live_lock:
-        procs = list(_live.values())
-        _live.clear()
-    for proc in procs:
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-    for proc in procs:
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
 
 
 class ZooKeeperMember:
@@ -218,7 +177,7 @@ class ZooKeeperMember:
             )
         self._proc = proc
         self._paused = False
-        _register(proc)
+        register_process(proc)
         logger.info("started ZooKeeper %d on %s (pid %d)", self.id, self.address, proc.pid)
         if wait:
             self.wait_serving(timeout)
@@ -232,16 +191,16 @@ class ZooKeeperMember:
                 raise ZooKeeperStartError(
                     f"ZooKeeper {self.id} ({self.address}) is not running "
                     f"(exit code {self._proc.returncode if self._proc else None}); "
-                    f"log tail of {self.log_path}:\n{_tail(self.log_path)}"
+                    f"log tail of {self.log_path}:\n{log_tail(self.log_path)}"
                 )
             if self.mode() in wanted:
                 return
             if time.monotonic() >= deadline:
                 raise ZooKeeperStartError(
                     f"ZooKeeper {self.id} ({self.address}) not serving after {timeout}s; "
-                    f"log tail of {self.log_path}:\n{_tail(self.log_path)}"
+                    f"log tail of {self.log_path}:\n{log_tail(self.log_path)}"
                 )
-            time.sleep(_POLL_INTERVAL)  # polling readiness: there is nothing to await
+            time.sleep(POLL_INTERVAL)  # polling readiness: there is nothing to await
 
     def mode(self, timeout: float = 1.0) -> str | None:
         """``standalone``/``leader``/``follower``/``observer`` from ``srvr``; ``None`` if not
@@ -339,6 +298,6 @@ class ZooKeeperMember:
 
     def _reap(self) -> None:
         if self._proc is not None and self._proc.poll() is not None:
-            _unregister(self._proc)
+            unregister_process(self._proc)
             self._proc = None
         self._paused = False
