@@ -19,7 +19,7 @@ from aiozklock._recipes._nonfair import NonFairLock, NonFairLockStatistics
 from aiozklock._recipes._rwlock import ReadLock, ReadLockStatistics, WriteLock
 from aiozklock._recipes._semaphore import Semaphore, SemaphoreStatistics
 from aiozklock.sync._handle import SyncHandle
-from aiozklock.sync._portal import Proxy
+from aiozklock.sync._proxy import Proxy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
