@@ -47,10 +47,9 @@ def _of_value(check: Callable[[Any], object]) -> Callable[[str, Any], object]:
 
 
 # Each factory parameter's check, by name, as the async factory (or the object it makes)
-# checks it. None: not checked before the async factory runs (``renew`` is not checked at
-# all). A parameter missing here fails every call of its factory (``KeyError``), so a new
-# one cannot go unchecked unnoticed: the parity tests call each factory.
-_CHECKS: dict[str, Callable[[str, Any], object] | None] = {
+# checks it. A parameter missing here fails every call of its factory (``KeyError``), so a
+# new one cannot go unchecked unnoticed: the parity tests call each factory.
+_CHECKS: dict[str, Callable[[str, Any], object]] = {
     "paths": _of_value(validate_members),
     "identifier": _of_value(validate_identifier),
     "fair": _flag,
@@ -61,7 +60,7 @@ _CHECKS: dict[str, Callable[[str, Any], object] | None] = {
     "ttl": _of_value(validate_ttl),
     "holder_id": _optional(validate_holder_id),
     "max_leases": _of_value(validate_max_leases),
-    "renew": None,
+    "renew": _flag,
 }
 
 
@@ -74,9 +73,7 @@ def precheck(factory: str, **arguments: object) -> None:
         if name == "path":
             validate_recipe_path(value, what=_WHAT.get(factory, "lock path"))
             continue
-        check = _CHECKS[name]
-        if check is not None:
-            check(name, value)
+        _CHECKS[name](name, value)
     if arguments.get("fair") is False and arguments.get("revocable") is True:
         # What the async factory would refuse, said before the session opens.
         raise InvalidArgument("the non-fair lock is not revocable: use the fair lock")
