@@ -106,10 +106,10 @@ def _factories(tree: ast.Module) -> dict[str, list[ast.FunctionDef]]:
 
 
 def _origins(tree: ast.Module) -> dict[str, str]:
-    """Name -> the module the async source imports it from."""
+    """Name -> the module the async source imports it from (at run time or for types)."""
     return {
         alias.asname or alias.name: node.module or ""
-        for node in tree.body
+        for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
@@ -246,11 +246,13 @@ def render() -> str:
     """The generated module's text, ruff-formatted."""
     tree = ast.parse(SOURCE.read_text())
     origins = _origins(tree)
-    recipes = {name for name, mod in origins.items() if mod.startswith("aiozklock._recipes.")}
-    recipes = {name for name in recipes if name[:1].isupper() and name != "Compat"}
+    factories = _factories(tree)
+    # The recipe classes: what the async factories return; each has a sync class, "Sync" +
+    # its name, in ``aiozklock.sync._recipes``.
+    recipes = {n for defs in factories.values() for fn in defs for n in _names(fn.returns)}
     to_sync = _ToSync(recipes)
     methods, names = [], set()
-    for name, defs in _factories(tree).items():
+    for name, defs in factories.items():
         if name not in DOCS:
             raise SystemExit(f"gen_sync: write the sync docstring of {name}() in DOCS")
         *overloads, impl = defs
