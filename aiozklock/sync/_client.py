@@ -1,6 +1,7 @@
 """The synchronous client: its lifecycle (opened on first use, closed once, made again in
-a forked child), its session's state, its listeners, ``diagnose`` and the znode API. Its
-recipe factories are in ``_factories``."""
+a forked child), its session's state and settings, its listeners, ``diagnose`` and the
+znode API. It is built on its recipe factories (``_factories``, generated from the async
+ones by ``.ci/gen_sync.py``), and supplies what their objects need of it (``_handle.Owner``)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from aiozklock._wire._validation import validate_path
 from aiozklock.sync import _fork
 from aiozklock.sync._factories import SyncFactories
 from aiozklock.sync._handle import SyncHandle
-from aiozklock.sync._portal import Portal, Proxy, refuse_blocking
+from aiozklock.sync._portal import Portal, refuse_blocking
+from aiozklock.sync._proxy import Proxy
 
 if TYPE_CHECKING:
     from aiozklock._doctor._model import Diagnosis
