@@ -217,6 +217,33 @@ def test_a_bad_argument_is_refused_in_the_callers_thread_as_the_async_factory_do
     assert anyio.run(by_the_async_factory) == message
 
 
+# What the async lock() refuses with fair=False, beyond each argument's own check.
+NONFAIR = [{"lock_delay": 5.0}, {"revocable": True}, {"compat": "kazoo"}]
+
+
+@pytest.mark.parametrize("extra", NONFAIR, ids=lambda extra: next(iter(extra)))
+def test_what_the_non_fair_lock_refuses_is_refused_before_the_session_opens(
+    extra: dict[str, object], hosts: str
+) -> None:
+    def refused(face: Any) -> str:
+        with pytest.raises(aiozklock.InvalidArgument) as raised:
+            face.lock(PATH, fair=False, **extra)
+        return str(raised.value)
+
+    zk = aiozklock.sync.connect(hosts)
+    try:
+        message = refused(zk)
+        assert zk.state is aiozklock.SessionState.CONNECTING  # nothing opened, nothing sent
+    finally:
+        zk.close()
+
+    async def by_the_async_factory() -> str:
+        async with aiozklock.connect(hosts) as azk:
+            return refused(azk)
+
+    assert anyio.run(by_the_async_factory) == message
+
+
 # ---------------------------------------------------------------- the objects
 
 

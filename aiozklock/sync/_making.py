@@ -74,9 +74,22 @@ def precheck(factory: str, **arguments: object) -> None:
             validate_recipe_path(value, what=_WHAT.get(factory, "lock path"))
             continue
         _CHECKS[name](name, value)
-    if arguments.get("fair") is False and arguments.get("revocable") is True:
-        # What the async factory would refuse, said before the session opens.
+    if arguments.get("fair") is False:
+        _nonfair(arguments)
+
+
+def _nonfair(arguments: dict[str, object]) -> None:
+    """What the async ``lock()`` refuses with ``fair=False``, in its order and words, said
+    before the session opens (``test_sync_parity`` compares the messages)."""
+    if arguments.get("lock_delay") is not None:
+        raise InvalidArgument(
+            "lock_delay needs the fair lock (fair=True): the non-fair lock has no queue "
+            "to tell a release from a vanished holder in"
+        )
+    if arguments.get("revocable"):
         raise InvalidArgument("the non-fair lock is not revocable: use the fair lock")
+    if arguments.get("compat", "curator") != "curator":
+        raise InvalidArgument("the non-fair lock has no kazoo counterpart: compat='curator'")
 
 
 def _checked(on_lost: object) -> LostCallback | None:
