@@ -202,10 +202,18 @@ class ZooKeeperClient(RecipeFactories, Znodes):
             await self._worker.stop(BACKGROUND_STOP)
 
     def _holds(self, task_id: int) -> list[str]:
-        """The labels of what the task ``task_id`` holds through this client (lost or not),
-        for a host that must not end the session under a holder still running (the sync
-        face, at the interpreter's exit). Call it in the client's event loop."""
+        """Internal API, for the faces (not for applications): the labels of what the task
+        ``task_id`` holds through this client (lost or not), for a host that must not end
+        the session under a holder still running (the sync face, at the interpreter's
+        exit). Call it in the client's event loop."""
         return self._recipes.holds(task_id)
+
+    def _disown_session(self) -> None:
+        """Internal API, for the sync face (not for applications): in a forked child, let go
+        of the parent's connection without sending anything (``Session.disown``). Nothing
+        of this client may be used afterwards; the child makes a client of its own."""
+        if self._session is not None:
+            self._session.disown()
 
     def _live_session(self) -> Session:
         if self._session is None:

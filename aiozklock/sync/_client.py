@@ -1,6 +1,7 @@
 """The synchronous client: its lifecycle (opened on first use, closed once, made again in
-a forked child), its session's state, its listeners, ``diagnose`` and the znode API. Its
-recipe factories are in ``_factories``."""
+a forked child), its session's state and settings, its listeners, ``diagnose`` and the
+znode API. It is built on its recipe factories (``_factories``, generated from the async
+ones by ``.ci/gen_sync.py``), and supplies what their objects need of it (``_handle.Owner``)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ from aiozklock._client import ZooKeeperClient
 from aiozklock._doctor._defaults import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING
 from aiozklock._exceptions import MESSAGE_LIMIT, ClientClosed, InvalidArgument, shorten
 from aiozklock._recipes._core._handle import Handle
+from aiozklock._recipes._core._holding import LossPolicy
+from aiozklock._recipes._core._order import Mode
 from aiozklock._wire._protocol import Stat
 from aiozklock._wire._session import SessionState, StateListener
 from aiozklock._wire._validation import validate_path
 from aiozklock.sync import _fork
 from aiozklock.sync._factories import SyncFactories
 from aiozklock.sync._handle import SyncHandle
-from aiozklock.sync._portal import Portal, Proxy, refuse_blocking
+from aiozklock.sync._portal import Portal, refuse_blocking
+from aiozklock.sync._proxy import Proxy
 
 if TYPE_CHECKING:
     from aiozklock._doctor._model import Diagnosis
@@ -52,6 +56,9 @@ class SyncClient(SyncFactories):
         # Validated now, in the caller's thread (InvalidArgument); it sends nothing.
         self._fresh: ZooKeeperClient | None = ZooKeeperClient(hosts, **options)
         self._options = options
+        # The first client made: its settings (validated, defaults filled in) are those of
+        # every client this one makes, in each epoch.
+        self._settings = self._fresh
         #: The connect string, as given; ``chroot``: its chroot ("" if none).
         self.hosts = hosts
         self.chroot = self._fresh.chroot
@@ -218,9 +225,40 @@ class SyncClient(SyncFactories):
         the session is opened). Raises nothing."""
         portal = self._portal
         if portal is None:
-            requested: float = self._options.get("session_timeout", 10.0)
-            return requested
+            return self._settings.session_timeout
         return portal.client.negotiated_timeout
+
+    # The settings: the async client's, as ``connect()`` took them. They raise nothing.
+
+    @property
+    def session_timeout(self) -> float:
+        """The requested session timeout, in seconds (``negotiated_timeout``: granted)."""
+        return self._settings.session_timeout
+
+    @property
+    def connect_timeout(self) -> float:
+        """How long opening waits for a server to answer, in seconds."""
+        return self._settings.connect_timeout
+
+    @property
+    def loss_policy(self) -> LossPolicy:
+        """When a holding is lost (see ``aiozklock.LossPolicy``)."""
+        return self._settings.loss_policy
+
+    @property
+    def default_acl(self) -> tuple[ACL, ...]:
+        """The ACL of the nodes created without one (a recipe's, ``create``'s)."""
+        return self._settings.default_acl
+
+    @property
+    def max_request_bytes(self) -> int:
+        """The largest request this client sends (see ``aiozklock.connect()``)."""
+        return self._settings.max_request_bytes
+
+    @property
+    def check_lock_order(self) -> Mode | None:
+        """The lock-order check's mode (``"warn"``, ``"raise"``), or None if off."""
+        return self._settings.check_lock_order
 
     def add_listener(self, listener: StateListener) -> Callable[[], None]:
         """Call ``listener(change)`` (a ``StateChange``) on every session state change,

@@ -15,18 +15,29 @@ import contextlib
 import logging
 import os
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from aiozklock.sync._client import SyncClient
     from aiozklock.sync._portal import Portal
 
 log = logging.getLogger(__name__)
 
-_CLIENTS: weakref.WeakSet[SyncClient] = weakref.WeakSet()
+
+class Tracked(Protocol):
+    """A synchronous client, as the two hooks see it (``SyncClient`` is one): a protocol,
+    so that this module, which the client imports, does not import it."""
+
+    def _forked(self) -> None:
+        """In a forked child: drop the parent's session without a word."""
+
+    def _close_at_exit(self) -> None:
+        """At the interpreter's exit: close, unless threads still alive hold through it."""
 
 
-def track(client: SyncClient) -> None:
+_CLIENTS: weakref.WeakSet[Tracked] = weakref.WeakSet()
+
+
+def track(client: Tracked) -> None:
     """Include ``client`` in the fork and exit hooks (as long as it lives)."""
     _CLIENTS.add(client)
 
@@ -36,9 +47,7 @@ def forsake(portal: Portal) -> None:
     not exist here, and the parent still uses the connection and the loop's descriptors:
     this process's copies of them are pointed at /dev/null (nothing is sent, no FIN, no
     TLS close_notify), and the objects are kept, so that no destructor of theirs runs."""
-    session = portal.client._session
-    if session is not None:
-        session.disown()
+    portal.client._disown_session()
     null = os.open(os.devnull, os.O_RDWR)
     try:
         for fd in portal.descriptors():
@@ -75,4 +84,4 @@ def _close_all() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_close_all)
 
-__all__ = ("forsake", "track")
+__all__ = ("Tracked", "forsake", "track")

@@ -17,18 +17,18 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
 from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner, StaleFencingToken
 from aiozklock._recipes._core import _faces as faces
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._wire._validation import validate_flag, validate_timeout
-from aiozklock.sync._portal import Proxy
+from aiozklock.sync._proxy import Proxy
 
 if TYPE_CHECKING:
     from aiozklock._client import ZooKeeperClient
-    from aiozklock.sync._client import SyncClient
+    from aiozklock.sync._portal import Portal
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,24 @@ H = TypeVar("H", bound=Handle)
 T = TypeVar("T")
 
 LostCallback = Callable[[], object]
+
+
+class Owner(Protocol):
+    """What a sync recipe object needs of the client that made it (``SyncClient``, through
+    its factories): its calls run in the calling thread's proxy task (``_call`` awaits,
+    ``_peek`` does not; ``undo`` as ``Portal.call``), the calling thread's proxy if it has
+    one, the set its recipe objects join (told of a fork), and in a forked child the
+    parents' portals. A protocol, so that the objects do not import the client made of
+    their factories."""
+
+    _handles: weakref.WeakSet[SyncHandle[Any]]
+    _inherited: list[Portal]
+
+    def _call(self, func: Callable[[Proxy], Any], undo: Any = None) -> Any: ...
+
+    def _peek(self, func: Callable[[Proxy], Any]) -> Any: ...
+
+    def _proxy_if_any(self) -> Proxy | None: ...
 
 
 class _Held:
@@ -69,7 +87,7 @@ class SyncHandle(Generic[H]):
 
     def __init__(
         self,
-        client: SyncClient,
+        client: Owner,
         make: Callable[[ZooKeeperClient], H],
         on_lost: LostCallback | None,
     ) -> None:
@@ -367,4 +385,4 @@ class Acquired(Generic[T]):
         self._handle.__exit__(exc_type, exc, tb)
 
 
-__all__ = ("Acquired", "LostCallback", "SyncHandle")
+__all__ = ("Acquired", "LostCallback", "Owner", "SyncHandle")

@@ -320,4 +320,4 @@ def _in_trio() -> bool:
     return sniffio is not None and getattr(sniffio.thread_local, "name", None) == "trio"
 
 
-__all__ = ("Portal", "Proxy", "refuse_blocking")
+__all__ = ("Portal", "refuse_blocking")

@@ -11,7 +11,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from contextvars import Context
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -19,10 +19,27 @@ from aiozklock._exceptions import ClientClosed
 
 if TYPE_CHECKING:
     from aiozklock._client import ZooKeeperClient
-    from aiozklock.sync._portal import Portal
 
 # The function, whether it is a coroutine function, and the call's number.
 Job = tuple[Callable[["Proxy"], Any], bool, int]
+
+
+class Host(Protocol):
+    """What a proxy needs of the loop thread that feeds it (``_portal.Portal`` is one): the
+    async client and its loop, whether the client is closing, and where a proxy whose
+    thread ended is forgotten. A protocol, so that this lower module does not import the
+    portal that makes its proxies."""
+
+    @property
+    def client(self) -> ZooKeeperClient: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    def forget(self, proxy: Proxy) -> None: ...
 
 
 class Proxy:
@@ -58,7 +75,7 @@ class Proxy:
         "value",
     )
 
-    def __init__(self, portal: Portal, thread: threading.Thread) -> None:
+    def __init__(self, portal: Host, thread: threading.Thread) -> None:
         self._portal = portal
         self.client: ZooKeeperClient = portal.client
         self.thread = thread  # the user thread it serves (forgotten once that thread ends)
@@ -170,4 +187,4 @@ class Interrupted(Exception):
     """The outcome of a job whose caller gave up waiting (never raised to a user)."""
 
 
-__all__ = ("Interrupted", "Job", "Proxy")
+__all__ = ("Host", "Interrupted", "Job", "Proxy")

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from aiozklock._acl import ACL
 from aiozklock._exceptions import ClientClosed
 from aiozklock._recipes._core._contenders import Contender
+from aiozklock._recipes._core._names import Compat
 from aiozklock._recipes._election import Election
 from aiozklock._recipes._lease import LeaseLock, LeaseStatistics
 from aiozklock._recipes._lock import Lock, LockStatistics
@@ -19,7 +21,7 @@ from aiozklock._recipes._nonfair import NonFairLock, NonFairLockStatistics
 from aiozklock._recipes._rwlock import ReadLock, ReadLockStatistics, WriteLock
 from aiozklock._recipes._semaphore import Semaphore, SemaphoreStatistics
 from aiozklock.sync._handle import SyncHandle
-from aiozklock.sync._portal import Proxy
+from aiozklock.sync._proxy import Proxy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
@@ -32,6 +34,21 @@ class SyncLock(SyncHandle[Lock]):
     for the recipe, ``SyncHandle`` for the synchronous contract."""
 
     __slots__ = ()
+
+    @property
+    def identifier(self) -> str | None:
+        """The identifier its nodes carry (the async object's)."""
+        return self._read(lambda lock: lock.identifier)
+
+    @property
+    def acl(self) -> tuple[ACL, ...]:
+        """The ACL its nodes, and the containers it creates, are created with."""
+        return self._read(lambda lock: lock.acl)
+
+    @property
+    def revocable(self) -> bool:
+        """Whether a revoke request ends its holding (``revocable=True``)."""
+        return self._read(lambda lock: lock.revocable)
 
     @property
     def path(self) -> str:
@@ -59,6 +76,21 @@ class SyncNonFairLock(SyncHandle[NonFairLock]):
     __slots__ = ()
 
     @property
+    def identifier(self) -> str | None:
+        """The identifier its nodes carry (the async object's)."""
+        return self._read(lambda lock: lock.identifier)
+
+    @property
+    def acl(self) -> tuple[ACL, ...]:
+        """The ACL its nodes, and the containers it creates, are created with."""
+        return self._read(lambda lock: lock.acl)
+
+    @property
+    def node(self) -> str:
+        """The one node whose creator holds it."""
+        return self._read(lambda lock: lock.node)
+
+    @property
     def path(self) -> str:
         """Its path (the async object's)."""
         return self._read(lambda lock: lock.path)
@@ -77,6 +109,26 @@ class SyncMultiLock(SyncHandle[MultiLock]):
     ``aiozklock.MultiLock``, and ``SyncHandle`` for the synchronous contract."""
 
     __slots__ = ()
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The member paths, in locking order."""
+        return self._read(lambda lock: lock.paths)
+
+    @property
+    def identifier(self) -> str | None:
+        """The identifier its nodes carry (the async object's)."""
+        return self._read(lambda lock: lock.identifier)
+
+    @property
+    def acl(self) -> tuple[ACL, ...]:
+        """The ACL its nodes, and the containers it creates, are created with."""
+        return self._read(lambda lock: lock.acl)
+
+    @property
+    def revocable(self) -> bool:
+        """Whether a revoke request ends its holding (``revocable=True``)."""
+        return self._read(lambda lock: lock.revocable)
 
     @property
     def lock_delay(self) -> float | None:
@@ -103,6 +155,31 @@ class SyncWriteLock(SyncHandle[WriteLock]):
     __slots__ = ()
 
     @property
+    def identifier(self) -> str | None:
+        """The identifier its nodes carry (the async object's)."""
+        return self._read(lambda lock: lock.identifier)
+
+    @property
+    def acl(self) -> tuple[ACL, ...]:
+        """The ACL its nodes, and the containers it creates, are created with."""
+        return self._read(lambda lock: lock.acl)
+
+    @property
+    def compat(self) -> Compat:
+        """Whose node names it writes (``compat=``)."""
+        return self._read(lambda lock: lock.compat)
+
+    @property
+    def lock_delay(self) -> float | None:
+        """Its lock-delay in seconds, or None (see the async recipe)."""
+        return self._read(lambda lock: lock.lock_delay)
+
+    @property
+    def revocable(self) -> bool:
+        """Whether a revoke request ends its holding (``revocable=True``)."""
+        return self._read(lambda lock: lock.revocable)
+
+    @property
     def path(self) -> str:
         """Its path (the async object's)."""
         return self._read(lambda lock: lock.path)
@@ -121,6 +198,26 @@ class SyncReadLock(SyncHandle[ReadLock]):
     threads of this process hold it together, on one node)."""
 
     __slots__ = ()
+
+    @property
+    def identifier(self) -> str | None:
+        """The identifier its nodes carry (the async object's)."""
+        return self._read(lambda lock: lock.identifier)
+
+    @property
+    def acl(self) -> tuple[ACL, ...]:
+        """The ACL its nodes, and the containers it creates, are created with."""
+        return self._read(lambda lock: lock.acl)
+
+    @property
+    def lock_delay(self) -> float | None:
+        """Its lock-delay in seconds, or None (see the async recipe)."""
+        return self._read(lambda lock: lock.lock_delay)
+
+    @property
+    def revocable(self) -> bool:
+        """Whether a revoke request ends its holding (``revocable=True``)."""
+        return self._read(lambda lock: lock.revocable)
 
     @property
     def path(self) -> str:
@@ -162,6 +259,21 @@ class SyncSemaphore(SyncHandle[Semaphore]):
     __slots__ = ()
 
     @property
+    def identifier(self) -> str | None:
+        """The identifier its nodes carry (the async object's)."""
+        return self._read(lambda sem: sem.identifier)
+
+    @property
+    def acl(self) -> tuple[ACL, ...]:
+        """The ACL its nodes, and the containers it creates, are created with."""
+        return self._read(lambda sem: sem.acl)
+
+    @property
+    def compat(self) -> Compat | None:
+        """The peer's layout (``compat=``), or None: our queue of leases."""
+        return self._read(lambda sem: sem.compat)
+
+    @property
     def path(self) -> str:
         """Its path (the async object's)."""
         return self._read(lambda sem: sem.path)
@@ -185,6 +297,36 @@ class SyncLeaseLock(SyncHandle[LeaseLock]):
     ``aiozklock.LeaseLock``, and ``SyncHandle`` for the synchronous contract."""
 
     __slots__ = ()
+
+    @property
+    def identifier(self) -> str | None:
+        """The identifier its nodes carry (the async object's)."""
+        return self._read(lambda lease: lease.identifier)
+
+    @property
+    def acl(self) -> tuple[ACL, ...]:
+        """The ACL its nodes, and the containers it creates, are created with."""
+        return self._read(lambda lease: lease.acl)
+
+    @property
+    def ttl(self) -> float:
+        """The lease's time to live, in seconds."""
+        return self._read(lambda lease: lease.ttl)
+
+    @property
+    def holder_id(self) -> str:
+        """Who holds the lease: the same ``holder_id`` re-attaches to it."""
+        return self._read(lambda lease: lease.holder_id)
+
+    @property
+    def renew_automatically(self) -> bool:
+        """Whether it is renewed in the background while held (``renew=``)."""
+        return self._read(lambda lease: lease.renew_automatically)
+
+    @property
+    def node(self) -> str:
+        """The lease's node (``{path}/lease``)."""
+        return self._read(lambda lease: lease.node)
 
     @property
     def path(self) -> str:
@@ -213,6 +355,21 @@ class SyncElection(SyncHandle[Election]):
     ``aiozklock.Election``, and ``SyncHandle`` for the synchronous contract."""
 
     __slots__ = ()
+
+    @property
+    def identifier(self) -> str | None:
+        """The identifier its nodes carry (the async object's)."""
+        return self._read(lambda election: election.identifier)
+
+    @property
+    def acl(self) -> tuple[ACL, ...]:
+        """The ACL its nodes, and the containers it creates, are created with."""
+        return self._read(lambda election: election.acl)
+
+    @property
+    def revocable(self) -> bool:
+        """Whether a revoke request ends its holding (``revocable=True``)."""
+        return self._read(lambda election: election.revocable)
 
     @property
     def path(self) -> str:
