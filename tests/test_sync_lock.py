@@ -42,6 +42,22 @@ def test_cycle_reentrant_and_owned_by_its_thread(szk: SyncClient) -> None:
     assert lock.statistics().acquisitions == 1
 
 
+def test_errors_speak_of_threads(szk: SyncClient) -> None:
+    """Threaded code is told about threads, not about the event loop's tasks it never saw."""
+    lock, sem = szk.lock(PATH), szk.semaphore(PATH + "-sem", 2)
+    failures: list[str] = []
+    for call in (lock.release, sem.release, lambda: lock.fencing_token):
+        with pytest.raises(aiozklock.NotLockOwner) as caught:
+            call()
+        failures.append(str(caught.value))
+    with lock, pytest.raises(aiozklock.NotLockOwner) as caught:
+        in_thread(lock.release)
+    failures.append(str(caught.value))
+    assert all("task" not in failure for failure in failures), failures
+    assert "this thread does not hold the lock" in failures[0]
+    assert "this thread does not hold the lock" in failures[-1]
+
+
 def test_a_new_handle_in_the_same_thread_nests(szk: SyncClient) -> None:
     with szk.lock(PATH) as outer, szk.lock(PATH) as inner:  # one object per path: reentry
         assert inner.fencing_token == outer.fencing_token

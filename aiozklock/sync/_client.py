@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 from aiozklock._acl import ACL
 from aiozklock._client import ZooKeeperClient
 from aiozklock._doctor._defaults import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING
-from aiozklock._exceptions import MESSAGE_LIMIT, ClientClosed, InvalidArgument, shorten
+from aiozklock._exceptions import (
+    MESSAGE_LIMIT,
+    ClientClosed,
+    InvalidArgument,
+    NotLockOwner,
+    shorten,
+)
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._core._holding import LossPolicy
 from aiozklock._recipes._core._order import Mode
@@ -184,11 +190,19 @@ class SyncClient(SyncFactories):
 
     def _call(self, func: Callable[[Proxy], Any], undo: Any = None) -> Any:
         """``await func(proxy)`` in the calling thread's task (``Portal.call``)."""
-        return self._portal_now().call(func, True, undo)
+        try:
+            return self._portal_now().call(func, True, undo)
+        except (NotLockOwner, InvalidArgument) as exc:
+            _in_threads(exc)
+            raise
 
     def _peek(self, func: Callable[[Proxy], Any]) -> Any:
         """``func(proxy)`` (not a coroutine) in the calling thread's task."""
-        return self._portal_now().call(func, False)
+        try:
+            return self._portal_now().call(func, False)
+        except (NotLockOwner, InvalidArgument) as exc:
+            _in_threads(exc)
+            raise
 
     def _proxy_if_any(self) -> Proxy | None:
         portal = self._portal
@@ -417,6 +431,13 @@ class SyncClient(SyncFactories):
 
     def __repr__(self) -> str:
         return f"<aiozklock.sync.SyncClient {self.hosts!r} {self.state.value}>"
+
+
+def _in_threads(exc: BaseException) -> None:
+    """The core's error in the words of threaded code (reworded in place): the caller is a
+    thread, whose calls run in a task of its own in the client's event loop."""
+    if exc.args and isinstance(exc.args[0], str) and "the current task" in exc.args[0]:
+        exc.args = (exc.args[0].replace("the current task", "this thread"), *exc.args[1:])
 
 
 def _register(
