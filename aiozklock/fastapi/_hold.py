@@ -13,21 +13,19 @@ import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from fastapi import Depends, HTTPException, Request
 
 from aiozklock._client import ZooKeeperClient
 from aiozklock._exceptions import ClientClosed, LockLost, LockTimeout, ZooKeeperUnavailable
-from aiozklock._fastapi_outcome import OUTCOME_HEADER, answer, commits_of, unavailable
-from aiozklock._fastapi_routes import TEMPLATES, fields, fill
 from aiozklock._recipes._core._handle import AcquireContext
 from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._wire._session import SessionState, StateChange
-
-if TYPE_CHECKING:
-    from aiozklock.fastapi import HTTPErrors
+from aiozklock.fastapi._errors import OUTCOME_HEADER, HTTPErrors, unavailable
+from aiozklock.fastapi._outcome import answer, commits_of
+from aiozklock.fastapi._routes import TEMPLATES, fields, fill
 
 # Failures that say "ZooKeeper cannot vouch for this lock now": retrying later may work.
 _UNAVAILABLE = (LockLost, ZooKeeperUnavailable, ClientClosed)
@@ -166,7 +164,7 @@ async def _exit(
 ) -> None:
     """Release, confirmed by the server (so that a client that has the response finds the
     lock free from any process). Raises the answer that says what the request wrote, if
-    the endpoint's own does not (``_fastapi_outcome.answer``)."""
+    the endpoint's own does not (``_outcome.answer``)."""
     lost: BaseException | None = None
     try:
         await acquiring.exit(
