@@ -72,7 +72,8 @@ def lifespan(
     The client is ``app.state.aiozklock`` (see ``client`` and ``ZooKeeper`` for endpoints).
     ``app_lifespan``, the application's own lifespan, runs inside: the client is open during
     its startup and its shutdown, and what it yields (lifespan state) is passed on. The other
-    arguments are ``aiozklock.connect()``'s, with the same defaults and meaning: all of them
+    arguments (``aiozklock.ConnectOptions``) are ``aiozklock.connect()``'s, with the same
+    defaults and meaning: all of them
     (``telemetry``, ``auth``, ``default_acl``, ``ssl``, ``max_request_bytes``,
     ``check_lock_order``, ``lock_classes``...). Startup also checks every route's lock
     dependencies (``locked``, ``locked_all``) against the route's path parameters.
@@ -158,16 +159,16 @@ def locked(
     granted until the session is back. A value above ``timeout`` (e.g. ``math.inf``) waits
     as long as ``timeout`` allows.
 
-    Raises ``InvalidArgument`` now for a bad template, timeout, identifier, ``fair`` or
-    ``wait_for_connection``. At request time raises ``HTTPException``:
-    ``errors.not_acquired`` (409) if not acquired in time, ``errors.unavailable`` (503,
-    ``Retry-After``) if ZooKeeper is unavailable (the session down longer than
-    ``wait_for_connection``, or the time ran out while disconnected), the client closed, or
-    the lock lost before anything was committed through ``Commit``;
-    ``errors.outcome_unknown`` (500, ``Aiozklock-Outcome: unknown``) if the request may have
-    written (see ``HTTPErrors``); 422 if a path parameter cannot be a node name (a ``/``,
-    ``.``, ``..``, a control character); ``UsageError`` (a 500) for a template field the
-    route does not have.
+    Raises ``InvalidArgument`` now for a bad template, timeout, identifier (not a str, or
+    longer than the recipes' 1,024 characters), ``fair`` or ``wait_for_connection``. At
+    request time raises ``HTTPException``: ``errors.not_acquired`` (409) if not acquired in
+    time, ``errors.unavailable`` (503, ``Retry-After``) if ZooKeeper is unavailable (the
+    session down longer than ``wait_for_connection``, or the time ran out while
+    disconnected), the client closed, or the lock lost before anything was committed
+    through ``Commit``; ``errors.outcome_unknown`` (500, ``Aiozklock-Outcome: unknown``) if
+    the request may have written (see ``HTTPErrors``); 422 if a path parameter cannot be a
+    node name (a ``/``, ``.``, ``..``, a control character); ``UsageError`` (a 500) for a
+    template field the route does not have.
     """
     if not isinstance(fair, bool):
         raise InvalidArgument(f"fair must be a bool, not {fair!r}")

@@ -1,7 +1,7 @@
 """How ``aiozklock.fastapi`` answers a failed locked request: ``HTTPErrors`` (the statuses,
-configurable) and the two answers every failure ends in, ``unavailable`` (nothing was
-written: retry) and ``unknown`` (it may have been written), each saying so in its
-``OUTCOME_HEADER``."""
+configurable) and the answers every failure ends in, ``not_acquired`` and ``unavailable``
+(nothing was written: retry) and ``unknown`` (it may have been written), each saying so in
+its ``OUTCOME_HEADER``."""
 
 from __future__ import annotations
 
@@ -52,6 +52,11 @@ class HTTPErrors:
             raise InvalidArgument(f"retry_after must be whole seconds >= 0 or None: {retry!r}")
 
 
+def not_acquired(errors: HTTPErrors, detail: str) -> HTTPException:
+    """``errors.not_acquired``: another request holds the lock; nothing was written."""
+    return HTTPException(errors.not_acquired, detail, headers={OUTCOME_HEADER: "not-written"})
+
+
 def unavailable(errors: HTTPErrors, detail: str) -> HTTPException:
     """``errors.unavailable``: nothing was written, with its ``Retry-After``."""
     headers = {OUTCOME_HEADER: "not-written"}
@@ -65,4 +70,4 @@ def unknown(errors: HTTPErrors, detail: str) -> HTTPException:
     return HTTPException(errors.outcome_unknown, detail, headers={OUTCOME_HEADER: "unknown"})
 
 
-__all__ = ("OUTCOME_HEADER", "HTTPErrors", "unavailable", "unknown")
+__all__ = ("OUTCOME_HEADER", "HTTPErrors", "not_acquired", "unavailable", "unknown")

@@ -23,7 +23,7 @@ from aiozklock._exceptions import ClientClosed, LockLost, LockTimeout, ZooKeeper
 from aiozklock._recipes._core._handle import AcquireContext
 from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._wire._session import SessionState, StateChange
-from aiozklock.fastapi._errors import OUTCOME_HEADER, HTTPErrors, unavailable
+from aiozklock.fastapi._errors import HTTPErrors, not_acquired, unavailable
 from aiozklock.fastapi._outcome import answer, commits_of
 from aiozklock.fastapi._routes import TEMPLATES, fields, fill
 
@@ -105,8 +105,9 @@ def _not_acquired(
     ``errors.not_acquired`` (nothing was written either way)."""
     if zk.state is not SessionState.CONNECTED:
         return unavailable(errors, f"{label}: ZooKeeper is unreachable")
-    detail = f"{label} is held by another request; not acquired within {timeout} s"
-    return HTTPException(errors.not_acquired, detail, headers={OUTCOME_HEADER: "not-written"})
+    return not_acquired(
+        errors, f"{label} is held by another request; not acquired within {timeout} s"
+    )
 
 
 async def _connected(zk: ZooKeeperClient, within: float) -> bool:
