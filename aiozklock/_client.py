@@ -276,7 +276,8 @@ class ZooKeeperClient(RecipeFactories, Znodes):
 def connect(hosts: str, **options: Unpack[ConnectOptions]) -> ZooKeeperClient:
     """Connect to ZooKeeper: ``async with aiozklock.connect("zk1:2181,zk2:2181/app") as zk:``.
 
-    Returns a ``ZooKeeperClient``; nothing is sent until ``async with`` enters it.
+    Returns a ``ZooKeeperClient``; nothing is sent until ``async with`` enters it. The
+    keyword options below are one type, ``ConnectOptions``, for code that passes them on.
 
     - ``hosts``: ``"host[:port],host[:port],..."`` (port 2181 by default; IPv6 as
       ``[::1]:2181``), optionally followed by a chroot, e.g. ``"zk1,zk2/app"``: every path
