@@ -69,7 +69,7 @@ class _Shown:
 class _Instruments:
     """The instruments of one meter provider, shared by every monitor reporting to it: the
     SDK keeps the callbacks of the first observable instrument of a name and drops a later
-    one's, so each is made once, and its callback reads every running monitor."""
+    one's, so each is made once, and its callback reads what every running monitor shows."""
 
     def __init__(self, provider: metrics.MeterProvider) -> None:
         meter = metrics.get_meter("aiozklock", __version__, meter_provider=provider)
@@ -127,22 +127,22 @@ class _Instruments:
         for prefix, reading in self._all_readings():
             yield Observation(now - reading.since, {PREFIX: prefix})
 
-    def add(self, monitor: _Shown) -> None:
-        """Report what ``monitor`` shows; ``InvalidArgument`` if another running monitor
+    def add(self, shown: _Shown) -> None:
+        """Report what a monitor shows; ``InvalidArgument`` if another running monitor
         already reports one of its prefixes here (both would write one series)."""
         with _LOCK:
             taken = {prefix for other in self.shown for prefix in other.prefixes}
-            if clash := sorted(taken.intersection(monitor.prefixes)):
+            if clash := sorted(taken.intersection(shown.prefixes)):
                 raise InvalidArgument(
                     f"another running DoctorGauges reports {', '.join(clash)} to this meter "
                     "provider: give each prefix to one monitor, or each monitor its own "
                     "meter_provider"
                 )
-            self.shown = (*self.shown, monitor)
+            self.shown = (*self.shown, shown)
 
-    def remove(self, monitor: _Shown) -> None:
+    def remove(self, shown: _Shown) -> None:
         with _LOCK:
-            self.shown = tuple(other for other in self.shown if other is not monitor)
+            self.shown = tuple(other for other in self.shown if other is not shown)
 
 
 _LOCK = threading.Lock()  # several event loops (threads) may start monitors
