@@ -59,6 +59,7 @@ from aiozklock._recipes._rwlock import ReadWriteLock as ReadWriteLock
 from aiozklock._recipes._rwlock import WriteLock as WriteLock
 from aiozklock._recipes._semaphore import Semaphore as Semaphore
 from aiozklock._recipes._semaphore import SemaphoreStatistics as SemaphoreStatistics
+from aiozklock._settings import ConnectOptions as ConnectOptions
 from aiozklock._wire._now import clock as clock
 from aiozklock._wire._protocol import Stat as Stat
 from aiozklock._wire._session import SessionState as SessionState
@@ -100,6 +101,7 @@ __all__ = (
     "AuthenticationFailed",
     "BadVersionError",
     "ClientClosed",
+    "ConnectOptions",
     "ConnectionLoss",
     "Contender",
     "Diagnosis",

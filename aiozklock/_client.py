@@ -5,42 +5,27 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import weakref
-from collections.abc import Callable, Sequence
-from ssl import SSLContext
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, TypeVar, Unpack
 
 import anyio
 import anyio.abc
 
-from aiozklock._acl import ACL, OPEN_ACL_UNSAFE, validate_auth
 from aiozklock._doctor._defaults import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING
-from aiozklock._exceptions import (
-    ClientClosed,
-    InvalidArgument,
-)
+from aiozklock._exceptions import ClientClosed
 from aiozklock._factories import RecipeFactories
-from aiozklock._recipes._core._holding import LOSS_POLICIES, LossMonitor, LossPolicy
+from aiozklock._recipes._core._holding import LossMonitor, LossPolicy
 from aiozklock._recipes._core._janitor import Janitor, Spawn
-from aiozklock._recipes._core._observe import Observer
-from aiozklock._recipes._core._order import LockOrder, Mode, lock_templates, order_mode
+from aiozklock._recipes._core._order import LockOrder, Mode
 from aiozklock._recipes._core._registry import Recipes
 from aiozklock._recipes._semaphore import Semaphore
 from aiozklock._recipes._semaphore_compat import CompatSemaphore
-from aiozklock._wire._limits import (
-    DEFAULT_MAX_REQUEST_BYTES,
-    check_auth_size,
-    validate_max_request_bytes,
-)
+from aiozklock._settings import ConnectionSettings, ConnectOptions
 from aiozklock._wire._loop import Detached
 from aiozklock._wire._session import Session, SessionState, StateListener
-from aiozklock._wire._validation import (
-    parse_hosts,
-    positive_seconds,
-    tls_context,
-)
+from aiozklock._wire._validation import parse_hosts
 from aiozklock._znodes import Znodes
 
 if TYPE_CHECKING:
@@ -62,51 +47,29 @@ class ZooKeeperClient(RecipeFactories, Znodes):
     raises ``InvalidArgument``); it sends nothing. The connection is made by ``async with``.
     """
 
-    def __init__(
-        self,
-        hosts: str,
-        *,
-        session_timeout: float = 10.0,
-        connect_timeout: float = 10.0,
-        loss_policy: LossPolicy = "suspended",
-        telemetry: Observer | None = None,
-        auth: Sequence[tuple[str, str | bytes]] = (),
-        default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
-        ssl: SSLContext | bool | None = None,
-        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-        check_lock_order: bool | Literal["warn", "raise"] | None = None,
-        lock_classes: Sequence[str] = (),
-    ) -> None:
+    def __init__(self, hosts: str, **options: Unpack[ConnectOptions]) -> None:
         self._hosts, self.chroot = parse_hosts(hosts)
-        self.max_request_bytes = validate_max_request_bytes(max_request_bytes)
-        self._auth = validate_auth(auth)
-        check_auth_size(self._auth, self.max_request_bytes)
-        self._tls = tls_context(ssl)
-        self.default_acl = self._usable_acl(default_acl, "default_acl")
+        settings = ConnectionSettings(**options)
+        self._settings = settings
         self.hosts = hosts
-        self.session_timeout = positive_seconds("session_timeout", session_timeout)
-        self.connect_timeout = positive_seconds("connect_timeout", connect_timeout)
-        if loss_policy not in LOSS_POLICIES:
-            raise InvalidArgument(
-                f"loss_policy must be one of {LOSS_POLICIES}, not {loss_policy!r}"
-            )
-        self.loss_policy: LossPolicy = loss_policy
-        if telemetry is not None and not isinstance(telemetry, Observer):
-            raise InvalidArgument(
-                "telemetry must be an aiozklock.otel.Telemetry (or have its methods "
-                f"recipe() and session_changed()), not {telemetry!r}"
-            )
-        self._telemetry = telemetry
+        self.session_timeout = settings.session_timeout
+        self.connect_timeout = settings.connect_timeout
+        self.loss_policy: LossPolicy = settings.loss_policy
+        self.max_request_bytes = settings.max_request_bytes
+        self.default_acl = settings.acl
+        self._auth = settings.credentials
+        self._tls = settings.tls
+        self._telemetry = settings.telemetry
         self._session: Session | None = None
         self._worker: Detached[anyio.abc.TaskGroup] | None = None  # runs _background
         self._janitor: Janitor | None = None
         self._spawn: Spawn | None = None  # background jobs (lease keepers)
         self._loss_monitor: LossMonitor | None = None
-        templates = lock_templates(lock_classes)
         #: The lock-order check's mode (``connect(check_lock_order=)``): None when off.
-        self.check_lock_order: Mode | None = order_mode(check_lock_order, os.environ)
-        mode = self.check_lock_order
-        self._recipes = Recipes(telemetry, None if mode is None else LockOrder(mode, templates))
+        self.check_lock_order: Mode | None = settings.lock_order
+        mode, templates = settings.lock_order, settings.lock_templates
+        order = None if mode is None else LockOrder(mode, templates)
+        self._recipes = Recipes(settings.telemetry, order)
         # One semaphore layout and limit per path: the live objects, by path.
         self._semaphores: weakref.WeakValueDictionary[str, Semaphore | CompatSemaphore] = (
             weakref.WeakValueDictionary()
@@ -320,23 +283,11 @@ class ZooKeeperClient(RecipeFactories, Znodes):
         return await revoke(self, self._live_session(), path, wait)
 
 
-def connect(
-    hosts: str,
-    *,
-    session_timeout: float = 10.0,
-    connect_timeout: float = 10.0,
-    loss_policy: LossPolicy = "suspended",
-    telemetry: Observer | None = None,
-    auth: Sequence[tuple[str, str | bytes]] = (),
-    default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
-    ssl: SSLContext | bool | None = None,
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-    check_lock_order: bool | Literal["warn", "raise"] | None = None,
-    lock_classes: Sequence[str] = (),
-) -> ZooKeeperClient:
+def connect(hosts: str, **options: Unpack[ConnectOptions]) -> ZooKeeperClient:
     """Connect to ZooKeeper: ``async with aiozklock.connect("zk1:2181,zk2:2181/app") as zk:``.
 
-    Returns a ``ZooKeeperClient``; nothing is sent until ``async with`` enters it.
+    Returns a ``ZooKeeperClient``; nothing is sent until ``async with`` enters it. The
+    keyword options below are one type, ``ConnectOptions``, for code that passes them on.
 
     - ``hosts``: ``"host[:port],host[:port],..."`` (port 2181 by default; IPv6 as
       ``[::1]:2181``), optionally followed by a chroot, e.g. ``"zk1,zk2/app"``: every path
@@ -402,16 +353,4 @@ def connect(
     TLS client on a plain port, or a plain client on a TLS port, sees the server close the
     connection: it retries until ``connect_timeout``, and the message says so.
     """
-    return ZooKeeperClient(
-        hosts,
-        session_timeout=session_timeout,
-        connect_timeout=connect_timeout,
-        loss_policy=loss_policy,
-        telemetry=telemetry,
-        auth=auth,
-        default_acl=default_acl,
-        ssl=ssl,
-        max_request_bytes=max_request_bytes,
-        check_lock_order=check_lock_order,
-        lock_classes=lock_classes,
-    )
+    return ZooKeeperClient(hosts, **options)

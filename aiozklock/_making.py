@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from ssl import SSLContext
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
-from aiozklock._acl import ACL, Credentials, validate_acl
-from aiozklock._exceptions import InvalidArgument
+from aiozklock._acl import ACL, Credentials
 from aiozklock._recipes._core._holding import LossMonitor
 from aiozklock._recipes._core._janitor import Janitor, Spawn
 from aiozklock._recipes._core._registry import Recipes, Registered
+from aiozklock._settings import usable_acl
 from aiozklock._wire._session import Session
 
 
@@ -129,13 +129,7 @@ class RecipeMaking:
         """``acl`` validated; an ``"auth"`` entry (the creator's identities) also needs an
         identity: credentials, or a TLS client certificate (the server would refuse every
         create with InvalidACL)."""
-        entries = validate_acl(acl, what=what)
-        if not self._auth and self._tls is None and any(e.scheme == "auth" for e in entries):
-            raise InvalidArgument(
-                f"{what} grants the creator ('auth' scheme), but this client has no identity: "
-                "pass auth=[('digest', 'user:password')] (or ssl= with a client certificate)"
-            )
-        return entries
+        return usable_acl(acl, what, identified=bool(self._auth) or self._tls is not None)
 
 
 __all__ = ("R", "RecipeMaking")

@@ -34,14 +34,9 @@ trio) raises ``UsageError`` at once: use ``aiozklock.connect()`` there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from ssl import SSLContext
-from typing import Literal
+from typing import Unpack
 
-from aiozklock._acl import ACL, OPEN_ACL_UNSAFE
-from aiozklock._recipes._core._holding import LossPolicy
-from aiozklock._recipes._core._observe import Observer
-from aiozklock._wire._limits import DEFAULT_MAX_REQUEST_BYTES
+from aiozklock._settings import ConnectOptions
 from aiozklock.sync._client import SyncClient as SyncClient
 from aiozklock.sync._handle import Acquired as Acquired
 from aiozklock.sync._handle import SyncHandle as SyncHandle
@@ -57,20 +52,7 @@ from aiozklock.sync._recipes import SyncSemaphore as SyncSemaphore
 from aiozklock.sync._recipes import SyncWriteLock as SyncWriteLock
 
 
-def connect(
-    hosts: str,
-    *,
-    session_timeout: float = 10.0,
-    connect_timeout: float = 10.0,
-    loss_policy: LossPolicy = "suspended",
-    telemetry: Observer | None = None,
-    auth: Sequence[tuple[str, str | bytes]] = (),
-    default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
-    ssl: SSLContext | bool | None = None,
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-    check_lock_order: bool | Literal["warn", "raise"] | None = None,
-    lock_classes: Sequence[str] = (),
-) -> SyncClient:
+def connect(hosts: str, **options: Unpack[ConnectOptions]) -> SyncClient:
     """A synchronous client: ``with aiozklock.sync.connect("zk1,zk2/app") as zk:``.
 
     The arguments are ``aiozklock.connect()``'s, validated now (``InvalidArgument``); nothing
@@ -80,19 +62,7 @@ def connect(
     it then: its session is left to end with the process (a WARNING names them). Opening
     raises ``ZooKeeperUnavailable`` if no server answers within ``connect_timeout``.
     """
-    return SyncClient(
-        hosts,
-        session_timeout=session_timeout,
-        connect_timeout=connect_timeout,
-        loss_policy=loss_policy,
-        telemetry=telemetry,
-        auth=auth,
-        default_acl=default_acl,
-        ssl=ssl,
-        max_request_bytes=max_request_bytes,
-        check_lock_order=check_lock_order,
-        lock_classes=lock_classes,
-    )
+    return SyncClient(hosts, **options)
 
 
 __all__ = (

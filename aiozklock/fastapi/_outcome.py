@@ -24,24 +24,17 @@ from __future__ import annotations
 import logging
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from fastapi import HTTPException, Request
 
 from aiozklock._exceptions import LockLost, UsageError
-from aiozklock._fastapi_routes import COMMIT_MARK
 from aiozklock._recipes._core import _faces as faces
 from aiozklock._recipes._core._primitive import Primitive
-
-if TYPE_CHECKING:
-    from aiozklock.fastapi import HTTPErrors
+from aiozklock.fastapi._errors import HTTPErrors, unavailable, unknown
+from aiozklock.fastapi._routes import COMMIT_MARK
 
 log = logging.getLogger("aiozklock.fastapi")
-
-OUTCOME_HEADER = "Aiozklock-Outcome"
-"""The response header that says what a failed locked request wrote: ``not-written``
-(nothing: retry) or ``unknown`` (it may have been written: replay with the same idempotency
-key, or read back)."""
 
 _SCOPE_KEY = "aiozklock.commits"  # the request's Commits, in its ASGI scope
 
@@ -189,25 +182,4 @@ def answer(
     return unavailable(errors, f"{label}: nothing was committed: {why}")
 
 
-def unavailable(errors: HTTPErrors, detail: str) -> HTTPException:
-    """``errors.unavailable``: nothing was written, with its ``Retry-After``."""
-    headers = {OUTCOME_HEADER: "not-written"}
-    if errors.retry_after is not None:
-        headers["Retry-After"] = str(errors.retry_after)
-    return HTTPException(errors.unavailable, detail, headers=headers)
-
-
-def unknown(errors: HTTPErrors, detail: str) -> HTTPException:
-    """``errors.outcome_unknown``: the request may have written."""
-    return HTTPException(errors.outcome_unknown, detail, headers={OUTCOME_HEADER: "unknown"})
-
-
-__all__ = (
-    "OUTCOME_HEADER",
-    "Commits",
-    "answer",
-    "commit_dependency",
-    "commits_of",
-    "unavailable",
-    "unknown",
-)
+__all__ = ("Commits", "answer", "commit_dependency", "commits_of")

@@ -8,7 +8,7 @@ Give a ``Telemetry`` to the client::
         ...
 
 ``Telemetry()`` uses the global meter and tracer providers (set by your OpenTelemetry SDK
-setup); pass ``meter_provider=`` / ``tracer_provider=`` to use others. Only this module
+setup); pass ``meter_provider=`` / ``tracer_provider=`` to use others. Only this package
 imports OpenTelemetry: a client without ``telemetry`` never loads it.
 
 Metrics (instrumentation scope ``aiozklock``), each with the attributes ``aiozklock.recipe``
@@ -59,8 +59,8 @@ except ModuleNotFoundError as exc:
 
 from aiozklock import __version__
 from aiozklock._exceptions import InvalidArgument
-from aiozklock._otel_doctor import DoctorGauges
 from aiozklock._wire._session import SessionState, StateChange
+from aiozklock.otel._doctor import DoctorGauges as DoctorGauges
 
 BUCKETS: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,

@@ -13,21 +13,19 @@ import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from fastapi import Depends, HTTPException, Request
 
 from aiozklock._client import ZooKeeperClient
 from aiozklock._exceptions import ClientClosed, LockLost, LockTimeout, ZooKeeperUnavailable
-from aiozklock._fastapi_outcome import OUTCOME_HEADER, answer, commits_of, unavailable
-from aiozklock._fastapi_routes import TEMPLATES, fields, fill
 from aiozklock._recipes._core._handle import AcquireContext
 from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._wire._session import SessionState, StateChange
-
-if TYPE_CHECKING:
-    from aiozklock.fastapi import HTTPErrors
+from aiozklock.fastapi._errors import HTTPErrors, not_acquired, unavailable
+from aiozklock.fastapi._outcome import answer, commits_of
+from aiozklock.fastapi._routes import TEMPLATES, fields, fill
 
 # Failures that say "ZooKeeper cannot vouch for this lock now": retrying later may work.
 _UNAVAILABLE = (LockLost, ZooKeeperUnavailable, ClientClosed)
@@ -107,8 +105,9 @@ def _not_acquired(
     ``errors.not_acquired`` (nothing was written either way)."""
     if zk.state is not SessionState.CONNECTED:
         return unavailable(errors, f"{label}: ZooKeeper is unreachable")
-    detail = f"{label} is held by another request; not acquired within {timeout} s"
-    return HTTPException(errors.not_acquired, detail, headers={OUTCOME_HEADER: "not-written"})
+    return not_acquired(
+        errors, f"{label} is held by another request; not acquired within {timeout} s"
+    )
 
 
 async def _connected(zk: ZooKeeperClient, within: float) -> bool:
@@ -166,7 +165,7 @@ async def _exit(
 ) -> None:
     """Release, confirmed by the server (so that a client that has the response finds the
     lock free from any process). Raises the answer that says what the request wrote, if
-    the endpoint's own does not (``_fastapi_outcome.answer``)."""
+    the endpoint's own does not (``_outcome.answer``)."""
     lost: BaseException | None = None
     try:
         await acquiring.exit(

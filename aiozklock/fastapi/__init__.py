@@ -33,9 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
-from ssl import SSLContext
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Unpack
 
 from aiozklock._extras import missing_extra
 
@@ -44,17 +42,17 @@ try:
 except ModuleNotFoundError as exc:
     missing_extra(exc, "fastapi", "fastapi", "aiozklock.fastapi")
 
-from aiozklock._acl import ACL, OPEN_ACL_UNSAFE
 from aiozklock._client import ZooKeeperClient, connect
 from aiozklock._exceptions import InvalidArgument, UsageError
-from aiozklock._fastapi_hold import dependency
-from aiozklock._fastapi_outcome import OUTCOME_HEADER, Commits, commit_dependency
-from aiozklock._fastapi_routes import check_routes
-from aiozklock._recipes._core._holding import LossPolicy
-from aiozklock._recipes._core._observe import Observer
 from aiozklock._recipes._core._primitive import Primitive
-from aiozklock._wire._limits import DEFAULT_MAX_REQUEST_BYTES
-from aiozklock._wire._validation import validate_timeout
+from aiozklock._settings import ConnectOptions
+from aiozklock._wire._validation import validate_identifier, validate_timeout
+from aiozklock.fastapi._errors import OUTCOME_HEADER as OUTCOME_HEADER
+from aiozklock.fastapi._errors import HTTPErrors as HTTPErrors
+from aiozklock.fastapi._hold import dependency
+from aiozklock.fastapi._outcome import Commits as Commits
+from aiozklock.fastapi._outcome import commit_dependency
+from aiozklock.fastapi._routes import check_routes as check_routes
 
 STATE_ATTRIBUTE = "aiozklock"
 """The attribute of ``app.state`` that holds the application's client."""
@@ -66,16 +64,7 @@ def lifespan(
     hosts: str,
     *,
     app_lifespan: AppLifespan | None = None,
-    session_timeout: float = 10.0,
-    connect_timeout: float = 10.0,
-    loss_policy: LossPolicy = "suspended",
-    telemetry: Observer | None = None,
-    auth: Sequence[tuple[str, str | bytes]] = (),
-    default_acl: Sequence[ACL] = OPEN_ACL_UNSAFE,
-    ssl: SSLContext | bool | None = None,
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-    check_lock_order: bool | Literal["warn", "raise"] | None = None,
-    lock_classes: Sequence[str] = (),
+    **options: Unpack[ConnectOptions],
 ) -> AppLifespan:
     """A FastAPI lifespan that opens one client for the application and closes it at
     shutdown: ``FastAPI(lifespan=aiozklock.fastapi.lifespan("zk1:2181/app"))``.
@@ -83,7 +72,8 @@ def lifespan(
     The client is ``app.state.aiozklock`` (see ``client`` and ``ZooKeeper`` for endpoints).
     ``app_lifespan``, the application's own lifespan, runs inside: the client is open during
     its startup and its shutdown, and what it yields (lifespan state) is passed on. The other
-    arguments are ``aiozklock.connect()``'s, with the same defaults and meaning: all of them
+    arguments (``aiozklock.ConnectOptions``) are ``aiozklock.connect()``'s, with the same
+    defaults and meaning: all of them
     (``telemetry``, ``auth``, ``default_acl``, ``ssl``, ``max_request_bytes``,
     ``check_lock_order``, ``lock_classes``...). Startup also checks every route's lock
     dependencies (``locked``, ``locked_all``) against the route's path parameters.
@@ -98,19 +88,7 @@ def lifespan(
     """
 
     def open_client() -> ZooKeeperClient:
-        return connect(
-            hosts,
-            session_timeout=session_timeout,
-            connect_timeout=connect_timeout,
-            loss_policy=loss_policy,
-            telemetry=telemetry,
-            auth=auth,
-            default_acl=default_acl,
-            ssl=ssl,
-            max_request_bytes=max_request_bytes,
-            check_lock_order=check_lock_order,
-            lock_classes=lock_classes,
-        )
+        return connect(hosts, **options)
 
     open_client()  # validates now; sends nothing
 
@@ -154,41 +132,6 @@ lock is answered by what was committed (see ``Commits`` and ``HTTPErrors``). Sta
 ``UsageError`` for a route that declares it without a lock dependency."""
 
 
-@dataclass(frozen=True, slots=True)
-class HTTPErrors:
-    """How lock failures become HTTP errors (``HTTPException``).
-
-    ``not_acquired``: the status when the lock is not acquired within the timeout (409
-    Conflict by default; 423 Locked is the other usual choice). ``unavailable``: the status
-    when ZooKeeper cannot be reached (the session not connected: see ``locked``'s
-    ``wait_for_connection``), the client is closed, or the lock was lost (or the fence
-    refused) before the endpoint committed anything through ``Commit`` (503 by default),
-    sent with ``Retry-After: retry_after`` seconds (no header if ``None``). Both say that
-    nothing was written (``Aiozklock-Outcome: not-written``): the caller may retry.
-    ``outcome_unknown``: the status when the request may have written (500 by default,
-    with ``Aiozklock-Outcome: unknown`` and no ``Retry-After``): a commit raised (the
-    connection lost during COMMIT), the lock was lost after a commit, or it was lost during
-    an endpoint that does not commit through ``Commit``. Raises ``InvalidArgument`` for a
-    status outside 400-599 or a negative ``retry_after``.
-    """
-
-    not_acquired: int = 409
-    unavailable: int = 503
-    retry_after: int | None = 1
-    outcome_unknown: int = 500
-
-    def __post_init__(self) -> None:
-        for name in ("not_acquired", "unavailable", "outcome_unknown"):
-            status = getattr(self, name)
-            if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status < 600:
-                raise InvalidArgument(f"{name} must be an HTTP error status (400-599): {status!r}")
-        retry = self.retry_after
-        if retry is not None and (
-            isinstance(retry, bool) or not isinstance(retry, int) or retry < 0
-        ):
-            raise InvalidArgument(f"retry_after must be whole seconds >= 0 or None: {retry!r}")
-
-
 def locked(
     template: str,
     *,
@@ -196,7 +139,7 @@ def locked(
     fair: bool = True,
     identifier: str | None = None,
     wait_for_connection: float = 0.0,
-    errors: HTTPErrors = HTTPErrors(),  # frozen: sharing it is safe
+    errors: HTTPErrors = HTTPErrors(),  # noqa: B008 (frozen: sharing it is safe)
 ) -> Any:
     """A dependency holding ``zk.lock(path)`` while the endpoint runs; the endpoint receives
     the held ``Lock`` (``NonFairLock`` if ``fair=False``), e.g. for its ``fencing_token``:
@@ -216,16 +159,16 @@ def locked(
     granted until the session is back. A value above ``timeout`` (e.g. ``math.inf``) waits
     as long as ``timeout`` allows.
 
-    Raises ``InvalidArgument`` now for a bad template, timeout, identifier, ``fair`` or
-    ``wait_for_connection``. At request time raises ``HTTPException``:
-    ``errors.not_acquired`` (409) if not acquired in time, ``errors.unavailable`` (503,
-    ``Retry-After``) if ZooKeeper is unavailable (the session down longer than
-    ``wait_for_connection``, or the time ran out while disconnected), the client closed, or
-    the lock lost before anything was committed through ``Commit``;
-    ``errors.outcome_unknown`` (500, ``Aiozklock-Outcome: unknown``) if the request may have
-    written (see ``HTTPErrors``); 422 if a path parameter cannot be a node name (a ``/``,
-    ``.``, ``..``, a control character); ``UsageError`` (a 500) for a template field the
-    route does not have.
+    Raises ``InvalidArgument`` now for a bad template, timeout, identifier (not a str, or
+    longer than the recipes' 1,024 characters), ``fair`` or ``wait_for_connection``. At
+    request time raises ``HTTPException``: ``errors.not_acquired`` (409) if not acquired in
+    time, ``errors.unavailable`` (503, ``Retry-After``) if ZooKeeper is unavailable (the
+    session down longer than ``wait_for_connection``, or the time ran out while
+    disconnected), the client closed, or the lock lost before anything was committed
+    through ``Commit``; ``errors.outcome_unknown`` (500, ``Aiozklock-Outcome: unknown``) if
+    the request may have written (see ``HTTPErrors``); 422 if a path parameter cannot be a
+    node name (a ``/``, ``.``, ``..``, a control character); ``UsageError`` (a 500) for a
+    template field the route does not have.
     """
     if not isinstance(fair, bool):
         raise InvalidArgument(f"fair must be a bool, not {fair!r}")
@@ -242,7 +185,7 @@ def locked_all(
     timeout: float | None,
     identifier: str | None = None,
     wait_for_connection: float = 0.0,
-    errors: HTTPErrors = HTTPErrors(),  # frozen: sharing it is safe
+    errors: HTTPErrors = HTTPErrors(),  # noqa: B008 (frozen: sharing it is safe)
 ) -> Any:
     """Like ``locked``, for ``zk.multi_lock(paths)``: all the paths, all or nothing,
     deadlock-free; the endpoint receives the held ``MultiLock``:
@@ -267,10 +210,9 @@ def _dependency(
     wait_for_connection: float,
     errors: HTTPErrors,
 ) -> Any:
-    """Validate what every lock dependency shares, and make it (``_fastapi_hold``)."""
+    """Validate what every lock dependency shares, and make it (``_hold``)."""
     bound = validate_timeout(timeout)
-    if identifier is not None and not isinstance(identifier, str):
-        raise InvalidArgument(f"identifier must be a str, not {type(identifier).__name__}")
+    validate_identifier(identifier)  # the recipes' own check: refused now, not per request
     patience = wait_for_connection
     if (
         isinstance(patience, bool)

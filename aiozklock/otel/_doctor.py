@@ -33,7 +33,8 @@ from aiozklock._exceptions import AiozklockError, InvalidArgument, UsageError, s
 from aiozklock._wire._loop import Detached
 from aiozklock._wire._validation import positive_seconds
 
-log = logging.getLogger(__name__)
+# The name it has always logged under (the observability page gives it for filtering).
+log = logging.getLogger("aiozklock._otel_doctor")
 
 EVERY = 60.0  # seconds from the end of one scan to the start of the next
 SCAN_TIMEOUT = 30.0  # seconds a scan of one prefix may take before it counts as failed
@@ -52,14 +53,27 @@ class _Reading:
     since: float
 
 
+class _Shown:
+    """What one monitor shows, shared by the monitor (which writes it) and the instruments
+    of its meter provider (whose callbacks read it, in the metric reader's thread): its
+    ``prefixes``, and ``readings``, each prefix's ``_Reading``, replaced whole by each scan
+    (never mutated in place)."""
+
+    __slots__ = ("prefixes", "readings")
+
+    def __init__(self, prefixes: tuple[str, ...]) -> None:
+        self.prefixes = prefixes
+        self.readings: dict[str, _Reading] = {}
+
+
 class _Instruments:
     """The instruments of one meter provider, shared by every monitor reporting to it: the
     SDK keeps the callbacks of the first observable instrument of a name and drops a later
-    one's, so each is made once, and its callback reads every running monitor."""
+    one's, so each is made once, and its callback reads what every running monitor shows."""
 
     def __init__(self, provider: metrics.MeterProvider) -> None:
         meter = metrics.get_meter("aiozklock", __version__, meter_provider=provider)
-        self.monitors: tuple[DoctorGauges, ...] = ()  # replaced whole: read by other threads
+        self.shown: tuple[_Shown, ...] = ()  # replaced whole: read by other threads
         self.scans = meter.create_counter(
             "aiozklock.doctor.scans", unit="{scan}", description="Doctor scans, by outcome"
         )
@@ -89,8 +103,8 @@ class _Instruments:
         )
 
     def _all_readings(self) -> Iterator[tuple[str, _Reading]]:
-        for monitor in self.monitors:
-            yield from monitor._readings.items()
+        for shown in self.shown:
+            yield from shown.readings.items()
 
     def _findings(self, _: CallbackOptions) -> Iterator[Observation]:
         for prefix, reading in self._all_readings():
@@ -113,22 +127,22 @@ class _Instruments:
         for prefix, reading in self._all_readings():
             yield Observation(now - reading.since, {PREFIX: prefix})
 
-    def add(self, monitor: DoctorGauges) -> None:
-        """Report ``monitor``'s prefixes; ``InvalidArgument`` if another running monitor
-        already reports one of them here (both would write one series)."""
+    def add(self, shown: _Shown) -> None:
+        """Report what a monitor shows; ``InvalidArgument`` if another running monitor
+        already reports one of its prefixes here (both would write one series)."""
         with _LOCK:
-            taken = {prefix for other in self.monitors for prefix in other.prefixes}
-            if clash := sorted(taken.intersection(monitor.prefixes)):
+            taken = {prefix for other in self.shown for prefix in other.prefixes}
+            if clash := sorted(taken.intersection(shown.prefixes)):
                 raise InvalidArgument(
                     f"another running DoctorGauges reports {', '.join(clash)} to this meter "
                     "provider: give each prefix to one monitor, or each monitor its own "
                     "meter_provider"
                 )
-            self.monitors = (*self.monitors, monitor)
+            self.shown = (*self.shown, shown)
 
-    def remove(self, monitor: DoctorGauges) -> None:
+    def remove(self, shown: _Shown) -> None:
         with _LOCK:
-            self.monitors = tuple(other for other in self.monitors if other is not monitor)
+            self.shown = tuple(other for other in self.shown if other is not shown)
 
 
 _LOCK = threading.Lock()  # several event loops (threads) may start monitors
@@ -203,7 +217,7 @@ class DoctorGauges:
         self._limits = given[0].limits
         self._zk = zk
         self._provider = meter_provider
-        self._readings: dict[str, _Reading] = {}  # replaced whole: read by other threads
+        self._shown = _Shown(self.prefixes)  # what the instruments read
         self._state: Literal["new", "running", "stopped"] = "new"
         self._instruments: _Instruments | None = None
         self._worker: Detached[None] | None = None
@@ -214,7 +228,8 @@ class DoctorGauges:
     @property
     def latest(self) -> dict[str, Diagnosis]:
         """The last successful diagnosis of each prefix scanned successfully so far."""
-        return {p: r.diagnosis for p, r in self._readings.items() if r.diagnosis is not None}
+        readings = self._shown.readings
+        return {p: r.diagnosis for p, r in readings.items() if r.diagnosis is not None}
 
     async def __aenter__(self) -> DoctorGauges:
         """Start reporting and scanning; returns the monitor. Raises ``UsageError`` if
@@ -224,9 +239,9 @@ class DoctorGauges:
             raise UsageError("a DoctorGauges can be entered only once")
         self._zk._live_session()  # not connected, or another event loop: before anything
         instruments = _instruments(self._provider)
-        instruments.add(self)
+        instruments.add(self._shown)
         started = time.monotonic()
-        self._readings = {prefix: _Reading(None, started) for prefix in self.prefixes}
+        self._shown.readings = {prefix: _Reading(None, started) for prefix in self.prefixes}
         for prefix in self.prefixes:  # both series exist from the start, for rate()s
             for outcome in ("ok", "error"):
                 instruments.scans.add(0, {PREFIX: prefix, OUTCOME: outcome})
@@ -250,7 +265,7 @@ class DoctorGauges:
             return
         self._state = "stopped"
         if self._instruments is not None:
-            self._instruments.remove(self)
+            self._instruments.remove(self._shown)
         if self._round_end is not None:
             self._round_end.set()  # refresh() callers: stopped
         if self._worker is not None:
@@ -298,7 +313,8 @@ class DoctorGauges:
             except Exception as exc:  # logged and counted: the monitor goes on
                 error = exc
             else:
-                self._readings = {**self._readings, prefix: _Reading(diagnosis, time.monotonic())}
+                reading = _Reading(diagnosis, time.monotonic())
+                self._shown.readings = {**self._shown.readings, prefix: reading}
                 self._count(prefix, "ok")
                 return
         self._count(prefix, "error")
