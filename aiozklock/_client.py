@@ -283,6 +283,16 @@ class ZooKeeperClient(RecipeFactories, Znodes):
         return await revoke(self, self._live_session(), path, wait)
 
 
+def session_of(client: ZooKeeperClient) -> Session:
+    """The wire session of a connected client: for tests that count watchers, read the
+    session password or timeout, or send raw requests (``aiozklock.testing.session_of``),
+    and the internal API of the integrations built on the client (the doctor's gauges,
+    the fencing floor, ``top``), so that none reads the client's private state. Raises
+    ``ClientClosed`` if the client is not connected, ``UsageError`` outside its event
+    loop."""
+    return client._live_session()
+
+
 def connect(hosts: str, **options: Unpack[ConnectOptions]) -> ZooKeeperClient:
     """Connect to ZooKeeper: ``async with aiozklock.connect("zk1:2181,zk2:2181/app") as zk:``.
 

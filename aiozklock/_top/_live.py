@@ -30,6 +30,7 @@ import anyio
 import anyio.abc
 
 import aiozklock
+from aiozklock._client import session_of
 from aiozklock._doctor._diagnose import Options, diagnose
 from aiozklock._doctor._model import Diagnosis
 from aiozklock._exceptions import (
@@ -137,7 +138,7 @@ class Live:
                 self.board.state = zk.state
                 remove = zk.add_listener(self._state_changed)
                 try:
-                    await self._serve(zk._live_session())
+                    await self._serve(session_of(zk))
                 finally:
                     remove()
                     self._display.restore()  # before the close, which may wait for a server

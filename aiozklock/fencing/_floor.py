@@ -41,7 +41,7 @@ async def read_floor(zk: ZooKeeperClient, under: str = "/") -> int:
     ``ClientClosed`` if the session is gone. A lost reply is asked again (a probe that was
     applied left nothing, and a later write has a larger zxid, which is still a floor).
     """
-    from aiozklock._client import ZooKeeperClient
+    from aiozklock._client import ZooKeeperClient, session_of
 
     if not isinstance(zk, ZooKeeperClient):
         kind = type(zk)
@@ -49,7 +49,7 @@ async def read_floor(zk: ZooKeeperClient, under: str = "/") -> int:
             f"the floor is read with an aiozklock ZooKeeperClient (the one that grants the "
             f"tokens), got {kind.__module__}.{kind.__qualname__}"
         )
-    session = zk._live_session()
+    session = session_of(zk)
     probe = session.server_path(join(validate_path(under), PROBE_PREFIX + uuid.uuid4().hex))
     op = multi_op(
         [MultiCreate(probe, b"", CreateMode.EPHEMERAL), MultiDelete(probe)], session.client_path

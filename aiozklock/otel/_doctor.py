@@ -25,7 +25,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from aiozklock import __version__
-from aiozklock._client import ZooKeeperClient
+from aiozklock._client import ZooKeeperClient, session_of
 from aiozklock._doctor._defaults import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING
 from aiozklock._doctor._diagnose import options
 from aiozklock._doctor._model import Diagnosis
@@ -237,7 +237,7 @@ class DoctorGauges:
         another running monitor reports one of the prefixes to the same meter provider."""
         if self._state != "new":
             raise UsageError("a DoctorGauges can be entered only once")
-        self._zk._live_session()  # not connected, or another event loop: before anything
+        session_of(self._zk)  # not connected, or another event loop: before anything
         instruments = _instruments(self._provider)
         instruments.add(self._shown)
         started = time.monotonic()

@@ -11,7 +11,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from aiozklock._acl import ACL
 from aiozklock._client import ZooKeeperClient
@@ -26,6 +26,7 @@ from aiozklock._exceptions import (
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._core._holding import LossPolicy
 from aiozklock._recipes._core._order import Mode
+from aiozklock._settings import ConnectOptions
 from aiozklock._wire._protocol import Stat
 from aiozklock._wire._session import SessionState, StateListener
 from aiozklock._wire._validation import validate_path
@@ -58,7 +59,7 @@ class SyncClient(SyncFactories):
     signal handler that interrupts its wait (the call is then cancelled first).
     """
 
-    def __init__(self, hosts: str, **options: Any) -> None:
+    def __init__(self, hosts: str, **options: Unpack[ConnectOptions]) -> None:
         # Validated now, in the caller's thread (InvalidArgument); it sends nothing.
         self._fresh: ZooKeeperClient | None = ZooKeeperClient(hosts, **options)
         self._options = options
