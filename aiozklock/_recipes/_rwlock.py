@@ -29,6 +29,7 @@ from aiozklock._recipes._core._handle import _FactoryMade
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat
+from aiozklock._recipes._core._options import RecipeOptions
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._primitive import Primitive
@@ -69,16 +70,15 @@ class _Side(PathLock):
         session: Session,
         path: str,
         *,
-        identifier: str | None,
+        options: RecipeOptions,
         monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
         decide: Decide,
         layout: Layout,
-        revocable: bool = False,
     ) -> None:
         self.path = validate_recipe_path(path)
-        self.identifier = validate_identifier(identifier)
+        self.identifier = validate_identifier(options.identifier)
         label = f"{self._mode} lock {self.path}"
         self._marker = layout.marker
         super().__init__(
@@ -88,10 +88,9 @@ class _Side(PathLock):
             (self.path,),
             decide,
             label,
-            self.identifier,
+            options.checked(self.identifier),
             acl,
             layout=layout,
-            revocable=revocable,
         )
 
     async def contenders(self) -> list[Contender]:
@@ -142,24 +141,21 @@ class WriteLock(_Side):
         session: Session,
         path: str,
         *,
-        identifier: str | None,
+        options: RecipeOptions,
         monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
-        compat: Compat = "curator",
-        revocable: bool = False,
     ) -> None:
-        self.compat = compat
+        self.compat: Compat = options.compat
         super().__init__(
             session,
             path,
-            identifier=identifier,
+            options=options,
             monitor=monitor,
             janitor=janitor,
             acl=acl,
             decide=decide_write,
-            layout=Layout(compat, WRITE_MARKER, KAZOO_WRITE_MARKER, "zk.rw_lock()"),
-            revocable=revocable,
+            layout=Layout(options.compat, WRITE_MARKER, KAZOO_WRITE_MARKER, "zk.rw_lock()"),
         )
 
     async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
@@ -220,7 +216,8 @@ class ReadLock(SharedHolding, _Side):
         super().__init__(
             write_lock._session,
             write_lock.path,
-            identifier=write_lock.identifier,
+            # Not revocable: its node is shared by this process's readers.
+            options=RecipeOptions(write_lock.identifier, write_lock.compat),
             monitor=write_lock._monitor,
             janitor=janitor,
             acl=write_lock.acl,

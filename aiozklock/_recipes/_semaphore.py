@@ -57,6 +57,7 @@ from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat, guid_of, queue_order
 from aiozklock._recipes._core._observe import RecipeObserver
+from aiozklock._recipes._core._options import RecipeOptions
 from aiozklock._recipes._core._plan import Decide, Decision
 from aiozklock._recipes._core._primitive import Primitive, Registry
 from aiozklock._recipes._core._queue import Guard
@@ -237,7 +238,7 @@ class Semaphore(Handle):
             self._paths,
             self._decide,
             self._label,
-            self.identifier,
+            RecipeOptions(self.identifier),
             self.acl,
             guard=self._guard,
         )

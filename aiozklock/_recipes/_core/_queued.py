@@ -16,6 +16,7 @@ from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._local_waiters import LocalWaiters, PublishedWaiters
 from aiozklock._recipes._core._names import LOCK_MARKER
+from aiozklock._recipes._core._options import RecipeOptions
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._primitive import Primitive
@@ -47,24 +48,23 @@ class QueuedPrimitive(Primitive):
         members: Sequence[str],
         decide: Decide,
         label: str,
-        identifier: str | None,
+        options: RecipeOptions,
         acl: tuple[ACL, ...],
         marker: str = LOCK_MARKER,
         guard: Guard | None = None,
         layout: Layout | None = None,
-        lock_delay: float | None = None,
-        revocable: bool = False,
     ) -> None:
         super().__init__(session, monitor, label, members, acl)
         if layout is not None:
             marker = layout.marker
+        delay = options.lock_delay
         self._queue = Queue(
-            session, janitor, members, decide, self._label, acl, marker, guard, layout, lock_delay
+            session, janitor, members, decide, self._label, acl, marker, guard, layout, delay
         )
-        if lock_delay is not None and lock_delay < session.timeout:
-            warn_short_delay(self._label, lock_delay, session.timeout)
-        self._identity = Identity(identifier, revocable=revocable)
-        self._revocation = Revocation(session) if revocable else None
+        if delay is not None and delay < session.timeout:
+            warn_short_delay(self._label, delay, session.timeout)
+        self._identity = Identity(options.identifier, revocable=options.revocable)
+        self._revocation = Revocation(session) if options.revocable else None
 
     @property
     def revocable(self) -> bool:
