@@ -16,17 +16,22 @@ import warnings
 from abc import ABCMeta, abstractmethod
 from collections.abc import Coroutine, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, Protocol, Self, TypeVar
 
 import anyio
 
-from aiozklock._exceptions import LockTimeout, NotLockOwner, StaleFencingToken, UsageError
+from aiozklock._exceptions import (
+    LockLost,
+    LockTimeout,
+    NotLockOwner,
+    StaleFencingToken,
+    UsageError,
+)
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_flag, validate_timeout
 
 if TYPE_CHECKING:
     from aiozklock._recipes._core._holding import Holding
-    from aiozklock._recipes._core._primitive import Primitive
     from aiozklock._wire._tasks import TaskRef
 
 H = TypeVar("H", bound="Handle")
@@ -45,6 +50,22 @@ def _task_ended(coro: object) -> bool:
     if isinstance(coro, AcquireContext):  # a task made of ``lock.acquire()`` itself
         coro = coro._coro
     return getattr(coro, "cr_frame", False) is None
+
+
+class Engine(Protocol):
+    """What holds a handle for a task (a ``Primitive``, ``_primitive.py``, which builds on
+    ``Handle``: the handle names only what it asks of it): its holding, whose it is, until
+    when it is certainly ours, what its loss raises, and its integrations' commit point."""
+
+    _holding: Holding | None
+
+    def _held_by_task(self, task_id: int) -> bool: ...
+
+    def _valid_until(self, holding: Holding) -> float: ...
+
+    def _loss(self, holding: Holding) -> LockLost: ...
+
+    def _detach_bodies(self) -> None: ...
 
 
 class AcquireContext(Coroutine[Any, Any, None], Generic[H]):
@@ -206,7 +227,7 @@ class Handle(metaclass=_FactoryMade):
         """Held by the task ``task_id``, not lost, within ``valid_until``."""
 
     @abstractmethod
-    def _held_engine(self, why: str) -> Primitive:
+    def _held_engine(self, why: str) -> Engine:
         """The engine holding it for the current task; ``NotLockOwner`` otherwise."""
 
     def _guarding(self, resource: str) -> Holding:

@@ -55,7 +55,8 @@ class Primitive(Handle):
     implements:
 
     * ``_take(deadline, task_name)``: acquire the resource, or raise;
-    * ``_abandon()``: after ``_take`` failed or was cancelled, leave nothing of ours behind;
+    * ``_abandon(deadline)``: after ``_take`` failed or was cancelled, leave nothing of ours
+      behind (once ``deadline`` has passed, without waiting);
     * ``_give_back(holding)``: release a holding that was not lost, and return once done;
     * ``_drop(holding)``: forget the local state of a holding (released, or lost);
 
@@ -135,9 +136,10 @@ class Primitive(Handle):
         ``TimeoutError`` on time-out); ``_abandon`` then cleans up."""
 
     @abstractmethod
-    async def _abandon(self) -> None:
+    async def _abandon(self, deadline: float | None) -> None:
         """After ``_take`` failed or was cancelled: leave nothing of ours on the server
-        (shielded and bounded; what cannot be done at once goes to the janitor)."""
+        (shielded and bounded, by ``deadline`` too if the recipe can; what cannot be done
+        at once goes to the janitor)."""
 
     @abstractmethod
     async def _give_back(self, holding: Holding) -> None:
@@ -272,7 +274,7 @@ class Primitive(Handle):
             holding = await self._take(deadline, task.name)
         except BaseException as exc:
             try:
-                await self._abandon()
+                await self._abandon(deadline)
             finally:
                 self._local.release()
             if isinstance(exc, TimeoutError) and not isinstance(exc, LockTimeout):

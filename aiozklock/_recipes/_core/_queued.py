@@ -99,7 +99,7 @@ class QueuedPrimitive(Primitive):
     def _new_waiters(self) -> LocalWaiters:
         if not self._publishes:
             return super()._new_waiters()
-        return PublishedWaiters(self._observer, self._session, self._queue, self._identity)
+        return PublishedWaiters(self._observer, self._session, self._queue.place, self._identity)
 
     def _ahead(self) -> int | None:
         return self._queue.ahead
@@ -107,24 +107,22 @@ class QueuedPrimitive(Primitive):
     @property
     def lock_delay(self) -> float | None:
         """The lock-delay this contender's grants ask for (seconds), None without one."""
-        delay = self._queue._delay
-        return None if delay is None else delay.seconds
+        return self._queue.lock_delay
 
     def _delay_waited(self) -> float:
         """Seconds the last acquisition waited for a lock-delay (0.0 if none)."""
-        delay = self._queue._delay
-        return 0.0 if delay is None else delay.waited
+        return self._queue.delay_waited
 
-    async def _abandon(self) -> None:
+    async def _abandon(self, deadline: float | None) -> None:
         if self._revocation is not None:
             self._revocation.forget()
-        await self._queue.abandon()
+        await self._queue.abandon(deadline)
 
     async def _give_back(self, holding: Holding) -> None:
-        await self._queue.delete_own()
+        await self._queue.release()
 
     def _give_back_nowait(self, holding: Holding) -> bool:
-        self._queue.delete_own_nowait()
+        self._queue.release_nowait()
         return True
 
     def _drop(self, holding: Holding) -> None:

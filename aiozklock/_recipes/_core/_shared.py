@@ -172,7 +172,7 @@ class SharedHolding(Primitive):
             holding = await self._take(deadline, task.name)
         except BaseException:
             try:
-                await self._abandon()
+                await self._abandon(deadline)
             finally:
                 self._acquiring = None
                 self._wake()  # the next waiting task queues anew
