@@ -158,7 +158,7 @@ class WriteLock(_Side):
             layout=Layout(options.compat, WRITE_MARKER, KAZOO_WRITE_MARKER, "zk.rw_lock()"),
         )
 
-    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
+    async def _acquire(self, timeout: float | None, task: TaskRef | None = None) -> None:  # noqa: ASYNC109
         self._session.check_loop()
         if task is None:
             task = self._session.tasks.current()
@@ -171,7 +171,7 @@ class WriteLock(_Side):
                 "one included). Release the read lock first, or take the write lock first "
                 "(its holder may also take the read lock)"
             )
-        await super()._acquire(limit, task)
+        await super()._acquire(timeout, task)
 
     async def _let_go(self, holding: Holding, task_id: int, confirm: bool = True) -> None:
         try:
@@ -230,7 +230,7 @@ class ReadLock(SharedHolding, _Side):
     def _may_hold_with(self, other: Primitive) -> bool:
         return other is self._writer  # a write holder takes the read lock at its place
 
-    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
+    async def _acquire(self, timeout: float | None, task: TaskRef | None = None) -> None:  # noqa: ASYNC109
         self._session.check_loop()
         if task is None:
             task = self._session.tasks.current()
@@ -242,7 +242,7 @@ class ReadLock(SharedHolding, _Side):
                 "task's write lock: it would wait for that task forever. Give one of them "
                 "its own identifier (zk.rw_lock(path, identifier=...))"
             )
-        await super()._acquire(limit, task)
+        await super()._acquire(timeout, task)
 
     def _may_share(self, task: TaskRef) -> bool:
         # A task of ours holds the write lock: no reader with it (its holder itself takes

@@ -259,11 +259,11 @@ class Semaphore(Handle):
     # ---------------------------------------------------------------- the handle's hooks
     # Each task's call goes to that task's lease.
 
-    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
+    async def _acquire(self, timeout: float | None, task: TaskRef | None = None) -> None:  # noqa: ASYNC109
         self._session.check_loop()
         if task is None:
             task = self._session.tasks.current()
-        await self._lease_for(task.id)._acquire(limit, task)
+        await self._lease_for(task.id)._acquire(timeout, task)
 
     async def _release(self, task_id: int, confirm: bool = False) -> None:
         await self._lease_of_task(task_id)._release(task_id, confirm)

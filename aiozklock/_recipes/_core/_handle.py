@@ -163,7 +163,7 @@ class Handle(metaclass=_FactoryMade):
     What a handle implements, for the calling task (a ``Primitive`` for itself; a
     semaphore by handing each task's call to that task's lease):
 
-    * ``_acquire(limit, task=None)`` and ``_release(task_id, confirm)``: take it, or give
+    * ``_acquire(timeout, task=None)`` and ``_release(task_id, confirm)``: take it, or give
       one level back;
     * ``_enter_body()`` and ``_exit_body(scope, exc_type, exc, tb, task_id, confirm)``: the
       cancel scope of a body, which a loss cancels (what ``AcquireContext`` drives), and
@@ -191,8 +191,8 @@ class Handle(metaclass=_FactoryMade):
     # ---------------------------------------------------------------- what a handle implements
 
     @abstractmethod
-    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
-        """Take it for ``task`` (the current one if None) within ``limit`` seconds."""
+    async def _acquire(self, timeout: float | None, task: TaskRef | None = None) -> None:  # noqa: ASYNC109
+        """Take it for ``task`` (the current one if None) within ``timeout`` seconds."""
 
     @abstractmethod
     async def _release(self, task_id: int, confirm: bool = False) -> None:

@@ -72,12 +72,12 @@ class LocalWaiters:
         self._observer = observer
         self.count = 0
 
-    async def wait(self, gate: LocalGate, limit: float | None) -> bool:
-        """Wait for ``gate``, counted; False if ``limit`` (seconds) passed first (anyio's
+    async def wait(self, gate: LocalGate, timeout: float | None) -> bool:  # noqa: ASYNC109
+        """Wait for ``gate``, counted; False if ``timeout`` (seconds) passed first (anyio's
         semaphore gives the gate back if it came too late)."""
         self.arrived()
         try:
-            with anyio.move_on_after(math.inf if limit is None else limit) as scope:
+            with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
                 await gate.acquire()
         finally:
             self.left()
