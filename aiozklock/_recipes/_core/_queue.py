@@ -115,7 +115,7 @@ class Queue:
             None if layout is None else NewcomerWatch(session, members, layout, label, janitor)
         )
         self._joining = Joining(place, guard, self._newcomers)
-        self._waiting = Waiting(place)
+        self._waiting: Waiting | None = None  # made with the first wait (held locks: memory)
         # Lock-delay: ours, or a record's we honor (made when one is seen, for an acquire).
         self._delay = None if lock_delay is None else Delay(place, lock_delay)
         self.ahead = 0  # contenders queued before us when we last joined (for telemetry)
@@ -176,7 +176,8 @@ class Queue:
         try:
             step, handed_off, watched = await self._until_first(deadline, data, on_join)
         finally:
-            self._waiting.disarm()
+            if self._waiting is not None:
+                self._waiting.disarm()
         return self._held(step, handed_off, watched, data)
 
     async def _until_first(
@@ -221,6 +222,8 @@ class Queue:
     async def _wait(self, step: Step, listings: Listings, deadline: float | None) -> bool:
         """Wait for a predecessor ``step`` names (updating ``listings``); whether the wait
         ended in a direct hand-off (``_queue_wait.py``)."""
+        if self._waiting is None:
+            self._waiting = Waiting(self._place)
         return await self._waiting.wait(step.waits, listings, deadline)
 
     def _held(
