@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import anyio
-
 from aiozklock._acl import ACL
-from aiozklock._exceptions import LockRevoked
 from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._delay_record import warn_short_delay
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
@@ -72,22 +69,15 @@ class QueuedPrimitive(Primitive):
         return self._revocation is not None
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        revocation = self._revocation
-        if revocation is None:  # the hot path: nothing more
-            return await self._queue.take(deadline, lambda: self._node_data(task_name))
-        with anyio.CancelScope() as waiting:  # a request while we wait cancels it
-            revocation.waiting = waiting
-            holding = await self._queue.take(
-                deadline, lambda: self._node_data(task_name), revocation.watch
-            )
-        revocation.waiting = None
-        if waiting.cancelled_caught:
-            raise LockRevoked(
-                f"{self._label}: a revoke request reached it while it waited: it gave up its "
-                "place in the queue"
-            )
-        revocation.hold(holding)
-        return holding
+        def data() -> bytes:
+            return self._node_data(task_name)
+
+        if self._revocation is None:  # the hot path: nothing more
+            return await self._queue.take(deadline, data)
+        # A revocable holding: the policy watches our nodes from each join on.
+        return await self._revocation.take(
+            lambda watch: self._queue.take(deadline, data, watch), self._label
+        )
 
     def _node_data(self, task_name: str | None) -> bytes:
         """Our nodes' data at an enqueue: our identity, with the local waiters if published."""
