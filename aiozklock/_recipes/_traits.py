@@ -17,8 +17,8 @@ the test kit can all read it.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, overload
 
 from aiozklock._exceptions import NoNodeError
 from aiozklock._recipes._core._contenders import Contender, contender_of
@@ -28,12 +28,55 @@ from aiozklock._recipes._nonfair import NODE_NAME
 from aiozklock._wire._validation import join
 
 if TYPE_CHECKING:
-    from aiozklock._client import ZooKeeperClient
     from aiozklock._recipes._core._handle import Handle
+    from aiozklock._recipes._election import Election
+    from aiozklock._recipes._lease import LeaseLock
+    from aiozklock._recipes._lock import Lock
+    from aiozklock._recipes._multilock import MultiLock
+    from aiozklock._recipes._nonfair import NonFairLock
+    from aiozklock._recipes._rwlock import ReadWriteLock
+    from aiozklock._recipes._semaphore import Semaphore
+    from aiozklock._wire._protocol import Stat
+
+
+class Client(Protocol):
+    """What an entry uses of a client (``ZooKeeperClient`` is one): the factories it makes
+    contenders with, and a read. Named here, not imported: the client's factories read this
+    module (for the kinds), so it must not depend on the client."""
+
+    @overload
+    def lock(self, path: str, *, identifier: str | None = None) -> Lock: ...
+
+    @overload
+    def lock(
+        self, path: str, *, identifier: str | None = None, fair: Literal[False]
+    ) -> NonFairLock: ...
+
+    def multi_lock(self, paths: Iterable[str], *, identifier: str | None = None) -> MultiLock: ...
+
+    def election(self, path: str, *, identifier: str | None = None) -> Election: ...
+
+    def lease_lock(
+        self,
+        path: str,
+        ttl: float,
+        *,
+        holder_id: str | None = None,
+        identifier: str | None = None,
+    ) -> LeaseLock: ...
+
+    def rw_lock(self, path: str, *, identifier: str | None = None) -> ReadWriteLock: ...
+
+    def semaphore(
+        self, path: str, max_leases: int, *, identifier: str | None = None
+    ) -> Semaphore: ...
+
+    async def get_data(self, path: str) -> tuple[bytes, Stat]: ...
+
 
 #: How the read-only commands read a recipe at a path, given the path's children: its
 #: contenders, holder first, or None if its nodes are not there.
-Reader = Callable[["ZooKeeperClient", str, list[str]], Awaitable[list[Contender] | None]]
+Reader = Callable[[Client, str, list[str]], Awaitable[list[Contender] | None]]
 
 
 # Named tuples, not dataclasses: the client's factories import this module (for the kinds),
@@ -90,7 +133,7 @@ class RecipeTraits(NamedTuple):
     name: str
     summary: str
     kinds: tuple[str, ...]
-    make: Callable[[ZooKeeperClient, Setup], Sides]
+    make: Callable[[Client, Setup], Sides]
     multi_path: bool = False
     shares_resource: bool = False
     ttl_lease: bool = False
@@ -98,47 +141,43 @@ class RecipeTraits(NamedTuple):
     inspect: Reader | None = None
 
 
-def _lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _lock(zk: Client, s: Setup) -> Sides:
     return Sides(zk.lock(s.path, identifier=s.identifier))
 
 
-def _multi_lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _multi_lock(zk: Client, s: Setup) -> Sides:
     return Sides(zk.multi_lock(s.paths, identifier=s.identifier))
 
 
-def _election(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _election(zk: Client, s: Setup) -> Sides:
     return Sides(zk.election(s.path, identifier=s.identifier))
 
 
-def _nonfair_lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _nonfair_lock(zk: Client, s: Setup) -> Sides:
     return Sides(zk.lock(s.path, identifier=s.identifier, fair=False))
 
 
-def _lease_lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _lease_lock(zk: Client, s: Setup) -> Sides:
     return Sides(zk.lease_lock(s.path, s.ttl, holder_id=s.holder_id, identifier=s.identifier))
 
 
-def _rw_lock(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _rw_lock(zk: Client, s: Setup) -> Sides:
     rw = zk.rw_lock(s.path, identifier=s.identifier)
     return Sides(rw.write_lock, rw.read_lock)
 
 
-def _semaphore(zk: ZooKeeperClient, s: Setup) -> Sides:
+def _semaphore(zk: Client, s: Setup) -> Sides:
     return Sides(zk.semaphore(s.path, s.max_leases, identifier=s.identifier))
 
 
-async def _read_queue(
-    zk: ZooKeeperClient, path: str, children: list[str]
-) -> list[Contender] | None:
+async def _read_queue(zk: Client, path: str, children: list[str]) -> list[Contender] | None:
     # Any library's contender nodes: an election's, a read/write lock's, kazoo's ... too.
     if not any(is_lock_node(child) for child in children):
         return None
     return await zk.lock(path).contenders()
 
 
-async def _read_nonfair(
-    zk: ZooKeeperClient, path: str, children: list[str]
-) -> list[Contender] | None:
+async def _read_nonfair(zk: Client, path: str, children: list[str]) -> list[Contender] | None:
     if NODE_NAME not in children:
         return None
     holders = await zk.lock(path, fair=False).contenders()
@@ -146,9 +185,7 @@ async def _read_nonfair(
     return [h for h in holders if h.session_id]
 
 
-async def _read_lease(
-    zk: ZooKeeperClient, path: str, children: list[str]
-) -> list[Contender] | None:
+async def _read_lease(zk: Client, path: str, children: list[str]) -> list[Contender] | None:
     if LEASE_NODE not in children:
         return None
     try:
