@@ -58,7 +58,8 @@ class Recipes:
         create: Callable[[], P],
         acl: tuple[ACL, ...],
     ) -> P:
-        """The object of recipe ``cls`` for ``key`` (the factory's arguments), made by
+        """The object of recipe ``cls`` for ``key`` (its identity: a queue recipe's path(s)
+        and ``RecipeOptions``, ``_options.py``; the other recipes' factory arguments), made by
         ``create()`` if there is none (``create`` validates, and may raise). ``kind``: its
         telemetry kind (from its recipe's description entry), told to the observer when the
         object is made. ``acl`` is not part of the identity (one object per contender):
