@@ -11,6 +11,7 @@ from aiozklock._acl import ACL
 from aiozklock._exceptions import InvalidArgument, UsageError
 from aiozklock._making import RecipeMaking
 from aiozklock._recipes._core._names import Compat, validate_compat
+from aiozklock._recipes._core._options import RecipeOptions
 from aiozklock._recipes._election import Election
 from aiozklock._recipes._lease import LeaseLock
 from aiozklock._recipes._lock import Lock
@@ -20,7 +21,7 @@ from aiozklock._recipes._rwlock import ReadLock, ReadWriteLock, WriteLock
 from aiozklock._recipes._semaphore import Semaphore
 from aiozklock._recipes._semaphore_compat import CompatSemaphore
 from aiozklock._recipes._traits import TRAITS
-from aiozklock._wire._validation import validate_flag, validate_lock_delay
+from aiozklock._wire._validation import validate_flag
 
 # The telemetry kind of each object (its ``aiozklock.recipe`` label), read once from its
 # recipe's description entry: a factory passes a constant, looked up at import, not per call.
@@ -123,28 +124,17 @@ class RecipeFactories(RecipeMaking):
         called outside the event loop the client was opened in, ``ClientClosed`` if the
         client is not connected.
         """
-        compat = validate_compat(compat)
-        delay = validate_lock_delay(lock_delay)
-        revocable = validate_flag("revocable", revocable)
+        options = RecipeOptions.of(identifier, compat, lock_delay, revocable)
         if validate_flag("fair", fair):
-            return self._queued(
-                Lock,
-                _LOCK,
-                path,
-                acl,
-                identifier=identifier,
-                compat=compat,
-                lock_delay=delay,
-                revocable=revocable,
-            )
-        if delay is not None:
+            return self._queued(Lock, _LOCK, path, acl, options)
+        if options.lock_delay is not None:
             raise InvalidArgument(
                 "lock_delay needs the fair lock (fair=True): the non-fair lock has no queue "
                 "to tell a release from a vanished holder in"
             )
-        if revocable:
+        if options.revocable:
             raise InvalidArgument("the non-fair lock is not revocable: use the fair lock")
-        if compat != "curator":
+        if options.compat != "curator":
             raise InvalidArgument("the non-fair lock has no kazoo counterpart: compat='curator'")
         return self._made(
             NonFairLock, _NONFAIR, (path, identifier), acl, path, identifier=identifier
@@ -171,19 +161,8 @@ class RecipeFactories(RecipeMaking):
         ``ClientClosed`` if the client is not connected.
         """
         members = paths if isinstance(paths, str) else tuple(paths)
-        compat = validate_compat(compat)
-        delay = validate_lock_delay(lock_delay)
-        revocable = validate_flag("revocable", revocable)
-        return self._queued(
-            MultiLock,
-            _MULTI,
-            members,
-            acl,
-            identifier=identifier,
-            compat=compat,
-            lock_delay=delay,
-            revocable=revocable,
-        )
+        options = RecipeOptions.of(identifier, compat, lock_delay, revocable)
+        return self._queued(MultiLock, _MULTI, members, acl, options)
 
     def election(
         self,
@@ -202,11 +181,8 @@ class RecipeFactories(RecipeMaking):
         Validated now: a bad path, identifier, acl, compat or lock_delay raises
         ``InvalidArgument``; ``UsageError`` if this client's object for the path has
         another ``acl``; ``ClientClosed`` if the client is not connected."""
-        compat = validate_compat(compat)
-        delay = validate_lock_delay(lock_delay)
-        return self._queued(
-            Election, _ELECTION, path, acl, identifier=identifier, compat=compat, lock_delay=delay
-        )
+        options = RecipeOptions.of(identifier, compat, lock_delay)
+        return self._queued(Election, _ELECTION, path, acl, options)
 
     def rw_lock(
         self,
@@ -227,11 +203,9 @@ class RecipeFactories(RecipeMaking):
         node, is not). Validated now: a bad path, identifier, acl, compat or a non-bool
         ``revocable`` raises ``InvalidArgument``; ``UsageError`` if this client's object for the
         path has another ``acl``; ``ClientClosed`` if the client is not connected."""
-        compat = validate_compat(compat)
-        revocable = validate_flag("revocable", revocable)
-        key = (path, identifier, compat, revocable)
-        given = {"identifier": identifier, "compat": compat, "revocable": revocable}
-        write = self._made(WriteLock, _WRITE, key, acl, path, **given)
+        options = RecipeOptions.of(identifier, compat, revocable=revocable)
+        key = (path, options)
+        write = self._made(WriteLock, _WRITE, key, acl, path, options=options)
         # The read side is built on the write side: its session, loss monitor and ACL.
         read = self._kept(
             ReadLock,

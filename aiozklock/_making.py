@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 from aiozklock._acl import ACL, Credentials
 from aiozklock._recipes._core._holding import LossMonitor
 from aiozklock._recipes._core._janitor import Janitor, Spawn
+from aiozklock._recipes._core._options import RecipeOptions
 from aiozklock._recipes._core._registry import Recipes, Registered
 from aiozklock._settings import usable_acl
 from aiozklock._wire._session import Session
@@ -114,13 +115,12 @@ class RecipeMaking:
         kind: str,
         where: object,
         acl: Sequence[ACL] | None,
-        **options: Any,
+        options: RecipeOptions,
     ) -> R:
         """``_made`` for a queue recipe (a lock, a multi-lock, an election) on ``where``
-        (its path or paths), keyed by ``where`` and its options (``identifier``, ``compat``,
-        ``lock_delay``, ``revocable``: validated by the caller, but ``identifier``)."""
-        key = (where, *options.items())
-        return self._made(cls, kind, key, acl, where, **options)
+        (its path or paths), keyed by ``where`` and its ``options`` (built by the factory:
+        ``_core/_options.py``), which it is given as one value."""
+        return self._made(cls, kind, (where, options), acl, where, options=options)
 
     def _acl(self, acl: Sequence[ACL] | None) -> tuple[ACL, ...]:
         return self.default_acl if acl is None else self._usable_acl(acl, "acl")

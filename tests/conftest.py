@@ -18,7 +18,6 @@ import pytest
 
 import aiozklock
 from aiozklock._recipes._core._queue import Queue
-from aiozklock._recipes._core._queue_wait import Waiting
 from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock.testing import FaultProxy, wait_for_children
 from tests._sync_kit import open_sync, szk, szk2  # noqa: F401 (the sync tests' fixtures)
@@ -128,7 +127,7 @@ async def node_gone(zk: aiozklock.ZooKeeperClient, node: str, within: float = 5.
 
 class _WaitSpy:
     """Spies on the queue engine's waits for one test (the library has no test hook):
-    ``Waiting._wait`` notes which queue waits (in a context variable of its task), and
+    ``Queue._wait`` notes which queue waits (in a context variable of its task), and
     ``Wakeup.wait``, the one wait for a wake-up, calls that queue's callback right before
     it waits, the watches armed and the decision to wait made."""
 
@@ -142,7 +141,7 @@ class _WaitSpy:
     def install(self) -> None:
         if self.originals is not None:
             return
-        queue_wait, wakeup_wait = Waiting._wait, Wakeup.wait
+        queue_wait, wakeup_wait = Queue._wait, Wakeup.wait
         callbacks, waiting = self.callbacks, self.waiting
 
         async def spied_queue_wait(queue: Queue, *args: Any) -> None:
@@ -160,12 +159,12 @@ class _WaitSpy:
             await wakeup_wait(wakeup, deadline, message)
 
         self.originals = (queue_wait, wakeup_wait)
-        Waiting._wait = spied_queue_wait  # type: ignore[method-assign,assignment]
+        Queue._wait = spied_queue_wait  # type: ignore[method-assign,assignment]
         Wakeup.wait = spied_wakeup_wait  # type: ignore[method-assign]
 
     def uninstall(self) -> None:
         if self.originals is not None:
-            Waiting._wait, Wakeup.wait = self.originals  # type: ignore[method-assign]
+            Queue._wait, Wakeup.wait = self.originals  # type: ignore[method-assign]
             self.originals = None
         self.callbacks.clear()
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from aiozklock._recipes._core._queue_state import Joined
+from aiozklock._recipes._core._place import Joined
 from aiozklock._wire._frozen import fast_init
 from aiozklock._wire._records import Created, Stat
 

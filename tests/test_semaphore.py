@@ -193,7 +193,7 @@ def on_wait(sem: aiozklock.Semaphore, hook: Callable[[Queue], None]) -> None:
 
 def child_watch_listing(queue: Queue) -> list[str] | None:
     """The listing a waiter's armed child watch came with (None: it watches a predecessor)."""
-    armed = queue._armed
+    armed = queue._waiting.armed
     return None if armed is None else armed.children
 
 

@@ -39,7 +39,8 @@ from aiozklock._exceptions import (
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
-from aiozklock._recipes._core._names import KAZOO_MARKER, LATCH_MARKER, Compat, queue_order
+from aiozklock._recipes._core._names import KAZOO_MARKER, LATCH_MARKER, queue_order
+from aiozklock._recipes._core._options import RecipeOptions
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._queued import QueuedPrimitive
 from aiozklock._recipes._decision import decide
@@ -101,15 +102,13 @@ class Election(QueuedPrimitive):
         session: Session,
         path: str,
         *,
-        identifier: str | None,
+        options: RecipeOptions,
         monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
-        compat: Compat = "curator",
-        lock_delay: float | None = None,
     ) -> None:
         self.path = validate_recipe_path(path, what="election path")
-        identifier = validate_identifier(identifier)
+        identifier = validate_identifier(options.identifier)
         self.identifier = default_identifier() if identifier is None else identifier
         super().__init__(
             session,
@@ -118,10 +117,9 @@ class Election(QueuedPrimitive):
             (self.path,),
             decide,
             f"election {self.path}",
-            self.identifier,
+            options.checked(self.identifier),
             acl,
-            layout=Layout(compat, LATCH_MARKER, KAZOO_MARKER, "zk.election()"),
-            lock_delay=lock_delay,
+            layout=Layout(options.compat, LATCH_MARKER, KAZOO_MARKER, "zk.election()"),
         )
 
     async def resign(self) -> None:

@@ -261,7 +261,7 @@ class LeaseLock(Primitive):
         log.info("%s: re-attached to our lease node (czxid %d)", self._label, renewed.czxid)
         return self._granted(renewed, self._session.generation, sent)
 
-    async def _abandon(self) -> None:
+    async def _abandon(self, deadline: float | None) -> None:
         """After a failed or cancelled acquire: delete our node if there may be one
         (shielded, bounded). If that is not possible in time, it is never renewed, and the
         server deletes it after its TTL."""

@@ -7,7 +7,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 
@@ -20,20 +20,40 @@ from aiozklock._exceptions import (
     NoNodeError,
     SessionExpired,
 )
-from aiozklock._recipes._core._fixed import FixedHolding
+from aiozklock._recipes._core._fixed import FixedHolding, FixedNode
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._janitor import Spawn
 from aiozklock._recipes._core._retry import RETRY_ANY_SESSION
 from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import Stat, get_data_op, set_data_op
-
-if TYPE_CHECKING:
-    from aiozklock._recipes._lease import LeaseLock
+from aiozklock._wire._session import Session
 
 log = logging.getLogger("aiozklock._recipes._lease")
 # A write whose outcome is unknown is looked up again, never resent blindly: the node is not
 # bound to a session, so neither a lost connection nor a lost session settles it.
 UNKNOWN_OUTCOME = (ConnectionLoss, SessionExpired)  # what RETRY_ANY_SESSION repeats
+
+
+class LeaseLock(Protocol):
+    """What the keepers need of the lease they keep (``_lease.LeaseLock``): its TTL and
+    renewal period, its node (``_fixed``) and the data it holds it with, the lock that
+    serialises its writes, and whether a node's content is its own."""
+
+    ttl: float
+    renew_automatically: bool
+    _renew_every: float
+    _writing: anyio.Lock
+    _fixed: FixedNode
+    _data: bytes
+    _session: Session
+    _label: str
+
+    @property
+    def _lost_error(self) -> type[LockLost]: ...
+
+    def _valid_until(self, holding: Holding) -> float: ...
+
+    def _owned(self, data: bytes, stat: Stat) -> bool: ...
 
 
 @dataclass(eq=False)

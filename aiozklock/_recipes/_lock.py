@@ -23,7 +23,8 @@ from aiozklock._exceptions import short_repr
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
-from aiozklock._recipes._core._names import KAZOO_MARKER, LOCK_MARKER, Compat
+from aiozklock._recipes._core._names import KAZOO_MARKER, LOCK_MARKER
+from aiozklock._recipes._core._options import RecipeOptions
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._queued import QueuedPrimitive
 from aiozklock._recipes._decision import decide
@@ -95,16 +96,13 @@ class Lock(PathLock):
         session: Session,
         path: str,
         *,
-        identifier: str | None,
+        options: RecipeOptions,
         monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
-        compat: Compat = "curator",
-        lock_delay: float | None = None,
-        revocable: bool = False,
     ) -> None:
         self.path = validate_recipe_path(path)
-        self.identifier = validate_identifier(identifier)
+        self.identifier = validate_identifier(options.identifier)
         super().__init__(
             session,
             monitor,
@@ -112,11 +110,9 @@ class Lock(PathLock):
             (self.path,),
             decide,
             f"lock {self.path}",
-            self.identifier,
+            options.checked(self.identifier),
             acl,
-            layout=Layout(compat, LOCK_MARKER, KAZOO_MARKER, "zk.lock()"),
-            lock_delay=lock_delay,
-            revocable=revocable,
+            layout=Layout(options.compat, LOCK_MARKER, KAZOO_MARKER, "zk.lock()"),
         )
 
     async def contenders(self) -> list[Contender]:

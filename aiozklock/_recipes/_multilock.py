@@ -24,7 +24,8 @@ from aiozklock._exceptions import InvalidArgument, short_repr
 from aiozklock._recipes._core._contenders import Contender, read_contenders
 from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
-from aiozklock._recipes._core._names import KAZOO_MARKER, LOCK_MARKER, Compat
+from aiozklock._recipes._core._names import KAZOO_MARKER, LOCK_MARKER
+from aiozklock._recipes._core._options import RecipeOptions
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._queued import QueuedPrimitive
 from aiozklock._recipes._decision import decide
@@ -80,16 +81,13 @@ class MultiLock(QueuedPrimitive):
         session: Session,
         paths: Iterable[str],
         *,
-        identifier: str | None,
+        options: RecipeOptions,
         monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
-        compat: Compat = "curator",
-        lock_delay: float | None = None,
-        revocable: bool = False,
     ) -> None:
         self.paths = validate_members(paths)
-        self.identifier = validate_identifier(identifier)
+        self.identifier = validate_identifier(options.identifier)
         super().__init__(
             session,
             monitor,
@@ -97,11 +95,9 @@ class MultiLock(QueuedPrimitive):
             self.paths,
             decide,
             f"multi-lock {list(self.paths)}",
-            self.identifier,
+            options.checked(self.identifier),
             acl,
-            layout=Layout(compat, LOCK_MARKER, KAZOO_MARKER, "zk.multi_lock()"),
-            lock_delay=lock_delay,
-            revocable=revocable,
+            layout=Layout(options.compat, LOCK_MARKER, KAZOO_MARKER, "zk.multi_lock()"),
         )
 
     @property

@@ -105,7 +105,7 @@ class NonFairLock(Primitive):
         data = self._identity.data(task_name, guid=guid)
         return await self._fixed.take(Bid(data, owned_by(self._session, guid)), deadline)
 
-    async def _abandon(self) -> None:
+    async def _abandon(self, deadline: float | None) -> None:
         """After a failed or cancelled acquire: if a create of ours had an unknown outcome,
         make sure its node (if any) does not stay."""
         await self._fixed.abandon()

@@ -29,6 +29,7 @@ from aiozklock._recipes._core._handle import _FactoryMade
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat
+from aiozklock._recipes._core._options import RecipeOptions
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._primitive import Primitive
@@ -69,16 +70,15 @@ class _Side(PathLock):
         session: Session,
         path: str,
         *,
-        identifier: str | None,
+        options: RecipeOptions,
         monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
         decide: Decide,
         layout: Layout,
-        revocable: bool = False,
     ) -> None:
         self.path = validate_recipe_path(path)
-        self.identifier = validate_identifier(identifier)
+        self.identifier = validate_identifier(options.identifier)
         label = f"{self._mode} lock {self.path}"
         self._marker = layout.marker
         super().__init__(
@@ -88,10 +88,9 @@ class _Side(PathLock):
             (self.path,),
             decide,
             label,
-            self.identifier,
+            options.checked(self.identifier),
             acl,
             layout=layout,
-            revocable=revocable,
         )
 
     async def contenders(self) -> list[Contender]:
@@ -142,27 +141,24 @@ class WriteLock(_Side):
         session: Session,
         path: str,
         *,
-        identifier: str | None,
+        options: RecipeOptions,
         monitor: HoldingMonitor,
         janitor: Janitor,
         acl: tuple[ACL, ...],
-        compat: Compat = "curator",
-        revocable: bool = False,
     ) -> None:
-        self.compat = compat
+        self.compat: Compat = options.compat
         super().__init__(
             session,
             path,
-            identifier=identifier,
+            options=options,
             monitor=monitor,
             janitor=janitor,
             acl=acl,
             decide=decide_write,
-            layout=Layout(compat, WRITE_MARKER, KAZOO_WRITE_MARKER, "zk.rw_lock()"),
-            revocable=revocable,
+            layout=Layout(options.compat, WRITE_MARKER, KAZOO_WRITE_MARKER, "zk.rw_lock()"),
         )
 
-    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
+    async def _acquire(self, timeout: float | None, task: TaskRef | None = None) -> None:  # noqa: ASYNC109
         self._session.check_loop()
         if task is None:
             task = self._session.tasks.current()
@@ -175,7 +171,7 @@ class WriteLock(_Side):
                 "one included). Release the read lock first, or take the write lock first "
                 "(its holder may also take the read lock)"
             )
-        await super()._acquire(limit, task)
+        await super()._acquire(timeout, task)
 
     async def _let_go(self, holding: Holding, task_id: int, confirm: bool = True) -> None:
         try:
@@ -220,7 +216,8 @@ class ReadLock(SharedHolding, _Side):
         super().__init__(
             write_lock._session,
             write_lock.path,
-            identifier=write_lock.identifier,
+            # Not revocable: its node is shared by this process's readers.
+            options=RecipeOptions(write_lock.identifier, write_lock.compat),
             monitor=write_lock._monitor,
             janitor=janitor,
             acl=write_lock.acl,
@@ -233,7 +230,7 @@ class ReadLock(SharedHolding, _Side):
     def _may_hold_with(self, other: Primitive) -> bool:
         return other is self._writer  # a write holder takes the read lock at its place
 
-    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
+    async def _acquire(self, timeout: float | None, task: TaskRef | None = None) -> None:  # noqa: ASYNC109
         self._session.check_loop()
         if task is None:
             task = self._session.tasks.current()
@@ -245,7 +242,7 @@ class ReadLock(SharedHolding, _Side):
                 "task's write lock: it would wait for that task forever. Give one of them "
                 "its own identifier (zk.rw_lock(path, identifier=...))"
             )
-        await super()._acquire(limit, task)
+        await super()._acquire(timeout, task)
 
     def _may_share(self, task: TaskRef) -> bool:
         # A task of ours holds the write lock: no reader with it (its holder itself takes

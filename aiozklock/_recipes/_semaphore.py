@@ -57,6 +57,7 @@ from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat, guid_of, queue_order
 from aiozklock._recipes._core._observe import RecipeObserver
+from aiozklock._recipes._core._options import RecipeOptions
 from aiozklock._recipes._core._plan import Decide, Decision
 from aiozklock._recipes._core._primitive import Primitive, Registry
 from aiozklock._recipes._core._queue import Guard
@@ -237,7 +238,7 @@ class Semaphore(Handle):
             self._paths,
             self._decide,
             self._label,
-            self.identifier,
+            RecipeOptions(self.identifier),
             self.acl,
             guard=self._guard,
         )
@@ -258,11 +259,11 @@ class Semaphore(Handle):
     # ---------------------------------------------------------------- the handle's hooks
     # Each task's call goes to that task's lease.
 
-    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
+    async def _acquire(self, timeout: float | None, task: TaskRef | None = None) -> None:  # noqa: ASYNC109
         self._session.check_loop()
         if task is None:
             task = self._session.tasks.current()
-        await self._lease_for(task.id)._acquire(limit, task)
+        await self._lease_for(task.id)._acquire(timeout, task)
 
     async def _release(self, task_id: int, confirm: bool = False) -> None:
         await self._lease_of_task(task_id)._release(task_id, confirm)

@@ -39,6 +39,7 @@ from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import Compat, is_sequence
+from aiozklock._recipes._core._options import RecipeOptions
 from aiozklock._recipes._core._retry import RETRY
 from aiozklock._recipes._core._unique import ConditionFailed, UniqueNodePrimitive
 from aiozklock._recipes._core._waiting import Wakeup
@@ -238,11 +239,10 @@ class CompatSemaphore(Semaphore):
         self._mutex = Lock._construct(
             session,
             self._layout.mutex.format(self.path),
-            identifier=identifier,
+            options=RecipeOptions(identifier, compat),
             monitor=monitor,
             janitor=janitor,
             acl=acl,
-            compat=compat,
         )
         self._assured = False  # kazoo: the path exists and stores our limit
 

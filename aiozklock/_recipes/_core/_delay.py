@@ -39,14 +39,20 @@ from aiozklock._exceptions import (
 from aiozklock._recipes._core._delay_record import (
     ABSENT,
     RECORD,
-    LockDelay,
     holder_record,
     parse_record,
 )
-from aiozklock._recipes._core._queue_state import Listings, QueueState
+from aiozklock._recipes._core._place import Listings, Place
 from aiozklock._recipes._core._retry import RETRY
 from aiozklock._wire._now import uptime
-from aiozklock._wire._protocol import CreateMode, create_op, delete_op, get_data_op, set_data_op
+from aiozklock._wire._protocol import (
+    CreateMode,
+    MultiDelete,
+    create_op,
+    delete_op,
+    get_data_op,
+    set_data_op,
+)
 from aiozklock._wire._validation import join
 
 # A write that lost a race for the record: decide again.
@@ -62,42 +68,75 @@ class _Weighed(NamedTuple):
     until: float = 0.0
 
 
-class Delaying(QueueState):
-    """The queue engine's lock-delay (see the module docstring)."""
+class Delay:
+    """Lock-delay at ``place`` (see the module docstring): ``seconds`` (None for a
+    contender without lock-delay, which honors a record it finds), whether this acquisition
+    ``seen`` a reason to read the record, the version of each member's record we wrote when
+    granted (``versions``: what our release deletes), the seconds the last acquisition
+    ``waited`` for a delay, and until when (``uptime()``) this acquisition already knows it
+    owes a vanished holder's delay (``owed``, by member and holder node: reckoned from its
+    own earlier write, a bound that a leader change since cannot move)."""
 
-    __slots__ = ()
+    __slots__ = ("_owed", "_place", "_seen", "_versions", "seconds", "waited")
 
-    async def _honored(self, listings: Listings, deadline: float | None) -> bool:
+    def __init__(self, place: Place, seconds: float | None) -> None:
+        self._place = place
+        self.seconds = seconds
+        self._seen = False
+        self._versions: dict[str, int] = {}
+        self.waited = 0.0
+        self._owed: dict[tuple[str, str], float] = {}
+
+    def begin(self) -> None:
+        """A new acquisition: what it sees of lock-delay, from scratch."""
+        self._seen, self.waited = False, 0.0
+        self._owed.clear()
+
+    def see(self) -> None:
+        """This acquisition saw a reason to read the record (``delay_seen``)."""
+        self._seen = True
+
+    def records(self) -> list[MultiDelete]:
+        """The deletes of the records our grant wrote, at the versions we wrote: a release
+        deletes them with our nodes, in one transaction, so that the next contender knows
+        it was a release."""
+        server_path = self._place.session.server_path
+        return [MultiDelete(server_path(join(m, RECORD)), v) for m, v in self._versions.items()]
+
+    def forget(self) -> None:
+        """Released or lost: our records are deleted with the release, or left."""
+        self._versions = {}
+
+    async def honored(self, listings: Listings, deadline: float | None) -> bool:
         """First on every member: wait out any delay a record asks for, then write our
         own record (a lock-delay contender) or delete the one waited out. Returns False
         if a record changed meanwhile (decide again from a new listing). Raises
         ``LockTimeout`` if the delay ends after ``deadline``, ``SessionExpired`` if our
         session ended while we waited."""
-        delay = self._delay
-        assert delay is not None
         weighed: dict[str, _Weighed] = {}
-        for member in self.members:
+        for member in self._place.members:
             # A lock-delay contender creates its record if none is listed (a create that
             # finds one makes us decide again, listing it); another reads it if it has seen
             # a reason to (``delay_seen``).
-            read = RECORD in listings[member] if delay.seconds is not None else delay.seen
+            read = RECORD in listings[member] if self.seconds is not None else self._seen
             found = await self._weigh(member, read, deadline)
             if found is None:
                 return False
             weighed[member] = found
         until = max(w.until for w in weighed.values())
-        await self._wait_out(delay, until, deadline)
-        if delay.seconds is None:
+        await self._wait_out(until, deadline)
+        if self.seconds is None:
             self._drop_records({m: w.version for m, w in weighed.items() if w.honored})
             return True
-        return await self._write_records(delay.seconds, weighed)
+        return await self._write_records(self.seconds, weighed)
 
     async def _weigh(self, member: str, read: bool, deadline: float | None) -> _Weighed | None:
         """``member``'s record (if we ``read`` it), and until when it makes us wait; None if
         it changed while we wrote it."""
         if not read:
             return _Weighed(ABSENT)  # as far as we know there is none: created when granted
-        session, generation = self._session, self.generation
+        place = self._place
+        session, generation = place.session, place.generation
         path = session.server_path(join(member, RECORD))
         try:
             data, stat = await RETRY.call(
@@ -106,7 +145,7 @@ class Delaying(QueueState):
         except NoNodeError:
             return _Weighed(ABSENT)
         record = parse_record(data, path)
-        if record is None or record.holder == self.nodes[member]:
+        if record is None or record.holder == place.nodes[member]:
             return _Weighed(stat.version)
         # We are first, so the node it names is gone; its release would have deleted it.
         op = set_data_op(path, record.marked_gone(stat.mtime, stat.mzxid), stat.version)
@@ -119,12 +158,11 @@ class Delaying(QueueState):
         # Each of our reckonings for this vanish is a bound (it is after the vanish by the
         # delay): an earlier one, on our own clock, spares a second full wait across a
         # leader change (our first mark written under the old leader, this one the new).
-        assert self._delay is not None
-        owed, key = self._delay.owed, (member, record.holder)
+        owed, key = self._owed, (member, record.holder)
         until = owed[key] = min(until, owed.get(key, until))
         return _Weighed(written.version, honored=True, until=until)
 
-    async def _wait_out(self, delay: LockDelay, until: float, deadline: float | None) -> None:
+    async def _wait_out(self, until: float, deadline: float | None) -> None:
         """Sleep until ``until``; raise ``LockTimeout`` at once if that is after
         ``deadline`` (nothing can end a delay early), ``SessionExpired`` if our session
         ended meanwhile (our nodes went with it: queue again)."""
@@ -133,27 +171,28 @@ class Delaying(QueueState):
             return
         if deadline is not None and until > deadline:
             raise LockTimeout(
-                f"{self._late}: a holder vanished without a release, and its lock-delay "
+                f"{self._place.late}: a holder vanished without a release, and its lock-delay "
                 f"runs {left:.3g} s more"
             )
         await anyio.sleep(left)
-        delay.waited += left
-        if self._session.generation != self.generation:
+        self.waited += left
+        if self._place.session.generation != self._place.generation:
             raise SessionExpired("the session ended during a lock-delay")
 
     async def _write_records(self, seconds: float, weighed: dict[str, _Weighed]) -> bool:
         """Granted, with lock-delay: write our record on every member (what our release
         deletes, and what tells the next contender if we vanish); False if one changed
         meanwhile."""
-        session, generation = self._session, self.generation
+        place = self._place
+        session, generation = place.session, place.generation
         versions = {}
         for member, found in weighed.items():
             path = session.server_path(join(member, RECORD))
-            data = holder_record(self.nodes[member], seconds)
+            data = holder_record(place.nodes[member], seconds)
             try:
                 if found.version == ABSENT:
                     mode, strip = CreateMode.PERSISTENT, session.client_path
-                    create = create_op(path, data, mode, strip, acl=self._acl)
+                    create = create_op(path, data, mode, strip, acl=place.acl)
                     created = await session.call(create, generation=generation)
                     versions[member] = created.stat.version
                 else:
@@ -161,8 +200,7 @@ class Delaying(QueueState):
                     versions[member] = (await session.call(update, generation=generation)).version
             except _CHANGED:
                 return False  # a lost reply is read again with the next decision
-        assert self._delay is not None
-        self._delay.versions = versions
+        self._versions = versions
         return True
 
     def _drop_records(self, versions: dict[str, int]) -> None:
@@ -171,10 +209,11 @@ class Delaying(QueueState):
         makes the next contender read it (its delay is over)."""
         if not versions:
             return
-        session = self._session
+        session = self._place.session
         ops = [delete_op(session.server_path(join(m, RECORD)), v) for m, v in versions.items()]
         with contextlib.suppress(SessionExpired):  # gone with its session: nothing to do
-            session.send(ops, generation=self.generation, on_done=lambda result, error: None)
+            generation = self._place.generation
+            session.send(ops, generation=generation, on_done=lambda result, error: None)
 
 
-__all__ = ("Delaying",)
+__all__ = ("Delay",)

@@ -149,30 +149,10 @@ def warn_short_delay(label: str, delay: float, session_timeout: float) -> None:
     )
 
 
-class LockDelay:
-    """A queue's lock-delay state: ``seconds`` (None for a contender without lock-delay,
-    which honors a record it finds), whether this acquisition ``seen`` a reason to read the
-    record, the version of each member's record we wrote when granted (what our release
-    deletes), the seconds the last acquisition ``waited`` for a delay, and until when
-    (``uptime()``) this acquisition already knows it owes a vanished holder's delay (``owed``,
-    by member and holder node: reckoned from its own earlier write, a bound that a leader
-    change since cannot move)."""
-
-    __slots__ = ("owed", "seconds", "seen", "versions", "waited")
-
-    def __init__(self, seconds: float | None) -> None:
-        self.seconds = seconds
-        self.seen = False
-        self.versions: dict[str, int] = {}
-        self.waited = 0.0
-        self.owed: dict[tuple[str, str], float] = {}
-
-
 __all__ = (
     "ABSENT",
     "RECORD",
     "TAG",
-    "LockDelay",
     "Record",
     "delay_guid",
     "epoch",

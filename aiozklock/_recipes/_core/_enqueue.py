@@ -44,14 +44,17 @@ from aiozklock._exceptions import (
     shorten,
 )
 from aiozklock._recipes._core._names import in_sequence_order, nodes_of, sequence_of
-from aiozklock._recipes._core._queue_state import (
+from aiozklock._recipes._core._newcomers import NewcomerWatch
+from aiozklock._recipes._core._place import (
     Alone,
+    Guard,
     Hint,
     Joined,
     Lead,
     Listings,
+    Names,
     OnJoin,
-    QueueState,
+    Place,
     Replies,
     Round,
 )
@@ -98,10 +101,53 @@ class _Follow:
     op: Op[Any]
 
 
-class Enqueuing(QueueState):
-    """The queue engine's enqueue (see the module docstring)."""
+class Joining:
+    """Joining the queues at ``place`` (see the module docstring), with the recipe's
+    ``guard`` (if any) and the newcomers' ``watch`` (if we keep one), and what our last
+    grant and release left for the next join: the ``Lead`` (a hint, or our node proven
+    alone), whether that grant was contended, and the nodes of that release."""
 
-    __slots__ = ()
+    __slots__ = ("_contended", "_guard", "_lead", "_place", "_released", "_watch")
+
+    def __init__(self, place: Place, guard: Guard | None, watch: NewcomerWatch | None) -> None:
+        self._place = place
+        self._guard = guard
+        self._watch = watch
+        self._lead: Lead = None
+        self._contended = False  # our last grant came by a hand-off, or had nodes behind
+        # The nodes of our last release written without waiting (``Round.released``).
+        self._released: Names = ()
+
+    def granted(self, lead: Lead, contended: bool) -> None:
+        """Granted: what the next join may use (``lead``), and whether the grant was
+        ``contended`` (a hand-off, or nodes behind us)."""
+        self._lead, self._contended = lead, contended
+
+    def alone(self, name: str) -> Alone | None:
+        """Our node ``name`` as our grant proved it alone, if it did (its release records
+        its deletes' outcome there, for the next join's proof)."""
+        lead = self._lead
+        return lead if isinstance(lead, Alone) and lead.name == name else None
+
+    def released(self, names: Names) -> None:
+        """The deletes of these nodes of ours were written: never adopt them."""
+        self._released = names
+
+    async def join(
+        self, deadline: float | None, data: Callable[[], bytes], on_join: OnJoin | None
+    ) -> Joined:
+        """Enqueue, and check the recipe's guard, with what our last grant left for this
+        join (taken: for this join only); returns what the join learned."""
+        lead, self._lead = self._lead, None
+        joined = await self._enqueue(deadline, data, lead, on_join)
+        if self._guard is not None:
+            await self._guard.check(joined.guarded, deadline)
+        return joined
+
+    def _listing_op(self, member: str) -> Op[list[str]]:
+        """A join's listing: with the newcomers' watch unless our last grant was contended
+        (``_newcomers.py``)."""
+        return self._place.listing_op(member, None if self._contended else self._watch)
 
     async def _enqueue(
         self,
@@ -118,12 +164,13 @@ class Enqueuing(QueueState):
         Raises what the create or a container create failed with (``NoNodeError`` once
         the container attempts are spent), and what ``session.pipeline`` raises when
         nothing was written."""
+        place = self._place
         containers: _Containers | None = None  # once a member path is missing
         guard = None if self._guard is None else self._guard.op
         released, self._released = self._released, ()
         while True:
-            generation = self._session.generation
-            self.nodes = {}
+            generation = place.session.generation
+            place.nodes = {}
             create = self._create_op(data())
             parents = () if containers is None else containers.ops
             follow = self._follow(lead, generation)
@@ -132,7 +179,7 @@ class Enqueuing(QueueState):
             reads = (
                 []
                 if proof is not None
-                else [self._listing_op(m, not self._contended) for m in self.members]
+                else [self._listing_op(m) for m in place.members]
                 if follow is None
                 else [follow.op]
             )
@@ -142,12 +189,12 @@ class Enqueuing(QueueState):
                 if isinstance(outcome, Replies):
                     if self._adopt_created(outcome.created, generation):
                         if on_join is not None:  # before any wait (_after_follow's)
-                            on_join(self._server_nodes(), generation)
+                            on_join(place.server_nodes(), generation)
                         return await self._joined(outcome, proof, follow, deadline)
                     containers = self._after_failure(sent, outcome, containers)
                 elif outcome is not None:
                     if on_join is not None:
-                        on_join(self._server_nodes(), self.generation)
+                        on_join(place.server_nodes(), place.generation)
                     return outcome  # a lost reply's nodes, found and adopted
                 # Otherwise nothing of ours was created: create again.
             finally:
@@ -159,7 +206,7 @@ class Enqueuing(QueueState):
         None if nothing of ours was created (a lost reply's create made nothing, or the
         session changed before the write: bind to the new one)."""
         try:
-            return await self._write_create(sent, self._resolve_lost_create)
+            return await self._place.write_create(sent, self._resolve_lost_create)
         except SessionExpired:
             return None
 
@@ -175,10 +222,10 @@ class Enqueuing(QueueState):
             return await self._after_proof(proof, replies.guarded, deadline)
         if follow is not None:
             return await self._after_follow(follow, replies, deadline)
-        listings = await self._listed(replies.listings, self.generation, deadline)
+        listings = await self._listed(replies.listings, self._place.generation, deadline)
         # Watched if every listing came with our create (one read again carries no watch).
         watched = (
-            self._newcomers is not None
+            self._watch is not None
             and not self._contended
             and all(isinstance(listing, list) for listing in replies.listings)
         )
@@ -189,11 +236,11 @@ class Enqueuing(QueueState):
     ) -> Listings:
         """The listings that came with our create, those that failed read again."""
         listed: Listings = {}
-        for member, listing in zip(self.members, listings, strict=True):
+        for member, listing in zip(self._place.members, listings, strict=True):
             if isinstance(listing, list):
                 listed[member] = listing
             else:
-                listed[member] = await self.list_children(member, generation, deadline)
+                listed[member] = await self._place.list_children(member, generation, deadline)
         return listed
 
     def _proof(self, lead: Lead, generation: int) -> Alone | None:
@@ -207,7 +254,7 @@ class Enqueuing(QueueState):
             isinstance(lead, Alone)
             and lead.generation == generation
             and self._guard is None
-            and len(self.members) == 1
+            and len(self._place.members) == 1
             and lead.written
             and not lead.answered
         ):
@@ -218,9 +265,10 @@ class Enqueuing(QueueState):
         """After a join that may be proven alone: our node alone if the old one's delete
         succeeded, no transaction but that delete came between the two creates (czxid),
         and its sequence follows the old one's by one; else the queue listed."""
-        member = self.members[0]
-        ours = self.nodes[member]
-        token = self.token
+        place = self._place
+        member = place.members[0]
+        ours = place.nodes[member]
+        token = place.token
         if (
             alone.deleted
             and token is not None
@@ -228,18 +276,18 @@ class Enqueuing(QueueState):
             and (sequence_of(ours) - sequence_of(alone.name)) % _WRAP == 1
         ):
             return Joined({member: [ours]}, guarded, proven=True)
-        listing = await self.list_children(member, self.generation, deadline, watched=True)
+        listing = await place.list_children(member, place.generation, deadline, self._watch)
         # A proof follows a grant with nothing behind it: uncontended, watched.
-        return Joined({member: listing}, guarded, watched=self._newcomers is not None)
+        return Joined({member: listing}, guarded, watched=self._watch is not None)
 
     def _follow(self, lead: Lead, generation: int) -> _Follow | None:
         """The existence watch to write instead of the listing, if ``lead`` is a hint that
         can be followed (one member, no guard, the hint's session)."""
         if not isinstance(lead, Hint) or lead.generation != generation or self._guard is not None:
             return None
-        session = self._session
+        session = self._place.session
         wakeup = Wakeup(session)
-        path = session.server_path(join(self.members[0], lead.name))
+        path = session.server_path(join(self._place.members[0], lead.name))
         return _Follow(lead, wakeup, exists_op(path, wakeup.watch(path)))
 
     async def _after_follow(
@@ -248,33 +296,36 @@ class Enqueuing(QueueState):
         """After a join that followed a hint: wait until its node is gone if it is there and
         older than ours (then it is ahead of us: we cannot be first before it is gone; the
         join ``followed`` it), then list the queue to decide on."""
-        member, generation = self.members[0], self.generation
-        hinted, ours = follow.hint.name, self.nodes[member]
+        place = self._place
+        member, generation = place.members[0], place.generation
+        hinted, ours = follow.hint.name, place.nodes[member]
         followed = None
         if isinstance(replies.listings[0], Stat) and _older(hinted, ours):
             followed = follow.hint
-            await follow.wakeup.wait(deadline, self._late)
+            await follow.wakeup.wait(deadline, place.late)
         # A hint follows a grant with nodes behind it (contended): watched only if not.
-        watch = not self._contended
-        listing = await self.list_children(member, generation, deadline, watched=watch)
-        watched = watch and self._newcomers is not None
+        watch = None if self._contended else self._watch
+        listing = await place.list_children(member, generation, deadline, watch)
+        watched = watch is not None
         return Joined({member: listing}, replies.guarded, followed=followed, watched=watched)
 
     def _create_op(self, data: bytes) -> Op[Any]:
         """Our creates: one create, or one transaction of them (a multi-lock)."""
-        acl, prefixes, strip = self._acl, self._prefixes, self._session.client_path
+        place = self._place
+        acl, prefixes, strip = place.acl, place.prefixes, place.session.client_path
         if len(prefixes) == 1:
             return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, strip, acl=acl)
         return multi_op([MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in prefixes], strip)
 
     def _adopt_created(self, created: object, generation: int) -> bool:
         """Record our nodes from a create's reply; False if it failed."""
+        place = self._place
         if isinstance(created, Created):
-            self._adopt({self.members[0]: created.path}, created.stat.czxid, generation)
+            place.adopt({place.members[0]: created.path}, created.stat.czxid, generation)
             return True
         if isinstance(created, MultiResult) and created.ok:
-            paths = dict(zip(self.members, created.results, strict=True))
-            self._adopt(paths, created.zxid, generation)  # the transaction's zxid: the czxid
+            paths = dict(zip(place.members, created.results, strict=True))
+            place.adopt(paths, created.zxid, generation)  # the transaction's zxid: the czxid
             return True
         return False
 
@@ -307,17 +358,18 @@ class Enqueuing(QueueState):
         if isinstance(created, MultiResult):
             failure = created.failure
             assert failure is not None
-            return self.members[failure[0]], failure[1]
+            return self._place.members[failure[0]], failure[1]
         assert isinstance(created, BaseException)
-        return self.members[0], created
+        return self._place.members[0], created
 
     def _missing(self, failed: str, listings: Sequence[object]) -> list[str]:
         """The member whose create failed, and any whose listing says it is missing (the
         listing may also find a path another session created meanwhile)."""
-        padded = [*listings, *[None] * len(self.members)]  # a join proven alone lists nothing
+        members = self._place.members
+        padded = [*listings, *[None] * len(members)]  # a join proven alone lists nothing
         return [
             member
-            for member, listing in zip(self.members, padded)  # noqa: B905 (padded is longer)
+            for member, listing in zip(members, padded)  # noqa: B905 (padded is longer)
             if member == failed or isinstance(listing, NoNodeError)
         ]
 
@@ -328,19 +380,19 @@ class Enqueuing(QueueState):
             for op, result in zip(sent.parents, replies.parents, strict=True)
             if isinstance(result, NoNodeError)
         }
-        server_path = self._session.server_path
+        server_path = self._place.session.server_path
         return {m for m in missing if server_path(m) in failed}
 
     def _parent_ops(self, missing: list[str], whole_chain: set[str]) -> list[Op[Any]]:
         """Container creates for the missing members: only the member path at first (its
         ancestors usually exist, and even a create that fails NodeExists is a logged
         transaction), its whole chain (chroot included) if its parent is missing too."""
-        session = self._session
+        session, acl = self._place.session, self._place.acl
         ops: dict[str, Op[Any]] = {}
         data = b"" if self._guard is None else self._guard.container_data
         for member in missing:
             chain = container_path_ops(
-                session.server_path(member), session.client_path, acl=self._acl, data=data
+                session.server_path(member), session.client_path, acl=acl, data=data
             )
             for op in chain if member in whole_chain else chain[-1:]:
                 ops.setdefault(op.path, op)
@@ -360,12 +412,13 @@ class Enqueuing(QueueState):
         return None if listings is None else Joined(listings, replies.guarded)
 
     async def _recover_create(self, sent: Round) -> Listings | None:
-        session, generation = self._session, sent.generation
-        listings = await self._list_all(generation, sent.deadline)
+        place = self._place
+        session, generation, members = place.session, sent.generation, place.members
+        listings = await place.list_all(generation, sent.deadline)
         ours = [
             (m, name)
-            for m in self.members
-            for name in nodes_of(listings[m], self.guid, self._marker)
+            for m in members
+            for name in nodes_of(listings[m], place.guid, place.marker)
             if (m, name) not in sent.released
         ]
         # Without every answer we cannot tell "not created" from "reply lost": asked again.
@@ -376,15 +429,15 @@ class Enqueuing(QueueState):
             wait_until=sent.deadline,
         )
         found = list(zip(ours, stats, strict=True))
-        adopted, token, duplicates = _pick(found, len(self.members), session.session_id)
+        adopted, token, duplicates = _pick(found, len(members), session.session_id)
         if duplicates:
-            await self._delete_stale(duplicates)
+            await place.delete_stale(duplicates)
         if not adopted:
             return None
-        self._adopt(adopted, token, generation)
-        log.info("%s: adopted %s after a lost create reply", self._label, shorten(str(adopted)))
+        place.adopt(adopted, token, generation)
+        log.info("%s: adopted %s after a lost create reply", place.label, shorten(str(adopted)))
         gone = set(duplicates)
-        return {m: [c for c in listings[m] if (m, c) not in gone] for m in self.members}
+        return {m: [c for c in listings[m] if (m, c) not in gone] for m in members}
 
 
 def _older(name: str, ours: str) -> bool:
@@ -416,4 +469,4 @@ def _pick(
     return adopted, token, duplicates
 
 
-__all__ = ("Enqueuing",)
+__all__ = ("Joining",)

@@ -16,17 +16,22 @@ import warnings
 from abc import ABCMeta, abstractmethod
 from collections.abc import Coroutine, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, Protocol, Self, TypeVar
 
 import anyio
 
-from aiozklock._exceptions import LockTimeout, NotLockOwner, StaleFencingToken, UsageError
+from aiozklock._exceptions import (
+    LockLost,
+    LockTimeout,
+    NotLockOwner,
+    StaleFencingToken,
+    UsageError,
+)
 from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_flag, validate_timeout
 
 if TYPE_CHECKING:
     from aiozklock._recipes._core._holding import Holding
-    from aiozklock._recipes._core._primitive import Primitive
     from aiozklock._wire._tasks import TaskRef
 
 H = TypeVar("H", bound="Handle")
@@ -45,6 +50,22 @@ def _task_ended(coro: object) -> bool:
     if isinstance(coro, AcquireContext):  # a task made of ``lock.acquire()`` itself
         coro = coro._coro
     return getattr(coro, "cr_frame", False) is None
+
+
+class Engine(Protocol):
+    """What holds a handle for a task (a ``Primitive``, ``_primitive.py``, which builds on
+    ``Handle``: the handle names only what it asks of it): its holding, whose it is, until
+    when it is certainly ours, what its loss raises, and its integrations' commit point."""
+
+    _holding: Holding | None
+
+    def _held_by_task(self, task_id: int) -> bool: ...
+
+    def _valid_until(self, holding: Holding) -> float: ...
+
+    def _loss(self, holding: Holding) -> LockLost: ...
+
+    def _detach_bodies(self) -> None: ...
 
 
 class AcquireContext(Coroutine[Any, Any, None], Generic[H]):
@@ -152,7 +173,7 @@ class Handle(metaclass=_FactoryMade):
     What a handle implements, for the calling task (a ``Primitive`` for itself; a
     semaphore by handing each task's call to that task's lease):
 
-    * ``_acquire(limit, task=None)`` and ``_release(task_id, confirm)``: take it, or give
+    * ``_acquire(timeout, task=None)`` and ``_release(task_id, confirm)``: take it, or give
       one level back;
     * ``_enter_body()`` and ``_exit_body(scope, exc_type, exc, tb, task_id, confirm)``: the
       cancel scope of a body, which a loss cancels (what ``AcquireContext`` drives), and
@@ -180,8 +201,8 @@ class Handle(metaclass=_FactoryMade):
     # ---------------------------------------------------------------- what a handle implements
 
     @abstractmethod
-    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
-        """Take it for ``task`` (the current one if None) within ``limit`` seconds."""
+    async def _acquire(self, timeout: float | None, task: TaskRef | None = None) -> None:  # noqa: ASYNC109
+        """Take it for ``task`` (the current one if None) within ``timeout`` seconds."""
 
     @abstractmethod
     async def _release(self, task_id: int, confirm: bool = False) -> None:
@@ -216,7 +237,7 @@ class Handle(metaclass=_FactoryMade):
         """Held by the task ``task_id``, not lost, within ``valid_until``."""
 
     @abstractmethod
-    def _held_engine(self, why: str) -> Primitive:
+    def _held_engine(self, why: str) -> Engine:
         """The engine holding it for the current task; ``NotLockOwner`` otherwise."""
 
     def _guarding(self, resource: str) -> Holding:

@@ -14,7 +14,7 @@ from typing import Literal, Protocol, TypeVar
 
 import anyio
 
-from aiozklock._exceptions import MESSAGE_LIMIT, shorten
+from aiozklock._exceptions import MESSAGE_LIMIT, LockLost, LockRevoked, shorten
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._wire._session import Session, SessionState, StateChange
@@ -91,6 +91,20 @@ class Holding:
         if self.observer is not None:
             self.observer.lost(cause)
         return True
+
+    @property
+    def left_to_janitor(self) -> bool:
+        """Lost, and its nodes are the loss policy's (its janitor's): not its holder's to
+        delete. A revoked holding's still are: its session is sound (``revoked``)."""
+        return self.lost and not self.revoked
+
+    def loss(self, label: str, kind: type[LockLost]) -> LockLost:
+        """What a holder of this lost holding gets (``label`` names the recipe object):
+        ``LockRevoked`` if it was revoked, else the ``kind`` of ``LockLost``
+        (``lost_error``)."""
+        if self.revoked:
+            return LockRevoked(f"{label} was revoked: {self.lost_reason}")
+        return lost_error(self, kind, f"{label} was lost: {self.lost_reason}")
 
     def mark_revoked(self, reason: str) -> bool:
         """A revoke request reached the holder: a loss with its own cause (``mark_lost``),

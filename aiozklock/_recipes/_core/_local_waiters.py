@@ -49,7 +49,7 @@ from aiozklock._wire._validation import join
 if TYPE_CHECKING:
     from aiozklock._recipes._core._contenders import Identity
     from aiozklock._recipes._core._gate import LocalGate
-    from aiozklock._recipes._core._queue import Queue
+    from aiozklock._recipes._core._place import Place
     from aiozklock._wire._session import Session
 
 
@@ -72,12 +72,12 @@ class LocalWaiters:
         self._observer = observer
         self.count = 0
 
-    async def wait(self, gate: LocalGate, limit: float | None) -> bool:
-        """Wait for ``gate``, counted; False if ``limit`` (seconds) passed first (anyio's
+    async def wait(self, gate: LocalGate, timeout: float | None) -> bool:  # noqa: ASYNC109
+        """Wait for ``gate``, counted; False if ``timeout`` (seconds) passed first (anyio's
         semaphore gives the gate back if it came too late)."""
         self.arrived()
         try:
-            with anyio.move_on_after(math.inf if limit is None else limit) as scope:
+            with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
                 await gate.acquire()
         finally:
             self.left()
@@ -105,7 +105,7 @@ class LocalWaiters:
 
 
 class PublishedWaiters(LocalWaiters):
-    """``LocalWaiters`` that also publish the count in the data of ``queue``'s nodes (see
+    """``LocalWaiters`` that also publish the count in the data of our ``place``'s nodes (see
     the module docstring). ``writes``: the setData requests written so far (diagnostics)."""
 
     __slots__ = (
@@ -113,7 +113,7 @@ class PublishedWaiters(LocalWaiters):
         "_created",
         "_identity",
         "_off",
-        "_queue",
+        "_place",
         "_session",
         "_shown",
         "_task",
@@ -128,12 +128,12 @@ class PublishedWaiters(LocalWaiters):
         self,
         observer: RecipeObserver | None,
         session: Session,
-        queue: Queue,
+        place: Place,
         identity: Identity,
     ) -> None:
         super().__init__(observer)
         self._session = session
-        self._queue = queue
+        self._place = place
         self._identity = identity
         self._task = identity.last_task  # the task named in the data of the last create
         self._created = 0  # the count in the data of the last create
@@ -143,7 +143,7 @@ class PublishedWaiters(LocalWaiters):
         self._off = False  # a foreign write, or a lost reply: no more writes on it
         self._busy: int | None = None  # the node whose write is in flight
         self.writes = 0
-        queue.on_adopt = self._changed  # a node of ours: write the count if it changed
+        place.on_adopt = self._changed  # a node of ours: write the count if it changed
 
     def data(self, task_name: str | None) -> bytes:
         """The data of a node about to be created, with the count of now in it."""
@@ -153,8 +153,8 @@ class PublishedWaiters(LocalWaiters):
     def _changed(self, following: bool = False) -> None:
         """Write the count if the node's data is ``STEP`` or more off it (any difference
         right after a write of ours, ``following``), and no write is in flight."""
-        token = self._queue.token
-        if token is None or not self._queue.nodes:
+        token = self._place.token
+        if token is None or not self._place.nodes:
             return  # no node (yet, or queued anew): the next create carries the count
         if token != self._token:  # a node of ours we have not written yet
             self._token, self._version, self._shown, self._off = token, 0, self._created, False
@@ -164,9 +164,9 @@ class PublishedWaiters(LocalWaiters):
             self._write(token, self.count)
 
     def _write(self, token: int, count: int) -> None:
-        queue, session = self._queue, self._session
+        place, session = self._place, self._session
         data = self._identity.data(self._task, count)
-        paths = [session.server_path(join(m, queue.nodes[m])) for m in queue.members]
+        paths = [session.server_path(join(m, name)) for m, name in place.names()]
         op: Any
         if len(paths) == 1:
             op = set_data_op(paths[0], data, self._version)
@@ -178,7 +178,7 @@ class PublishedWaiters(LocalWaiters):
             self._written(token, count, result, error)
 
         try:
-            queued = session.send_soon((op,), generation=queue.generation, on_done=done)
+            queued = session.send_soon((op,), generation=place.generation, on_done=done)
         except AiozklockError:  # the session is gone: so is the node
             self._off = True
             return

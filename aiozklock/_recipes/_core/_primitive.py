@@ -20,10 +20,10 @@ from typing import Protocol
 import anyio
 
 from aiozklock._acl import ACL
-from aiozklock._exceptions import LockLost, LockRevoked, LockTimeout, NotLockOwner, shorten
+from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner, shorten
 from aiozklock._recipes._core._gate import LocalGate
 from aiozklock._recipes._core._handle import Handle, _task_ended
-from aiozklock._recipes._core._holding import Holding, HoldingMonitor, lost_error
+from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._local_waiters import LocalWaiters
 from aiozklock._recipes._core._observe import RecipeObserver
 from aiozklock._wire._now import uptime
@@ -41,7 +41,7 @@ class Registry(Protocol):
     @property
     def order(self) -> object | None: ...
 
-    def check(self, primitive: Primitive, task: TaskRef, limit: float | None) -> None: ...
+    def check(self, primitive: Primitive, task: TaskRef, timeout: float | None) -> None: ...
 
     def held(self, primitive: Primitive, task_id: int) -> None: ...
 
@@ -55,7 +55,8 @@ class Primitive(Handle):
     implements:
 
     * ``_take(deadline, task_name)``: acquire the resource, or raise;
-    * ``_abandon()``: after ``_take`` failed or was cancelled, leave nothing of ours behind;
+    * ``_abandon(deadline)``: after ``_take`` failed or was cancelled, leave nothing of ours
+      behind (once ``deadline`` has passed, without waiting);
     * ``_give_back(holding)``: release a holding that was not lost, and return once done;
     * ``_drop(holding)``: forget the local state of a holding (released, or lost);
 
@@ -135,9 +136,10 @@ class Primitive(Handle):
         ``TimeoutError`` on time-out); ``_abandon`` then cleans up."""
 
     @abstractmethod
-    async def _abandon(self) -> None:
+    async def _abandon(self, deadline: float | None) -> None:
         """After ``_take`` failed or was cancelled: leave nothing of ours on the server
-        (shielded and bounded; what cannot be done at once goes to the janitor)."""
+        (shielded and bounded, by ``deadline`` too if the recipe can; what cannot be done
+        at once goes to the janitor)."""
 
     @abstractmethod
     async def _give_back(self, holding: Holding) -> None:
@@ -202,7 +204,7 @@ class Primitive(Handle):
 
     # ---------------------------------------------------------------- acquire and release
 
-    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
+    async def _acquire(self, timeout: float | None, task: TaskRef | None = None) -> None:  # noqa: ASYNC109
         self._session.check_loop()
         if task is None:
             task = self._session.tasks.current()
@@ -215,29 +217,32 @@ class Primitive(Handle):
                     raise self._loss(self._holding)
                 self._depth += 1
                 return
-        await self._take_anew(limit, task)
+        await self._acquire_new(timeout, task)
 
-    async def _take_anew(self, limit: float | None, task: TaskRef) -> None:
+    async def _acquire_new(self, timeout: float | None, task: TaskRef) -> None:  # noqa: ASYNC109
         """A new holding for ``task`` (not a reentry): the cross-lock deadlock check (for an
         unbounded wait: a bounded one simply times out) and the lock-order check (if on),
         the acquisition, observed."""
         registry = self._registry
-        if registry is not None and (limit is None or registry.order is not None):
-            registry.check(self, task, limit)
+        if registry is not None and (timeout is None or registry.order is not None):
+            registry.check(self, task, timeout)
         if self._observer is None:
-            await self._obtain(limit, task)
+            await self._obtain(timeout, task)
         else:
-            await self._obtain_observed(limit, task, self._observer)
+            await self._obtain_observed(timeout, task, self._observer)
         if self._registry is not None:
             self._registry.held(self, task.id)
 
     async def _obtain_observed(
-        self, limit: float | None, task: TaskRef, observer: RecipeObserver
+        self,
+        timeout: float | None,  # noqa: ASYNC109
+        task: TaskRef,
+        observer: RecipeObserver,
     ) -> None:
         attempt = observer.acquiring()
         started = uptime()
         try:
-            await self._obtain(limit, task)
+            await self._obtain(timeout, task)
         except BaseException as exc:
             attempt.failed(uptime() - started, exc)
             raise
@@ -254,30 +259,53 @@ class Primitive(Handle):
         None for a recipe without a queue."""
         return None
 
-    async def _obtain(self, limit: float | None, task: TaskRef) -> None:
-        """Wait for this process's other tasks, then take the resource (see ``_acquire``)."""
+    async def _obtain(self, timeout: float | None, task: TaskRef) -> None:  # noqa: ASYNC109
+        """The acquisition, in three steps: this process's turn (its other tasks first),
+        the recipe's ``_take`` of the resource by the deadline, and the start of the
+        holding (its body waits for a proven ``valid_until``)."""
         started = uptime()
-        deadline = None if limit is None else started + limit
+        deadline = None if timeout is None else started + timeout
+        await self._local_turn(timeout)
+        holding = await self._taken(deadline, task)
+        await self._start_holding(holding, task, timeout, deadline)
+        self._last_wait = uptime() - started
+
+    async def _local_turn(self, timeout: float | None) -> None:  # noqa: ASYNC109
+        """Wait for this process's other tasks on this object (FIFO), within ``timeout``."""
         try:
             self._local.acquire_nowait()
         except anyio.WouldBlock:
             if self._waiters is None:
                 self._waiters = self._new_waiters()
-            if not await self._waiters.wait(self._local, limit):
+            if not await self._waiters.wait(self._local, timeout):
                 raise LockTimeout(
-                    f"{self._label} not acquired within {limit} s "
+                    f"{self._label} not acquired within {timeout} s "
                     "(other tasks of this process were first)"
                 ) from None
+
+    async def _taken(self, deadline: float | None, task: TaskRef) -> Holding:
+        """The recipe's ``_take``; after a failure or a cancellation, its ``_abandon`` and
+        our turn given back."""
         try:
-            holding = await self._take(deadline, task.name)
+            return await self._take(deadline, task.name)
         except BaseException as exc:
             try:
-                await self._abandon()
+                await self._abandon(deadline)
             finally:
                 self._local.release()
             if isinstance(exc, TimeoutError) and not isinstance(exc, LockTimeout):
                 raise LockTimeout(f"{self._label} not acquired in time: {exc}") from None
             raise
+
+    async def _start_holding(
+        self,
+        holding: Holding,
+        task: TaskRef,
+        timeout: float | None,  # noqa: ASYNC109
+        deadline: float | None,
+    ) -> None:
+        """``task`` holds ``holding`` now, watched by the loss policy; its body starts once
+        the session is proven far enough ahead (given back if not by ``deadline``)."""
         self._holding = holding
         holding.observer = self._observer
         self._monitor.register(holding)  # marks it lost at once if it is unsafe already
@@ -288,14 +316,13 @@ class Primitive(Handle):
             # No body before a proven valid_until; the acquire's deadline still bounds it.
             if not await self._monitor.proven(holding, deadline):
                 raise LockTimeout(
-                    f"{self._label} not acquired within {limit} s (granted, but the session "
+                    f"{self._label} not acquired within {timeout} s (granted, but the session "
                     "was not proven through the ZooKeeper leader in time: given back)"
                 )
         except BaseException:
             with contextlib.suppress(LockLost):  # lost: the janitor has its nodes
                 await self._let_go(holding, task.id)
             raise
-        self._last_wait = uptime() - started
 
     async def _release(self, task_id: int, confirm: bool = False) -> None:
         holding = self._holding
@@ -316,12 +343,8 @@ class Primitive(Handle):
         await self._let_go(holding, task_id, confirm)
 
     def _loss(self, holding: Holding) -> LockLost:
-        """What a lost ``holding`` raises: ``LockRevoked`` if it was revoked."""
-        if holding.revoked:
-            return LockRevoked(f"{self._label} was revoked: {holding.lost_reason}")
-        return lost_error(
-            holding, self._lost_error, f"{self._label} was lost: {holding.lost_reason}"
-        )
+        """What a lost ``holding`` raises (the holding says which: ``Holding.loss``)."""
+        return holding.loss(self._label, self._lost_error)
 
     async def _let_go(self, holding: Holding, task_id: int, confirm: bool = True) -> None:
         self._depth = 0
@@ -335,17 +358,17 @@ class Primitive(Handle):
         try:
             if holding.lost:
                 self._losses += 1
-                if not holding.revoked:  # its nodes are the janitor's (the loss policy's)
+                if holding.left_to_janitor:  # its nodes are the loss policy's
                     raise self._loss(holding)
             if confirm or not self._give_back_nowait(holding):
                 await self._give_back(holding)
-            elif not holding.revoked:
+            elif not holding.lost:
                 return  # nothing awaited: no cancellation can have arrived meanwhile
         finally:
             self._drop(holding)
             self._local.release()
-        if holding.revoked:  # released: its nodes are deleted as by a release
-            raise LockRevoked(f"{self._label} was revoked: {holding.lost_reason}")
+        if holding.lost and not holding.left_to_janitor:  # given back as by a release
+            raise self._loss(holding)
         # The give-back was shielded; a cancellation that arrived meanwhile is delivered now.
         await self._session.tasks.checkpoint_if_cancelled()
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import anyio
 
 from aiozklock._exceptions import ConnectionLoss, LockTimeout, NoNodeError
+from aiozklock._recipes._core._place import Listings, Place
 from aiozklock._recipes._core._plan import Decision
-from aiozklock._recipes._core._queue_state import Listings, QueueState
 from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock._wire._now import uptime
 from aiozklock._wire._protocol import Stat, exists_op, get_children_op
@@ -32,12 +32,17 @@ class _ChildWatch:
     children: list[str] | None = None
 
 
-class Waiting(QueueState):
-    """The queue engine's waits (see the module docstring)."""
+class Waiting:
+    """The queue engine's waits at ``place`` (see the module docstring), and the child
+    watch it keeps armed between them (``armed``: the semaphore's first waiter)."""
 
-    __slots__ = ()
+    __slots__ = ("_place", "armed")
 
-    async def _wait(
+    def __init__(self, place: Place) -> None:
+        self._place = place
+        self.armed: _ChildWatch | None = None
+
+    async def wait(
         self, waits: dict[str, Decision], listings: Listings, deadline: float | None
     ) -> bool:
         """Wait until a predecessor is gone (or the session changes); updates ``listings``.
@@ -46,7 +51,7 @@ class Waiting(QueueState):
         left = math.inf if deadline is None else deadline - uptime()
         handed_off = False
         with anyio.move_on_after(left) as bound:
-            if len(self.members) == 1:
+            if len(self._place.members) == 1:
                 ((member, decision),) = waits.items()
                 if decision.children:
                     await self._wait_children(member, listings, deadline)
@@ -55,7 +60,7 @@ class Waiting(QueueState):
             else:
                 await self._wait_many(waits, listings, deadline)
         if bound.cancelled_caught:
-            raise LockTimeout(self._late)
+            raise LockTimeout(self._place.late)
         return handed_off
 
     async def _wait_one(
@@ -68,7 +73,8 @@ class Waiting(QueueState):
         a path with children is never reaped), so no listing is needed to know it: a direct
         hand-off (returns True: first, but nothing is known of the nodes behind).
         """
-        session, generation = self._session, self.generation
+        place = self._place
+        session, generation = place.session, place.generation
         assert decision.predecessor is not None
         server_path = session.server_path(join(member, decision.predecessor))
         with Wakeup(session) as wakeup:
@@ -80,15 +86,15 @@ class Waiting(QueueState):
                 stat, gone = None, False  # re-check from the listing after the reconnect
             # A marked predecessor was granted already (see Decision.mark): no wait for it.
             if stat is not None and not (decision.mark and stat.version > 0):
-                await wakeup.wait(deadline, self._late)
+                await wakeup.wait(deadline, place.late)
             if (
                 (gone or wakeup.deleted)
                 and decision.ahead == 1
                 and session.generation == generation
             ):
-                listings[member] = [self.nodes[member]]
+                listings[member] = [place.nodes[member]]
                 return True
-            listings[member] = await self.list_children(member, generation, deadline)
+            listings[member] = await place.list_children(member, generation, deadline)
             return False
 
     async def _wait_many(
@@ -97,7 +103,8 @@ class Waiting(QueueState):
         """Several member queues: watch every predecessor (one write), wake on the first
         change, then list every member again (one round trip): a node of ours that went
         missing where we were already first must be seen before we hold."""
-        session, generation = self._session, self.generation
+        place = self._place
+        session, generation = place.session, place.generation
         paths = [
             session.server_path(join(member, d.predecessor))
             for member, d in waits.items()
@@ -114,40 +121,41 @@ class Waiting(QueueState):
                     raise result
             # Wait only if every predecessor is still there (a connection loss: re-list).
             if all(isinstance(result, Stat) for result in results):
-                await wakeup.wait(deadline, self._late)
-            listings.update(await self._list_all(generation, deadline))
+                await wakeup.wait(deadline, place.late)
+            listings.update(await place.list_all(generation, deadline))
 
     async def _wait_children(self, member: str, listings: Listings, deadline: float | None) -> None:
         """Wait for any change among ``member``'s children, then list them (with a new child
         watch: one request per wake-up). A watch armed with the listing we decided on is
         waited on; otherwise (first call, or it has fired) it is armed with a new listing,
         which the caller decides on again."""
-        armed = self._armed
+        place, armed = self._place, self.armed
+        generation = place.generation
         if (
             armed is not None
-            and armed.generation == self.generation
+            and armed.generation == generation
             and armed.children == listings[member]
         ):
-            await armed.wakeup.wait(deadline, self._late)
-        self._disarm()
-        session = self._session
+            await armed.wakeup.wait(deadline, place.late)
+        self.disarm()
+        session = place.session
         path = session.server_path(member)
-        armed = self._armed = _ChildWatch(Wakeup(session), self.generation)
+        armed = self.armed = _ChildWatch(Wakeup(session), generation)
         op = get_children_op(path, armed.wakeup.watch(path))
         try:
-            children = await session.call(op, generation=self.generation, wait_until=deadline)
+            children = await session.call(op, generation=generation, wait_until=deadline)
         except ConnectionLoss:
             children = None  # the state change woke it: armed again at the next call
         except NoNodeError:
             children = []  # our node is gone with its parent: queue again
         if children is None:
-            listings[member] = await self.list_children(member, self.generation, deadline)
+            listings[member] = await place.list_children(member, generation, deadline)
         else:
             armed.children = listings[member] = children
 
-    def _disarm(self) -> None:
+    def disarm(self) -> None:
         """Forget an armed child watch (the server's fires unheard)."""
-        armed, self._armed = self._armed, None
+        armed, self.armed = self.armed, None
         if armed is not None:
             armed.wakeup.close()
 

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import anyio
-
 from aiozklock._acl import ACL
-from aiozklock._exceptions import LockRevoked
 from aiozklock._recipes._core._contenders import Identity
 from aiozklock._recipes._core._delay_record import warn_short_delay
 from aiozklock._recipes._core._holding import Holding, HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._local_waiters import LocalWaiters, PublishedWaiters
 from aiozklock._recipes._core._names import LOCK_MARKER
+from aiozklock._recipes._core._options import RecipeOptions
 from aiozklock._recipes._core._peers import Layout
 from aiozklock._recipes._core._plan import Decide
 from aiozklock._recipes._core._primitive import Primitive
@@ -47,24 +45,23 @@ class QueuedPrimitive(Primitive):
         members: Sequence[str],
         decide: Decide,
         label: str,
-        identifier: str | None,
+        options: RecipeOptions,
         acl: tuple[ACL, ...],
         marker: str = LOCK_MARKER,
         guard: Guard | None = None,
         layout: Layout | None = None,
-        lock_delay: float | None = None,
-        revocable: bool = False,
     ) -> None:
         super().__init__(session, monitor, label, members, acl)
         if layout is not None:
             marker = layout.marker
+        delay = options.lock_delay
         self._queue = Queue(
-            session, janitor, members, decide, self._label, acl, marker, guard, layout, lock_delay
+            session, janitor, members, decide, self._label, acl, marker, guard, layout, delay
         )
-        if lock_delay is not None and lock_delay < session.timeout:
-            warn_short_delay(self._label, lock_delay, session.timeout)
-        self._identity = Identity(identifier, revocable=revocable)
-        self._revocation = Revocation(session) if revocable else None
+        if delay is not None and delay < session.timeout:
+            warn_short_delay(self._label, delay, session.timeout)
+        self._identity = Identity(options.identifier, revocable=options.revocable)
+        self._revocation = Revocation(session) if options.revocable else None
 
     @property
     def revocable(self) -> bool:
@@ -72,22 +69,15 @@ class QueuedPrimitive(Primitive):
         return self._revocation is not None
 
     async def _take(self, deadline: float | None, task_name: str | None) -> Holding:
-        revocation = self._revocation
-        if revocation is None:  # the hot path: nothing more
-            return await self._queue.take(deadline, lambda: self._node_data(task_name))
-        with anyio.CancelScope() as waiting:  # a request while we wait cancels it
-            revocation.waiting = waiting
-            holding = await self._queue.take(
-                deadline, lambda: self._node_data(task_name), revocation.watch
-            )
-        revocation.waiting = None
-        if waiting.cancelled_caught:
-            raise LockRevoked(
-                f"{self._label}: a revoke request reached it while it waited: it gave up its "
-                "place in the queue"
-            )
-        revocation.hold(holding)
-        return holding
+        def data() -> bytes:
+            return self._node_data(task_name)
+
+        if self._revocation is None:  # the hot path: nothing more
+            return await self._queue.take(deadline, data)
+        # A revocable holding: the policy watches our nodes from each join on.
+        return await self._revocation.take(
+            lambda watch: self._queue.take(deadline, data, watch), self._label
+        )
 
     def _node_data(self, task_name: str | None) -> bytes:
         """Our nodes' data at an enqueue: our identity, with the local waiters if published."""
@@ -99,7 +89,7 @@ class QueuedPrimitive(Primitive):
     def _new_waiters(self) -> LocalWaiters:
         if not self._publishes:
             return super()._new_waiters()
-        return PublishedWaiters(self._observer, self._session, self._queue, self._identity)
+        return PublishedWaiters(self._observer, self._session, self._queue.place, self._identity)
 
     def _ahead(self) -> int | None:
         return self._queue.ahead
@@ -107,24 +97,22 @@ class QueuedPrimitive(Primitive):
     @property
     def lock_delay(self) -> float | None:
         """The lock-delay this contender's grants ask for (seconds), None without one."""
-        delay = self._queue._delay
-        return None if delay is None else delay.seconds
+        return self._queue.lock_delay
 
     def _delay_waited(self) -> float:
         """Seconds the last acquisition waited for a lock-delay (0.0 if none)."""
-        delay = self._queue._delay
-        return 0.0 if delay is None else delay.waited
+        return self._queue.delay_waited
 
-    async def _abandon(self) -> None:
+    async def _abandon(self, deadline: float | None) -> None:
         if self._revocation is not None:
             self._revocation.forget()
-        await self._queue.abandon()
+        await self._queue.abandon(deadline)
 
     async def _give_back(self, holding: Holding) -> None:
-        await self._queue.delete_own()
+        await self._queue.release()
 
     def _give_back_nowait(self, holding: Holding) -> bool:
-        self._queue.delete_own_nowait()
+        self._queue.release_nowait()
         return True
 
     def _drop(self, holding: Holding) -> None:

@@ -58,7 +58,8 @@ class Recipes:
         create: Callable[[], P],
         acl: tuple[ACL, ...],
     ) -> P:
-        """The object of recipe ``cls`` for ``key`` (the factory's arguments), made by
+        """The object of recipe ``cls`` for ``key`` (its identity: a queue recipe's path(s)
+        and ``RecipeOptions``, ``_options.py``; the other recipes' factory arguments), made by
         ``create()`` if there is none (``create`` validates, and may raise). ``kind``: its
         telemetry kind (from its recipe's description entry), told to the observer when the
         object is made. ``acl`` is not part of the identity (one object per contender):
@@ -81,16 +82,16 @@ class Recipes:
         self._objects[(cls, key)] = made
         return made
 
-    def check(self, primitive: Primitive, task: TaskRef, limit: float | None) -> None:
-        """Before ``task`` takes ``primitive`` anew, waiting up to ``limit`` seconds (None:
+    def check(self, primitive: Primitive, task: TaskRef, timeout: float | None) -> None:
+        """Before ``task`` takes ``primitive`` anew, waiting up to ``timeout`` seconds (None:
         without a timeout; only then is it called when the lock-order check is off).
 
-        Raise ``UsageError`` if ``limit`` is None and the task holds another object on one
+        Raise ``UsageError`` if ``timeout`` is None and the task holds another object on one
         of the same paths: it would wait for itself forever. Then the lock-order check, if
         on, for a wait (not a ``try_acquire()``): ``LockOrderViolation`` in its ``"raise"``
         mode (see ``_order.py``)."""
         task_id = task.id
-        held = self._held(task_id) if limit is None else ()
+        held = self._held(task_id) if timeout is None else ()
         if held:  # (a task that holds nothing, the usual case: no path set to build)
             paths = frozenset(primitive._paths)
             for other in held:
@@ -106,7 +107,7 @@ class Recipes:
                         "arguments; a different identifier makes a different contender)"
                     )
         # A task that holds nothing (the usual case) orders nothing: no call.
-        if self.order is not None and limit != 0 and task_id in self._held_by:
+        if self.order is not None and timeout != 0 and task_id in self._held_by:
             self._check_order(self.order, primitive, task)
 
     def _check_order(self, order: LockOrder, primitive: Primitive, task: TaskRef) -> None:

@@ -19,11 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
-from aiozklock._exceptions import AiozklockError, ConnectionLoss, SessionExpired, shorten
+from aiozklock._exceptions import (
+    AiozklockError,
+    ConnectionLoss,
+    LockRevoked,
+    SessionExpired,
+    shorten,
+)
 from aiozklock._recipes._core._holding import Holding
 from aiozklock._wire._protocol import EventType, WatchedEvent, get_data_op
 from aiozklock._wire._session import Session, SessionState, StateChange
@@ -70,6 +76,24 @@ class Revocation:
         self._remove = self._session.add_listener(self._on_state)
         for path in self._paths:
             self._read(path)
+
+    async def take(
+        self, take: Callable[[Callable[[Sequence[str], int], None]], Awaitable[Holding]], label: str
+    ) -> Holding:
+        """``take(watch)`` (an acquire, which tells ``watch`` of each join's nodes) under
+        this policy: a request while it waits cancels it, and raises ``LockRevoked``
+        (``label`` names the recipe object); one after the grant revokes the holding."""
+        with anyio.CancelScope() as waiting:
+            self.waiting = waiting
+            holding = await take(self.watch)
+        self.waiting = None
+        if waiting.cancelled_caught:
+            raise LockRevoked(
+                f"{label}: a revoke request reached it while it waited: it gave up its "
+                "place in the queue"
+            )
+        self.hold(holding)
+        return holding
 
     def hold(self, holding: Holding) -> None:
         """Granted: a request from now on (or one that came during the grant) revokes

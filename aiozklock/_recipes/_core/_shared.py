@@ -102,7 +102,7 @@ class SharedHolding(Primitive):
 
     # ---------------------------------------------------------------- acquire
 
-    async def _acquire(self, limit: float | None, task: TaskRef | None = None) -> None:
+    async def _acquire(self, timeout: float | None, task: TaskRef | None = None) -> None:  # noqa: ASYNC109
         self._session.check_loop()
         if task is None:
             task = self._session.tasks.current()
@@ -114,12 +114,12 @@ class SharedHolding(Primitive):
                 raise self._loss(self._holding)
             holder.depth += 1
             return
-        await self._take_anew(limit, task)
+        await self._acquire_new(timeout, task)
 
-    async def _obtain(self, limit: float | None, task: TaskRef) -> None:
+    async def _obtain(self, timeout: float | None, task: TaskRef) -> None:  # noqa: ASYNC109
         """Join the holding, or take it first (see the module docstring)."""
         started = uptime()
-        deadline = None if limit is None else started + limit
+        deadline = None if timeout is None else started + timeout
         self._waiting += 1
         try:
             await self._join_or_take(task, deadline)
@@ -172,7 +172,7 @@ class SharedHolding(Primitive):
             holding = await self._take(deadline, task.name)
         except BaseException:
             try:
-                await self._abandon()
+                await self._abandon(deadline)
             finally:
                 self._acquiring = None
                 self._wake()  # the next waiting task queues anew

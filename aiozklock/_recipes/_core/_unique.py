@@ -174,7 +174,7 @@ class UniqueNodePrimitive(Primitive):
     def _drop(self, holding: Holding) -> None:
         self._held = None
 
-    async def _abandon(self) -> None:
+    async def _abandon(self, deadline: float | None) -> None:
         """After a failed or cancelled acquire: delete our node created (or maybe created)
         and not held. Shielded and bounded; the janitor finishes what cannot be done now."""
         claim, self._claim = self._claim, None
