@@ -349,3 +349,28 @@ def test_mypy_sees_a_return_inside_async_with(tmp_path: Any) -> None:
     )
     out, err, status = api.run(["--strict", "--cache-dir", MYPY_CACHE, str(program)])
     assert status == 0, out + err
+
+
+# ---------------------------------------------------------------- kazoo's habits
+
+
+async def test_kazoo_s_non_blocking_acquire_points_to_try_acquire(
+    zk: aiozklock.ZooKeeperClient,
+) -> None:
+    """``acquire(blocking=False)`` and ``acquire(False)`` (kazoo's first argument is
+    ``blocking``) are refused before any traffic, naming ``try_acquire()``; kazoo's default
+    spelling, ``blocking=True``, is accepted."""
+    lock = zk.lock(P)
+    for attempt in (
+        lambda: lock.acquire(blocking=False),  # type: ignore[arg-type]
+        lambda: lock.acquire(False),
+    ):
+        with pytest.raises(aiozklock.InvalidArgument) as caught:
+            attempt()
+        assert "try_acquire()" in str(caught.value)
+        assert "blocking" in str(caught.value)
+    assert await nothing_under(zk, P)
+    with anyio.fail_after(10):
+        await lock.acquire(timeout=2, blocking=True)
+    assert lock.is_held
+    await lock.release()

@@ -328,3 +328,19 @@ def test_a_thread_pool_shares_one_lock_without_overlap_or_orphans(
     assert all(results)
     assert lock.statistics().acquisitions == 30
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_kazoo_s_non_blocking_acquire_points_to_try_acquire(szk: SyncClient) -> None:
+    """kazoo's ``acquire(blocking=False)`` / ``acquire(False)``: refused in the calling
+    thread before the session is used, naming ``try_acquire()``; ``blocking=True`` works."""
+    lock = szk.lock(PATH)
+    for attempt in (
+        lambda: lock.acquire(blocking=False),  # type: ignore[arg-type]
+        lambda: lock.acquire(False),
+    ):
+        with pytest.raises(aiozklock.InvalidArgument) as caught:
+            attempt()
+        assert "try_acquire()" in str(caught.value)
+    assert szk.get_children(PATH, missing_ok=True) == []
+    with lock.acquire(timeout=BOUND, blocking=True):
+        assert lock.is_held

@@ -95,6 +95,26 @@ def validate_timeout(timeout: object) -> float | None:
     return None if math.isinf(timeout) else float(timeout)
 
 
+_NO_WAIT = (
+    "for one attempt without waiting use try_acquire() (True if acquired, False if held "
+    "elsewhere: kazoo's acquire(blocking=False)); to bound the wait, acquire(timeout=SECONDS)"
+)
+
+
+def validate_acquire(timeout: object, blocking: object) -> float | None:
+    """``acquire()``'s arguments: ``timeout`` as ``validate_timeout``; ``blocking`` only
+    True (kazoo's spelling of the default), and a bool ``timeout`` (kazoo's first argument
+    is ``blocking``) refused with the way to what was meant."""
+    if blocking is not True:
+        raise InvalidArgument(f"acquire() takes no blocking={short_repr(blocking)}: {_NO_WAIT}")
+    if isinstance(timeout, bool):
+        raise InvalidArgument(
+            f"acquire({timeout!r}): timeout is a number of seconds, not a bool (kazoo's first "
+            f"argument is blocking): {_NO_WAIT}"
+        )
+    return validate_timeout(timeout)
+
+
 def positive_seconds(name: str, value: object) -> float:
     """A positive, finite duration in seconds."""
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -17,13 +17,13 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar
 
 from aiozklock._exceptions import LockLost, LockTimeout, NotLockOwner, StaleFencingToken
 from aiozklock._recipes._core import _faces as faces
 from aiozklock._recipes._core._handle import Handle
 from aiozklock._recipes._core._holding import Holding
-from aiozklock._wire._validation import validate_flag, validate_timeout
+from aiozklock._wire._validation import validate_acquire, validate_flag
 from aiozklock.sync._proxy import Proxy
 
 if TYPE_CHECKING:
@@ -220,20 +220,25 @@ class SyncHandle(Generic[H]):
         result: T = self._client._peek(lambda proxy: func(self._bind(proxy)))
         return result
 
-    def acquire(self, timeout: float | None = None) -> Acquired[Self]:
+    def acquire(
+        self, timeout: float | None = None, *, blocking: Literal[True] = True
+    ) -> Acquired[Self]:
         """Acquire for the calling thread, waiting at most ``timeout`` seconds (None:
         without limit). Returns once held: the result needs no use, and ``with
         x.acquire(timeout=5):`` releases at the block's exit (as ``with x:``, which waits
-        without limit). Reentrant in its thread.
+        without limit). Reentrant in its thread. ``blocking``: kazoo's spelling, True
+        only: for one attempt without waiting, ``try_acquire()`` (it returns a bool).
 
         Raises ``LockTimeout`` if not acquired in time (nothing of ours is left on the
-        server), ``InvalidArgument`` for a bad ``timeout``, ``ClientClosed`` once the client
+        server), ``InvalidArgument`` for a bad ``timeout`` (a bool too: kazoo's
+        ``acquire(False)``) or ``blocking=False``, naming ``try_acquire()`` (nothing
+        sent), ``ClientClosed`` once the client
         is closed, ``UsageError`` from a thread that runs an event loop (use the async API)
         or from the client's own loop thread, and what the async ``acquire()`` raises. In
         a forked child, while the thread is in a holding the parent had: ``LockLost``, as
         the reentry of a lost holding (``release()`` leaves it), nothing sent.
         """
-        timeout = validate_timeout(timeout)
+        timeout = validate_acquire(timeout, blocking)
         self._refuse_inherited()
         self._client._call(lambda proxy: self._acquire_job(proxy, timeout), self._undo)
         return Acquired(self)

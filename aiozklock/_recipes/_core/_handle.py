@@ -16,7 +16,17 @@ import warnings
 from abc import ABCMeta, abstractmethod
 from collections.abc import Coroutine, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, Protocol, Self, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    NoReturn,
+    Protocol,
+    Self,
+    TypeVar,
+)
 
 import anyio
 
@@ -28,7 +38,7 @@ from aiozklock._exceptions import (
     UsageError,
 )
 from aiozklock._wire._session import Session
-from aiozklock._wire._validation import validate_flag, validate_timeout
+from aiozklock._wire._validation import validate_acquire, validate_flag
 
 if TYPE_CHECKING:
     from aiozklock._recipes._core._holding import Holding
@@ -261,7 +271,9 @@ class Handle(metaclass=_FactoryMade):
 
     # ---------------------------------------------------------------- public API
 
-    def acquire(self, timeout: float | None = None) -> AcquireContext[Self]:
+    def acquire(
+        self, timeout: float | None = None, *, blocking: Literal[True] = True
+    ) -> AcquireContext[Self]:
         """Acquire: ``await x.acquire()`` or ``async with x.acquire(timeout=1):``.
 
         ``timeout`` bounds the waiting (for the connection, for other tasks of this process,
@@ -271,8 +283,11 @@ class Handle(metaclass=_FactoryMade):
         for their cleanup: the attempt's node is deleted as ``release()`` deletes, written at
         once (before this client's next request), its reply not awaited, so another session
         may list it for a moment; it is handed to the OS before ``LockTimeout`` is raised
-        (as the cleanup of a cancelled or failed acquire). Raises ``LockTimeout`` if not acquired
-        in time, ``InvalidArgument`` for a bad ``timeout``, ``UsageError`` outside the
+        (as the cleanup of a cancelled or failed acquire). ``blocking``: kazoo's spelling,
+        True only: for one attempt without waiting, ``try_acquire()``. Raises ``LockTimeout``
+        if not acquired in time, ``InvalidArgument`` for a bad ``timeout`` (a bool too:
+        kazoo's ``acquire(False)``) or ``blocking=False``, naming ``try_acquire()``,
+        ``UsageError`` outside the
         client's event loop, or if the task holds another object on the same path and
         ``timeout`` is None (it would wait for itself forever). Never awaited nor entered,
         it warns (``RuntimeWarning``). Run as a task of its own (``asyncio.wait_for`` on
@@ -281,7 +296,8 @@ class Handle(metaclass=_FactoryMade):
         """
         frame = sys._getframe(1)  # the loop check is _acquire's, when it runs
         origin = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        return AcquireContext(self, validate_timeout(timeout), origin, self._caller())
+        checked = validate_acquire(timeout, blocking)
+        return AcquireContext(self, checked, origin, self._caller())
 
     def _caller(self) -> TaskRef | None:
         """The calling task, if called in a task of the client's event loop (a task of
