@@ -232,9 +232,9 @@ class _Release:
                 log.warning("%s: the release's confirmation failed: %r", self.label, error)
                 return
         log.warning(
-            "%s: the release was not confirmed by ZooKeeper within %g s; it is written, or "
-            "queued for the reconnect: other processes may see the lock held until it is "
-            "applied, at most a session timeout",
+            "%s: the release was not confirmed by ZooKeeper within %g s: it is written, or "
+            "queued for the reconnect; other processes may see the lock held until the "
+            "server applies it or expires the session (at most a session timeout)",
             self.label,
             self.within,
         )
