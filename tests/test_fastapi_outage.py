@@ -1,6 +1,7 @@
 """aiozklock.fastapi during ZooKeeper outages: a request answers at once when it cannot succeed
 (503 with ``Retry-After`` while the session is down, unless ``wait_for_connection`` says to
-wait), and a request that times out answers close to its timeout.
+wait), a request that times out answers close to its timeout, and a request that is done
+does not wait out an outage for its release's confirmation (the release stays queued).
 
 Real FastAPI over httpx's ASGI transport, real ZooKeeper; the outages are made by the
 FaultProxy between the application's client and the server. Time bounds compare with the
@@ -8,6 +9,9 @@ request's own timeout (or the proxy's delay), with margins of a second or more.
 """
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import anyio
@@ -17,9 +21,17 @@ from fastapi import Depends, FastAPI
 
 import aiozklock
 from aiozklock import SessionState
-from aiozklock.fastapi import STATE_ATTRIBUTE, HTTPErrors, lifespan, locked
+from aiozklock.fastapi import (
+    OUTCOME_HEADER,
+    STATE_ATTRIBUTE,
+    Commit,
+    HTTPErrors,
+    lifespan,
+    locked,
+    locked_all,
+)
 from aiozklock.testing import FaultProxy, Opcode
-from tests.conftest import wait_for_queue
+from tests.conftest import gone, node_gone, wait_for_queue
 from tests.test_fastapi import ORDER, serve
 from tests.test_fault_matrix import is_state
 from tests.test_faults import StateLog
@@ -28,6 +40,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("error::RuntimeWarni
 
 SESSION_TIMEOUT = 10.0  # long: the session stays SUSPENDED (not LOST) through each test
 TIMEOUT = 10.0  # the lock's: a request that waited it out could not pass the bounds below
+LOCK_TIMEOUT = 1.0  # the lock's, in the tests of the release: far below the session timeout
 
 
 def order_app(proxy: FaultProxy, chroot: str, **locked_options: Any) -> tuple[FastAPI, Any]:
@@ -196,3 +209,192 @@ async def test_a_slow_zookeeper_answers_409_after_one_round_trip(
             proxy.set_delay(0)
     assert response.status_code == 409
     assert elapsed < delay + timeout, elapsed
+
+
+@dataclass
+class Gate:
+    """An endpoint's progress: ``wrote`` once it committed (``written``), then it waits for
+    ``go`` before it returns."""
+
+    wrote: anyio.Event = field(default_factory=anyio.Event)
+    go: anyio.Event = field(default_factory=anyio.Event)
+    written: list[int] = field(default_factory=list)
+
+    @asynccontextmanager
+    async def transaction(self, order_id: int) -> AsyncIterator[None]:
+        """A stand-in for a database transaction: it commits on a normal exit."""
+        yield
+        self.written.append(order_id)
+
+
+def committing_app(proxy: FaultProxy, chroot: str, gate: Gate, **options: Any) -> FastAPI:
+    """An application whose client runs through ``proxy`` (``options``: the lifespan's);
+    ``POST /orders/{id}`` holds the order's lock (timeout ``LOCK_TIMEOUT``), commits through
+    ``Commit``, and returns its fencing token once ``gate.go`` is set."""
+    options.setdefault("session_timeout", SESSION_TIMEOUT)
+    app = FastAPI(lifespan=lifespan(proxy.address + chroot, **options))
+
+    @app.post("/orders/{order_id:int}")
+    async def ship(
+        order_id: int,
+        lock: Annotated[aiozklock.Lock, locked(ORDER, timeout=LOCK_TIMEOUT)],
+        commit: Commit,
+    ) -> int:
+        async with commit(gate.transaction(order_id)):
+            pass
+        gate.wrote.set()
+        await gate.go.wait()
+        return lock.fencing_token
+
+    return app
+
+
+async def answered_before_expiry(answered: anyio.Event, proxy: FaultProxy) -> None:
+    """What the HTTP client needs: the answer before the server could have expired the
+    session (a session timeout after ZooKeeper went silent). Else the outage is ended, so
+    that the request (and the test) can end, and the test fails."""
+    with anyio.move_on_after(SESSION_TIMEOUT):
+        await answered.wait()
+    if not answered.is_set():
+        proxy.blackhole(False)
+        raise AssertionError("the answer waited out the outage for the release")
+
+
+OUTAGE_ENDS = ("the delete delivered", "the delete dropped", "the session expired")
+
+
+@pytest.mark.parametrize("end", OUTAGE_ENDS)
+async def test_an_answer_does_not_wait_out_an_outage_for_its_release(
+    end: str,
+    proxy: FaultProxy,
+    chroot: str,
+    zk: aiozklock.ZooKeeperClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """ZooKeeper stops answering just as the endpoint, which wrote, returns: the release is
+    written into the silence, and the answer (the endpoint's own: 200) comes within the
+    lock's timeout, before the server could have expired the session (it came after the
+    reconnect or the session's end, up to a session timeout). The release is not lost: the
+    delete held by the outage is applied when it ends, a delete lost with the connection
+    is sent again once reconnected; or the server expires the session, and nothing is
+    left."""
+    gate = Gate()
+    app = committing_app(proxy, chroot, gate)
+    responses: list[httpx.Response] = []
+    answered = anyio.Event()
+
+    async def post() -> None:
+        responses.append(await http.post("/orders/7"))
+        answered.set()
+
+    with anyio.fail_after(3 * SESSION_TIMEOUT):
+        async with serve(app) as http, anyio.create_task_group() as tg:
+            states = states_of(app)
+            tg.start_soon(post)
+            await gate.wrote.wait()
+            [name] = await zk.get_children("/locks/orders/7")
+            node = f"/locks/orders/7/{name}"
+            proxy.blackhole(True)  # silence: the session does not know yet
+            gate.go.set()
+            await answered_before_expiry(answered, proxy)
+            assert states.first(is_state(SessionState.LOST)) is None
+            assert await zk.exists(node) is not None  # the release is not applied yet
+            if end == "the delete dropped":
+                await proxy.drop_all()  # the held delete is discarded with the connection
+            elif end == "the session expired":
+                await node_gone(zk, node, within=2 * SESSION_TIMEOUT)  # by the server
+            proxy.blackhole(False)
+            await node_gone(zk, node, within=SESSION_TIMEOUT)  # released after the outage
+            if end == "the session expired":
+                await states.wait_for(is_state(SessionState.LOST))
+    [response] = responses
+    assert response.status_code == 200
+    assert OUTCOME_HEADER not in response.headers
+    assert gate.written == [7]
+    assert "the release was not confirmed" in caplog.text
+    await gone(zk, "/locks/orders/7")  # nothing is left
+    if end != "the session expired":
+        assert states.first(is_state(SessionState.LOST)) is None  # one session throughout
+
+
+async def test_a_release_while_disconnected_is_queued_for_the_reconnect(
+    proxy: FaultProxy, chroot: str, zk: aiozklock.ZooKeeperClient
+) -> None:
+    """The endpoint returns while the session is suspended (its holding outlives that, with
+    ``loss_policy="expired"``): the delete cannot be written; the answer comes within the
+    lock's timeout all the same, and the delete is sent once the session is back."""
+    gate = Gate()
+    app = committing_app(proxy, chroot, gate, loss_policy="expired")
+    responses: list[httpx.Response] = []
+    answered = anyio.Event()
+
+    async def post() -> None:
+        responses.append(await http.post("/orders/7"))
+        answered.set()
+
+    with anyio.fail_after(3 * SESSION_TIMEOUT):
+        async with serve(app) as http, anyio.create_task_group() as tg:
+            states = states_of(app)
+            tg.start_soon(post)
+            await gate.wrote.wait()
+            [name] = await zk.get_children("/locks/orders/7")
+            node = f"/locks/orders/7/{name}"
+            await partition(proxy, states)
+            gate.go.set()
+            await answered_before_expiry(answered, proxy)
+            assert await zk.exists(node) is not None  # queued, not written
+            proxy.blackhole(False)
+            await node_gone(zk, node, within=SESSION_TIMEOUT)
+    [response] = responses
+    assert response.status_code == 200
+    assert OUTCOME_HEADER not in response.headers
+    assert gate.written == [7]
+    assert states.first(is_state(SessionState.LOST)) is None  # deleted in the same session
+
+
+class ChildrenAtResponseStart:
+    """ASGI middleware: lists each path's children when the response starts to be sent."""
+
+    def __init__(
+        self, app: Any, zk: aiozklock.ZooKeeperClient, paths: list[str], seen: list[str]
+    ) -> None:
+        self.app, self.zk, self.paths, self.seen = app, zk, paths, seen
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                for path in self.paths:
+                    self.seen += await self.zk.get_children(path)
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+@pytest.mark.parametrize("recipe", ["non-fair lock", "multi-lock"])
+async def test_every_recipe_is_released_before_the_response_is_sent(
+    recipe: str, hosts: str, zk: aiozklock.ZooKeeperClient
+) -> None:
+    """With ZooKeeper answering, the release is confirmed before the response: another
+    session finds no node when the response starts (a fixed node, a node per path)."""
+    app = FastAPI(lifespan=lifespan(hosts, session_timeout=SESSION_TIMEOUT))
+    paths = ["/locks/orders/7"]
+    if recipe == "multi-lock":
+        paths.append("/locks/customers/ann")
+        dependency = locked_all([ORDER, "/locks/customers/{customer}"], timeout=LOCK_TIMEOUT)
+    else:
+        dependency = locked(ORDER, timeout=LOCK_TIMEOUT, fair=False)
+    inside: list[str] = []
+
+    @app.post("/customers/{customer}/orders/{order_id:int}")
+    async def order(customer: str, order_id: int, _: Annotated[Any, dependency]) -> None:
+        for path in paths:
+            inside.extend(await zk.get_children(path))
+
+    seen: list[str] = []
+    app.add_middleware(ChildrenAtResponseStart, zk=zk, paths=paths, seen=seen)
+    with anyio.fail_after(SESSION_TIMEOUT):
+        async with serve(app) as http:
+            response = await http.post("/customers/ann/orders/7")
+    assert response.status_code == 200
+    assert len(inside) == len(paths)
+    assert seen == []

@@ -15,15 +15,17 @@
         return {"order": order_id}
 
 The lock is held while the endpoint runs and released before the response is sent (a yield
-dependency with ``scope="function"``). It is entered in the request's task, around the
-endpoint: when the lock is lost, the loss policy cancels the endpoint where it awaits, so it
-writes nothing after the loss. What the client gets says what was written: an endpoint that
-commits through ``commit: Commit`` (``async with commit(session.begin()): ...``) answers
-503 with ``Retry-After`` if the loss came before any commit (nothing written: retry), its
-own answer once a commit returned, and 500 with ``Aiozklock-Outcome: unknown`` if a commit
-raised (replay with an idempotency key). Not acquired in time: 409 (configurable, e.g.
-423). While the session is not connected no lock can be granted: a request then answers 503
-at once (``wait_for_connection`` to wait a while).
+dependency with ``scope="function"``; the server's confirmation of the release is awaited
+for at most the lock's ``timeout``, so an outage does not hold back the answer). It is
+entered in the request's task, around the endpoint: when the lock is lost, the loss policy
+cancels the endpoint where it awaits, so it writes nothing after the loss. What the client
+gets says what was written: an endpoint that commits through ``commit: Commit``
+(``async with commit(session.begin()): ...``) answers 503 with ``Retry-After`` if the loss
+came before any commit (nothing written: retry), its own answer once a commit returned, and
+500 with ``Aiozklock-Outcome: unknown`` if a commit raised (replay with an idempotency key).
+Not acquired in time: 409 (configurable, e.g. 423). While the session is not connected no
+lock can be granted: a request then answers 503 at once (``wait_for_connection`` to wait a
+while).
 ``lifespan`` takes every option of ``aiozklock.connect()`` (TLS, credentials, telemetry...).
 Install with ``pip install "aiozklock[fastapi]"``.
 """
@@ -149,7 +151,10 @@ def locked(
     sent, or as converted by a route convertor (``/orders/{order_id:int}`` makes ``007`` and
     ``7`` one lock). ``timeout``: seconds to wait for the lock, the wait for the connection
     included (``None``: no bound; a web request rarely should wait unbounded, so it must be
-    chosen). The lock is released before the response is sent; if it is lost meanwhile,
+    chosen). The lock is released before the response is sent, and the server's
+    confirmation of the release is awaited for at most ``timeout`` (the session timeout if
+    None; not at all if 0): an outage does not hold back the answer, and the release stays
+    queued for the reconnect (logged as a WARNING). If the lock is lost while held,
     the endpoint is cancelled, unless it has sent a commit through ``Commit``. An endpoint
     that returned gets its own answer, even if the lock was found lost on the way out.
 

@@ -5,27 +5,46 @@ A request does not wait for a disconnected session longer than its ``wait_for_co
 while the session is down it cannot be granted a lock, so it answers 503 at once (by
 default) instead of waiting out its timeout, whether the session was down when it came or
 went down while it waited in the queue.
+
+Nor does its answer wait out an outage for the release's confirmation: the release is
+written before the answer (queued for the reconnect, in the same session, when there is no
+wire), and the server's confirmation is awaited for at most the lock's ``timeout`` (the
+session timeout if it is None). The answer says what was written either way: a release the
+server has not confirmed yet changes nothing the request wrote.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 from fastapi import Depends, HTTPException, Request
 
 from aiozklock._client import ZooKeeperClient
-from aiozklock._exceptions import ClientClosed, LockLost, LockTimeout, ZooKeeperUnavailable
+from aiozklock._exceptions import (
+    AiozklockError,
+    ClientClosed,
+    LockLost,
+    LockTimeout,
+    SessionExpired,
+    ZooKeeperUnavailable,
+)
+from aiozklock._recipes._core import _faces as faces
 from aiozklock._recipes._core._handle import AcquireContext
+from aiozklock._recipes._core._holding import Holding
 from aiozklock._recipes._core._primitive import Primitive
 from aiozklock._wire._session import SessionState, StateChange
 from aiozklock.fastapi._errors import HTTPErrors, not_acquired, unavailable
 from aiozklock.fastapi._outcome import answer, commits_of
 from aiozklock.fastapi._routes import TEMPLATES, fields, fill
+
+log = logging.getLogger("aiozklock.fastapi")
 
 # Failures that say "ZooKeeper cannot vouch for this lock now": retrying later may work.
 _UNAVAILABLE = (LockLost, ZooKeeperUnavailable, ClientClosed)
@@ -80,12 +99,14 @@ def dependency(
                 # FastAPI runs the endpoint in this task, inside this yield: a loss cancels
                 # the endpoint wherever it awaits (until it commits through Commit).
                 commits_of(request).hold(held)
+                within = zk.negotiated_timeout if timeout is None else timeout
+                release = _Release(zk, request, errors, label, within)
                 try:
                     yield held
                 except BaseException as exc:
-                    await _exit(acquiring, request, exc, errors, label)
+                    await release(acquiring, held, exc)
                     raise
-                await _exit(acquiring, request, None, errors, label)
+                await release(acquiring, held, None)
         if outage.scope.cancel_called:
             waited = f", and stayed down {wait_for_connection} s" if wait_for_connection else ""
             raise unavailable(
@@ -156,30 +177,78 @@ class _Outage:
         self.scope.deadline = math.inf
 
 
-async def _exit(
-    acquiring: AcquireContext[Primitive],
-    request: Request,
-    exc: BaseException | None,
-    errors: HTTPErrors,
-    label: str,
-) -> None:
-    """Release, confirmed by the server (so that a client that has the response finds the
-    lock free from any process). Raises the answer that says what the request wrote, if
-    the endpoint's own does not (``_outcome.answer``)."""
-    lost: BaseException | None = None
-    try:
-        await acquiring.exit(
-            type(exc) if exc else None,
-            exc,
-            exc.__traceback__ if exc else None,
-            confirm=True,
+@dataclass(frozen=True, slots=True)
+class _Release:
+    """The end of a held request: its release, the server's confirmation (awaited for at
+    most ``within`` seconds), and the answer that says what the request wrote."""
+
+    zk: ZooKeeperClient
+    request: Request
+    errors: HTTPErrors
+    label: str
+    within: float  # the lock's timeout (the session timeout if it has none)
+
+    async def __call__(
+        self, acquiring: AcquireContext[Primitive], held: Primitive, exc: BaseException | None
+    ) -> None:
+        """Release: the delete is written now, or queued for the reconnect in the same
+        session if there is no wire (never lost), and no task holds the lock any more. Then
+        wait for the server to confirm it (a client that has the response finds the lock
+        free from every process), but not past ``within``: an outage must not hold back the
+        answer of a request that is done. Raises the answer that says what the request
+        wrote, if the endpoint's own does not (``_outcome.answer``)."""
+        ours = faces.holding(held, anyio.get_current_task().id)  # before the release
+        lost: BaseException | None = None
+        try:
+            await acquiring.exit(
+                type(exc) if exc else None, exc, exc.__traceback__ if exc else None
+            )
+        except _UNAVAILABLE as error:
+            if error is not exc:  # else the endpoint's own error, passed through
+                lost = error
+        else:
+            if ours is not None:
+                await self._confirmed(ours)
+        replaced = answer(self.request, exc, lost, self.errors, self.label)
+        if replaced is not None:
+            raise replaced from lost or exc
+
+    async def _confirmed(self, ours: Holding) -> None:
+        """Wait up to ``within`` seconds for the server to say that our nodes are gone:
+        it runs a session's requests in order, so a read sent after the delete finds them
+        gone once the delete is applied. Not confirmed in time (the server silent or
+        unreachable, or the delete queued for the reconnect): logged, and the answer goes
+        out; the release stays with the session, which deletes the nodes once it reaches
+        a server, unless the server expires it first (and deletes them with it)."""
+        if self.within <= 0:
+            return  # timeout=0: the answer does not wait for ZooKeeper
+        with anyio.move_on_after(self.within):
+            try:
+                if await _gone(self.zk, ours):
+                    return
+            except (SessionExpired, ClientClosed):
+                return  # the session is gone, or closing: our nodes go with it
+            except AiozklockError as error:  # the request is done: say so all the same
+                log.warning("%s: the release's confirmation failed: %r", self.label, error)
+                return
+        log.warning(
+            "%s: the release was not confirmed by ZooKeeper within %g s: it is written, or "
+            "queued for the reconnect; other processes may see the lock held until the "
+            "server applies it or expires the session (at most a session timeout)",
+            self.label,
+            self.within,
         )
-    except _UNAVAILABLE as error:
-        if error is not exc:  # else the endpoint's own error, passed through
-            lost = error
-    replaced = answer(request, exc, lost, errors, label)
-    if replaced is not None:
-        raise replaced from lost or exc
+
+
+async def _gone(zk: ZooKeeperClient, ours: Holding) -> bool:
+    """Whether the server says every node of ``ours`` is gone (a fixed node: or is
+    another holder's now, with another czxid). One read per node, in order: the first is
+    answered after every delete of the release, written before it."""
+    for node in ours.nodes:
+        stat = await zk.exists(node)
+        if stat is not None and (not ours.guarded or stat.czxid == ours.token):
+            return False
+    return True
 
 
 __all__ = ("dependency",)
