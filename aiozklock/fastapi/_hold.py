@@ -46,6 +46,11 @@ from aiozklock.fastapi._routes import TEMPLATES, fields, fill
 
 log = logging.getLogger("aiozklock.fastapi")
 
+#: The least the answer waits for ZooKeeper to confirm the release (a route with a shorter
+#: ``timeout``, 0 included): a healthy server answers within it, so such a route still
+#: answers only once no other process can see its node; an outage costs it no more.
+RELEASE_GRACE = 0.5
+
 # Failures that say "ZooKeeper cannot vouch for this lock now": retrying later may work.
 _UNAVAILABLE = (LockLost, ZooKeeperUnavailable, ClientClosed)
 
@@ -100,6 +105,7 @@ def dependency(
                 # the endpoint wherever it awaits (until it commits through Commit).
                 commits_of(request).hold(held)
                 within = zk.negotiated_timeout if timeout is None else timeout
+                within = max(within, RELEASE_GRACE)
                 release = _Release(zk, request, errors, label, within)
                 try:
                     yield held
@@ -220,8 +226,6 @@ class _Release:
         unreachable, or the delete queued for the reconnect): logged, and the answer goes
         out; the release stays with the session, which deletes the nodes once it reaches
         a server, unless the server expires it first (and deletes them with it)."""
-        if self.within <= 0:
-            return  # timeout=0: the answer does not wait for ZooKeeper
         with anyio.move_on_after(self.within):
             try:
                 if await _gone(self.zk, ours):
