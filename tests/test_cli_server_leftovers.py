@@ -10,7 +10,6 @@ import re
 import select
 import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 
