@@ -127,6 +127,16 @@ def _forker() -> _Forker:
         return _the_forker
 
 
+def _forget_forker() -> None:
+    # A child made by os.fork() has no thread of ours: it must start its own, not wait on
+    # a queue nobody reads.
+    global _the_forker, _forker_lock
+    _the_forker, _forker_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_forker)
+
+
 def stop_process(proc: subprocess.Popen[bytes], what: str, grace: float = STOP_GRACE) -> None:
     """SIGCONT (a paused process cannot handle SIGTERM) and SIGTERM to ``proc``, then SIGKILL
     if it has not exited within ``grace`` seconds; returns once it has exited. ``what``
