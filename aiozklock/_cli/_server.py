@@ -4,7 +4,10 @@ It runs :class:`aiozklock.testing.ZooKeeperCluster` (the test kit's servers, wit
 settings the docs assume: every four-letter word allowed, no admin server, TTL nodes on,
 session timeouts from 0.4 s to 30 s) on fixed client ports of 127.0.0.1, prints the
 connect string, and stays until SIGINT (Ctrl-C) or SIGTERM, which stop every JVM it
-started. The test kit is imported only when the command runs.
+started. Killed by a signal it cannot handle (SIGKILL), it leaves nothing behind either: the
+kit binds every JVM to its life on Linux, and the next start removes the temp folder (see
+:mod:`aiozklock.testing._process` and :mod:`aiozklock.testing._server_workdir`). It warns
+about an even ensemble size. The test kit is imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ _EPILOG = [
     "(2181,2182,2183 as in compose.yaml) and free ports for its quorum links.",
     "Jars: $ZOOKEEPER_HOME (an unpacked Apache release) if set, else Debian's zookeeper "
     "package (/usr/share/java); java from $JAVA_HOME/bin or PATH.",
+    "Killed by a signal it cannot handle (SIGKILL), it takes its JVMs along on Linux (the "
+    "kernel kills them; elsewhere the next start does), and the next start removes the "
+    "temp folder it left. An even N is warned about: N members survive the loss of "
+    "(N-1)//2, as N-1 do.",
     f"exit status: {EXIT_STOPPED} stopped by Ctrl-C (SIGINT) or SIGTERM, {EXIT_FAILED} the "
     f"server failed (a port in use, a member that did not start or exited), "
     f"{EXIT_CANNOT_RUN} no Java or no ZooKeeper jars.",
@@ -78,8 +85,8 @@ def add_server_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         type=positive_int,
         default=1,
         metavar="N",
-        help="run an ensemble of N members (3 or 5 to survive the loss of a minority; "
-        "default: one standalone server)",
+        help="run an ensemble of N members (3 or 5 to survive the loss of 1 or 2; "
+        "an even N is warned about; default: one standalone server)",
     )
     server.add_argument(
         "--data",
@@ -156,6 +163,8 @@ def server_command(args: argparse.Namespace) -> int:
         except OSError as exc:
             say(args.command, f"--data {args.data}: {exc.strerror or exc}")
             return EXIT_FAILED
+    if args.ensemble % 2 == 0:  # said before starting: the start may fail, the advice holds
+        say(args.command, _even_size_warning(args.ensemble))
     cluster = ZooKeeperCluster(args.ensemble, client_port=args.port, data_dir=args.data)
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -169,6 +178,17 @@ def server_command(args: argparse.Namespace) -> int:
         cluster.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _even_size_warning(size: int) -> str:
+    """Why an even ensemble is no better than the odd one below it: a quorum is a strict
+    majority, so ``size`` members survive the loss of ``(size - 1) // 2``."""
+    survives = (size - 1) // 2
+    members = "member" if survives == 1 else "members"
+    return (
+        f"an ensemble of {size} survives the loss of {survives} {members}, the same as "
+        f"{size - 1}: use an odd size"
+    )
 
 
 def _serve(cluster: ZooKeeperCluster, args: argparse.Namespace, source: str) -> int:

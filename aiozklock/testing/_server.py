@@ -12,7 +12,6 @@ import contextlib
 import logging
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -47,6 +46,7 @@ from ._server_member import (
     ZooKeeperMember,
     ZooKeeperStartError,
 )
+from ._server_workdir import make_work_dir, work_dir_property
 from ._tls import ClientAuth, TLSFiles
 
 __all__ = ["ZooKeeperCluster"]
@@ -201,7 +201,7 @@ class ZooKeeperCluster:
         if classpath is None or java is None:
             missing = "ZooKeeper jars" if classpath is None else "a java executable"
             raise ZooKeeperUnavailableForTests(f"{_INSTALL_HINT} (missing: {missing})")
-        self.work_dir = Path(tempfile.mkdtemp(prefix="aiozklock-zk-", dir=self._base_dir))
+        self.work_dir = make_work_dir(self._base_dir)  # swept of dead owners' folders first
         try:
             for port in self._client_ports():
                 check_port_free(port)
@@ -270,7 +270,7 @@ class ZooKeeperCluster:
                     in_ensemble=ensemble,
                     classpath=classpath,
                     java=java,
-                    jvm_properties=self.jvm_properties,
+                    jvm_properties={**self.jvm_properties, **work_dir_property(self.work_dir)},
                     secure_client_port=secure_ports[i] if secure_ports else None,
                     conf_allowed=conf_allowed(self.four_letter_words),
                 )

@@ -1,9 +1,9 @@
 """One real ZooKeeper server process for tests: start, stop, kill, pause, resume, restart.
 
 A member runs ``QuorumPeerMain`` from a local install (see :mod:`._server_install`) on ports
-of 127.0.0.1 and in a private temp directory. Only PIDs started here are ever signalled, and
-an ``atexit`` hook kills whatever is still running when the test process exits
-(:mod:`._process`).
+of 127.0.0.1 and in a private temp directory. Only PIDs started here are ever signalled; an
+``atexit`` hook kills whatever is still running when the test process exits, and on Linux
+the kernel kills it when that process dies by a signal (:mod:`._process`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from ._process import POLL_INTERVAL, log_tail, register_process, stop_process, unregister_process
+from ._process import POLL_INTERVAL, log_tail, start_bound, stop_process, unregister_process
 from ._server_install import four_letter_word
 
 __all__ = [
@@ -160,7 +160,8 @@ class ZooKeeperMember:
             log_file.write(f"\n==== aiozklock: starting at {time.time():.3f} ====\n".encode())
             log_file.flush()
             # The child keeps its own copy of the descriptor; ours can close right away.
-            proc = subprocess.Popen(
+            # Bound: it dies with this process, even one killed by SIGKILL (Linux).
+            proc = start_bound(
                 [
                     self._java,
                     *_JVM_OPTIONS,
@@ -171,13 +172,10 @@ class ZooKeeperMember:
                     str(self.config_path),
                 ],
                 cwd=self.member_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
+                output=log_file,
             )
         self._proc = proc
         self._paused = False
-        register_process(proc)
         logger.info("started ZooKeeper %d on %s (pid %d)", self.id, self.address, proc.pid)
         if wait:
             self.wait_serving(timeout)
