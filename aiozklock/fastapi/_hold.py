@@ -104,9 +104,7 @@ def dependency(
                 # FastAPI runs the endpoint in this task, inside this yield: a loss cancels
                 # the endpoint wherever it awaits (until it commits through Commit).
                 commits_of(request).hold(held)
-                within = zk.negotiated_timeout if timeout is None else timeout
-                within = max(within, RELEASE_GRACE)
-                release = _Release(zk, request, errors, label, within)
+                release = _Release.of(zk, request, errors, label, timeout)
                 try:
                     yield held
                 except BaseException as exc:
@@ -193,6 +191,20 @@ class _Release:
     errors: HTTPErrors
     label: str
     within: float  # the lock's timeout (the session timeout if it has none)
+
+    @classmethod
+    def of(
+        cls,
+        zk: ZooKeeperClient,
+        request: Request,
+        errors: HTTPErrors,
+        label: str,
+        timeout: float | None,
+    ) -> _Release:
+        """The release of a route whose lock has ``timeout``: its confirmation awaited for
+        that long (the session timeout if None), and at least ``RELEASE_GRACE``."""
+        within = zk.negotiated_timeout if timeout is None else timeout
+        return cls(zk, request, errors, label, max(within, RELEASE_GRACE))
 
     async def __call__(
         self, acquiring: AcquireContext[Primitive], held: Primitive, exc: BaseException | None
