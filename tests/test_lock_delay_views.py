@@ -263,23 +263,36 @@ async def test_top_hears_the_record_change(zk: aiozklock.ZooKeeperClient) -> Non
     assert len(changes) == 2
 
 
-async def test_the_holders_table_and_the_doctor_say_who_is_revocable(
+async def test_the_holders_table_says_who_is_revocable(
     zk: aiozklock.ZooKeeperClient, hosts: str
 ) -> None:
-    """Item 5: the holders table has a REVOCABLE column (its JSON has ``revocable``), and the
-    doctor's long-holder advice names ``aiozklock revoke`` for a revocable holder only."""
+    """Item 5: the holders table has a REVOCABLE column (its JSON has ``revocable``)."""
     with anyio.fail_after(HANG):
         async with (
             zk.lock("/views/r", identifier="r", revocable=True),
             zk.lock("/views/n", identifier="n"),
         ):
             table = await _table("holders", "--hosts", hosts, PREFIX)
-            # Held for the command's run at least (a process start): older than 0.1 s.
-            diagnosis = await zk.diagnose(PREFIX, hold_warning=0.1)
     header, *rows = (line.split() for line in table.splitlines())
     column = header.index("REVOCABLE")
     assert {row[0]: row[column] for row in rows} == {"/views/n": "no", "/views/r": "yes"}
-    advice = {f.paths[0]: f.action for f in diagnosis.of_kind(FindingKind.LONG_HOLDER)}
+
+
+async def test_the_long_holder_advice_names_revoke_for_a_revocable_holder(
+    zk: aiozklock.ZooKeeperClient, hosts: str
+) -> None:
+    """Item 5: the doctor's long-holder finding names ``aiozklock revoke PATH`` when the
+    holder is revocable, and says it cannot be revoked when not."""
+    with anyio.fail_after(HANG):
+        async with (
+            zk.lock("/views/r", identifier="r", revocable=True),
+            zk.lock("/views/n", identifier="n"),
+        ):
+            # Held for the command's start at least (a Python process): older than 0.1 s.
+            done = await _cli("doctor", "--json", "--hold-warning", "0.1", "--hosts", hosts, PREFIX)
+    assert done.returncode == 1, done.stderr  # problems found: the long holders
+    report = json.loads(done.stdout)
+    advice = {f["paths"][0]: f["action"] for f in report["findings"] if f["kind"] == "long_holder"}
     assert "`aiozklock revoke /views/r` asks it to let go" in advice["/views/r"]
     assert "cannot be revoked" in advice["/views/n"]
     assert "aiozklock revoke" not in advice["/views/n"]
