@@ -30,7 +30,11 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False).encode
 
 @dataclass(frozen=True, slots=True)
 class Contender:
-    """One node in a lock's queue, as read from ZooKeeper by ``Lock.contenders()``."""
+    """One node in a lock's queue, as read from ZooKeeper by ``Lock.contenders()``.
+
+    ``is_holder`` is False for a contender that would hold but waits out a running
+    lock-delay (a holder ahead of it vanished without a release): ``lock_delay`` then says
+    until when, and after whose vanish."""
 
     node: str
     sequence: int
