@@ -146,6 +146,7 @@ async def test_a_running_lock_delay_is_shown_wherever_holders_are(
         leader = await _json("leader", "--hosts", hosts, PATH)
         contenders_table = await _table("contenders", "--hosts", hosts, PATH)
         holders_table = await _table("holders", "--hosts", hosts, PREFIX)
+        run = await _cli("run", "--hosts", hosts, "--nonblock", PATH, "--", "true")
         diagnosis = await zk.diagnose(PREFIX)
 
     # The library's own view: the waiter does not hold, and says what it waits for.
@@ -175,6 +176,8 @@ async def test_a_running_lock_delay_is_shown_wherever_holders_are(
     assert lines[0].endswith(f"after {gone.node} vanished")
     assert lines[2].split()[:2] == ["lock-delay", "patient"]
     assert any(line.startswith(sentence) for line in holders_table.splitlines()), holders_table
+    assert run.returncode == 75  # not acquired: nobody holds, but the delay runs
+    assert f"not acquired: {sentence}".encode() in run.stderr, run.stderr
 
     # The doctor: healthy, and an information finding says until when, after whose vanish.
     assert diagnosis.healthy
