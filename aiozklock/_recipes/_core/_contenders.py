@@ -172,9 +172,9 @@ def contender_of(
     lock_delay: RunningLockDelay | None = None,
 ) -> Contender:
     """A contender from its node's name, data and stat; ``sequence`` defaults to the one in
-    the node's name; ``lock_delay``: the lock-delay it waits out, if any. The data
-    is our identity JSON; a peer's node (kazoo's, Curator's) holds its identifier as plain
-    text instead, which is read as the identifier (as the peers' own ``contenders()`` and
+    the node's name; ``lock_delay``: the lock-delay it waits out, if any. The data is our
+    identity JSON; a peer's node (kazoo's, Curator's) holds its identifier as plain text
+    instead, which is read as the identifier (as the peers' own ``contenders()`` and
     ``getParticipants()`` read it)."""
     identity = _identity(data)
     return Contender(
