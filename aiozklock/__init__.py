@@ -43,6 +43,7 @@ from aiozklock._exceptions import UsageError as UsageError
 from aiozklock._exceptions import ZooKeeperError as ZooKeeperError
 from aiozklock._exceptions import ZooKeeperUnavailable as ZooKeeperUnavailable
 from aiozklock._recipes._core._contenders import Contender as Contender
+from aiozklock._recipes._core._delay_record import RunningLockDelay as RunningLockDelay
 from aiozklock._recipes._core._holding import LossPolicy as LossPolicy
 from aiozklock._recipes._election import Election as Election
 from aiozklock._recipes._lease import LeaseLock as LeaseLock
@@ -139,6 +140,7 @@ __all__ = (
     "ReadLock",
     "ReadLockStatistics",
     "ReadWriteLock",
+    "RunningLockDelay",
     "Semaphore",
     "SemaphoreStatistics",
     "SessionExpired",

@@ -53,6 +53,7 @@ CONTENDER_KEYS = {
     "queued_for",
     "local_waiters",
     "revocable",
+    "waits_for_lock_delay",
 }
 
 
@@ -368,7 +369,7 @@ async def test_holders_walks_the_prefix(zk: aiozklock.ZooKeeperClient, hosts: st
         ("/locks/n", "nonfair", 0),
         ("/locks/t", "lease", 0),
     ]
-    assert set(locks[0]) == {"path", "kind", "waiting", "holder"}
+    assert set(locks[0]) == {"path", "kind", "waiting", "holder", "lock_delay"}
     assert all(set(x["holder"]) == CONTENDER_KEYS for x in locks)
     assert [x["holder"]["identifier"] for x in locks] == ["a", "b", "n", "t"]
     assert [locks[i]["holder"]["fencing_token"] for i in (0, 2, 3)] == tokens
@@ -406,9 +407,19 @@ async def test_read_only_commands_on_missing_paths_create_nothing(
         leader = await _json("leader", "--hosts", hosts, "/missing/election")
         table = await _cli("contenders", "--hosts", hosts, "/missing/lock")
         assert await zk.exists("/missing") is None
-    assert contenders == {"path": "/missing/lock", "kind": None, "contenders": []}
+    assert contenders == {
+        "path": "/missing/lock",
+        "kind": None,
+        "lock_delay": None,
+        "contenders": [],
+    }
     assert holders == {"prefix": "/missing", "locks": []}
-    assert leader == {"path": "/missing/election", "leader": None, "contenders": []}
+    assert leader == {
+        "path": "/missing/election",
+        "leader": None,
+        "lock_delay": None,
+        "contenders": [],
+    }
     assert table.returncode == 0
     assert table.stdout.decode().strip() == "no contender on /missing/lock"
 

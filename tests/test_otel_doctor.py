@@ -37,6 +37,7 @@ KINDS = (
     "expired_lease",
     "leftover_parent",
     "unreadable",
+    "lock_delay",
 )
 
 

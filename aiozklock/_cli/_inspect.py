@@ -11,12 +11,22 @@ result. Output is an aligned table, or with ``--json`` one JSON object whose sha
   its node's data last said; null where the data does not say: another library's node, or
   a recipe that does not publish it), "revocable": bool|null (whether a revoke request
   ends its holding: ``aiozklock revoke``; null where it cannot be known, e.g. a Curator
-  node with empty data)}``
-- ``contenders``: ``{"path": str, "kind": "lock"|"nonfair"|"lease"|null, "contenders":
-  [contender, ...]}`` (holder first; ``kind`` null when nothing is queued);
+  node with empty data), "waits_for_lock_delay": bool (it would hold, but waits out the
+  path's running lock-delay: then ``is_holder`` is false)}``
+- a running lock-delay (docs/fencing.md, "Lock-delay": a holder vanished without a
+  release, and nobody holds until its delay has passed): ``{"until_ms": int|null (when it
+  ends: Unix time in ms by the ZooKeeper leader's clock, as the record's ``mtime``; null
+  for the moment before the waiter has recorded the vanish), "after": str (the vanished
+  holder's node), "delay_ms": int}``; null when none runs (compared with this machine's
+  clock: a delay over by it is not shown);
+- ``contenders``: ``{"path": str, "kind": "lock"|"nonfair"|"lease"|null, "lock_delay":
+  delay|null, "contenders": [contender, ...]}`` (holder first; ``kind`` null when nothing
+  is queued);
 - ``holders``: ``{"prefix": str, "locks": [{"path": str, "kind": str, "waiting": int,
-  "holder": contender}, ...]}`` (sorted by path);
-- ``leader``: ``{"path": str, "leader": str|null, "contenders": [contender, ...]}``.
+  "holder": contender|null, "lock_delay": delay|null}, ...]}`` (sorted by path; during a
+  lock-delay ``holder`` is null and ``waiting`` counts every contender);
+- ``leader``: ``{"path": str, "leader": str|null, "lock_delay": delay|null, "contenders":
+  [contender, ...]}`` (``leader`` null during a lock-delay: nobody is in office).
 
 ``kind`` names the recipe whose nodes are at the path: the first description entry
 (``_recipes/_traits.py``) whose ``inspect`` reader finds them there. "lock" is a queue of
@@ -46,7 +56,9 @@ from aiozklock._cli._common import (
     make_client,
     say,
 )
+from aiozklock._doctor._delays import delay_words
 from aiozklock._recipes._core._contenders import Contender
+from aiozklock._recipes._core._delay_record import RunningLockDelay
 from aiozklock._recipes._core._names import is_lock_node
 from aiozklock._recipes._traits import TRAITS, Reader, RecipeTraits
 from aiozklock._wire._validation import join, validate_path, validate_recipe_path
@@ -68,19 +80,27 @@ _CONTENDER = (
     'C = {"position", "is_holder", "identifier", "host", "pid", "task", "session_id": "0x..." '
     '(null for a lease), "fencing_token", "node", "sequence", "enqueued_at", "queued_for", '
     '"local_waiters": tasks of its process queued behind it (null: not published), '
-    '"revocable": a revoke request ends its holding (null: cannot be known)}'
+    '"revocable": a revoke request ends its holding (null: cannot be known), '
+    '"waits_for_lock_delay": it would hold but waits out the lock-delay (is_holder false)}'
+)
+_DELAY = (
+    'D = {"until_ms": when the lock-delay ends (Unix ms, server time; null: not recorded '
+    'yet), "after": the node that vanished without a release, "delay_ms"}, or null when no '
+    "lock-delay runs (docs/fencing.md)"
 )
 _SHAPES = {
-    "contenders": f'{{"path", "kind": {_KINDS}|null, "contenders": [C, ...]}}',
-    "holders": '{"prefix", "locks": [{"path", "kind", "waiting", "holder": C}, ...]}',
-    "leader": '{"path", "leader": str|null, "contenders": [C, ...]}',
+    "contenders": f'{{"path", "kind": {_KINDS}|null, "lock_delay": D, "contenders": [C, ...]}}',
+    "holders": '{"prefix", "locks": [{"path", "kind", "waiting", "holder": C|null (null '
+    'during a lock-delay), "lock_delay": D}, ...]}',
+    "leader": '{"path", "leader": str|null (null during a lock-delay), "lock_delay": D, '
+    '"contenders": [C, ...]}',
 }
 
 
 def _epilog(command: str) -> str:
     paragraphs = [
         "Read-only: nothing is created; a path that does not exist shows no contender.",
-        f"--json prints {_SHAPES[command]}, where {_CONTENDER}.",
+        f"--json prints {_SHAPES[command]}, where {_CONTENDER}, and {_DELAY}.",
         *([_KIND_HELP] if '"kind"' in _SHAPES[command] else []),
         f"exit status: 0 done (even if empty), {EX_USAGE} usage error, {EX_UNAVAILABLE} "
         "ZooKeeper unavailable.",
@@ -158,6 +178,7 @@ async def _contenders(zk: aiozklock.ZooKeeperClient, path: str) -> Json:
     return {
         "path": path,
         "kind": found.name if found and queue else None,
+        "lock_delay": _delay_json(queue),
         "contenders": [_contender_json(c, i, now, found) for i, c in enumerate(queue)],
     }
 
@@ -167,9 +188,11 @@ async def _leader(zk: aiozklock.ZooKeeperClient, path: str) -> Json:
     leader = await election.leader()
     queue = await election.contenders()
     now = time.time()
+    delay = _delay_json(queue)
     return {
         "path": path,
-        "leader": leader,
+        "leader": None if delay else leader,  # nobody is in office during a lock-delay
+        "lock_delay": delay,
         "contenders": [_contender_json(c, i, now, None) for i, c in enumerate(queue)],
     }
 
@@ -183,9 +206,7 @@ async def _holders(zk: aiozklock.ZooKeeperClient, prefix: str) -> Json:
             children = await zk.get_children(path, missing_ok=True)
             found, queue = await _queue_at(zk, path, children)
         if found and queue:
-            holder = _contender_json(queue[0], 0, time.time(), found)
-            kind = found.name
-            locks.append({"path": path, "kind": kind, "waiting": len(queue) - 1, "holder": holder})
+            locks.append(_lock_json(path, found, queue))
         for child in children:
             if not is_lock_node(child):  # a queue's nodes are ephemeral: they have no children
                 tg.start_soon(visit, join(path, child), tg)
@@ -193,6 +214,28 @@ async def _holders(zk: aiozklock.ZooKeeperClient, prefix: str) -> Json:
     async with anyio.create_task_group() as tg:
         await visit(prefix, tg)
     return {"prefix": prefix, "locks": sorted(locks, key=lambda lock: str(lock["path"]))}
+
+
+def _lock_json(path: str, found: RecipeTraits, queue: list[Contender]) -> Json:
+    """A lock of ``holders``: its first contender holds, but during a lock-delay."""
+    delay = _delay_json(queue)
+    holder = None if delay else _contender_json(queue[0], 0, time.time(), found)
+    waiting = len(queue) - (holder is not None)
+    return {
+        "path": path,
+        "kind": found.name,
+        "waiting": waiting,
+        "holder": holder,
+        "lock_delay": delay,
+    }
+
+
+def _delay_json(queue: list[Contender]) -> Json | None:
+    """The lock-delay that the contenders that would hold wait out, if any."""
+    delay = next((c.lock_delay for c in queue if c.lock_delay is not None), None)
+    if delay is None:
+        return None
+    return {"until_ms": delay.until_ms, "after": delay.after, "delay_ms": delay.delay_ms}
 
 
 def _contender_json(
@@ -216,6 +259,7 @@ def _contender_json(
         "queued_for": round(max(0.0, now - enqueued), 3) if enqueued is not None else None,
         "local_waiters": contender.local_waiters,
         "revocable": contender.revocable,
+        "waits_for_lock_delay": contender.lock_delay is not None,
     }
 
 
@@ -223,6 +267,7 @@ def _contender_json(
 
 
 def _table(command: str, result: Json) -> str:
+    now = time.time()
     if command == "holders":
         if not result["locks"]:
             return f"no held lock under {result['prefix']}"
@@ -231,22 +276,32 @@ def _table(command: str, result: Json) -> str:
             [lock["path"], lock["kind"], str(lock["waiting"]), *_cells(lock["holder"])]
             for lock in result["locks"]
         ]
-        return _aligned(header, rows)
+        delays = [_delay_line(lock["path"], lock["lock_delay"], now) for lock in result["locks"]]
+        return "\n".join([_aligned(header, rows), *filter(None, delays)])
     lines = [f"leader: {result['leader'] or '(none)'}"] if command == "leader" else []
+    lines += filter(None, [_delay_line(result["path"], result["lock_delay"], now)])
     if not result["contenders"]:
         lines.append(f"no contender on {result['path']}")
     else:
-        rows = [
-            ["holder" if c["is_holder"] else "waiting", *_cells(c)] for c in result["contenders"]
-        ]
+        rows = [[_state(c), *_cells(c)] for c in result["contenders"]]
         lines.append(_aligned(["STATE", *_COLUMNS], rows))
     return "\n".join(lines)
 
 
-_COLUMNS = ["IDENTIFIER", "HOST", "PID", "SESSION", "TOKEN", "QUEUED", "LOCAL", "NODE"]
+_COLUMNS = ["IDENTIFIER", "HOST", "PID", "SESSION", "TOKEN", "QUEUED", "LOCAL", "REVOCABLE", "NODE"]
+_YES_NO = {True: "yes", False: "no", None: "-"}
 
 
-def _cells(contender: Json) -> list[str]:
+def _state(contender: Json) -> str:
+    if contender["is_holder"]:
+        return "holder"
+    return "lock-delay" if contender["waits_for_lock_delay"] else "waiting"
+
+
+def _cells(contender: Json | None) -> list[str]:
+    """A contender's cells; for none (a lock in a lock-delay has no holder), that word."""
+    if contender is None:
+        return ["(lock-delay)", *["-"] * (len(_COLUMNS) - 1)]
     queued = contender["queued_for"]
     values = [
         contender["identifier"],
@@ -256,9 +311,18 @@ def _cells(contender: Json) -> list[str]:
         contender["fencing_token"],
         None if queued is None else f"{queued:.1f}s",
         contender["local_waiters"],
+        _YES_NO[contender["revocable"]],
         contender["node"],
     ]
     return ["-" if value is None else str(value) for value in values]
+
+
+def _delay_line(path: str, delay: Json | None, now: float) -> str | None:
+    """A sentence on the lock-delay running on ``path``, if any."""
+    if delay is None:
+        return None
+    running = RunningLockDelay(delay["after"], delay["delay_ms"], delay["until_ms"])
+    return delay_words(path, running, now)
 
 
 def _aligned(header: list[str], rows: list[list[str]]) -> str:

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 
 import anyio
@@ -35,6 +36,7 @@ from aiozklock._cli._common import (
     say,
     seconds,
 )
+from aiozklock._doctor._delays import delay_words
 from aiozklock._wire._validation import validate_identifier, validate_recipe_path
 
 TOKEN_VARIABLE = "AIOZKLOCK_FENCING_TOKEN"
@@ -254,6 +256,8 @@ async def _held_by(lock: aiozklock.Lock) -> str:
         queue = await lock.contenders()
         if queue:
             holder = queue[0]
+            if holder.lock_delay is not None:  # nobody holds: the head waits the delay out
+                return f": {delay_words(lock.path, holder.lock_delay, time.time())}"
             who = holder.identifier or "a contender"
             return f", held by {who} (host {holder.host}, pid {holder.pid})"
     return ""

@@ -144,14 +144,28 @@ def queue_findings(
                     FindingKind.LONG_HOLDER,
                     Severity.WARNING,
                     f"{queue.path} held for {duration(age)} by {_who(holder, queue.kind)}",
-                    "if that holder is stuck, stop it (a session's nodes go with it); if it "
-                    "holds this long by design, raise the hold warning",
+                    _long_holder_action(queue.path, holder.revocable),
                     paths=(queue.path,),
                     sessions=(holder.session_id,) if holder.session_id else (),
                     seconds=age,
                 )
         if queue.size >= limits.queue_warning:
             yield _long_queue(queue, now)
+
+
+def _long_holder_action(path: str, revocable: bool | None) -> str:
+    """What to do about a long holder: ask it to let go if it is revocable, or stop it."""
+    revoke = f"`aiozklock revoke {shlex.quote(path)}`"
+    if revocable:
+        ask = f"{revoke} asks it to let go (it is revocable), or stop it"
+    elif revocable is None:
+        ask = f"{revoke} asks it to let go if it is revocable (its node does not say), or stop it"
+    else:
+        ask = "stop it (it cannot be revoked: it was not made revocable)"
+    return (
+        f"if that holder is stuck, {ask}; a session's nodes go with it; if it holds this "
+        "long by design, raise the hold warning"
+    )
 
 
 def _long_queue(queue: QueueState, now: float) -> Finding:

@@ -4,8 +4,8 @@ The steps: one pipelined scan (``_scan``); ``assess``: each path's layout (``_la
 queues as the recipes decide them (``_queues``), deadlocks in the wait-for graph
 (``_waitfor``); ``confirm``: each deadlock listed again; the server's clock
 (``_scan.server_clock``, only when something has an age to tell); ``report``: the findings
-(``_mixes``, ``_checks``). ``assess`` and ``report`` are pure: a live view that keeps the tree
-itself (by watches) calls them on every change.
+(``_mixes``, ``_checks``, the running lock-delays of ``_delays``). ``assess`` and ``report``
+are pure: a live view that keeps the tree itself (by watches) calls them on every change.
 
 A deadlock is confirmed because the scan reads paths one after another, not at one instant:
 a cycle could be put together from queues read at different times. A node that existed all
@@ -37,6 +37,7 @@ from aiozklock._doctor._checks import (
     write_samples,
 )
 from aiozklock._doctor._defaults import HOLD_WARNING, LEFTOVER_AGE, QUEUE_WARNING
+from aiozklock._doctor._delays import delay_findings, delays_of
 from aiozklock._doctor._layout import PathLayout, classify
 from aiozklock._doctor._mixes import mix_findings
 from aiozklock._doctor._model import Diagnosis, Finding, FindingKind, QueueState
@@ -165,10 +166,12 @@ def report(
     zxid and time of a write) when known, else this machine's."""
     now = clock[1] if clock is not None else time.time()
     views = assessment.views
-    queues = [queue_state(view) for view in views]
+    delays = delays_of(found.tree, views, now)
+    queues = [queue_state(view, delays.get(view.index)) for view in views]
     findings = [deadlock_finding(d, parties_of(views)) for d in assessment.deadlocks]
     findings += [finding for layout in assessment.layouts for finding in mix_findings(layout)]
     findings += _aged(found, given, views, queues, clock, now)
+    findings += delay_findings(queues, now)
     return Diagnosis(
         prefix=given.prefix,
         findings=tuple(sorted(findings, key=_report_order)),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from aiozklock._recipes._core._contenders import Contender
+from aiozklock._recipes._core._delay_record import RunningLockDelay
 
 
 class FindingKind(enum.Enum):
@@ -23,6 +24,7 @@ class FindingKind(enum.Enum):
     EXPIRED_LEASE = "expired_lease"  #: a TTL lease past its TTL that the server has not reaped
     LEFTOVER_PARENT = "leftover_parent"  #: an empty persistent parent left behind
     UNREADABLE = "unreadable"  #: nodes this session may not read (their ACL)
+    LOCK_DELAY = "lock_delay"  #: a lock-delay running: a holder vanished without a release
 
 
 class Severity(enum.IntEnum):
@@ -99,12 +101,17 @@ class QueueState:
     ``"semaphore"``, ``"nonfair"``, ``"lease"``, ``"kazoo-semaphore"``,
     ``"curator-semaphore"``), its holders and waiters (nodes), in queue order; ``size``
     counts their local waiters too. ``Contender``'s
-    ``enqueued_at`` is by the server's clock, as ``Diagnosis.server_time``."""
+    ``enqueued_at`` is by the server's clock, as ``Diagnosis.server_time``.
+
+    ``lock_delay``: the lock-delay running on the path (a holder vanished without a
+    release, docs/fencing.md): nobody holds until it ends; the contenders that would hold
+    wait it out, first among the waiters, with their ``lock_delay`` set."""
 
     path: str
     kind: str
     holders: tuple[Contender, ...]
     waiters: tuple[Contender, ...]
+    lock_delay: RunningLockDelay | None = None
 
     @property
     def local_waiters(self) -> int:

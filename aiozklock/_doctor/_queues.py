@@ -28,6 +28,7 @@ from aiozklock._doctor._layout import (
 )
 from aiozklock._doctor._model import Library, QueueState
 from aiozklock._recipes._core._contenders import Contender, contender_of
+from aiozklock._recipes._core._delay_record import RunningLockDelay
 from aiozklock._recipes._core._names import guid_of, queue_order
 from aiozklock._recipes._core._plan import Decide, Decision
 from aiozklock._recipes._decision import decide
@@ -288,9 +289,16 @@ def _remember(recent: list[Entry], entry: Entry) -> None:
 # ---------------------------------------------------------------------------- states
 
 
-def queue_state(view: View) -> QueueState:
-    """The view's holders and waiters, in queue order, as the recipes decide."""
+def queue_state(view: View, delay: RunningLockDelay | None = None) -> QueueState:
+    """The view's holders and waiters, in queue order, as the recipes decide; with a
+    running lock-delay ``delay``, those that would hold wait it out: nobody holds."""
     holding = {e.key for e in unblocked(view, {e.key for e in view.entries})}
+    if delay is not None:
+        waiting = tuple(
+            dataclasses.replace(e.contender, lock_delay=delay) if e.key in holding else e.contender
+            for e in view.entries
+        )
+        return QueueState(view.path, view.kind, (), waiting, delay)
     holders = tuple(
         dataclasses.replace(e.contender, is_holder=True) for e in view.entries if e.key in holding
     )

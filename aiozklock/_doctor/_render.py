@@ -31,6 +31,7 @@ _KIND_WORDS = {
     FindingKind.EXPIRED_LEASE: "expired lease",
     FindingKind.LEFTOVER_PARENT: "leftover parent",
     FindingKind.UNREADABLE: "unreadable",
+    FindingKind.LOCK_DELAY: "lock-delay",
 }
 
 Json = dict[str, Any]

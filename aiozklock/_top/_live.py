@@ -3,7 +3,8 @@
 - the watches (``_watch.TreeWatch``) mark the view stale when the tree changes;
 - the reader runs the doctor when the view is stale, at most every ``REFRESH`` seconds (or,
   if a reading takes longer, as often as it takes), and when a holder crosses the hold
-  warning, a time it knows in advance: the only reading without a change;
+  warning or a lock-delay ends, times it knows in advance: the only readings without a
+  change;
 - the painter draws a frame when something changed and every ``TICK`` seconds, which moves
   the ages on by the local clock without asking the server;
 - the keys: ``q`` quits, ``r`` reads again now, Ctrl-L repaints;
@@ -102,12 +103,18 @@ class Board:
 
 def next_due(diagnosis: Diagnosis) -> float | None:
     """Seconds after ``diagnosis`` was read when the first holder not yet older than the
-    hold warning becomes so (with a margin); None if no holder will."""
+    hold warning becomes so, or the first running lock-delay ends (with a margin); None if
+    nothing will."""
     dues = [
         holder.enqueued_at + diagnosis.hold_warning - diagnosis.server_time
         for queue in diagnosis.queues
         for holder in queue.holders
         if holder.enqueued_at is not None
+    ]
+    dues += [
+        queue.lock_delay.until_ms / 1000 - diagnosis.server_time
+        for queue in diagnosis.queues
+        if queue.lock_delay is not None and queue.lock_delay.until_ms is not None
     ]
     future = [due for due in dues if due >= 0]
     return min(future) + DUE_MARGIN if future else None

@@ -5,7 +5,8 @@ The frame: a title (prefix, the session's state, how old the view is), a summary
 holders, waiters, the longest hold and wait, the doctor's verdict), a table of the queues
 (those with waiters first, the longest waiting first; then by path: QUEUE counts their
 nodes, LOCAL the tasks queued inside the contenders' processes behind those nodes, as the
-nodes' data says) and the doctor's findings, wrapped. Ages are the doctor's, by
+nodes' data says; HOLDER says how long a running lock-delay still holds a path back) and
+the doctor's findings, wrapped. Ages are the doctor's, by
 ``Diagnosis.server_time``, plus the seconds since it was taken: a frame drawn a second
 later shows them a second older, without asking the server. Text from other clients
 (names, identities) is cleaned of control characters.
@@ -21,6 +22,7 @@ from typing import Literal
 
 from aiozklock._doctor._model import Diagnosis, Finding, QueueState, Severity, session_bound
 from aiozklock._recipes._core._contenders import Contender
+from aiozklock._recipes._core._delay_record import RunningLockDelay
 from aiozklock._top._text import age, cells, fit, fit_left, pad
 
 Style = Literal["plain", "title", "head", "critical", "warning"]
@@ -178,6 +180,8 @@ def _cells_of(queue: QueueState, now: float) -> list[str]:
     holder = _who(queue.holders[0], queue.kind) if queue.holders else "-"
     if len(queue.holders) > 1:
         holder += f" +{len(queue.holders) - 1} more"
+    if queue.lock_delay is not None:
+        holder = _delayed(queue.lock_delay, now)
     return [
         queue.path,
         queue.kind,
@@ -187,6 +191,14 @@ def _cells_of(queue: QueueState, now: float) -> list[str]:
         age(now - waited) if waited is not None else "-",
         holder,
     ]
+
+
+def _delayed(delay: RunningLockDelay, now: float) -> str:
+    """The holder cell of a queue that waits out a lock-delay: how long it still runs."""
+    if delay.until_ms is None:
+        return f"lock-delay starting, after {delay.after} vanished"
+    left = max(0.0, delay.until_ms / 1000 - now)
+    return f"lock-delay {age(left)} more, after {delay.after} vanished"
 
 
 def _local(queue: QueueState) -> str:

@@ -13,8 +13,11 @@ watch without causing another reading (or else every reading would cause the nex
 A contender's node (a name that ``is_lock_node``: ephemeral, so it has no children) gets an
 exists watch instead of a children watch, at the same cost: it fires when the node's data
 changes, which is how a lock publishes its local waiters (``_core/_local_waiters.py``), and
-the view is read again then. Other data changes are not watched: a lease's renewal only
-moves its expiry.
+the view is read again then. A lock-delay record (a ``lockdelay`` child of a lock,
+``_core/_delay_record.py``) gets an exists watch besides its children watch (one request
+more, on the paths that have one): its data changes when a waiter records that the holder
+vanished, which tells until when the delay runs. Other data changes are not watched: a
+lease's renewal only moves its expiry.
 
 A reconnect to the same session re-arms every watch by itself (SetWatches), and the server
 then fires those whose nodes changed meanwhile. A lost session forgets them (each hears a
@@ -30,6 +33,7 @@ import anyio
 
 from aiozklock._doctor._scan import SYSTEM, pipelined
 from aiozklock._exceptions import NoAuthError, NoNodeError, SessionExpired
+from aiozklock._recipes._core._delay_record import RECORD
 from aiozklock._recipes._core._names import is_lock_node
 from aiozklock._wire._protocol import EventType, Op, WatchedEvent, exists_op, get_children_op
 from aiozklock._wire._session import Session
@@ -48,7 +52,7 @@ class TreeWatch:
         self._children: dict[str, frozenset[str]] = {}  # each node read: its children
         self._fired: set[str] = set()  # the paths whose watch fired, not yet read again
         self._rebuild = True  # list the whole tree again (at first, and after a lost session)
-        self._data_changed = False  # a contender's node's data changed since the last read
+        self._data_changed = False  # a contender's or record's data changed since the last read
         self._wake = anyio.Event()
         self._wake.set()
         self._watcher = self._heard  # one object: the session keeps one per (kind, path)
@@ -103,9 +107,13 @@ class TreeWatch:
         changed = False
         level = sorted(paths)
         while level:
-            replies = await pipelined(self._session, [self._op(p) for p in level])
+            records = [self._record_watch(p) for p in level if self._is_record(p)]
+            replies = await pipelined(self._session, [*(self._op(p) for p in level), *records])
+            for extra in replies[len(level) :]:  # the records' exists watches
+                if isinstance(extra, BaseException) and not isinstance(extra, NoAuthError):
+                    raise extra
             following: list[str] = []
-            for path, reply in zip(level, replies, strict=True):
+            for path, reply in zip(level, replies[: len(level)], strict=True):
                 if reply is None or isinstance(reply, NoNodeError | NoAuthError):
                     changed |= self._forget(path)  # gone, or not ours to read
                     if path == self._prefix:
@@ -130,6 +138,13 @@ class TreeWatch:
         if path != self._prefix and is_lock_node(path.rpartition("/")[2]):
             return exists_op(server_path, self._watcher)
         return get_children_op(server_path, self._watcher)
+
+    def _is_record(self, path: str) -> bool:
+        return path != self._prefix and path.rpartition("/")[2] == RECORD
+
+    def _record_watch(self, path: str) -> Op[Any]:
+        """An exists watch on a lock-delay record: its data changes are heard."""
+        return exists_op(self._session.server_path(path), self._watcher)
 
     async def _await_prefix(self) -> None:
         """An exists watch on the missing prefix, to hear of its creation; if it was

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aiozklock._exceptions import NoNodeError
+from aiozklock._recipes._core._delay_record import RECORD, RunningLockDelay, running_delay
 from aiozklock._recipes._core._names import parts_of, queue_order, sequence_of
 from aiozklock._recipes._core._queue import Queue
 from aiozklock._recipes._core._revocation import REVOKE
@@ -28,7 +30,11 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False).encode
 
 @dataclass(frozen=True, slots=True)
 class Contender:
-    """One node in a lock's queue, as read from ZooKeeper by ``Lock.contenders()``."""
+    """One node in a lock's queue, as read from ZooKeeper by ``Lock.contenders()``.
+
+    ``is_holder`` is False for a contender that would hold but waits out a running
+    lock-delay (a holder ahead of it vanished without a release): ``lock_delay`` then says
+    until when, and after whose vanish."""
 
     node: str
     sequence: int
@@ -48,6 +54,9 @@ class Contender:
     # None if its data does not say (another library's node, a recipe that does not publish
     # it: see docs/observability.md, "Local queues").
     local_waiters: int | None = None
+    # The lock-delay it waits out before it holds (a holder ahead of it vanished without a
+    # release): it would hold otherwise, and ``is_holder`` is False until the delay ends.
+    lock_delay: RunningLockDelay | None = None
 
 
 class Identity:
@@ -92,22 +101,40 @@ class Identity:
 
 async def read_contenders(session: Session, queue: Queue, path: str) -> list[Contender]:
     """The queue under ``path``, holders first, read from ZooKeeper (one round trip for the
-    listing, one for the nodes' data). Readers' nodes (a read/write lock's) share the lock:
-    each one with no exclusive node ahead of it holds (``holds_now``)."""
+    listing, one for the nodes' data, with the lock-delay record's if one is listed).
+    Readers' nodes (a read/write lock's) share the lock: each one with no exclusive node
+    ahead of it holds (``holds_now``); those that would hold but wait out a lock-delay do
+    not (``Contender.lock_delay``)."""
     try:
         children = await queue.list_children(path, None, None)
     except NoNodeError:
         return []
     names = queue_order(children)
     ops = [get_data_op(session.server_path(join(path, name))) for name in names]
+    if names and RECORD in children:
+        ops.append(get_data_op(session.server_path(join(path, RECORD))))
     results = await session.pipeline(ops) if ops else []
     # A node that vanished while we read was released: those behind it may hold now.
-    present = [(n, r) for n, r in zip(names, results, strict=True) if isinstance(r, tuple)]
+    present = [(n, r) for n, r in zip(names, results, strict=False) if isinstance(r, tuple)]
     holds = holds_now([(is_reader(name), sequence_of(name)) for name, _ in present])
+    record = results[len(names) :]
+    delay = _delay_of(record[0], path, [name for name, _ in present]) if record else None
     return [
-        contender_of(name, data, stat, is_holder=held)
+        contender_of(
+            name, data, stat, is_holder=held and delay is None, lock_delay=delay if held else None
+        )
         for held, (name, (data, stat)) in zip(holds, present, strict=True)
     ]
+
+
+def _delay_of(reply: object, path: str, queued: list[str]) -> RunningLockDelay | None:
+    """The lock-delay that the record's ``reply`` imposes on the ``queued`` nodes now (by
+    this machine's clock: the record's times are the server's)."""
+    if not isinstance(reply, tuple):
+        return None  # deleted since the listing: nothing holds the queue back
+    data, stat = reply
+    now_ms = round(time.time() * 1000)
+    return running_delay(data, stat.mtime, stat.mzxid, join(path, RECORD), queued, now_ms)
 
 
 def is_reader(name: str) -> bool:
@@ -136,12 +163,19 @@ def holds_now(queue: Sequence[tuple[bool, int]]) -> list[bool]:
 
 
 def contender_of(
-    name: str, data: bytes, stat: Stat, *, is_holder: bool, sequence: int | None = None
+    name: str,
+    data: bytes,
+    stat: Stat,
+    *,
+    is_holder: bool,
+    sequence: int | None = None,
+    lock_delay: RunningLockDelay | None = None,
 ) -> Contender:
     """A contender from its node's name, data and stat; ``sequence`` defaults to the one in
-    the node's name. The data is our identity JSON; a peer's node (kazoo's, Curator's) holds
-    its identifier as plain text instead, which is read as the identifier (as the peers'
-    own ``contenders()`` and ``getParticipants()`` read it)."""
+    the node's name; ``lock_delay``: the lock-delay it waits out, if any. The data is our
+    identity JSON; a peer's node (kazoo's, Curator's) holds its identifier as plain text
+    instead, which is read as the identifier (as the peers' own ``contenders()`` and
+    ``getParticipants()`` read it)."""
     identity = _identity(data)
     return Contender(
         node=name,
@@ -156,6 +190,7 @@ def contender_of(
         enqueued_at=stat.ctime / 1000 if stat.ctime else None,
         revocable=revocable_of(name, data, identity),
         local_waiters=_count(identity.get("local_waiters")),
+        lock_delay=lock_delay,
     )
 
 

@@ -12,6 +12,8 @@ docs/fencing.md ("Lock-delay").
   (ms) by which it was gone, or null for "by this version's mtime" (the first one to see it
   gone, which cannot know the mtime of its own write before the reply), and with a time,
   ``"gone_epoch"``: the leader epoch (a zxid's high 32 bits) whose clock wrote it.
+* Whoever shows a lock's queue (``contenders()``, the command line, the doctor, top) reads
+  the record too, and ``running_delay`` says whether it holds the queue's head back.
 * Server times are the leader's wall clock: two of them are compared only when one leader
   wrote both (same epoch). Across a leader change the contender waits the full delay from
   its own write instead (late, never early: the two leaders' clocks may differ by any skew).
@@ -22,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 log = logging.getLogger("aiozklock._recipes._core._delay")
@@ -81,17 +83,60 @@ class Record:
         ``written`` is its ``(mtime, mzxid)``, ``read`` the version's we wrote over. Server
         time against server time of the same leader, never our own clock; the full delay
         if another leader's clock wrote the time it was gone by (a leader change since)."""
+        return self._left(read, written) / 1000
+
+    def _left(self, read: tuple[int, int], written: tuple[int, int]) -> int:
+        """``remaining`` in ms."""
         written_mtime, written_zxid = written
         if not self.gone:
-            return self.delay / 1000  # we are the first to see it gone: by our write
+            return self.delay  # we are the first to see it gone: by our write
         gone_epoch: int | None
         if self.gone_by is None:
             gone_by, gone_epoch = read[0], epoch(read[1])
         else:
             gone_by, gone_epoch = self.gone_by, self.gone_epoch
         if gone_epoch != epoch(written_zxid):
-            return self.delay / 1000  # two leaders' clocks: not comparable
-        return max(0.0, (gone_by + self.delay - written_mtime) / 1000)
+            return self.delay  # two leaders' clocks: not comparable
+        return max(0, gone_by + self.delay - written_mtime)
+
+    def ends_at(self, mtime: int, mzxid: int) -> int | None:
+        """When the wait of the contender that wrote this version (its ``mtime`` and
+        ``mzxid``) ends, in server time (ms): what ``remaining`` told it, from that write.
+        None if the version does not say the holder is gone (nobody waits for it yet)."""
+        if not self.gone:
+            return None
+        written = (mtime, mzxid)  # a "gone by my mtime" version: gone_by is this write's
+        return mtime + self._left(written, written)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningLockDelay:
+    """A lock-delay that holds a lock back: its holder's node ``after`` vanished without a
+    release, and the next holder waits ``delay_ms`` from when that was seen, until
+    ``until_ms`` (Unix time in ms by the clock of the ZooKeeper leader that recorded it,
+    as a node's ``mtime``; None for the moment after the vanish before the waiting
+    contender has recorded it: it then waits the whole delay from that record). See
+    docs/fencing.md, "Lock-delay"."""
+
+    after: str
+    delay_ms: int
+    until_ms: int | None
+
+
+def running_delay(
+    data: bytes, mtime: int, mzxid: int, path: str, queued: Collection[str], now_ms: int
+) -> RunningLockDelay | None:
+    """The lock-delay that a record (at ``path``: its ``data``, ``mtime`` and ``mzxid``)
+    imposes on the head of the queue whose node names are ``queued``, as of ``now_ms``
+    (Unix ms); None if there is none: not a record (logged as ``parse_record`` does), its
+    holder still queued (it holds), or its delay over."""
+    record = parse_record(data, path)
+    if record is None or record.holder in queued:
+        return None
+    until = record.ends_at(mtime, mzxid)
+    if until is not None and until <= now_ms:
+        return None  # waited out (a record a granted contender failed to delete)
+    return RunningLockDelay(record.holder, record.delay, until)
 
 
 def holder_record(holder: str, delay: float) -> bytes:
@@ -154,10 +199,12 @@ __all__ = (
     "RECORD",
     "TAG",
     "Record",
+    "RunningLockDelay",
     "delay_guid",
     "epoch",
     "delay_seen",
     "holder_record",
     "parse_record",
+    "running_delay",
     "warn_short_delay",
 )
