@@ -168,6 +168,13 @@ class SessionCore:
     def watcher_count(self) -> int:
         return self._watches.count()
 
+    @property
+    def numbered(self) -> int:
+        """How many requests this session has numbered (written, or being written), on
+        every connection: equal at two instants, nothing of this session was written in
+        between (pings and the handshake's frames are not counted)."""
+        return self._requests.numbered
+
     # ---------------------------------------------------------------- outgoing
 
     def frame_now(

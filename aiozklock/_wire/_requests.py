@@ -65,10 +65,11 @@ class RequestTable:
     """The requests written on the current connection, by xid and in wire order.
 
     ``sent_at`` is the liveness clock's deque (one send time per expected reply), shared so
-    that numbering a request records its send time in the same step.
+    that numbering a request records its send time in the same step. ``numbered``: how many
+    requests were numbered, on every connection (never wraps, unlike the xid).
     """
 
-    __slots__ = ("_new_waker", "_sent_at", "_watches", "pending", "written", "xid")
+    __slots__ = ("_new_waker", "_sent_at", "_watches", "numbered", "pending", "written", "xid")
 
     def __init__(
         self,
@@ -80,6 +81,7 @@ class RequestTable:
         self._sent_at = sent_at
         self._new_waker = new_waker
         self.xid = 0
+        self.numbered = 0
         self.pending: dict[int, Pending] = {}
         self.written: collections.deque[Pending] = collections.deque()  # in wire order
 
@@ -104,6 +106,7 @@ class RequestTable:
                 self._watches.add(op.watch, op.path, op.watcher)
             frames.append(frame(xid, op.body))
             sent_at.append(now)
+        self.numbered += len(ops)
         if on_done is None:
             pendings[-1].event = self._new_waker()
         return pendings

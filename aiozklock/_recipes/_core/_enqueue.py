@@ -28,6 +28,10 @@ resolution of a create whose reply was lost.
   (ZooKeeper names a sequential node after its parent's child version, which every child
   create increments) is checked too. Otherwise we list, one round trip more: on an
   ensemble with other writers that is the common case, and the proof only saves a read.
+  It is tried only if this session numbered no other request between our join's, our
+  release's delete and this create (``Alone.through``): where it did (other tasks cycling
+  on one session), another transaction most likely came between, and the listing goes
+  with the create, in the same round trip.
 """
 
 from __future__ import annotations
@@ -124,10 +128,13 @@ class Joining:
         self._lead, self._contended = lead, contended
 
     def alone(self, name: str) -> Alone | None:
-        """Our node ``name`` as our grant proved it alone, if it did (its release records
-        its deletes' outcome there, for the next join's proof)."""
+        """Our node ``name`` as our grant proved it alone, if it did, and no request of this
+        session came after our join's (its release records its deletes there, for the next
+        join's proof; with other requests between, other tasks wrote: it would fail)."""
         lead = self._lead
-        return lead if isinstance(lead, Alone) and lead.name == name else None
+        if isinstance(lead, Alone) and lead.name == name:
+            return lead if lead.through == self._place.session.numbered else None
+        return None
 
     def released(self, names: Names) -> None:
         """The deletes of these nodes of ours were written: never adopt them."""
@@ -257,6 +264,7 @@ class Joining:
             and len(self._place.members) == 1
             and lead.written
             and not lead.answered
+            and lead.through == self._place.session.numbered
         ):
             return lead
         return None

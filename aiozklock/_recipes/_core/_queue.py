@@ -273,7 +273,8 @@ class Queue:
             # Nothing behind us, as listed. (After a hand-off nobody listed what is behind:
             # a proof would then likely fail and cost a listing. It stays sound either way.)
             assert place.token is not None
-            return Alone(place.nodes[place.members[0]], place.generation, place.token)
+            node = place.nodes[place.members[0]]
+            return Alone(node, place.generation, place.token, place.through)
         return None
 
     async def _drop(self, step: Step, listings: Listings) -> Listings | None:
