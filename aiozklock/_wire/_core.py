@@ -92,6 +92,10 @@ class SessionCore:
         self._watches = WatchRegistry(self.client_path)
         self._requests = RequestTable(self._watches, self._clock.sent_at, new_waker)
         self._outgoing = OutgoingQueue(scheduler)
+        # How many requests were numbered (written, or being written), on every connection:
+        # equal at two instants, nothing of this session was written in between (pings and
+        # the handshake's frames are not counted). A plain attribute: read every cycle.
+        self.numbered = 0
         self._read_buffer = bytearray()  # the current connection's incomplete frame
         # A session we let go of (a close() the server did not confirm, or credentials it
         # refused) while the server may still keep it (or revive it after a restart): closed
@@ -168,13 +172,6 @@ class SessionCore:
     def watcher_count(self) -> int:
         return self._watches.count()
 
-    @property
-    def numbered(self) -> int:
-        """How many requests this session has numbered (written, or being written), on
-        every connection: equal at two instants, nothing of this session was written in
-        between (pings and the handshake's frames are not counted)."""
-        return self._requests.numbered
-
     # ---------------------------------------------------------------- outgoing
 
     def frame_now(
@@ -193,6 +190,7 @@ class SessionCore:
         if self._outgoing:
             self._frame_queued(frames, now)
         pendings = self._requests.number(ops, on_done, frames, now)
+        self.numbered += len(ops)
         self._clock.last_sent = now
         return pendings, b"".join(frames) if len(frames) > 1 else frames[0] if frames else b""
 
@@ -210,6 +208,7 @@ class SessionCore:
         number = self._requests.number
         for soon in self._outgoing.take_all():
             number(soon.ops, soon.on_done, frames, now)
+            self.numbered += len(soon.ops)
 
     def queue_soon(
         self, ops: Sequence[Op[Any]], generation: int, on_done: ReplyCallback

@@ -65,11 +65,10 @@ class RequestTable:
     """The requests written on the current connection, by xid and in wire order.
 
     ``sent_at`` is the liveness clock's deque (one send time per expected reply), shared so
-    that numbering a request records its send time in the same step. ``numbered``: how many
-    requests were numbered, on every connection (never wraps, unlike the xid).
+    that numbering a request records its send time in the same step.
     """
 
-    __slots__ = ("_new_waker", "_sent_at", "_watches", "numbered", "pending", "written", "xid")
+    __slots__ = ("_new_waker", "_sent_at", "_watches", "pending", "written", "xid")
 
     def __init__(
         self,
@@ -81,7 +80,6 @@ class RequestTable:
         self._sent_at = sent_at
         self._new_waker = new_waker
         self.xid = 0
-        self.numbered = 0
         self.pending: dict[int, Pending] = {}
         self.written: collections.deque[Pending] = collections.deque()  # in wire order
 
@@ -106,7 +104,6 @@ class RequestTable:
                 self._watches.add(op.watch, op.path, op.watcher)
             frames.append(frame(xid, op.body))
             sent_at.append(now)
-        self.numbered += len(ops)
         if on_done is None:
             pendings[-1].event = self._new_waker()
         return pendings
