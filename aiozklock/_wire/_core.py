@@ -284,11 +284,15 @@ class SessionCore:
         clock = self._clock
         clock.last_heard = now
         sent_at = None
+        # A standalone server proves the session with every answer (``last_acked_send``):
+        # the leader proof's chain is kept only where it is read (an ensemble, or unknown).
+        leader = self.leader if self.leader.direct is not True else None
         if clock.sent_at:
             sent_at = clock.sent_at.popleft()
             if sent_at > clock.last_acked_send:
                 clock.last_acked_send = sent_at
-            self.leader.touched(sent_at, now, clock.timeout)
+            if leader is not None:
+                leader.touched(sent_at, now, clock.timeout)
         if xid in framing.SPECIAL_XIDS:
             if err:
                 log.warning("reply with xid %d carried error %d", xid, err)
@@ -313,11 +317,12 @@ class SessionCore:
         if (
             err == 0
             and sent_at is not None
+            and leader is not None
             and op.body[3] in _WRITES
             and op.body[2] == 0
             and getattr(pending.result, "failure", None) is None  # a multi: all applied
         ):
-            self.leader.committed(sent_at, now, clock.timeout)
+            leader.committed(sent_at, now, clock.timeout)
         pending.finish()
         expired: bool = err == _EXPIRED
         return expired
