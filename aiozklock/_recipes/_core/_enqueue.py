@@ -111,7 +111,7 @@ class Joining:
     grant and release left for the next join: the ``Lead`` (a hint, or our node proven
     alone), whether that grant was contended, and the nodes of that release."""
 
-    __slots__ = ("_contended", "_guard", "_lead", "_place", "_released", "_watch")
+    __slots__ = ("_contended", "_create", "_guard", "_lead", "_place", "_released", "_watch")
 
     def __init__(self, place: Place, guard: Guard | None, watch: NewcomerWatch | None) -> None:
         self._place = place
@@ -121,6 +121,9 @@ class Joining:
         self._contended = False  # our last grant came by a hand-off, or had nodes behind
         # The nodes of our last release written without waiting (``Round.released``).
         self._released: Names = ()
+        # Our last create (its prefix, data and request): the next one is nearly always the
+        # same request (an Op is never changed once made, and a reply is matched by xid).
+        self._create: tuple[str, bytes, Op[Any]] | None = None
 
     def granted(self, lead: Lead, contended: bool) -> None:
         """Granted: what the next join may use (``lead``), and whether the grant was
@@ -322,7 +325,12 @@ class Joining:
         place = self._place
         acl, prefixes, strip = place.acl, place.prefixes, place.session.client_path
         if len(prefixes) == 1:
-            return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, strip, acl=acl)
+            prefix, last = prefixes[0], self._create
+            if last is not None and last[0] == prefix and last[1] == data:
+                return last[2]
+            op = create_op(prefix, data, _EPHEMERAL_SEQUENTIAL, strip, acl=acl)
+            self._create = (prefix, data, op)
+            return op
         return multi_op([MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in prefixes], strip)
 
     def _adopt_created(self, created: object, generation: int) -> bool:
