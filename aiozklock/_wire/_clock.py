@@ -110,6 +110,23 @@ class LivenessClock:
             self.leader.established = True
         return fresh
 
+    def due_with_demand(self, now: float) -> float:
+        """The earliest instant from which ``tick`` may decide otherwise for a demand that
+        has just risen from none (``LeaderProof.demanded``) than it planned without one
+        (pure): ``valid_until`` (the holdings' bound, connected or not) and, on an
+        ensemble, the next probe, or ``now`` with one in flight. A tick planned after
+        ``now`` and no later than this decides the same as one run now (the demand drops
+        nothing else: silence and pings do not depend on it)."""
+        bound = self.valid_until
+        leader = self.leader
+        if leader.direct is False:
+            if leader.outstanding is not None:
+                return now
+            due = leader.due(now, self.timeout, urgent=bound - now < self.timeout * FRESH)
+            if due is not None and due < bound:
+                return due
+        return bound
+
     def attached(self, timeout: float, sent_at: float, now: float, new_session: bool) -> None:
         """A handshake answered at ``now`` for a ConnectRequest sent at ``sent_at``: the
         server refreshed the session when it read the request, no earlier than we sent it,

@@ -92,6 +92,10 @@ class SessionCore:
         self._watches = WatchRegistry(self.client_path)
         self._requests = RequestTable(self._watches, self._clock.sent_at, new_waker)
         self._outgoing = OutgoingQueue(scheduler)
+        # How many requests were numbered (written, or being written), on every connection:
+        # equal at two instants, nothing of this session was written in between (pings and
+        # the handshake's frames are not counted). A plain attribute: read every cycle.
+        self.numbered = 0
         self._read_buffer = bytearray()  # the current connection's incomplete frame
         # A session we let go of (a close() the server did not confirm, or credentials it
         # refused) while the server may still keep it (or revive it after a restart): closed
@@ -186,6 +190,7 @@ class SessionCore:
         if self._outgoing:
             self._frame_queued(frames, now)
         pendings = self._requests.number(ops, on_done, frames, now)
+        self.numbered += len(ops)
         self._clock.last_sent = now
         return pendings, b"".join(frames) if len(frames) > 1 else frames[0] if frames else b""
 
@@ -203,6 +208,7 @@ class SessionCore:
         number = self._requests.number
         for soon in self._outgoing.take_all():
             number(soon.ops, soon.on_done, frames, now)
+            self.numbered += len(soon.ops)
 
     def queue_soon(
         self, ops: Sequence[Op[Any]], generation: int, on_done: ReplyCallback
@@ -278,11 +284,15 @@ class SessionCore:
         clock = self._clock
         clock.last_heard = now
         sent_at = None
+        # A standalone server proves the session with every answer (``last_acked_send``):
+        # the leader proof's chain is kept only where it is read (an ensemble, or unknown).
+        leader = self.leader if self.leader.direct is not True else None
         if clock.sent_at:
             sent_at = clock.sent_at.popleft()
             if sent_at > clock.last_acked_send:
                 clock.last_acked_send = sent_at
-            self.leader.touched(sent_at, now, clock.timeout)
+            if leader is not None:
+                leader.touched(sent_at, now, clock.timeout)
         if xid in framing.SPECIAL_XIDS:
             if err:
                 log.warning("reply with xid %d carried error %d", xid, err)
@@ -307,11 +317,12 @@ class SessionCore:
         if (
             err == 0
             and sent_at is not None
+            and leader is not None
             and op.body[3] in _WRITES
             and op.body[2] == 0
             and getattr(pending.result, "failure", None) is None  # a multi: all applied
         ):
-            self.leader.committed(sent_at, now, clock.timeout)
+            leader.committed(sent_at, now, clock.timeout)
         pending.finish()
         expired: bool = err == _EXPIRED
         return expired

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import ssl
 import time
@@ -166,6 +167,8 @@ class SessionLifecycle(SessionCore):
         self._closing = False
         self._finished = anyio.Event()
         self._drop_reason = "connection closed"
+        # When the clock's task wakes, on time.monotonic() (it sleeps: ``_monitor``).
+        self._monitor_wakes = -math.inf
 
     # ---------------------------------------------------------------- state
 
@@ -272,8 +275,17 @@ class SessionLifecycle(SessionCore):
             event = self._state_event
             # The loop's timers run on CLOCK_MONOTONIC: a relative sleep, taken now. One
             # across a suspend wakes late by it, so the decision above re-reads uptime().
-            with anyio.move_on_after(max(next_at - uptime(), 0.001)):
+            delay = max(next_at - uptime(), 0.001)
+            self._monitor_wakes = time.monotonic() + delay
+            with anyio.move_on_after(delay):
                 await event.wait()
+
+    def _monitor_runs_by(self, instant: float, now: float) -> bool:
+        """Whether the liveness clock's task, asleep, runs again after ``now`` and by
+        ``instant`` (``uptime()``) without being woken. Its sleep counts CLOCK_MONOTONIC:
+        a suspend since it fell asleep delays it by as much, in ``uptime()``."""
+        wakes = now + (self._monitor_wakes - time.monotonic())
+        return now < wakes <= instant
 
     # ---------------------------------------------------------------- connection loop
 

@@ -121,8 +121,16 @@ class Session(SessionLifecycle):
         leader = self.leader
         if count != leader.demand:
             rose = not leader.demand
-            leader.demanded(count, uptime())
-            if rose:
+            now = uptime()
+            leader.demanded(count, now)
+            if not rose:
+                return
+            clock = self._clock
+            if self._monitor_runs_by(clock.due_with_demand(now), now):
+                # Its next tick, planned already, decides as one now would (every cycle of
+                # a lock taken in a loop): only the proof's freshness is recorded now.
+                clock.fresh(now)
+            else:
                 self._wake_monitor()  # a stale proof gets a probe at once
 
     @property

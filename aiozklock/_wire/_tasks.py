@@ -11,6 +11,7 @@ release needs the calling task, and anyio's ``get_current_task()`` finds the bac
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -80,19 +81,28 @@ class Tasks:
             self.current, self.current_id = _trio_lookups()
 
 
+def _current_task_of(loop: asyncio.AbstractEventLoop) -> Callable[[], Any]:
+    """``asyncio.current_task(loop)`` without a Python frame: on Python 3.11 that function
+    is Python, over a dict of the C module (``_current_tasks``); from 3.12 it is C."""
+    running = getattr(asyncio.tasks, "_current_tasks", None)
+    if sys.version_info < (3, 12) and isinstance(running, dict):
+        return functools.partial(running.get, loop)
+    return functools.partial(asyncio.current_task, loop)
+
+
 def _asyncio_lookups(
     loop: asyncio.AbstractEventLoop,
 ) -> tuple[Callable[[], TaskRef], Callable[[], int]]:
-    current_task = asyncio.current_task
+    current_task = _current_task_of(loop)
 
     def current() -> TaskRef:
-        task = current_task(loop)
+        task = current_task()
         if task is None:
             raise RuntimeError("There is no task currently running")
         return TaskRef(task, task.get_name(), task.get_coro())
 
     def current_id() -> int:
-        task = current_task(loop)
+        task = current_task()
         if task is None:
             raise RuntimeError("There is no task currently running")
         return id(task)

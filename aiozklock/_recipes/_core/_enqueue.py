@@ -28,6 +28,10 @@ resolution of a create whose reply was lost.
   (ZooKeeper names a sequential node after its parent's child version, which every child
   create increments) is checked too. Otherwise we list, one round trip more: on an
   ensemble with other writers that is the common case, and the proof only saves a read.
+  It is tried only if this session numbered no other request between our join's, our
+  release's delete and this create (``Alone.through``): where it did (other tasks cycling
+  on one session), another transaction most likely came between, and the listing goes
+  with the create, in the same round trip.
 """
 
 from __future__ import annotations
@@ -107,7 +111,7 @@ class Joining:
     grant and release left for the next join: the ``Lead`` (a hint, or our node proven
     alone), whether that grant was contended, and the nodes of that release."""
 
-    __slots__ = ("_contended", "_guard", "_lead", "_place", "_released", "_watch")
+    __slots__ = ("_contended", "_create", "_guard", "_lead", "_place", "_released", "_watch")
 
     def __init__(self, place: Place, guard: Guard | None, watch: NewcomerWatch | None) -> None:
         self._place = place
@@ -117,6 +121,9 @@ class Joining:
         self._contended = False  # our last grant came by a hand-off, or had nodes behind
         # The nodes of our last release written without waiting (``Round.released``).
         self._released: Names = ()
+        # Our last create (its prefix, data and request): the next one is nearly always the
+        # same request (an Op is never changed once made, and a reply is matched by xid).
+        self._create: tuple[str, bytes, Op[Any]] | None = None
 
     def granted(self, lead: Lead, contended: bool) -> None:
         """Granted: what the next join may use (``lead``), and whether the grant was
@@ -124,10 +131,13 @@ class Joining:
         self._lead, self._contended = lead, contended
 
     def alone(self, name: str) -> Alone | None:
-        """Our node ``name`` as our grant proved it alone, if it did (its release records
-        its deletes' outcome there, for the next join's proof)."""
+        """Our node ``name`` as our grant proved it alone, if it did, and no request of this
+        session came after our join's (its release records its deletes there, for the next
+        join's proof; with other requests between, other tasks wrote: it would fail)."""
         lead = self._lead
-        return lead if isinstance(lead, Alone) and lead.name == name else None
+        if isinstance(lead, Alone) and lead.name == name:
+            return lead if lead.through == self._place.session.numbered else None
+        return None
 
     def released(self, names: Names) -> None:
         """The deletes of these nodes of ours were written: never adopt them."""
@@ -257,6 +267,7 @@ class Joining:
             and len(self._place.members) == 1
             and lead.written
             and not lead.answered
+            and lead.through == self._place.session.numbered
         ):
             return lead
         return None
@@ -314,7 +325,12 @@ class Joining:
         place = self._place
         acl, prefixes, strip = place.acl, place.prefixes, place.session.client_path
         if len(prefixes) == 1:
-            return create_op(prefixes[0], data, _EPHEMERAL_SEQUENTIAL, strip, acl=acl)
+            prefix, last = prefixes[0], self._create
+            if last is not None and last[0] == prefix and last[1] == data:
+                return last[2]
+            op = create_op(prefix, data, _EPHEMERAL_SEQUENTIAL, strip, acl=acl)
+            self._create = (prefix, data, op)
+            return op
         return multi_op([MultiCreate(p, data, _EPHEMERAL_SEQUENTIAL, acl) for p in prefixes], strip)
 
     def _adopt_created(self, created: object, generation: int) -> bool:

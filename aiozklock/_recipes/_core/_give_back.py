@@ -120,6 +120,7 @@ def delete_own_nowait(
             janitor.delete(node, generation)  # once reconnected, in this session
     elif alone is not None:
         alone.written = True
+        alone.through = session.numbered
     return names
 
 

@@ -65,14 +65,18 @@ class Hint(NamedTuple):
 class Alone:
     """Our node ``name`` (czxid ``token``), in session ``generation``, proven the only node
     of its queue when we were granted (see ``_enqueue.py``). ``written``: its release's
-    delete was written; ``answered``: its reply has come; ``deleted``: it succeeded."""
+    delete was written; ``answered``: its reply has come; ``deleted``: it succeeded.
+    ``through``: the session's ``numbered`` once the last requests of ours were (the join's,
+    then the release's): another request of this session numbered since is most likely
+    another transaction, and the proof would fail (``Joining._proof``)."""
 
-    __slots__ = ("answered", "deleted", "generation", "name", "token", "written")
+    __slots__ = ("answered", "deleted", "generation", "name", "through", "token", "written")
 
-    def __init__(self, name: str, generation: int, token: int) -> None:
+    def __init__(self, name: str, generation: int, token: int, through: int) -> None:
         self.name = name
         self.generation = generation
         self.token = token
+        self.through = through
         self.written = self.answered = self.deleted = False
 
 
@@ -159,6 +163,7 @@ class Place:
         "nodes",
         "on_adopt",
         "session",
+        "through",
         "token",
     )
 
@@ -183,6 +188,8 @@ class Place:
         self._set_guid(self._new_guid())  # and our create prefixes (the hot path)
         self.generation = -1
         self.token: int | None = None
+        # The session's ``numbered`` once our last join's requests were (``Alone.through``).
+        self.through = -1
         self._in_doubt = False  # a create was written and its outcome is unknown
         # Called once nodes are ours (the local waiters' publisher, if any: their count may
         # have changed since the data they were created with was built).
@@ -267,9 +274,14 @@ class Place:
         reply, or until ``resolve`` returns. An exception leaves it recorded, except one of
         ``NOT_WRITTEN`` raised by the write (nothing was written)."""
         self._in_doubt = True
+        ops = sent.ops()
+        session = self.session
+        # Written at once when connected (nearly always); if it waits, other requests may
+        # be numbered first, and this only errs towards a listing (``Alone.through``).
+        self.through = session.numbered + len(ops)
         try:
-            results = await self.session.pipeline(
-                sent.ops(), generation=sent.generation, wait_until=sent.deadline
+            results = await session.pipeline(
+                ops, generation=sent.generation, wait_until=sent.deadline
             )
         except NOT_WRITTEN:
             self._in_doubt = False

@@ -196,7 +196,8 @@ class Queue:
                 if listings is None:
                     joined = await self._joining.join(deadline, data, on_join)
                     listings, watched = joined.listings, joined.watched
-                if self._layout is not None:
+                # A join proven alone listed only our node: no peer to check.
+                if self._layout is not None and not (joined is not None and joined.proven):
                     for member, children in listings.items():  # fail closed: see _peers.py
                         self._layout.check(member, children, place.guid, place.label)
                 step = self._decided(listings, joined)
@@ -273,7 +274,8 @@ class Queue:
             # Nothing behind us, as listed. (After a hand-off nobody listed what is behind:
             # a proof would then likely fail and cost a listing. It stays sound either way.)
             assert place.token is not None
-            return Alone(place.nodes[place.members[0]], place.generation, place.token)
+            node = place.nodes[place.members[0]]
+            return Alone(node, place.generation, place.token, place.through)
         return None
 
     async def _drop(self, step: Step, listings: Listings) -> Listings | None:
