@@ -271,7 +271,10 @@ async def test_a_node_created_since_our_grant_is_seen_and_not_overtaken(
     async def contend() -> None:
         async with other:
             order.append("other")
-            other_held.set()  # and it releases at once
+            other_held.set()
+            # Held until our re-join has listed the queue and watches this node (the
+            # existence watch is sent after the listing's reply): the listing sees it.
+            await proxy.wait_for_request(EXISTS, 1)
 
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
