@@ -62,6 +62,7 @@ async def main():
         sys.setprofile(None)
     if count_calls == "1":
         print(f"CALLS {calls[0]}")
+    print(f"FROM {aiozklock.__file__}")
 
 anyio.run(main)
 """
@@ -115,7 +116,12 @@ def child(
         str(cycles),
         "1" if calls else "0",
     ]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+    # Run from the tree: ``python -c`` puts the working directory first on sys.path, ahead of
+    # PYTHONPATH, so a baseline run from this checkout would import this checkout's package.
+    done = subprocess.run(args, env=env, cwd=tree, capture_output=True, text=True, check=True)
+    imported = re.search(r"^FROM (.*)$", done.stdout, re.M)
+    if imported is None or not Path(imported.group(1)).is_relative_to(tree):
+        raise SystemExit(f"the child imported aiozklock from elsewhere than {tree}: {imported}")
     return done.stdout + done.stderr
 
 
