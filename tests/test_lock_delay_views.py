@@ -14,7 +14,9 @@ on an assertion there, not on an import.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -45,6 +47,8 @@ PREFIX = "/views"
 PATH = "/views/delay/payout"
 LONG = 60.0  # a delay no test waits out: every check during it has a minute
 SHORT = 1.0  # a delay the "after" test waits out (and the holder's session timeout)
+MEDIUM = 5.0  # a delay a test waits out, with time to start watching within it
+CLOCK_SLACK_MS = 50  # the server's mtime (its clock) and ours are one machine's, rounded
 HANG = 120.0  # a hang bound: each command is a Python process (seconds when loaded)
 
 
@@ -331,3 +335,48 @@ def test_which_records_hold_a_queue_back() -> None:
     other = running_delay(carried, 11_000, e2 + 1, "/r", [], 0)
     assert other == RunningLockDelay("h", 2_000, 13_000)  # another leader: all of it
     assert running_delay(b"not json", 1, e1, "/r", [], 0) is None
+
+
+async def test_election_observers_name_no_leader_while_the_delay_runs(
+    zk_hosts: str,
+    chroot: str,
+    proxy: FaultProxy,
+    open_client: ClientFactory,
+    observer: RawZooKeeperConnection,
+    zk: aiozklock.ZooKeeperClient,
+) -> None:
+    """``leader()`` and ``watch_leader()`` say None while the head waits out the delay,
+    as the CLI's ``leader`` does (the head would lead, but nobody may yet)."""
+    recipe = RECIPES["election"]
+    async with vanished(recipe, LONG, zk_hosts, chroot, proxy, open_client, observer):
+        leader = await zk.election(PATH).leader()
+        with anyio.fail_after(HANG):
+            async with contextlib.aclosing(zk.election(PATH).watch_leader()) as leaders:
+                first = await leaders.__anext__()
+    assert (leader, first) == (None, None)
+
+
+async def test_watch_leader_names_the_head_once_the_delay_ends(
+    zk_hosts: str,
+    chroot: str,
+    proxy: FaultProxy,
+    open_client: ClientFactory,
+    observer: RawZooKeeperConnection,
+    zk: aiozklock.ZooKeeperClient,
+) -> None:
+    """No ZooKeeper event marks the end of a delay: ``watch_leader()`` looks again then."""
+    recipe = RECIPES["election"]
+    seen: list[tuple[str | None, int]] = []  # each value, with the time it came (Unix ms)
+    async with vanished(recipe, MEDIUM, zk_hosts, chroot, proxy, open_client, observer) as gone:
+        with anyio.fail_after(HANG):
+            async with contextlib.aclosing(zk.election(PATH).watch_leader()) as leaders:
+                async for leader in leaders:
+                    seen.append((leader, round(time.time() * 1000)))
+                    if leader is not None:
+                        break
+    ends = gone.marked_at + round(MEDIUM * 1000)
+    # None while the delay ran (started within it: almost always), then the head, not
+    # before the delay's end (both clocks are this machine's: the server is local).
+    assert [leader for leader, _ in seen] in ([None, "patient"], ["patient"])
+    assert all(at < ends for leader, at in seen if leader is None)
+    assert seen[-1][1] >= ends - CLOCK_SLACK_MS

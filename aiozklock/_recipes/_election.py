@@ -11,7 +11,9 @@ server's deletion notification alone makes it leader (no listing).
 Observers (``leader()``, ``watch_leader()``) need not campaign. ``watch_leader()`` watches
 the head node only (a data watch), and lists the queue again only when that node is deleted;
 so the followers of a stable leader send nothing, and joining or leaving candidates behind the
-head wake no observer.
+head wake no observer. While the head waits out a lock-delay (a leader vanished without
+resigning), nobody leads: both say None (the record is read only where it is listed), and
+``watch_leader()`` looks again when the delay ends.
 
 Identifiers: the node data is the queue's ``Identity`` JSON. A candidate created without an
 ``identifier`` is named ``"<hostname>:<pid>"``. Reading other nodes, the identifier is the
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from collections.abc import AsyncGenerator, Sequence
 
 import anyio
@@ -37,6 +40,7 @@ from aiozklock._exceptions import (
     short_repr,
 )
 from aiozklock._recipes._core._contenders import Contender, read_contenders
+from aiozklock._recipes._core._delay_record import RECORD, RunningLockDelay, running_delay
 from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import KAZOO_MARKER, LATCH_MARKER, queue_order
@@ -138,10 +142,12 @@ class Election(QueuedPrimitive):
         return uptime() < self._valid_until(holding)
 
     async def leader(self) -> str | None:
-        """The current leader's identifier, or None if there is no candidate (or no path).
+        """The current leader's identifier, or None if there is no candidate (or no path), or
+        while the first candidate waits out a lock-delay (it leads once the delay ends).
 
-        Reads the queue, then the first node's data; if that node is gone meanwhile, the next
-        one's. Connection losses are retried. Raises ``ClientClosed`` once closed.
+        Reads the queue (and the lock-delay record, if listed), then the first node's data;
+        if that node is gone meanwhile, the next one's. Connection losses are retried.
+        Raises ``ClientClosed`` once closed.
         """
         while True:
             try:
@@ -153,6 +159,12 @@ class Election(QueuedPrimitive):
             queue = queue_order(children)
             if not queue:
                 return None
+            if RECORD in children:
+                try:
+                    if await _delay_of(self._session, self.path, queue) is not None:
+                        return None  # the head waits out a lock-delay: nobody leads yet
+                except _RETRY:
+                    continue
             for name in queue:
                 try:
                     data = await self._read(name)
@@ -213,6 +225,17 @@ class Election(QueuedPrimitive):
 _NOTHING = object()
 
 
+async def _delay_of(session: Session, path: str, queue: Sequence[str]) -> RunningLockDelay | None:
+    """The lock-delay the head of ``queue`` (the names listed under ``path``) waits out now,
+    by the record's data (None if it is gone or its delay is over)."""
+    record = join(path, RECORD)
+    try:
+        data, stat = await session.call(get_data_op(session.server_path(record)))
+    except NoNodeError:
+        return None
+    return running_delay(data, stat.mtime, stat.mzxid, record, queue, round(time.time() * 1000))
+
+
 class _Follower:
     """The state of one ``watch_leader()``: the one watch it has armed, and whether the
     queue must be listed again before the leader is read."""
@@ -224,6 +247,8 @@ class _Follower:
         self._relist = True
         self._queue: Sequence[str] = ()  # the last listing, leader first
         self._armed: str | None = None  # the server path our watcher is on
+        self._recorded = False  # the last listing had a lock-delay record
+        self._until: float | None = None  # Unix time a running lock-delay ends (look again)
 
     def _wake(self, event: WatchedEvent) -> None:
         # A data change of the leader's node only needs its data read again.
@@ -239,8 +264,14 @@ class _Follower:
             self._changed.set()
 
     async def changed(self) -> None:
-        """Wait until something may have changed."""
-        await self._changed.wait()
+        """Wait until something may have changed (or a running lock-delay ends)."""
+        until, self._until = self._until, None
+        if until is None:
+            await self._changed.wait()
+            return
+        with anyio.move_on_after(max(0.0, until - time.time())):
+            await self._changed.wait()
+        self._relist = True
 
     def disarm(self) -> None:
         """Forget our watcher (the server's one-shot watch then fires unheard, if ever)."""
@@ -258,6 +289,8 @@ class _Follower:
                     if not await self._list():
                         return None
                     self._relist = False
+                if self._recorded and self._queue and await self._delayed():
+                    return None
                 for name in self._queue:
                     leader = await self._watch_head(name)
                     if leader is not None:
@@ -273,11 +306,13 @@ class _Follower:
         server_path = session.server_path(self._path)
         try:
             children = await session.call(get_children_op(server_path))
+            self._recorded = RECORD in children
             self._queue = queue_order(children)
             if not self._queue:
                 # List again with a child watch: a candidate may have come meanwhile.
                 self._armed = server_path
                 children = await session.call(get_children_op(server_path, self._wake))
+                self._recorded = RECORD in children
                 self._queue = queue_order(children)
         except NoNodeError:
             self._armed = server_path
@@ -289,6 +324,20 @@ class _Follower:
             self.disarm()
             return True
         return False
+
+    async def _delayed(self) -> bool:
+        """Whether the head waits out a lock-delay: then nobody leads until it ends (looked
+        at again then) or the head leaves (its data watch armed)."""
+        delay = await _delay_of(self._session, self._path, self._queue)
+        if delay is None:
+            return False
+        now = time.time()
+        ends = now + delay.delay_ms / 1000 if delay.until_ms is None else delay.until_ms / 1000
+        self._until = max(ends, now)
+        if await self._watch_head(self._queue[0]) is None:
+            self._relist = True  # gone meanwhile: look again at once
+            self._until = now
+        return True
 
     async def _watch_head(self, name: str) -> str | None:
         """Read ``name``'s identifier with a data watch on it; None if it is gone."""

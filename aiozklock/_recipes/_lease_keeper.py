@@ -124,6 +124,11 @@ class LeaseMonitor:
         """A lease is its TTL node's, not the session's: nothing to prove."""
         return True
 
+    def give_up(self, holding: Holding, reason: str) -> None:
+        """Mark ``holding`` lost for ``reason`` (a lease is proven by its node, not the
+        session: no recipe gives one up for a missing proof)."""
+        holding.mark_lost(reason, "lost")
+
     def unregister(self, holding: Holding) -> None:
         scope = self._scopes.pop(holding, None)
         if scope is not None:

@@ -141,6 +141,9 @@ class HoldingMonitor(Protocol):
 
     async def proven(self, holding: Holding, until: float | None = None) -> bool: ...
 
+    def give_up(self, holding: Holding, reason: str) -> None:
+        """Mark ``holding`` lost for ``reason`` (its bodies cancelled, its nodes deleted)."""
+
 
 class LossMonitor:
     """Decides when a session-bound holding can no longer be trusted, and tells its holder.
@@ -184,6 +187,11 @@ class LossMonitor:
         (``Session.wait_proven``: at most one probe's round trip after idleness), or
         ``holding`` is lost meanwhile: True; False if ``until`` came first."""
         return await self._session.wait_proven(lambda: holding.lost, until)
+
+    def give_up(self, holding: Holding, reason: str) -> None:
+        """Mark ``holding`` lost for ``reason``, as the loss policy would: its bodies are
+        cancelled, the janitor deletes its nodes (fail closed where a proof did not come)."""
+        self._lose(holding, reason)
 
     def _unsafe(self, state: SessionState, generation: int, holding: Holding) -> str | None:
         if generation != holding.generation or state in (SessionState.LOST, SessionState.CLOSED):

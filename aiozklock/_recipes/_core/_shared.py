@@ -182,10 +182,13 @@ class SharedHolding(Primitive):
         self._holding = holding
         holding.observer = self._observer
         self._monitor.register(holding)  # marks it lost at once if it is unsafe already
-        # No body before a proven valid_until (bounded: the clock gives the holding up if no
-        # proof comes). Shielded: the grant is shared, released by its last holder as usual.
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self._session.timeout):
-            await self._monitor.proven(holding)
+        # No body before a proven valid_until. Shielded: the grant is shared, released by its
+        # last holder as usual. Bounded: the clock gives the holding up at valid_until, less
+        # than a session timeout away; if that ever failed, no body starts unproven.
+        with anyio.CancelScope(shield=True):
+            proven = await self._monitor.proven(holding, uptime() + self._session.timeout)
+        if not proven:
+            self._monitor.give_up(holding, "session not proven within a session timeout")
         self._wake()
 
     # ---------------------------------------------------------------- release
