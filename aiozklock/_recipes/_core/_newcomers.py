@@ -76,6 +76,7 @@ class NewcomerWatch:
     and ``janitor``: its queue's."""
 
     __slots__ = (
+        "_armed",
         "_fired",
         "_guid",
         "_holding",
@@ -108,10 +109,14 @@ class NewcomerWatch:
         self._holding: Holding | None = None
         self._guid = ""
         self._remove: Callable[[], None] | None = None  # the state listener, while holding
+        # A watched listing was made since the last forget: only then is there anything to
+        # forget (a join proven alone, or followed, lists nothing: every uncontended cycle).
+        self._armed = False
 
     def listing_op(self, server_path: str) -> Op[list[str]]:
         """A getChildren of ``server_path`` with our watch, counted as set once its reply
         is parsed (in stream order with the notifications: see the module docstring)."""
+        self._armed = True
         self._listed.discard(server_path)
         self._fired.discard(server_path)
         op = get_children_op(server_path, self._wake)
@@ -139,6 +144,9 @@ class NewcomerWatch:
     def forget(self) -> None:
         """Released, lost or abandoned: no holding is watched; our watchers are forgotten
         (the server's watches fire unheard)."""
+        if not self._armed:
+            return  # nothing was watched since the last forget (hold needs a listing)
+        self._armed = False
         self._holding = None
         remove, self._remove = self._remove, None
         if remove is not None:
