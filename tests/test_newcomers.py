@@ -236,3 +236,32 @@ async def test_what_the_watch_costs_on_the_wire(
         del rejoin[0]  # the release before (written at the call) reached the proxy late
     waits = [Opcode.CREATE2, Opcode.GET_CHILDREN, Opcode.EXISTS]  # join, watch behind
     assert rejoin == [*waits, Opcode.EXISTS, Opcode.DELETE, Opcode.EXISTS]
+
+
+async def test_a_listing_lost_to_a_reconnect_is_sent_again_and_tells_the_holder(
+    zk: aiozklock.ZooKeeperClient, proxy: FaultProxy, open_client: ClientFactory
+) -> None:
+    """The listing a newcomer's notification asks for loses its reply to a connection
+    reset: once reconnected in the same session, it is sent again, and its newcomer told
+    (``loss_policy="expired"``: the holding outlives the short disconnection)."""
+    client = await open_client(proxy, loss_policy="expired")
+    holder = Holder(client.lock(PATH))
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(holder.hold)
+            await holder.held.wait()
+            session_id = client.session_id
+            proxy.reset_counters()
+            proxy.arm_drop_after([Opcode.GET_CHILDREN], 1)
+            theirs = await peer_node(zk, PATH, f"{kazoo_prefix()}__lock__")
+            await holder.told.wait()
+    assert client.session_id == session_id  # the same session, reconnected
+    assert proxy.swallowed_replies == 1
+    assert isinstance(holder.raised, aiozklock.LockLost)
+    conflict = holder.raised.__cause__
+    assert isinstance(conflict, aiozklock.LayoutConflict)
+    assert theirs in str(conflict)
+    # The one whose reply was lost, and the one sent again on the new connection (then
+    # the janitor's delete of our node, if it came already).
+    sent = [r for r in proxy.requests if r.opcode == Opcode.GET_CHILDREN]
+    assert [r.connection_index for r in sent] == [0, 1]

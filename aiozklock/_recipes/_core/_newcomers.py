@@ -70,6 +70,9 @@ def lose_to_newcomer(holding: Holding, conflict: LayoutConflict, janitor: Janito
             janitor.delete(node, holding.generation)
 
 
+_LISTED, _FIRED, _UNLISTED = 1, 2, 3  # a member's state in ``NewcomerWatch._states``
+
+
 class NewcomerWatch:
     """The child watch of one queue recipe object's listings, kept by a holding granted on
     them (see the module docstring). ``members``: the object's paths; ``layout``, ``label``
@@ -77,17 +80,15 @@ class NewcomerWatch:
 
     __slots__ = (
         "_armed",
-        "_fired",
         "_guid",
         "_holding",
         "_janitor",
         "_label",
         "_layout",
-        "_listed",
         "_members",
         "_remove",
         "_session",
-        "_unlisted",
+        "_states",
     )
 
     def __init__(
@@ -103,9 +104,11 @@ class NewcomerWatch:
         self._layout = layout
         self._label = label
         self._janitor = janitor
-        self._listed: set[str] = set()  # a watched listing's reply came, no notification since
-        self._fired: set[str] = set()  # a notification came after a watched listing's reply
-        self._unlisted: set[str] = set()  # a holder's listing to send once reconnected
+        # Each member's server path -> _LISTED (a watched listing's reply came, no
+        # notification since), _FIRED (one came after it) or _UNLISTED (a holder's listing to
+        # send once reconnected). One dict, not a set per state: it lives as long as the
+        # lock object, for every lock a process holds.
+        self._states: dict[str, int] = {}
         self._holding: Holding | None = None
         self._guid = ""
         self._remove: Callable[[], None] | None = None  # the state listener, while holding
@@ -117,14 +120,14 @@ class NewcomerWatch:
         """A getChildren of ``server_path`` with our watch, counted as set once its reply
         is parsed (in stream order with the notifications: see the module docstring)."""
         self._armed = True
-        self._listed.discard(server_path)
-        self._fired.discard(server_path)
+        if self._states.get(server_path) != _UNLISTED:
+            self._states.pop(server_path, None)
         op = get_children_op(server_path, self._wake)
         parse = op.parse
 
         def parsed(buf: bytes, offset: int) -> list[str]:
             children = parse(buf, offset)
-            self._listed.add(server_path)
+            self._states[server_path] = _LISTED
             return children
 
         op.parse = parsed
@@ -138,7 +141,7 @@ class NewcomerWatch:
             return
         self._holding, self._guid = holding, guid
         self._remove = self._session.add_listener(self._on_state)
-        for server_path in list(self._fired):
+        for server_path in [p for p, state in self._states.items() if state == _FIRED]:
             self._relist(server_path)
 
     def forget(self) -> None:
@@ -153,9 +156,7 @@ class NewcomerWatch:
             remove()
         for server_path in self._members:
             self._session.remove_watcher(server_path, self._wake)
-        self._listed.clear()
-        self._fired.clear()
-        self._unlisted.clear()
+        self._states.clear()
 
     # ---------------------------------------------------------------- while holding
 
@@ -163,10 +164,9 @@ class NewcomerWatch:
         if event.type is EventType.SESSION:
             return  # the session is gone: the loss policy tells the holder
         server_path = self._session.server_path(event.path)
-        if server_path not in self._listed:
+        if self._states.get(server_path) != _LISTED:
             return  # about a change the listing in flight shows
-        self._listed.discard(server_path)
-        self._fired.add(server_path)
+        self._states[server_path] = _FIRED
         if self._holding is not None:
             self._relist(server_path)
 
@@ -179,7 +179,7 @@ class NewcomerWatch:
             if holding is not self._holding:
                 return  # released meanwhile
             if isinstance(error, ConnectionLoss):
-                self._unlisted.add(server_path)  # its watch may not be set: again
+                self._states[server_path] = _UNLISTED  # its watch may not be set: again
             elif error is None:
                 self._check(holding, server_path, result)
             # NoNode: the path, and our node in it, is gone: the session's loss, or ours.
@@ -191,7 +191,7 @@ class NewcomerWatch:
         except SessionExpired:
             return  # the holding is lost with its session
         if sent is None:
-            self._unlisted.add(server_path)
+            self._states[server_path] = _UNLISTED
 
     def _check(self, holding: Holding, server_path: str, children: list[str]) -> None:
         member = self._members[server_path]
@@ -208,7 +208,9 @@ class NewcomerWatch:
             and change.state is SessionState.CONNECTED
             and self._session.generation == holding.generation
         ):
-            unlisted, self._unlisted = self._unlisted, set()
+            unlisted = [p for p, state in self._states.items() if state == _UNLISTED]
+            for server_path in unlisted:
+                del self._states[server_path]
             for server_path in unlisted:
                 self._relist(server_path)
 
