@@ -160,7 +160,9 @@ class SessionLifecycle(SessionCore):
         self._conn_scope: anyio.CancelScope | None = None
         self._run_scope: anyio.CancelScope | None = None
         self._state_event = anyio.Event()
-        self._listeners: list[StateListener] = []
+        # By a token of each registration: removed in O(1) (a listener per held lock, per
+        # waiter: thousands), told in the order they came.
+        self._listeners: dict[object, StateListener] = {}
         # Told when a holding's proof ran out while suspended (``Tick.HORIZON``): the session
         # is kept, the holdings are not.
         self._horizon_listeners: list[Callable[[str], None]] = []
@@ -187,7 +189,7 @@ class SessionLifecycle(SessionCore):
             "session 0x%x: %s -> %s (%s)", session_id, change.previous.value, state.value, reason
         )
         self._wake_monitor()
-        for listener in list(self._listeners):
+        for listener in list(self._listeners.values()):
             try:
                 listener(change)
             except Exception:

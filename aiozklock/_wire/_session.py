@@ -95,11 +95,11 @@ class Session(SessionLifecycle):
 
     def add_listener(self, listener: StateListener) -> Callable[[], None]:
         """Call ``listener`` on every state change (synchronously, in the session's task)."""
-        self._listeners.append(listener)
+        token = object()
+        self._listeners[token] = listener
 
         def remove() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(listener)
+            self._listeners.pop(token, None)
 
         return remove
 

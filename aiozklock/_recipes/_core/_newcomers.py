@@ -111,7 +111,9 @@ class NewcomerWatch:
         self._states: dict[str, int] = {}
         self._holding: Holding | None = None
         self._guid = ""
-        self._remove: Callable[[], None] | None = None  # the state listener, while holding
+        # The state listener, only while a listing is owed (_UNLISTED): a held lock keeps
+        # none otherwise (a closure and a registration less per held lock).
+        self._remove: Callable[[], None] | None = None
         # A watched listing was made since the last forget: only then is there anything to
         # forget (a join proven alone, or followed, lists nothing: every uncontended cycle).
         self._armed = False
@@ -140,7 +142,6 @@ class NewcomerWatch:
         if not watched:
             return
         self._holding, self._guid = holding, guid
-        self._remove = self._session.add_listener(self._on_state)
         for server_path in [p for p, state in self._states.items() if state == _FIRED]:
             self._relist(server_path)
 
@@ -179,7 +180,7 @@ class NewcomerWatch:
             if holding is not self._holding:
                 return  # released meanwhile
             if isinstance(error, ConnectionLoss):
-                self._states[server_path] = _UNLISTED  # its watch may not be set: again
+                self._owe(server_path)  # its watch may not be set: again
             elif error is None:
                 self._check(holding, server_path, result)
             # NoNode: the path, and our node in it, is gone: the session's loss, or ours.
@@ -191,7 +192,15 @@ class NewcomerWatch:
         except SessionExpired:
             return  # the holding is lost with its session
         if sent is None:
-            self._states[server_path] = _UNLISTED
+            self._owe(server_path)
+
+    def _owe(self, server_path: str) -> None:
+        """The holder's listing of ``server_path`` was not sent, or lost its reply: sent
+        again once reconnected in the holding's session (a connection's requests fail
+        before the session is connected again: the listener is there in time)."""
+        self._states[server_path] = _UNLISTED
+        if self._remove is None:
+            self._remove = self._session.add_listener(self._on_state)
 
     def _check(self, holding: Holding, server_path: str, children: list[str]) -> None:
         member = self._members[server_path]
@@ -208,11 +217,17 @@ class NewcomerWatch:
             and change.state is SessionState.CONNECTED
             and self._session.generation == holding.generation
         ):
-            unlisted = [p for p, state in self._states.items() if state == _UNLISTED]
-            for server_path in unlisted:
-                del self._states[server_path]
-            for server_path in unlisted:
-                self._relist(server_path)
+            self._send_owed()
+
+    def _send_owed(self) -> None:
+        remove, self._remove = self._remove, None
+        if remove is not None:
+            remove()  # registered again if a listing is owed once more
+        unlisted = [p for p, state in self._states.items() if state == _UNLISTED]
+        for server_path in unlisted:
+            del self._states[server_path]
+        for server_path in unlisted:
+            self._relist(server_path)
 
 
 __all__ = ("NewcomerWatch", "lose_to_newcomer")
