@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 import xml.etree.ElementTree as ET
-from collections import Counter
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -83,7 +83,7 @@ def reorder(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 def table(*junit_files: str) -> dict[str, float]:
     """Seconds per test file, summed over ``--junitxml`` reports (setup, call, teardown)."""
-    total: Counter[str] = Counter()
+    total: defaultdict[str, float] = defaultdict(float)
     for path in junit_files:
         for case in ET.parse(path).iter("testcase"):
             module = (case.get("classname") or "").split(".")
