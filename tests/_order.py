@@ -11,12 +11,14 @@ loaded slice that has room left (a module is split only where a slice is full), 
 slice runs its longest modules first, so that what is stolen last is short.
 
 A module's tests keep their order and stay together within a slice: a module-scoped server
-is started once per slice, as before.
+is started once per slice, as before. ``AIOZKLOCK_TEST_ORDER=collection`` keeps pytest's own
+order (to compare, or to rule the order out when a test fails).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -76,6 +78,8 @@ def reorder(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In place, under ``--dist worksteal`` with more than one worker; else nothing."""
     workers = int(getattr(config, "workerinput", {}).get("workercount", 0) or 0)
     if workers < 2 or getattr(config.option, "dist", None) != "worksteal":
+        return
+    if os.environ.get("AIOZKLOCK_TEST_ORDER") == "collection":
         return
     seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     items[:] = balanced_order(items, workers, seconds)
