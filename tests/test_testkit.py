@@ -104,6 +104,21 @@ def test_start_failure_reports_log_tail(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
+@pytest.mark.timeout(60)
+def test_jvm_options_from_the_environment_reach_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$AIOZKLOCK_ZK_JVM_OPTIONS`` (shell words) is on every member's JVM command line."""
+    monkeypatch.setenv("AIOZKLOCK_ZK_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 '-Daiozklock.a b=c'")
+    with ZooKeeperCluster(1, base_dir=tmp_path) as cluster:
+        member = cluster.members[0]
+        assert member.mode() == "standalone"
+        argv = Path(f"/proc/{member.pid}/cmdline").read_bytes().split(b"\0")
+    assert b"-XX:TieredStopAtLevel=1" in argv
+    assert b"-Daiozklock.a b=c" in argv
+
+
 @pytest.mark.timeout(10)
 def test_zk_hosts_fixture(zk_hosts: str, request: pytest.FixtureRequest) -> None:
     from_env = os.environ.get("AIOZKLOCK_ZK_HOSTS", "").strip()

@@ -74,7 +74,10 @@ class ZooKeeperCluster:
     ``{"extendedTypesEnabled": "false"}`` for a server without TTL nodes). ``jvm_properties``
     are passed as ``-Dkey=value`` to every member's JVM, for settings read only from system
     properties, e.g. ``{"znode.container.checkIntervalMs": "100"}`` (how often the server
-    deletes expired TTL nodes and empty containers; 60 s by default).
+    deletes expired TTL nodes and empty containers; 60 s by default). Every member's JVM
+    also gets the options in ``$AIOZKLOCK_ZK_JVM_OPTIONS`` (shell words, read at each
+    start), e.g. ``-XX:TieredStopAtLevel=1`` (the C1 compiler only: a server starts in
+    about half the time and CPU, for tests whose servers live seconds; not for benchmarks).
 
     ``superuser`` (``"user:password"``) makes a digest superuser: a client connected with
     ``auth=[("digest", superuser)]`` passes every ACL check (to inspect or clean up nodes

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shlex
 import signal
 import subprocess
 import time
@@ -30,6 +32,9 @@ logger = logging.getLogger(__name__)
 
 _MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 _JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC")
+#: More JVM options for every server the kit starts, read at each start (shell words), after
+#: the kit's own, e.g. ``-XX:TieredStopAtLevel=1`` for faster starts where servers are short-lived.
+JVM_OPTIONS_ENV = "AIOZKLOCK_ZK_JVM_OPTIONS"
 _SERVING_MODES = frozenset({"standalone", "leader", "follower", "observer"})
 _QUORUM_MODES = frozenset({"leader", "follower", "observer"})
 
@@ -165,6 +170,7 @@ class ZooKeeperMember:
                 [
                     self._java,
                     *_JVM_OPTIONS,
+                    *shlex.split(os.environ.get(JVM_OPTIONS_ENV, "")),
                     *self._jvm_properties,
                     "-cp",
                     self._classpath,
