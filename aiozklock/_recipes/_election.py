@@ -39,8 +39,8 @@ from aiozklock._exceptions import (
     SessionExpired,
     short_repr,
 )
-from aiozklock._recipes._core._contenders import Contender, read_contenders
-from aiozklock._recipes._core._delay_record import RECORD, RunningLockDelay, running_delay
+from aiozklock._recipes._core._contenders import Contender, read_contenders, read_delay
+from aiozklock._recipes._core._delay_record import RECORD
 from aiozklock._recipes._core._holding import HoldingMonitor
 from aiozklock._recipes._core._janitor import Janitor
 from aiozklock._recipes._core._names import KAZOO_MARKER, LATCH_MARKER, queue_order
@@ -161,7 +161,7 @@ class Election(QueuedPrimitive):
                 return None
             if RECORD in children:
                 try:
-                    if await _delay_of(self._session, self.path, queue) is not None:
+                    if await read_delay(self._session, self.path, queue) is not None:
                         return None  # the head waits out a lock-delay: nobody leads yet
                 except _RETRY:
                     continue
@@ -223,17 +223,6 @@ class Election(QueuedPrimitive):
 
 
 _NOTHING = object()
-
-
-async def _delay_of(session: Session, path: str, queue: Sequence[str]) -> RunningLockDelay | None:
-    """The lock-delay the head of ``queue`` (the names listed under ``path``) waits out now,
-    by the record's data (None if it is gone or its delay is over)."""
-    record = join(path, RECORD)
-    try:
-        data, stat = await session.call(get_data_op(session.server_path(record)))
-    except NoNodeError:
-        return None
-    return running_delay(data, stat.mtime, stat.mzxid, record, queue, round(time.time() * 1000))
 
 
 class _Follower:
@@ -328,7 +317,7 @@ class _Follower:
     async def _delayed(self) -> bool:
         """Whether the head waits out a lock-delay: then nobody leads until it ends (looked
         at again then) or the head leaves (its data watch armed)."""
-        delay = await _delay_of(self._session, self._path, self._queue)
+        delay = await read_delay(self._session, self._path, self._queue)
         if delay is None:
             return False
         now = time.time()

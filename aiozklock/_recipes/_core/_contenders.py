@@ -127,7 +127,19 @@ async def read_contenders(session: Session, queue: Queue, path: str) -> list[Con
     ]
 
 
-def _delay_of(reply: object, path: str, queued: list[str]) -> RunningLockDelay | None:
+async def read_delay(session: Session, path: str, queued: Sequence[str]) -> RunningLockDelay | None:
+    """The lock-delay that the record under ``path`` imposes now on the head of ``queued``
+    (the queue's node names as listed), read from ZooKeeper (one read: call it only where
+    the record is listed). Raises what ``session.call`` raises but ``NoNodeError``."""
+    op = get_data_op(session.server_path(join(path, RECORD)))
+    try:
+        found = await session.call(op)
+    except NoNodeError:
+        return None
+    return _delay_of(found, path, queued)
+
+
+def _delay_of(reply: object, path: str, queued: Sequence[str]) -> RunningLockDelay | None:
     """The lock-delay that the record's ``reply`` imposes on the ``queued`` nodes now (by
     this machine's clock: the record's times are the server's)."""
     if not isinstance(reply, tuple):
