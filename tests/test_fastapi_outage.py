@@ -260,6 +260,36 @@ async def answered_before_expiry(answered: anyio.Event, proxy: FaultProxy) -> No
         raise AssertionError("the answer waited out the outage for the release")
 
 
+@dataclass
+class Posted:
+    """``POST /orders/7`` in flight, its body past its commit (``gate.wrote``), held at
+    ``gate.go``: the session's ``states``, the lock's ``node``; ``answered`` is set and
+    ``responses`` filled once the answer comes."""
+
+    states: StateLog
+    node: str
+    answered: anyio.Event
+    responses: list[httpx.Response]
+
+
+@asynccontextmanager
+async def posted(app: FastAPI, gate: Gate, zk: aiozklock.ZooKeeperClient) -> AsyncIterator[Posted]:
+    """Serve ``app``, post an order in a task, yield once its body holds the lock and has
+    committed; leaving waits for the answer."""
+    async with serve(app) as http, anyio.create_task_group() as tg:
+        states = states_of(app)
+        answered, responses = anyio.Event(), list[httpx.Response]()
+
+        async def post() -> None:
+            responses.append(await http.post("/orders/7"))
+            answered.set()
+
+        tg.start_soon(post)
+        await gate.wrote.wait()
+        [name] = await zk.get_children("/locks/orders/7")
+        yield Posted(states, f"/locks/orders/7/{name}", answered, responses)
+
+
 OUTAGE_ENDS = ("the delete delivered", "the delete dropped", "the session expired")
 
 
@@ -280,20 +310,9 @@ async def test_an_answer_does_not_wait_out_an_outage_for_its_release(
     left."""
     gate = Gate()
     app = committing_app(proxy, chroot, gate)
-    responses: list[httpx.Response] = []
-    answered = anyio.Event()
-
-    async def post() -> None:
-        responses.append(await http.post("/orders/7"))
-        answered.set()
-
     with anyio.fail_after(3 * SESSION_TIMEOUT):
-        async with serve(app) as http, anyio.create_task_group() as tg:
-            states = states_of(app)
-            tg.start_soon(post)
-            await gate.wrote.wait()
-            [name] = await zk.get_children("/locks/orders/7")
-            node = f"/locks/orders/7/{name}"
+        async with posted(app, gate, zk) as request:
+            states, node, answered = request.states, request.node, request.answered
             proxy.blackhole(True)  # silence: the session does not know yet
             gate.go.set()
             await answered_before_expiry(answered, proxy)
@@ -307,7 +326,7 @@ async def test_an_answer_does_not_wait_out_an_outage_for_its_release(
             await node_gone(zk, node, within=SESSION_TIMEOUT)  # released after the outage
             if end == "the session expired":
                 await states.wait_for(is_state(SessionState.LOST))
-    [response] = responses
+    [response] = request.responses
     assert response.status_code == 200
     assert OUTCOME_HEADER not in response.headers
     assert gate.written == [7]
@@ -325,27 +344,16 @@ async def test_a_release_while_disconnected_is_queued_for_the_reconnect(
     lock's timeout all the same, and the delete is sent once the session is back."""
     gate = Gate()
     app = committing_app(proxy, chroot, gate, loss_policy="expired")
-    responses: list[httpx.Response] = []
-    answered = anyio.Event()
-
-    async def post() -> None:
-        responses.append(await http.post("/orders/7"))
-        answered.set()
-
     with anyio.fail_after(3 * SESSION_TIMEOUT):
-        async with serve(app) as http, anyio.create_task_group() as tg:
-            states = states_of(app)
-            tg.start_soon(post)
-            await gate.wrote.wait()
-            [name] = await zk.get_children("/locks/orders/7")
-            node = f"/locks/orders/7/{name}"
+        async with posted(app, gate, zk) as request:
+            states, node, answered = request.states, request.node, request.answered
             await partition(proxy, states)
             gate.go.set()
             await answered_before_expiry(answered, proxy)
             assert await zk.exists(node) is not None  # queued, not written
             proxy.blackhole(False)
             await node_gone(zk, node, within=SESSION_TIMEOUT)
-    [response] = responses
+    [response] = request.responses
     assert response.status_code == 200
     assert OUTCOME_HEADER not in response.headers
     assert gate.written == [7]
