@@ -237,6 +237,34 @@ def test_replies_are_matched_by_xid_and_settled_in_order() -> None:
     assert replies[1] == (None, None)
 
 
+def test_only_answered_writes_that_spare_parents_fill_the_zxids_between() -> None:
+    """``spared_parents``: every zxid strictly between two must be an answered write of
+    ours that spared parents; a plain delete (it may delete a parent), an error, a read or
+    an unknown zxid leaves a gap."""
+    session = core()
+    ops = [
+        delete_op("/q/n1", ephemeral=True),  # zxid 11
+        delete_op("/q"),  # 12: a delete the caller does not know is an ephemeral's
+        delete_op("/q/n2", ephemeral=True),  # 13
+        delete_op("/q/n3", ephemeral=True),  # 14: fails: no transaction of ours is known
+        exists_op("/q"),  # a read (NoNode: an answer): its zxid (15), another session's write
+        delete_op("/q/n4", ephemeral=True),  # 16
+    ]
+    session.frame_now(ops, None, recorder([]), now=1.0)
+    for xid, zxid, err in [(1, 11, 0), (2, 12, 0), (3, 13, 0), (4, 14, -101), (5, 15, -101)]:
+        session.receive(reply(xid, err=err, zxid=zxid), now=1.1)
+    assert session.spared_parents(10, 12)  # 11
+    assert session.spared_parents(10, 11)  # nothing between
+    assert not session.spared_parents(10, 13)  # 12: a plain delete
+    assert session.spared_parents(12, 14)  # 13
+    assert not session.spared_parents(13, 15)  # 14: an error's zxid is not known to be ours
+    assert not session.spared_parents(15, 17)  # 16: not answered yet
+    session.receive(reply(6, zxid=16), now=1.2)
+    assert session.spared_parents(15, 17)
+    assert not session.spared_parents(14, 17)  # 15: the read's zxid was another's write
+    assert not session.spared_parents(10, 1 << 32 | 1)  # an epoch later: never dense
+
+
 def test_the_last_request_of_an_awaited_batch_wakes_its_caller() -> None:
     session = core()
     pendings, _ = session.frame_now([delete_op("/a"), delete_op("/b")], None, None, now=1.0)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import enum
 import logging
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +33,9 @@ from aiozklock._wire._watches import WatchRegistry
 # The session logs on one logger, whichever of its modules speaks (docs/observability.md).
 log = logging.getLogger("aiozklock._wire._session")
 
+# The spared writes' zxids kept: the proof that reads them spans one task's re-acquire,
+# while every other task of the session writes twice (about 200 at C = 100).
+_SPARED_KEPT = 1024
 _EXPIRED = -112  # a reply's error code: the server says our session expired
 # The opcodes of writes (the low byte; the others are 0): create, delete, setData, setACL,
 # multi, create2, createContainer, createTTL. A committed one is a step of the leader proof.
@@ -92,10 +97,9 @@ class SessionCore:
         self._watches = WatchRegistry(self.client_path)
         self._requests = RequestTable(self._watches, self._clock.sent_at, new_waker)
         self._outgoing = OutgoingQueue(scheduler)
-        # How many requests were numbered (written, or being written), on every connection:
-        # equal at two instants, nothing of this session was written in between (pings and
-        # the handshake's frames are not counted). A plain attribute: read every cycle.
-        self.numbered = 0
+        # The zxids of this session's newest answered writes that spared parents, in
+        # ascending order (``spared_parents``); bounded: a forgotten one only fails a proof.
+        self._spared = array("q")
         self._read_buffer = bytearray()  # the current connection's incomplete frame
         # A session we let go of (a close() the server did not confirm, or credentials it
         # refused) while the server may still keep it (or revive it after a restart): closed
@@ -190,7 +194,6 @@ class SessionCore:
         if self._outgoing:
             self._frame_queued(frames, now)
         pendings = self._requests.number(ops, on_done, frames, now)
-        self.numbered += len(ops)
         self._clock.last_sent = now
         return pendings, b"".join(frames) if len(frames) > 1 else frames[0] if frames else b""
 
@@ -208,7 +211,6 @@ class SessionCore:
         number = self._requests.number
         for soon in self._outgoing.take_all():
             number(soon.ops, soon.on_done, frames, now)
-            self.numbered += len(soon.ops)
 
     def queue_soon(
         self, ops: Sequence[Op[Any]], generation: int, on_done: ReplyCallback
@@ -312,6 +314,8 @@ class SessionCore:
             pending.result = None
         else:
             pending.error = error_for_code(err, self.client_path(op.path) if op.path else None)
+        if err == 0 and op.spares_parents:
+            self._spare(zxid)
         if op.watcher is not None:  # (most requests set none)
             self._watches.settle(op, pending.error is not None, pending.result)
         if (
@@ -326,6 +330,29 @@ class SessionCore:
         pending.finish()
         expired: bool = err == _EXPIRED
         return expired
+
+    def _spare(self, zxid: int) -> None:
+        spared = self._spared
+        if spared and zxid <= spared[-1]:
+            del spared[:]  # not a new transaction's (never seen): trust none before it
+        elif len(spared) >= _SPARED_KEPT:
+            del spared[: _SPARED_KEPT // 2]
+        spared.append(zxid)
+
+    def spared_parents(self, low: int, high: int) -> bool:
+        """Whether every transaction the ensemble committed after zxid ``low`` and before
+        ``high`` was a write of this session that spared parents (``Op.spares_parents``):
+        none deleted a node able to have children.
+
+        Sound because zxids are dense (each transaction takes the next one; an epoch change
+        jumps by 2**32, and the count fails) and a successful write's reply carries its
+        transaction's zxid: the server applies writes one at a time and reads its last
+        applied zxid right after applying the write it answers (``FinalRequestProcessor``,
+        3.4 to 3.9). Replies come in request order, so every write of ours with a zxid
+        below ``high`` is recorded once ``high``'s reply was read. A write whose reply was
+        lost, or forgotten here, only makes this False."""
+        spared = self._spared
+        return bisect_left(spared, high) - bisect_right(spared, low) == high - low - 1
 
     # ---------------------------------------------------------------- attaching
 

@@ -113,8 +113,12 @@ def _same(path: str) -> str:
 
 def probe_op() -> Op[MultiResult]:
     """The probe: ``multi([check("/", -1)])``, committed by the leader after it checked our
-    session (its outcome is the proof, whatever the check says of ``/``)."""
-    return multi_op((MultiCheck("/", -1),), _same)
+    session (its outcome is the proof, whatever the check says of ``/``). It changes
+    nothing (``Op.spares_parents``): a probe between a re-acquire's two creates leaves its
+    proof standing."""
+    op = multi_op((MultiCheck("/", -1),), _same)
+    op.spares_parents = True
+    return op
 
 
 def config_op() -> Op[tuple[bytes, Stat]]:

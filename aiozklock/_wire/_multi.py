@@ -61,7 +61,7 @@ def create_ttl_op(
             _LONG.pack(ttl_ms),
         )
     )
-    return Op(body, server_path, _created_parser(strip))
+    return Op(body, server_path, _created_parser(strip), spares_parents=True)
 
 
 # --- multi (opcode 14): several writes applied atomically, in one transaction ---------------

@@ -39,13 +39,14 @@ def create_op(
 ) -> Op[Created]:
     """create2 (path, data, acl, flags) -> (path, stat)."""
     body = _OPCODE[Opcode.CREATE2] + _create_payload(server_path, data, int(mode), acl)
-    return Op(body, server_path, _created_parser(strip))
+    return Op(body, server_path, _created_parser(strip), spares_parents=True)
 
 
-def delete_op(server_path: str, version: int = -1) -> Op[None]:
-    """delete (path, version) -> nothing."""
+def delete_op(server_path: str, version: int = -1, *, ephemeral: bool = False) -> Op[None]:
+    """delete (path, version) -> nothing; ``ephemeral``: the caller knows the node is one
+    (it cannot have children: ``Op.spares_parents``)."""
     body = _OPCODE[Opcode.DELETE] + _ustring(server_path) + _INT.pack(version)
-    return Op(body, server_path, _none)
+    return Op(body, server_path, _none, spares_parents=ephemeral)
 
 
 def _read_exists(buf: bytes, offset: int) -> Stat | None:
@@ -122,7 +123,8 @@ def create_container_op(
     """createContainer (opcode 19; ZooKeeper refuses the container flag on a plain create2):
     the create2 record and reply."""
     payload = _create_payload(server_path, data, int(CreateMode.CONTAINER), acl)
-    return Op(_OPCODE[Opcode.CREATE_CONTAINER] + payload, server_path, _created_parser(strip))
+    body = _OPCODE[Opcode.CREATE_CONTAINER] + payload
+    return Op(body, server_path, _created_parser(strip), spares_parents=True)
 
 
 def container_path_ops(

@@ -160,9 +160,12 @@ def _stat(raw: Any) -> Stat:
 
 
 class Op(Generic[T]):
-    """One request: its serialised body (opcode + payload) and how to read its reply."""
+    """One request: its serialised body (opcode + payload) and how to read its reply.
+    ``spares_parents``: a write that, applied, deleted no node able to have children (a
+    create, a check, the delete of an ephemeral): the session records its zxid
+    (``SessionCore.spared_parents``)."""
 
-    __slots__ = ("absent_ok", "body", "parse", "path", "watch", "watcher")
+    __slots__ = ("absent_ok", "body", "parse", "path", "spares_parents", "watch", "watcher")
 
     def __init__(
         self,
@@ -173,6 +176,7 @@ class Op(Generic[T]):
         watch: WatchKind | None = None,
         watcher: Watcher | None = None,
         absent_ok: bool = False,
+        spares_parents: bool = False,
     ) -> None:
         self.body = body
         self.path = path  # server-side path (chroot included)
@@ -180,6 +184,7 @@ class Op(Generic[T]):
         self.watch = watch
         self.watcher = watcher
         self.absent_ok = absent_ok  # NoNode is an answer (None), not an error
+        self.spares_parents = spares_parents
 
 
 def _none(buf: bytes, offset: int) -> None:

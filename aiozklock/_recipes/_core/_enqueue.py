@@ -20,18 +20,21 @@ resolution of a create whose reply was lost.
 * A join proven alone (``Alone``) sends no listing at all: our last holding was proven to be
   the only node of the queue (a listing after its create, or this same proof), its release
   deleted it (that delete's reply came before our create's: same session, in order), and
-  our new node's czxid is the old one's plus two: the ensemble committed exactly one
-  transaction in between, which can only be that delete (ours, written before this create).
-  So nothing else happened anywhere in between: no node was created (nor is any older one
-  left), and the parent was never reaped and re-created while empty (which would restart
-  its sequence count): we are first. The sequence following the old one's by exactly one
-  (ZooKeeper names a sequential node after its parent's child version, which every child
-  create increments) is checked too. Otherwise we list, one round trip more: on an
-  ensemble with other writers that is the common case, and the proof only saves a read.
-  It is tried only if this session numbered no other request between our join's, our
-  release's delete and this create (``Alone.through``): where it did (other tasks cycling
-  on one session), another transaction most likely came between, and the listing goes
-  with the create, in the same round trip.
+  every transaction the ensemble committed between the old node's create and our new one's
+  (their czxids) was a write of this session that spared parents
+  (``Session.spared_parents``: a create, a probe, the delete of an ephemeral, such as that
+  release's). So no other session did anything in between, and nothing deleted the parent
+  (which would restart its sequence count: a reaped container), and our new node's
+  sequence follows the old one's by exactly one (ZooKeeper names a sequential node after
+  its parent's child version, which every child create increments): nothing else was
+  created in the queue, by anyone (other tasks of this session included). Nothing older
+  is left either: we are first. Otherwise we list, one round trip more.
+  The proof is tried only if nothing the session has heard of since the old create is
+  known to break it (a reply's zxid says another session wrote), and, after one failed,
+  only on every 2nd, 4th, ... 64th join (``_Backoff``): where other sessions write all the
+  time, it would nearly always fail and cost a round trip more, so the listing goes with
+  the create, in the same round trip. Other tasks cycling on the same session do not
+  break it: their transactions are ours.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ log = logging.getLogger("aiozklock._recipes._core._queue")
 
 _EPHEMERAL_SEQUENTIAL = CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL
 _WRAP = 1 << 32  # the sequence is the parent's signed 32-bit child version
+_MAX_BACKOFF = 6  # a proof failed this many times in a row is tried on every 64th join
 
 
 @dataclass(slots=True)
@@ -93,6 +97,29 @@ class _Containers:
     ops: list[Op[Any]] = field(default_factory=list)
     whole_chain: set[str] = field(default_factory=set)
     attempts: int = PARENT_ATTEMPTS
+
+
+class _Backoff:
+    """When to try a join's proof after failed ones: after ``n`` in a row, on every
+    ``2**n``-th chance (at most every 64th); a success tries every time again."""
+
+    __slots__ = ("_failed", "_skip")
+
+    def __init__(self) -> None:
+        self._failed = 0
+        self._skip = 0
+
+    def tries(self) -> bool:
+        """Whether this chance is tried (each call is one chance)."""
+        if self._skip:
+            self._skip -= 1
+            return False
+        return True
+
+    def record(self, proven: bool) -> None:
+        """A tried proof held (``proven``) or failed."""
+        self._failed = 0 if proven else min(self._failed + 1, _MAX_BACKOFF)
+        self._skip = (1 << self._failed) - 1
 
 
 @dataclass(slots=True)
@@ -111,7 +138,16 @@ class Joining:
     grant and release left for the next join: the ``Lead`` (a hint, or our node proven
     alone), whether that grant was contended, and the nodes of that release."""
 
-    __slots__ = ("_contended", "_create", "_guard", "_lead", "_place", "_released", "_watch")
+    __slots__ = (
+        "_backoff",
+        "_contended",
+        "_create",
+        "_guard",
+        "_lead",
+        "_place",
+        "_released",
+        "_watch",
+    )
 
     def __init__(self, place: Place, guard: Guard | None, watch: NewcomerWatch | None) -> None:
         self._place = place
@@ -124,6 +160,7 @@ class Joining:
         # Our last create (its prefix, data and request): the next one is nearly always the
         # same request (an Op is never changed once made, and a reply is matched by xid).
         self._create: tuple[str, bytes, Op[Any]] | None = None
+        self._backoff = _Backoff()
 
     def granted(self, lead: Lead, contended: bool) -> None:
         """Granted: what the next join may use (``lead``), and whether the grant was
@@ -131,13 +168,10 @@ class Joining:
         self._lead, self._contended = lead, contended
 
     def alone(self, name: str) -> Alone | None:
-        """Our node ``name`` as our grant proved it alone, if it did, and no request of this
-        session came after our join's (its release records its deletes there, for the next
-        join's proof; with other requests between, other tasks wrote: it would fail)."""
+        """Our node ``name`` as our grant proved it alone, if it did (its release records
+        its delete there, for the next join's proof)."""
         lead = self._lead
-        if isinstance(lead, Alone) and lead.name == name:
-            return lead if lead.through == self._place.session.numbered else None
-        return None
+        return lead if isinstance(lead, Alone) and lead.name == name else None
 
     def released(self, names: Names) -> None:
         """The deletes of these nodes of ours were written: never adopt them."""
@@ -254,38 +288,38 @@ class Joining:
         return listed
 
     def _proof(self, lead: Lead, generation: int) -> Alone | None:
-        """``lead`` if this join may be proven alone (see the module docstring): one member, no
-        guard, our last holding proven alone in this session, and its release's delete
-        written and not answered yet: a re-acquire right after the release (a loop), when
-        no other transaction is likely to come between. Later, one likely did, the proof
-        would fail and its listing cost a round trip more: the listing goes with the
-        create. The proof itself needs the replies (``_after_proof``)."""
+        """``lead`` if this join may be proven alone (see the module docstring): one member,
+        no guard, our last holding proven alone in this session, its release's delete
+        written, nothing heard since known to break the proof, and not skipped after a
+        failed one (``_Backoff``). The proof itself needs the replies (``_after_proof``)."""
         if (
             isinstance(lead, Alone)
             and lead.generation == generation
+            and lead.written
             and self._guard is None
             and len(self._place.members) == 1
-            and lead.written
-            and not lead.answered
-            and lead.through == self._place.session.numbered
         ):
-            return lead
+            session = self._place.session
+            if session.spared_parents(lead.token, session.last_zxid + 1) and self._backoff.tries():
+                return lead
         return None
 
     async def _after_proof(self, alone: Alone, guarded: object, deadline: float | None) -> Joined:
         """After a join that may be proven alone: our node alone if the old one's delete
-        succeeded, no transaction but that delete came between the two creates (czxid),
-        and its sequence follows the old one's by one; else the queue listed."""
+        succeeded, only spared writes of ours came between the two creates (czxids), and
+        its sequence follows the old one's by one; else the queue listed."""
         place = self._place
         member = place.members[0]
         ours = place.nodes[member]
         token = place.token
-        if (
+        proven = (
             alone.deleted
             and token is not None
-            and token == alone.token + 2
+            and place.session.spared_parents(alone.token, token)
             and (sequence_of(ours) - sequence_of(alone.name)) % _WRAP == 1
-        ):
+        )
+        self._backoff.record(proven)
+        if proven:
             return Joined({member: [ours]}, guarded, proven=True)
         listing = await place.list_children(member, place.generation, deadline, self._watch)
         # A proof follows a grant with nothing behind it: uncontended, watched.

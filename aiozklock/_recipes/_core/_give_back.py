@@ -102,7 +102,7 @@ def delete_own_nowait(
     def done(result: Any, error: AiozklockError | None) -> None:
         failed_multi = isinstance(result, MultiResult) and not result.ok
         if alone is not None:  # for the next join's proof (``_enqueue.py``)
-            alone.answered, alone.deleted = True, error is None and not failed_multi
+            alone.deleted = error is None and not failed_multi
         if error is None and not failed_multi:
             return
         if isinstance(error, GONE_ALREADY):
@@ -120,7 +120,6 @@ def delete_own_nowait(
             janitor.delete(node, generation)  # once reconnected, in this session
     elif alone is not None:
         alone.written = True
-        alone.through = session.numbered
     return names
 
 
@@ -173,7 +172,7 @@ async def _delete_now(place: Place, nodes: dict[str, str], generation: int) -> b
 
 
 async def _delete_named(session: Session, nodes: dict[str, str], generation: int) -> bool:
-    ops = [delete_op(session.server_path(join(m, n))) for m, n in nodes.items()]
+    ops = [delete_op(session.server_path(join(m, n)), ephemeral=True) for m, n in nodes.items()]
     results = await session.pipeline(ops, generation=generation, wait_until=uptime())
     errors = [r for r in results if isinstance(r, BaseException)]
     return all(isinstance(e, NoNodeError | SessionExpired) for e in errors)
@@ -186,9 +185,9 @@ def _deletes(session: Session, nodes: list[str], records: list[MultiDelete]) -> 
     stays, which only delays the next holder)."""
     paths = [session.server_path(node) for node in nodes]
     if len(paths) == 1 and not records:
-        return [delete_op(paths[0])]
+        return [delete_op(paths[0], ephemeral=True)]
     multi = multi_op([MultiDelete(path) for path in paths] + records, session.client_path)
-    return [multi] if session.fits(multi) else [delete_op(path) for path in paths]
+    return [multi] if session.fits(multi) else [delete_op(p, ephemeral=True) for p in paths]
 
 
 __all__ = ("delete_bounded", "delete_own", "delete_own_nowait", "mark")

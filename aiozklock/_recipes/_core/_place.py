@@ -65,19 +65,15 @@ class Hint(NamedTuple):
 class Alone:
     """Our node ``name`` (czxid ``token``), in session ``generation``, proven the only node
     of its queue when we were granted (see ``_enqueue.py``). ``written``: its release's
-    delete was written; ``answered``: its reply has come; ``deleted``: it succeeded.
-    ``through``: the session's ``numbered`` once the last requests of ours were (the join's,
-    then the release's): another request of this session numbered since is most likely
-    another transaction, and the proof would fail (``Joining._proof``)."""
+    delete was written; ``deleted``: its reply has come, and it succeeded."""
 
-    __slots__ = ("answered", "deleted", "generation", "name", "through", "token", "written")
+    __slots__ = ("deleted", "generation", "name", "token", "written")
 
-    def __init__(self, name: str, generation: int, token: int, through: int) -> None:
+    def __init__(self, name: str, generation: int, token: int) -> None:
         self.name = name
         self.generation = generation
         self.token = token
-        self.through = through
-        self.written = self.answered = self.deleted = False
+        self.written = self.deleted = False
 
 
 # What our last grant left for the next join: a hint to follow, or our node proven alone
@@ -188,8 +184,6 @@ class Place:
         self._set_guid(self._new_guid())  # and our create prefixes (the hot path)
         self.generation = -1
         self.token: int | None = None
-        # The session's ``numbered`` once our last join's requests were (``Alone.through``).
-        self.through = -1
         self._in_doubt = False  # a create was written and its outcome is unknown
         # Called once nodes are ours (the local waiters' publisher, if any: their count may
         # have changed since the data they were created with was built).
@@ -275,12 +269,8 @@ class Place:
         ``NOT_WRITTEN`` raised by the write (nothing was written)."""
         self._in_doubt = True
         ops = sent.ops()
-        session = self.session
-        # Written at once when connected (nearly always); if it waits, other requests may
-        # be numbered first, and this only errs towards a listing (``Alone.through``).
-        self.through = session.numbered + len(ops)
         try:
-            results = await session.pipeline(
+            results = await self.session.pipeline(
                 ops, generation=sent.generation, wait_until=sent.deadline
             )
         except NOT_WRITTEN:
@@ -331,7 +321,7 @@ class Place:
     async def delete_stale(self, names: Names) -> None:
         """Delete these nodes of ours, in one round trip; what fails is the janitor's."""
         session = self.session
-        ops = [delete_op(session.server_path(join(m, name))) for m, name in names]
+        ops = [delete_op(session.server_path(join(m, name)), ephemeral=True) for m, name in names]
         for (member, name), result in zip(names, await session.pipeline(ops), strict=True):
             if isinstance(result, BaseException) and not isinstance(result, NoNodeError):
                 self.janitor.delete(join(member, name), session.generation)

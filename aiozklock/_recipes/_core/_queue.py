@@ -275,7 +275,7 @@ class Queue:
             # a proof would then likely fail and cost a listing. It stays sound either way.)
             assert place.token is not None
             node = place.nodes[place.members[0]]
-            return Alone(node, place.generation, place.token, place.through)
+            return Alone(node, place.generation, place.token)
         return None
 
     async def _drop(self, step: Step, listings: Listings) -> Listings | None:
