@@ -315,7 +315,11 @@ class SessionCore:
         else:
             pending.error = error_for_code(err, self.client_path(op.path) if op.path else None)
         if err == 0 and op.spares_parents:
-            self._spare(zxid)
+            spared = self._spared
+            if len(spared) < _SPARED_KEPT and (not spared or zxid > spared[-1]):
+                spared.append(zxid)  # (the common case, inline: twice per lock cycle)
+            else:
+                self._spare(zxid)
         if op.watcher is not None:  # (most requests set none)
             self._watches.settle(op, pending.error is not None, pending.result)
         if (

@@ -160,7 +160,7 @@ class Joining:
         # Our last create (its prefix, data and request): the next one is nearly always the
         # same request (an Op is never changed once made, and a reply is matched by xid).
         self._create: tuple[str, bytes, Op[Any]] | None = None
-        self._backoff = _Backoff()
+        self._backoff: _Backoff | None = None  # made at the first failed proof
 
     def granted(self, lead: Lead, contended: bool) -> None:
         """Granted: what the next join may use (``lead``), and whether the grant was
@@ -299,8 +299,11 @@ class Joining:
             and self._guard is None
             and len(self._place.members) == 1
         ):
-            session = self._place.session
-            if session.spared_parents(lead.token, session.last_zxid + 1) and self._backoff.tries():
+            session, backoff = self._place.session, self._backoff
+            last = session.last_zxid  # (nothing heard since our old create: nothing to check)
+            if (last == lead.token or session.spared_parents(lead.token, last + 1)) and (
+                backoff is None or backoff.tries()
+            ):
                 return lead
         return None
 
@@ -318,7 +321,10 @@ class Joining:
             and place.session.spared_parents(alone.token, token)
             and (sequence_of(ours) - sequence_of(alone.name)) % _WRAP == 1
         )
-        self._backoff.record(proven)
+        if not proven and self._backoff is None:
+            self._backoff = _Backoff()
+        if self._backoff is not None:
+            self._backoff.record(proven)
         if proven:
             return Joined({member: [ours]}, guarded, proven=True)
         listing = await place.list_children(member, place.generation, deadline, self._watch)
