@@ -9,12 +9,13 @@ parent deleted and created again (its sequence count restarted), is listed and w
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 import anyio
 import pytest
 
 from aiozklock._recipes._core._enqueue import _Backoff
-from aiozklock.testing import FaultProxy
+from aiozklock.testing import FaultProxy, ZooKeeperCluster
 from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
@@ -24,6 +25,15 @@ EXISTS = 3
 GET_CHILDREN = 8
 DELETE = 2
 CREATE2 = 15
+
+
+@pytest.fixture(scope="module")
+def zk_hosts() -> Iterator[str]:
+    """A server of this module's own (for ``proxy`` and ``open_client``): any other
+    session's transaction between a re-join's creates fails its proof, and on the shared
+    server other tests' sessions write at any time (an expiry, a janitor's delete)."""
+    with ZooKeeperCluster() as cluster:
+        yield cluster.hosts
 
 
 async def test_an_uncontended_rejoin_is_proven_alone_without_a_listing(
