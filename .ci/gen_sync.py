@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Generate the sync face's recipe factories (``aiozklock/sync/_factories.py``) from the async
 ones (``RecipeFactories`` in ``aiozklock/_factories.py``), as httpcore generates its sync
-code, so that the two faces cannot drift apart.
+code, so that the two faces cannot drift apart; and, with ``.ci/gen_mirrors.py``, the sync
+recipe objects' pass-through members (``aiozklock/sync/_mirrors.py``) from the async classes.
 
 It reads only the async factories' signatures (``ast``; their overloads too): each sync
 factory has the same parameters plus ``on_lost``, returns the sync class of each async return
@@ -9,22 +10,24 @@ type (``Lock`` -> ``SyncLock``), checks its arguments in the caller's thread
 (``sync._making.precheck``), then makes its object over the async factory's call. The sync
 docstrings are written here (``DOCS``): they point to the async ones for the arguments.
 
-    python3 .ci/gen_sync.py           # rewrite aiozklock/sync/_factories.py
-    python3 .ci/gen_sync.py --check   # exit 1 if the committed file is not what it gives
+    python3 .ci/gen_sync.py           # rewrite aiozklock/sync/_factories.py and _mirrors.py
+    python3 .ci/gen_sync.py --check   # exit 1 if a committed file is not what it gives
 
 The output is ruff-formatted (ruff from the interpreter's environment, or on PATH);
-``tests/test_sync_parity.py`` checks that regenerating gives the committed file byte for byte.
+``tests/test_sync_parity.py`` checks that regenerating gives the committed files byte for byte.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import importlib.util
 import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "aiozklock" / "_factories.py"
@@ -266,15 +269,40 @@ def render() -> str:
     names |= {"LostCallback"}
     body = "\n\n".join(textwrap.indent(m, "    ") for m in methods)
     text = HEADER.format(imports=_imports(names, origins, recipes), methods=body)
-    return _ruff(text)
+    return _ruff(text, TARGET)
 
 
-def _ruff(text: str) -> str:
+def _gen_mirrors() -> ModuleType:
+    """The sibling ``gen_mirrors.py``, loaded by path (this module may be too)."""
+    spec = importlib.util.spec_from_file_location("gen_mirrors", ROOT / ".ci" / "gen_mirrors.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def render_mirrors(root: Path = ROOT) -> str:
+    """The text of ``aiozklock/sync/_mirrors.py`` from the tree at ``root``, ruff-formatted."""
+    mirrors = _gen_mirrors()
+    text = _ruff(mirrors.render(root), ROOT / mirrors.TARGET)  # formatted as ours
+    for number, line in enumerate(text.splitlines(), 1):
+        if len(line) > 100:
+            raise SystemExit(f"gen_sync: line {number} of {mirrors.TARGET} is too long: {line}")
+    return text
+
+
+def outputs() -> dict[Path, str]:
+    """Each generated file and its text."""
+    return {TARGET: render(), ROOT / _gen_mirrors().TARGET: render_mirrors()}
+
+
+def _ruff(text: str, target: Path) -> str:
     venv = Path(sys.executable).parent / "ruff"
     ruff = str(venv) if venv.exists() else shutil.which("ruff")
     if ruff is None:
         raise SystemExit("gen_sync: ruff is needed (the dev dependency group has it)")
-    name = ["--stdin-filename", str(TARGET.relative_to(ROOT))]
+    name = ["--stdin-filename", str(target.relative_to(ROOT))]
     fix = [ruff, "check", "--quiet", "--fix", "--select", "I,F401", *name, "-"]
     for cmd in (fix, [ruff, "format", "--quiet", *name, "-"]):
         text = subprocess.run(
@@ -284,13 +312,14 @@ def _ruff(text: str) -> str:
 
 
 def main() -> int:
-    text = render()
+    generated = outputs()
     if sys.argv[1:] == ["--check"]:
-        if TARGET.read_text() != text:
-            print(f"{TARGET.relative_to(ROOT)} is out of date: run python3 .ci/gen_sync.py")
-            return 1
-        return 0
-    TARGET.write_text(text)
+        stale = [p for p, text in generated.items() if not p.exists() or p.read_text() != text]
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is out of date: run python3 .ci/gen_sync.py")
+        return 1 if stale else 0
+    for path, text in generated.items():
+        path.write_text(text)
     return 0
 
 

@@ -1,9 +1,10 @@
 """The sync face cannot drift from the async one: its factories are generated from the async
-ones (``.ci/gen_sync.py``, regenerated here byte for byte), each takes the async factory's
-parameters plus ``on_lost`` and checks them in the caller's thread with the async errors,
-and every public name of each async object exists on its sync counterpart, but for names
-that cannot exist in blocking code. The parameters the sync face once lacked work on a real
-server."""
+ones, and its recipe objects' pass-through members (their types and docstrings) from the
+async classes (``.ci/gen_sync.py``, both regenerated here byte for byte), each factory takes
+the async factory's parameters plus ``on_lost`` and checks them in the caller's thread with
+the async errors, and every public name of each async object exists on its sync
+counterpart, but for names that cannot exist in blocking code. The parameters the sync face
+once lacked work on a real server."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import ast
 import importlib.util
 import inspect
 import re
+import shutil
 import textwrap
 import typing
 from collections.abc import Callable
@@ -117,14 +119,41 @@ def parameter_drift(async_fn: Callable[..., Any], sync_fn: Callable[..., Any]) -
 # ---------------------------------------------------------------- the factories
 
 
-def test_the_generated_factories_are_up_to_date() -> None:
+def generator() -> Any:
+    """``.ci/gen_sync.py``, loaded by path."""
     spec = importlib.util.spec_from_file_location("gen_sync", ROOT / ".ci" / "gen_sync.py")
     assert spec is not None
     assert spec.loader is not None
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
+    return gen
+
+
+def test_the_generated_factories_are_up_to_date() -> None:
     committed = (ROOT / "aiozklock" / "sync" / "_factories.py").read_text()
-    assert gen.render() == committed, "run python3 .ci/gen_sync.py"
+    assert generator().render() == committed, "run python3 .ci/gen_sync.py"
+
+
+def test_the_generated_mirrors_are_up_to_date() -> None:
+    committed = (ROOT / "aiozklock" / "sync" / "_mirrors.py").read_text()
+    assert generator().render_mirrors() == committed, "run python3 .ci/gen_sync.py"
+
+
+def test_a_changed_async_docstring_makes_the_mirrors_stale(tmp_path: Path) -> None:
+    """Negative control: in a copy of the package whose async ``revocable`` (a property of
+    the queued recipes) is described otherwise, the regenerated mirrors differ from the
+    committed ones, by that description on each sync class that has it."""
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "aiozklock", tmp_path / "aiozklock", ignore=ignore)
+    queued = tmp_path / "aiozklock" / "_recipes" / "_core" / "_queued.py"
+    described = "Whether a revoke request ends its holding (``revocable=True``)."
+    assert described in queued.read_text()
+    queued.write_text(queued.read_text().replace(described, "Described otherwise."))
+    committed = (ROOT / "aiozklock" / "sync" / "_mirrors.py").read_text()
+    regenerated = generator().render_mirrors(tmp_path)
+    assert regenerated != committed
+    assert regenerated.count("Described otherwise.") == committed.count(described) > 1
+    assert regenerated.replace("Described otherwise.", described) == committed
 
 
 def test_every_factory_is_on_both_faces() -> None:

@@ -99,6 +99,11 @@ class Election(QueuedPrimitive):
     Bad arguments raise ``InvalidArgument`` here, before any request.
     """
 
+    path: str
+    """The election's path."""
+    identifier: str
+    """The identifier its node carries: ``identifier=``, else ``"<hostname>:<pid>"``."""
+
     _lost_error = LeadershipLost
 
     def __init__(

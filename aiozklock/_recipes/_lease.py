@@ -119,6 +119,17 @@ class LeaseLock(Primitive):
     positive, finite number of seconds within ZooKeeper's 1 ms .. 2^40-1 ms.
     """
 
+    path: str
+    """The lock's path."""
+    node: str
+    """The lease's node (``{path}/lease``)."""
+    ttl: float
+    """The lease's time to live, in seconds."""
+    holder_id: str
+    """Who holds the lease: the same ``holder_id`` re-attaches to it."""
+    renew_automatically: bool
+    """Whether it is renewed in the background while held (``renew=``)."""
+
     _unguardable = FIXED_NODE  # guard= would not be sound (see FIXED_NODE)
 
     def __init__(

@@ -55,6 +55,8 @@ class PathLock(QueuedPrimitive):
 
     __slots__ = ("path",)
     path: str
+    """The lock's path."""
+
     _publishes = True  # its local waiters, in its node's data (``_core/_local_waiters.py``)
 
     def statistics(self) -> LockStatistics:

@@ -74,6 +74,9 @@ class MultiLock(QueuedPrimitive):
     overlapping multi-locks never deadlock. Bad arguments raise ``InvalidArgument`` here.
     """
 
+    paths: tuple[str, ...]
+    """The member paths, as given (each once)."""
+
     _publishes = True  # its local waiters, in its nodes' data (``_core/_local_waiters.py``)
 
     def __init__(

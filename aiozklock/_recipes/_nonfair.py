@@ -76,6 +76,11 @@ class NonFairLock(Primitive):
     Bad arguments raise ``InvalidArgument`` here, before any request.
     """
 
+    path: str
+    """The lock's path."""
+    node: str
+    """The one node whose creator holds it (``{path}/lock``)."""
+
     _unguardable = FIXED_NODE  # guard= would not be sound (see FIXED_NODE)
 
     def __init__(

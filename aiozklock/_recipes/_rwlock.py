@@ -133,6 +133,9 @@ class WriteLock(_Side):
     itself forever).
     """
 
+    compat: Compat
+    """Whose node names it writes (``compat=``); its read lock writes the same."""
+
     _mode = "write"
     _reader: ReadLock | None = None  # set by the read lock, once made
 
@@ -146,7 +149,7 @@ class WriteLock(_Side):
         janitor: Janitor,
         acl: tuple[ACL, ...],
     ) -> None:
-        self.compat: Compat = options.compat
+        self.compat = options.compat
         super().__init__(
             session,
             path,

@@ -173,7 +173,12 @@ class Semaphore(Handle):
     if the path stores another ``max_leases``.
     """
 
-    compat: Compat | None = None  # the peer's layout (``CompatSemaphore``); None: our queue
+    path: str
+    """The semaphore's path."""
+    max_leases: int
+    """The number of leases: at most this many holders at once."""
+    compat: Compat | None = None  # set by ``CompatSemaphore``
+    """The peer's layout (``compat=``), or None: our queue of leases."""
 
     def __init__(
         self,

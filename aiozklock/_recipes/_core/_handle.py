@@ -41,6 +41,7 @@ from aiozklock._wire._session import Session
 from aiozklock._wire._validation import validate_acquire, validate_flag
 
 if TYPE_CHECKING:
+    from aiozklock._acl import ACL
     from aiozklock._recipes._core._holding import Holding
     from aiozklock._wire._tasks import TaskRef
 
@@ -195,6 +196,11 @@ class Handle(metaclass=_FactoryMade):
 
     __slots__ = ()  # a recipe object's own attributes are slots too, down to ``Lock``
     __signature__ = inspect.Signature()  # help() shows no private constructor
+
+    identifier: str | None
+    """The identifier its nodes carry (``identifier=``); None if none was given."""
+    acl: tuple[ACL, ...]
+    """The ACL its nodes, and the containers it creates, are created with."""
 
     _session: Session
     _label: str
