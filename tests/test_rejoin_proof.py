@@ -15,16 +15,14 @@ import anyio
 import pytest
 
 from aiozklock._recipes._core._enqueue import _Backoff
-from aiozklock.testing import FaultProxy, ZooKeeperCluster
+from aiozklock.testing import FaultProxy, Opcode, ZooKeeperCluster
 from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
 
 PATH = "/locks/rejoin"
-EXISTS = 3
-GET_CHILDREN = 8
-DELETE = 2
-CREATE2 = 15
+EXISTS, GET_CHILDREN = Opcode.EXISTS, Opcode.GET_CHILDREN
+DELETE, CREATE2 = Opcode.DELETE, Opcode.CREATE2
 
 
 @pytest.fixture(scope="module")
