@@ -296,3 +296,67 @@ async def test_lock_delay_holds_across_a_leader_kill(
     if late:
         assert times["granted"] - times["began"] >= DELAY, report
     assert waited > 0
+
+
+# ---------------------------------------------------------------- a re-join's proof
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_a_rejoin_across_a_leader_kill_and_a_recreated_path_waits(
+    ensemble: ZooKeeperCluster,
+) -> None:
+    """A re-join proven alone (``_enqueue.py``) must not trust the sequence numbers alone:
+    our node was its queue's first (numbered 0) and was released; the leader is SIGKILLed;
+    under the next leader another session deletes the path, creates it again and takes the
+    lock (numbered 0 again), so our new node is numbered one past our old one. Our session
+    survived the failover (its timeout is longer than the election), so its re-join may
+    try the proof: another session's transactions and the epoch change between our two
+    creates must make it list, and wait for the other holder."""
+    leader = ensemble.leader()
+    path = f"/rejoin-leader/{uuid.uuid4().hex}"
+    held, release = anyio.Event(), anyio.Event()
+    order: list[str] = []
+    nodes: list[str] = []
+    try:
+        async with (
+            aiozklock.connect(ensemble.hosts, session_timeout=6 * T) as ours_zk,
+            aiozklock.connect(ensemble.hosts, session_timeout=6 * T) as other_zk,
+        ):
+            session = ours_zk.session_id
+            await other_zk.ensure_path(path)  # a plain node: ours to delete and create again
+            ours = ours_zk.lock(path)
+            await ours.acquire()  # listed: alone
+            assert (ours.statistics().node or "").endswith("0000000000")
+            await ours.release()
+            await wait_for_children(other_zk, path, lambda c: not c)
+            await anyio.to_thread.run_sync(leader.kill)
+            with anyio.fail_after(4 * BOUND):  # the election: a hang guard only
+                await other_zk.delete(path)
+                await other_zk.create(path)
+
+                async def other() -> None:
+                    async with other_zk.lock(path):
+                        order.append("other")
+                        held.set()
+                        await release.wait()
+
+                async def again() -> None:
+                    async with ours:
+                        order.append("ours")
+                        nodes.append(ours.statistics().node or "")
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(other)
+                    await held.wait()
+                    tg.start_soon(again)
+                    queue = await wait_for_children(other_zk, path, lambda c: len(c) == 2)
+                    assert sorted(c[-10:] for c in queue) == ["0000000000", "0000000001"]
+                    order.append("released")
+                    release.set()
+            assert ours_zk.session_id == session  # the same session throughout
+    finally:
+        if not leader.running:
+            await leader.astart()
+        await ensemble.await_serving(120.0)
+    assert order == ["other", "released", "ours"]
+    assert nodes[0].endswith("0000000001")
