@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from aiozklock._recipes._core._enqueue import _Backoff
+from aiozklock._recipes._core._alone import Backoff
 from aiozklock.testing import FaultProxy, Opcode, ZooKeeperCluster
 from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
 
@@ -195,7 +195,7 @@ async def test_a_parent_created_again_by_another_session_is_listed(
 
 
 def test_a_failed_proof_is_tried_again_on_every_2nd_4th_up_to_64th_chance() -> None:
-    backoff = _Backoff()
+    backoff = Backoff()
     assert backoff.tries()
     backoff.record(True)
     assert [backoff.tries() for _ in range(3)] == [True] * 3  # proven: every chance

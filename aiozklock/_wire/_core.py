@@ -315,11 +315,7 @@ class SessionCore:
         else:
             pending.error = error_for_code(err, self.client_path(op.path) if op.path else None)
         if err == 0 and op.spares_parents:
-            spared = self._spared
-            if len(spared) < _SPARED_KEPT and (not spared or zxid > spared[-1]):
-                spared.append(zxid)  # (the common case, inline: twice per lock cycle)
-            else:
-                self._spare(zxid)
+            self._spare(zxid)
         if op.watcher is not None:  # (most requests set none)
             self._watches.settle(op, pending.error is not None, pending.result)
         if (
@@ -336,6 +332,7 @@ class SessionCore:
         return expired
 
     def _spare(self, zxid: int) -> None:
+        """Record a spared write's zxid (``spared_parents``): ascending, the newest kept."""
         spared = self._spared
         if spared and zxid <= spared[-1]:
             del spared[:]  # not a new transaction's (never seen): trust none before it

@@ -17,24 +17,9 @@ resolution of a create whose reply was lost.
   the listing is deferred until it is gone, when one is needed anyway to know we are first
   (one request less per grant under contention). The hint is only trusted as far as the
   server confirms it: it must exist and be older than our new node; otherwise we list.
-* A join proven alone (``Alone``) sends no listing at all: our last holding was proven to be
-  the only node of the queue (a listing after its create, or this same proof), its release
-  deleted it (that delete's reply came before our create's: same session, in order), and
-  every transaction the ensemble committed between the old node's create and our new one's
-  (their czxids) was a write of this session that spared parents
-  (``Session.spared_parents``: a create, a probe, the delete of an ephemeral, such as that
-  release's). So no other session did anything in between, and nothing deleted the parent
-  (which would restart its sequence count: a reaped container), and our new node's
-  sequence follows the old one's by exactly one (ZooKeeper names a sequential node after
-  its parent's child version, which every child create increments): nothing else was
-  created in the queue, by anyone (other tasks of this session included). Nothing older
-  is left either: we are first. Otherwise we list, one round trip more.
-  The proof is tried only if nothing the session has heard of since the old create is
-  known to break it (a reply's zxid says another session wrote), and, after one failed,
-  only on every 2nd, 4th, ... 64th join (``_Backoff``): where other sessions write all the
-  time, it would nearly always fail and cost a round trip more, so the listing goes with
-  the create, in the same round trip. Other tasks cycling on the same session do not
-  break it: their transactions are ours.
+* A join proven alone (``Alone``) sends no listing at all: our last holding was the queue's
+  only node and nothing but our own session's writes came between its create and ours
+  (``_alone.py``: the proof, and when it is tried).
 """
 
 from __future__ import annotations
@@ -50,6 +35,7 @@ from aiozklock._exceptions import (
     SessionExpired,
     shorten,
 )
+from aiozklock._recipes._core._alone import Backoff, holds, worth_trying
 from aiozklock._recipes._core._names import in_sequence_order, nodes_of, sequence_of
 from aiozklock._recipes._core._newcomers import NewcomerWatch
 from aiozklock._recipes._core._place import (
@@ -85,8 +71,6 @@ from aiozklock._wire._validation import join
 log = logging.getLogger("aiozklock._recipes._core._queue")
 
 _EPHEMERAL_SEQUENTIAL = CreateMode.EPHEMERAL | CreateMode.SEQUENTIAL
-_WRAP = 1 << 32  # the sequence is the parent's signed 32-bit child version
-_MAX_BACKOFF = 6  # a proof failed this many times in a row is tried on every 64th join
 
 
 @dataclass(slots=True)
@@ -97,29 +81,6 @@ class _Containers:
     ops: list[Op[Any]] = field(default_factory=list)
     whole_chain: set[str] = field(default_factory=set)
     attempts: int = PARENT_ATTEMPTS
-
-
-class _Backoff:
-    """When to try a join's proof after failed ones: after ``n`` in a row, on every
-    ``2**n``-th chance (at most every 64th); a success tries every time again."""
-
-    __slots__ = ("_failed", "_skip")
-
-    def __init__(self) -> None:
-        self._failed = 0
-        self._skip = 0
-
-    def tries(self) -> bool:
-        """Whether this chance is tried (each call is one chance)."""
-        if self._skip:
-            self._skip -= 1
-            return False
-        return True
-
-    def record(self, proven: bool) -> None:
-        """A tried proof held (``proven``) or failed."""
-        self._failed = 0 if proven else min(self._failed + 1, _MAX_BACKOFF)
-        self._skip = (1 << self._failed) - 1
 
 
 @dataclass(slots=True)
@@ -160,7 +121,7 @@ class Joining:
         # Our last create (its prefix, data and request): the next one is nearly always the
         # same request (an Op is never changed once made, and a reply is matched by xid).
         self._create: tuple[str, bytes, Op[Any]] | None = None
-        self._backoff: _Backoff | None = None  # made at the first failed proof
+        self._backoff: Backoff | None = None  # made at the first failed proof
 
     def granted(self, lead: Lead, contended: bool) -> None:
         """Granted: what the next join may use (``lead``), and whether the grant was
@@ -288,41 +249,29 @@ class Joining:
         return listed
 
     def _proof(self, lead: Lead, generation: int) -> Alone | None:
-        """``lead`` if this join may be proven alone (see the module docstring): one member,
-        no guard, our last holding proven alone in this session, its release's delete
-        written, nothing heard since known to break the proof, and not skipped after a
-        failed one (``_Backoff``). The proof itself needs the replies (``_after_proof``)."""
+        """``lead`` if this join may be proven alone (``_alone.py``): one member, no guard,
+        our last holding proven alone in this session, its release's delete written, and
+        worth trying. The proof itself needs the replies (``_after_proof``)."""
         if (
             isinstance(lead, Alone)
             and lead.generation == generation
             and lead.written
             and self._guard is None
             and len(self._place.members) == 1
+            and worth_trying(lead, self._place.session, self._backoff)
         ):
-            session, backoff = self._place.session, self._backoff
-            last = session.last_zxid  # (nothing heard since our old create: nothing to check)
-            if (last == lead.token or session.spared_parents(lead.token, last + 1)) and (
-                backoff is None or backoff.tries()
-            ):
-                return lead
+            return lead
         return None
 
     async def _after_proof(self, alone: Alone, guarded: object, deadline: float | None) -> Joined:
-        """After a join that may be proven alone: our node alone if the old one's delete
-        succeeded, only spared writes of ours came between the two creates (czxids), and
-        its sequence follows the old one's by one; else the queue listed."""
+        """After a join that may be proven alone: our node alone if the proof holds
+        (``_alone.holds``); else the queue listed."""
         place = self._place
         member = place.members[0]
         ours = place.nodes[member]
-        token = place.token
-        proven = (
-            alone.deleted
-            and token is not None
-            and place.session.spared_parents(alone.token, token)
-            and (sequence_of(ours) - sequence_of(alone.name)) % _WRAP == 1
-        )
+        proven = holds(alone, ours, place.token, place.session)
         if not proven and self._backoff is None:
-            self._backoff = _Backoff()
+            self._backoff = Backoff()
         if self._backoff is not None:
             self._backoff.record(proven)
         if proven:
