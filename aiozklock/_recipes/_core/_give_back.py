@@ -89,7 +89,7 @@ def delete_own_nowait(
     ordered after them, so a re-acquire goes out at once: one round trip per cycle. A delete
     that fails, or that cannot be written now (disconnected: there is no wire), is the
     janitor's, in the same session. ``alone``: what our grant proved of our node, on which
-    the deletes' outcome is recorded for the next join's proof (``_enqueue.py``).
+    the deletes' outcome is recorded for the next join's proof (``_alone.py``).
 
     Returns the nodes whose deletes were written (never to be adopted after a lost create
     reply: ``Round.released``), None if we had none."""
@@ -101,7 +101,7 @@ def delete_own_nowait(
 
     def done(result: Any, error: AiozklockError | None) -> None:
         failed_multi = isinstance(result, MultiResult) and not result.ok
-        if alone is not None:  # for the next join's proof (``_enqueue.py``)
+        if alone is not None:  # for the next join's proof (``_alone.py``)
             alone.deleted = error is None and not failed_multi
         if error is None and not failed_multi:
             return

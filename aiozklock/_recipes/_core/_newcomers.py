@@ -26,7 +26,7 @@ or nodes behind us) lists without the watch: it most likely waits, and its watch
 fire unheard, a notification per grant. Not watched, so a peer arriving then is not told to
 the holder (the next acquisition that lists the path refuses; a re-acquire's proof fails on
 the peer's create): holdings granted without a listing (a direct hand-off,
-``_queue_wait.py``; a join proven alone, ``_enqueue.py``; a downgrade's read node), after a
+``_queue_wait.py``; a join proven alone, ``_alone.py``; a downgrade's read node), after a
 wait's listing, after a contended grant, and with lock-delay (its record's writes would fire
 the watch: a listing per grant).
 

@@ -64,7 +64,7 @@ class Hint(NamedTuple):
 
 class Alone:
     """Our node ``name`` (czxid ``token``), in session ``generation``, proven the only node
-    of its queue when we were granted (see ``_enqueue.py``). ``written``: its release's
+    of its queue when we were granted (see ``_alone.py``). ``written``: its release's
     delete was written; ``deleted``: its reply has come, and it succeeded."""
 
     __slots__ = ("deleted", "generation", "name", "token", "written")
