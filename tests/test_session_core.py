@@ -449,3 +449,57 @@ def test_a_taken_back_request_is_never_written_nor_told() -> None:
     assert session.frame_queued(1.0) == b""
     session.fail_all(lambda: ConnectionLoss("connection lost"))
     assert replies == []
+
+
+# ---------------------------------------------------------------- the reader's wake-ups
+
+
+def test_the_reader_wakes_once_for_a_reply_nobody_awaits_and_the_awaited_one_after_it() -> None:
+    """``wake_bytes`` (``_wake``): a release's delete (nobody awaits it) then the next
+    acquire's request (awaited): woken once both have at least a reply header's worth of
+    bytes, 20 each; any byte while the first request in flight is awaited, or nothing is."""
+    least = 4 + framing.REPLY_HEADER_SIZE
+    session = core()
+    assert session.wake_bytes() == 1  # nothing in flight
+    session.frame_now([delete_op("/q/n1", ephemeral=True)], None, recorder([]), now=1.0)
+    assert session.wake_bytes() == 1  # only replies nobody awaits: each read as it comes
+    session.frame_now([exists_op("/q")], None, None, now=1.0)  # awaited
+    assert session.wake_bytes() == 2 * least
+    # Read in one wake-up: both frames (the awaited one carries a body).
+    session.receive(reply(1) + reply(2, body=b"\0" * 68), now=1.1)
+    assert session.wake_bytes() == 1
+
+    session.frame_now([exists_op("/q")], None, None, now=1.2)  # awaited, first in flight
+    session.frame_now([delete_op("/q/n2", ephemeral=True)], None, recorder([]), now=1.2)
+    assert session.wake_bytes() == 1
+    session.receive(reply(3, err=-101) + reply(4), now=1.3)
+
+    for _ in range(3):
+        session.frame_now([delete_op("/q/n", ephemeral=True)], None, recorder([]), now=1.4)
+    session.frame_now([delete_op("/q/m"), delete_op("/q/n")], None, None, now=1.4)
+    assert session.wake_bytes() == 4 * least  # a pipeline: its first request counts
+    session.frame_now([delete_op("/q/o", ephemeral=True)], None, recorder([]), now=1.4)
+    session.receive(reply(5), now=1.5)
+    assert session.wake_bytes() == 3 * least
+    session.receive(reply(6)[:7], now=1.5)  # an incomplete frame: any byte completes it
+    assert session.wake_bytes() == 1
+    session.receive(reply(6)[7:], now=1.5)
+    assert session.wake_bytes() == 2 * least
+
+
+@pytest.mark.parametrize("urgent", ["holding", "watch", "five before"])
+def test_the_reader_wakes_for_any_byte_while_something_needs_an_early_read(urgent: str) -> None:
+    """A holding needs every answer for its proof at once; a watcher its notification,
+    which can be shorter than the mark; past ``SCANNED`` requests nobody awaits, none is
+    counted (a release of many locks costs nothing per request in flight)."""
+    session = core()
+    if urgent == "holding":
+        session.leader.demanded(1, 1.0)
+    elif urgent == "watch":
+        session.frame_now([exists_op("/w", watcher=lambda event: None)], None, None, now=1.0)
+        session.receive(reply(1, body=b"\0" * 68), now=1.0)
+    count = 5 if urgent == "five before" else 1
+    for _ in range(count):
+        session.frame_now([delete_op("/q/n", ephemeral=True)], None, recorder([]), now=1.0)
+    session.frame_now([exists_op("/q")], None, None, now=1.0)
+    assert session.wake_bytes() == 1

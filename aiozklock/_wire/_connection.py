@@ -9,6 +9,7 @@ import contextlib
 import os
 import socket
 import ssl
+import sys
 from collections.abc import Callable
 
 import anyio
@@ -18,6 +19,8 @@ from aiozklock._wire import _protocol as proto
 from aiozklock._wire._diagnose import not_zookeeper
 
 _RECEIVE_SIZE = 65536
+# Where readiness honours a socket's low-water mark: epoll does (select and poll too).
+_LOW_WATER = sys.platform.startswith("linux") and hasattr(socket, "SO_RCVLOWAT")
 STREAM_ERRORS = (
     anyio.EndOfStream,
     anyio.BrokenResourceError,
@@ -55,6 +58,19 @@ class Connection:
         self._backlog = bytearray()
         self._backlog_ready = anyio.Event()
         self._unread = bytearray()  # received by ``read_frame`` beyond the frame it returned
+        self._low_water = _LOW_WATER
+        self.wake_bytes = 1  # the socket's low-water mark (``wake_after``)
+
+    def wake_after(self, count: int) -> None:
+        """Have the reader woken only once ``count`` bytes are unread, or at the stream's
+        end or an error (``SO_RCVLOWAT``; the session's rule: ``_wire/_wake.py``). Where the
+        mark is not honoured, the reader wakes for any byte, as it does at ``count`` 1."""
+        self.wake_bytes = count
+        if self._low_water:
+            try:
+                self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, count)
+            except OSError:  # a closed socket: the reader sees it
+                self._low_water = False
 
     def write(self, data: bytes) -> None:
         """Write now, or queue behind what is already waiting (raises ``OSError``)."""
@@ -192,6 +208,9 @@ class TLSConnection(Connection):
         self, stream: anyio.abc.SocketStream, context: ssl.SSLContext, server_hostname: str
     ) -> None:
         super().__init__(stream)
+        # A record's tail may be all the kernel holds of a frame the TLS object has begun:
+        # the byte count behind the session's mark would not hold. Woken for any byte.
+        self._low_water = False
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         try:

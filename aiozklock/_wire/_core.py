@@ -28,6 +28,7 @@ from aiozklock._wire._limits import FRAME_OVERHEAD, oversized
 from aiozklock._wire._outgoing import FlushScheduler, OutgoingQueue, Soon
 from aiozklock._wire._records import FIRES, EventType, Op
 from aiozklock._wire._requests import Pending, ReplyCallback, RequestTable, Waker
+from aiozklock._wire._wake import wake_bytes
 from aiozklock._wire._watches import WatchRegistry
 
 # The session logs on one logger, whichever of its modules speaks (docs/observability.md).
@@ -339,6 +340,11 @@ class SessionCore:
         elif len(spared) >= _SPARED_KEPT:
             del spared[: _SPARED_KEPT // 2]
         spared.append(zxid)
+
+    def wake_bytes(self) -> int:
+        """The unread bytes worth waking the reader for (``_wake``: the rule and its proof)."""
+        urgent = bool(self.leader.demand or self._read_buffer or self._watches.watching())
+        return wake_bytes(self._requests.written, urgent=urgent)
 
     def spared_parents(self, low: int, high: int) -> bool:
         """Whether every transaction the ensemble committed after zxid ``low`` and before

@@ -241,6 +241,10 @@ class SessionLifecycle(SessionCore):
         except OSError as exc:
             # The pendings fail with ConnectionLoss when the connection is torn down.
             self._drop_connection(f"write failed: {exc!r}")
+            return
+        wake = self.wake_bytes()  # a reply nobody awaits before an awaited one: one wake-up
+        if wake != conn.wake_bytes:
+            conn.wake_after(wake)
 
     def _write_soon(self) -> None:
         """Write what was queued for soon (the tasks that ran meanwhile are done)."""
@@ -252,6 +256,12 @@ class SessionLifecycle(SessionCore):
         drop = self.receive(data, uptime())
         if drop is not None:
             self._drop_connection(drop)
+            return
+        conn = self._conn
+        if conn is not None:
+            wake = self.wake_bytes()
+            if wake != conn.wake_bytes:
+                conn.wake_after(wake)
 
     async def _monitor(self) -> None:
         """The liveness clock (``SessionCore.tick``): performs its decisions, sleeps until

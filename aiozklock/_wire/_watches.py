@@ -27,6 +27,10 @@ class WatchRegistry:
         self._client_path = client_path  # server path -> the path watchers are told
         self._by_kind = _empty()
 
+    def watching(self) -> bool:
+        """Whether any watcher is registered."""
+        return any(self._by_kind.values())
+
     def add(self, kind: WatchKind, path: str, watcher: Watcher) -> None:
         self._by_kind[kind].setdefault(path, set()).add(watcher)
 
