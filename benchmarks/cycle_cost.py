@@ -6,7 +6,10 @@ with ``--baseline-commit``, another commit (a temporary git worktree), on one Zo
 Each count is a difference of two runs in fresh processes, ``--cycles`` and twice that many
 cycles after the same warm-up, divided by ``--cycles``: start-up, connect and warm-up cancel
 out. Scenarios: ``uncontended`` (one task, one path: ``async with zk.lock(path)``) and
-``requests`` (``--concurrency`` tasks, each on its own path, on one session).
+``requests`` (``--concurrency`` tasks, each on its own path, on one session). Beside the
+checkouts, the **true floor** on this checkout's wire (the benchmarks' ``true_cycles``): each
+lock replaced by a create awaited and its delete written unawaited when the task leaves, what
+a correct cycle cannot do without; the rest of a lock cycle's count is the recipe's.
 
     PYTHONPATH=. .venv/bin/python benchmarks/cycle_cost.py [--baseline-commit abfa31f]
         [--cycles 500] [--concurrency 10] [--no-callgrind] [--hosts HOST:PORT]
@@ -33,9 +36,26 @@ ROOT = Path(__file__).resolve().parent.parent
 # every aiozklock since the first: ``connect``, ``zk.lock(path)``, ``async with``.
 CHILD = r"""
 import sys, anyio, aiozklock
-hosts, scenario, concurrency, warmup, cycles, count_calls = sys.argv[1:7]
+hosts, scenario, concurrency, warmup, cycles, count_calls, floor = sys.argv[1:8]
 concurrency, warmup, cycles = int(concurrency), int(warmup), int(cycles)
 calls = [0]
+
+class Floor:  # a lock's stand-in: the true floor's create awaited, its delete unawaited
+
+    def __init__(self, zk, parent, name):
+        from aiozklock._wire._protocol import CreateMode
+        from aiozklock.testing import session_of
+        from benchmarks.clients.aiozklock_bench import _ignore, wire_ops
+
+        self.session, self.name, self.ignore = session_of(zk), name, _ignore
+        self.create, self.delete = wire_ops(zk, parent, CreateMode.EPHEMERAL)
+
+    async def __aenter__(self):
+        await self.session.call(self.create(self.name))
+
+    async def __aexit__(self, *exc):
+        session = self.session
+        session.send((self.delete(self.name),), generation=session.generation, on_done=self.ignore)
 
 def profile(frame, event, arg):
     if event in ("call", "c_call"):
@@ -54,7 +74,12 @@ async def run(locks, n):
 async def main():
     async with aiozklock.connect(hosts, session_timeout=10.0) as zk:
         tasks = 1 if scenario == "uncontended" else concurrency
-        locks = [zk.lock(f"/bench/cost/{scenario}/{i}") for i in range(tasks)]
+        parent = f"/bench/cost/{scenario}"
+        locks = [zk.lock(f"{parent}/{i}") for i in range(tasks)]
+        if floor == "1":
+            async with zk.lock(f"{parent}/made"):  # the parent, made by a lock
+                pass
+            locks = [Floor(zk, parent, f"floor-{i}") for i in range(tasks)]
         await run(locks, warmup)
         if count_calls == "1":
             sys.setprofile(profile)
@@ -101,6 +126,7 @@ def child(
     cycles: int,
     calls: bool,
     wrapper: list[str],
+    floor: bool = False,
 ) -> str:
     """Run the child under ``wrapper``; its stdout and stderr."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -115,6 +141,7 @@ def child(
         str(warmup),
         str(cycles),
         "1" if calls else "0",
+        "1" if floor else "0",
     ]
     # Run from the tree: ``python -c`` puts the working directory first on sys.path, ahead of
     # PYTHONPATH, so a baseline run from this checkout would import this checkout's package.
@@ -137,7 +164,13 @@ def syscalls(out: str) -> int:
 
 
 def instructions(
-    tree: Path, hosts: str, scenario: str, concurrency: int, warmup: int, cycles: int
+    tree: Path,
+    hosts: str,
+    scenario: str,
+    concurrency: int,
+    warmup: int,
+    cycles: int,
+    floor: bool = False,
 ) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
@@ -150,6 +183,7 @@ def instructions(
             cycles,
             False,
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"],
+            floor,
         )
         text = out.read_text()
     match = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
@@ -172,12 +206,18 @@ def per_cycle(
     return (high - low) / cycles
 
 
-def costs(tree: Path, hosts: str, args: argparse.Namespace, scenario: str) -> dict[str, float]:
+def costs(
+    tree: Path, hosts: str, args: argparse.Namespace, scenario: str, floor: bool = False
+) -> dict[str, float]:
     def calls(*a: object) -> int:
-        return python_calls(child(*a, True, []))  # type: ignore[arg-type]
+        return python_calls(child(*a, True, [], floor))  # type: ignore[arg-type]
 
     def sys_calls(*a: object) -> int:
-        return syscalls(child(*a, False, ["strace", "-f", "-c", "-qq"]))  # type: ignore[arg-type]
+        strace = ["strace", "-f", "-c", "-qq"]
+        return syscalls(child(*a, False, strace, floor))  # type: ignore[arg-type]
+
+    def ir(*a: object) -> int:
+        return instructions(*a, floor)  # type: ignore[arg-type]
 
     common = (tree, hosts, scenario, args.concurrency, args.warmup, args.cycles)
     found = {
@@ -185,7 +225,7 @@ def costs(tree: Path, hosts: str, args: argparse.Namespace, scenario: str) -> di
         "system calls": per_cycle(sys_calls, *common),
     }
     if not args.no_callgrind and shutil.which("valgrind"):
-        found["instructions"] = per_cycle(instructions, *common)
+        found["instructions"] = per_cycle(ir, *common)
     return found
 
 
@@ -203,10 +243,15 @@ def main(argv: list[str]) -> None:
     if args.baseline_commit:
         trees.append((args.baseline_commit, args.baseline_commit))
     rows: dict[tuple[str, str], dict[str, float]] = {}
+    scenarios = args.scenarios.split(",")
     with zookeeper(args.hosts) as hosts:
+        for scenario in scenarios:
+            name = "true floor (this checkout's wire)"
+            rows[(name, scenario)] = costs(ROOT, hosts, args, scenario, floor=True)
+            print(name, scenario, rows[(name, scenario)], file=sys.stderr, flush=True)
         for name, commit in trees:
             with checkout(commit) as tree:
-                for scenario in args.scenarios.split(","):
+                for scenario in scenarios:
                     rows[(name, scenario)] = costs(tree, hosts, args, scenario)
                     print(name, scenario, rows[(name, scenario)], file=sys.stderr, flush=True)
     print("| checkout | scenario | " + " | ".join(next(iter(rows.values()))) + " |")

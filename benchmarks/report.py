@@ -126,6 +126,12 @@ def metrics(sessions: Sequence[int], process_sessions: Sequence[int], waiters: i
             False,
         ),
         Metric(
+            "floor_true_cpu_us",
+            "True floor: client CPU per cycle (the least a correct cycle costs on our wire)",
+            "µs",
+            False,
+        ),
+        Metric(
             "floor_pipelined_per_s",
             "Raw floor: pipelined create+delete pairs per second",
             "pairs/s",

@@ -281,36 +281,40 @@ async def floor(params: Params, gate: Gate) -> Result:
             results += await session.pipeline([delete(name) for name in names])
             errors += sum(isinstance(result, BaseException) for result in results)
         wall = time.monotonic_ns() - start
-        true_latencies = await true_cycles(zk, params)
+        true_latencies, true_cpu = await true_cycles(zk, params)
         gate.measured()
     return {
         "pair_latencies_ns": latencies,
         "true_latencies_ns": true_latencies,
+        "true_cpu_ns": true_cpu,
         "pipelined_pairs": params.pairs,
         "pipelined_ns": wall,
         "errors": errors,
     }
 
 
-async def true_cycles(zk: aiozklock.ZooKeeperClient, params: Params) -> list[int]:
+async def true_cycles(zk: aiozklock.ZooKeeperClient, params: Params) -> tuple[list[int], int]:
     """The true floor of an uncontended cycle: what a correct lock cycle cannot do without,
     on our own wire: a create (ephemeral) awaited, then its delete written (its own
     transaction) and not awaited, as a release returns; the next create's reply comes after
-    the delete's (ZooKeeper answers a session in order). One cycle per latency."""
+    the delete's (ZooKeeper answers a session in order). One cycle per latency; and the
+    process's CPU time over them (the least client CPU a correct cycle costs on our wire)."""
     from aiozklock._wire._protocol import CreateMode
     from aiozklock.testing import session_of
 
     session = session_of(zk)
     create, delete = wire_ops(zk, params.path, CreateMode.EPHEMERAL)
     latencies = []
+    cpu_start = time.process_time_ns()
     for _ in range(params.pairs):
         start = time.monotonic_ns()
         await session.call(create("t"))
         session.send((delete("t"),), generation=session.generation, on_done=_ignore)
         latencies.append(time.monotonic_ns() - start)
+    cpu = time.process_time_ns() - cpu_start
     await session.call(create("t-end"))  # every delete applied (in order) before we go
     await session.call(delete("t-end"))
-    return latencies
+    return latencies, cpu
 
 
 def _ignore(result: object, error: BaseException | None) -> None:
