@@ -25,7 +25,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import zookeeper
@@ -117,31 +118,34 @@ def checkout(commit: str | None) -> Iterator[Path]:
         )
 
 
-def child(
-    tree: Path,
-    hosts: str,
-    scenario: str,
-    concurrency: int,
-    warmup: int,
-    cycles: int,
-    calls: bool,
-    wrapper: list[str],
-    floor: bool = False,
-) -> str:
+@dataclass(frozen=True)
+class Subject:
+    """What a child measures: a checkout's lock (or the true floor) in one scenario."""
+
+    tree: Path
+    hosts: str
+    scenario: str
+    concurrency: int
+    warmup: int
+    floor: bool = False
+
+
+def child(subject: Subject, cycles: int, calls: bool, wrapper: list[str]) -> str:
     """Run the child under ``wrapper``; its stdout and stderr."""
+    tree = subject.tree
     env = {**os.environ, "PYTHONPATH": str(tree)}
     args = [
         *wrapper,
         sys.executable,
         "-c",
         CHILD,
-        hosts,
-        scenario,
-        str(concurrency),
-        str(warmup),
+        subject.hosts,
+        subject.scenario,
+        str(subject.concurrency),
+        str(subject.warmup),
         str(cycles),
         "1" if calls else "0",
-        "1" if floor else "0",
+        "1" if subject.floor else "0",
     ]
     # Run from the tree: ``python -c`` puts the working directory first on sys.path, ahead of
     # PYTHONPATH, so a baseline run from this checkout would import this checkout's package.
@@ -152,38 +156,24 @@ def child(
     return done.stdout + done.stderr
 
 
-def python_calls(out: str) -> int:
+def python_calls(subject: Subject, cycles: int) -> int:
+    out = child(subject, cycles, True, [])
     return int(re.search(r"CALLS (\d+)", out).group(1))  # type: ignore[union-attr]
 
 
-def syscalls(out: str) -> int:
+def syscalls(subject: Subject, cycles: int) -> int:
     """The total of ``strace -c``'s summary."""
+    out = child(subject, cycles, False, ["strace", "-f", "-c", "-qq"])
     match = re.search(r"^[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?total$", out, re.M)
     assert match is not None, out[-2000:]
     return int(match.group(1))
 
 
-def instructions(
-    tree: Path,
-    hosts: str,
-    scenario: str,
-    concurrency: int,
-    warmup: int,
-    cycles: int,
-    floor: bool = False,
-) -> int:
+def instructions(subject: Subject, cycles: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         child(
-            tree,
-            hosts,
-            scenario,
-            concurrency,
-            warmup,
-            cycles,
-            False,
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"],
-            floor,
+            subject, cycles, False, ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
         )
         text = out.read_text()
     match = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
@@ -191,41 +181,22 @@ def instructions(
     return int(match.group(1))
 
 
-def per_cycle(
-    measure: object,
-    tree: Path,
-    hosts: str,
-    scenario: str,
-    concurrency: int,
-    warmup: int,
-    cycles: int,
-) -> float:
+def per_cycle(measure: Callable[[Subject, int], int], subject: Subject, cycles: int) -> float:
     """(count at 2n cycles - count at n cycles) / n."""
-    low = measure(tree, hosts, scenario, concurrency, warmup, cycles)  # type: ignore[operator]
-    high = measure(tree, hosts, scenario, concurrency, warmup, 2 * cycles)  # type: ignore[operator]
-    return (high - low) / cycles
+    low = measure(subject, cycles)
+    return (measure(subject, 2 * cycles) - low) / cycles
 
 
 def costs(
     tree: Path, hosts: str, args: argparse.Namespace, scenario: str, floor: bool = False
 ) -> dict[str, float]:
-    def calls(*a: object) -> int:
-        return python_calls(child(*a, True, [], floor))  # type: ignore[arg-type]
-
-    def sys_calls(*a: object) -> int:
-        strace = ["strace", "-f", "-c", "-qq"]
-        return syscalls(child(*a, False, strace, floor))  # type: ignore[arg-type]
-
-    def ir(*a: object) -> int:
-        return instructions(*a, floor)  # type: ignore[arg-type]
-
-    common = (tree, hosts, scenario, args.concurrency, args.warmup, args.cycles)
+    subject = Subject(tree, hosts, scenario, args.concurrency, args.warmup, floor)
     found = {
-        "python calls": per_cycle(calls, *common),
-        "system calls": per_cycle(sys_calls, *common),
+        "python calls": per_cycle(python_calls, subject, args.cycles),
+        "system calls": per_cycle(syscalls, subject, args.cycles),
     }
     if not args.no_callgrind and shutil.which("valgrind"):
-        found["instructions"] = per_cycle(ir, *common)
+        found["instructions"] = per_cycle(instructions, subject, args.cycles)
     return found
 
 

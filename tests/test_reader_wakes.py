@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
@@ -37,11 +38,14 @@ def low_water(client: aiozklock.ZooKeeperClient) -> int:
 
 
 async def mark_in_flight(
-    client: aiozklock.ZooKeeperClient, proxy: FaultProxy, lock: aiozklock.Lock
+    client: aiozklock.ZooKeeperClient,
+    proxy: FaultProxy,
+    lock: aiozklock.Lock,
+    then: Callable[[], Awaitable[object]] | None = None,
 ) -> int:
     """Acquire ``lock``, then release it and acquire it again while the proxy holds both
-    requests: the mark then. Lets them through and returns once the second acquire was
-    granted (and released)."""
+    requests: the mark then. Runs ``then`` while they are still held, lets them through
+    and returns once the second acquire was granted (and released)."""
     held: list[bool] = []
 
     async def cycle() -> None:
@@ -62,6 +66,8 @@ async def mark_in_flight(
                 await released.wait()
                 await proxy.wait_for_request(Opcode.CREATE2)
             mark = low_water(client)
+            if then is not None:
+                await then()
         finally:
             proxy.set_delay(0)
     assert held == [True]
@@ -119,28 +125,9 @@ async def test_the_end_of_the_stream_wakes_a_reader_waiting_for_more_bytes(
     reasons: list[str] = []
     client.add_listener(lambda change: reasons.append(change.reason))
     lock = client.lock(f"{PATH}/dropped")
-    held: list[bool] = []
-
-    async def cycle() -> None:
-        await lock.acquire()
-        proxy.set_delay(HELD)
-        await lock.release()
-        proxy.reset_counters()
-        released.set()
-        await lock.acquire()
-        held.append(lock.is_held)
-        await lock.release()
-
-    released = anyio.Event()
     with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(cycle)
-            await released.wait()
-            await proxy.wait_for_request(Opcode.CREATE2)
-            mark = low_water(client)
-            await proxy.drop_all(rst=rst)  # what it held is discarded
-            proxy.set_delay(0)
+        # What the proxy held is discarded with the connection.
+        mark = await mark_in_flight(client, proxy, lock, then=lambda: proxy.drop_all(rst=rst))
     assert mark == 2 * LEAST_ANSWER
-    assert held == [True]
     assert reasons, "the session never saw the connection end"
     assert reasons[0].startswith("connection error"), reasons
