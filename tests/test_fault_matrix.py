@@ -489,6 +489,9 @@ async def test_partition_shorter_than_session_timeout(
         with anyio.fail_after(TIMEOUT):
             holder_back = await holder_states.wait_for(is_state(SessionState.CONNECTED))
             waiter_back = await waiter_states.wait_for(is_state(SessionState.CONNECTED))
+        # Each side's handshakes so far: what follows happens on the connection it came
+        # back on (a grant or a delete that needed another reconnect would add one).
+        handshakes = (len(proxy.connect_requests), len(waiter_proxy.connect_requests))
         for log in (holder_states, waiter_states):
             assert log.states()[:2] == ["SUSPENDED", "CONNECTED"], log.changes
         assert (holder_client.session_id, waiter_client.session_id) == sessions
@@ -539,7 +542,6 @@ async def test_partition_shorter_than_session_timeout(
             released_at = holder.body_exit
             # Deleted after the reconnect, by us (the session is alive), not by an expiry.
             assert deletion.deleted_at > holder_back.at
-            assert deletion.deleted_at - holder_back.at < 1.0
     report(
         "F8",
         policy=policy,
@@ -550,7 +552,9 @@ async def test_partition_shorter_than_session_timeout(
         release_to_waiter=waiter.acquired_at - released_at,
     )
     assert waiter.acquired_at > released_at
-    assert waiter.acquired_at - released_at < 1.0
+    # Prompt by cause, not by a clock: the holder deleted its node and the waiter was
+    # granted on the connections they came back on (no silence, no expiry in between).
+    assert (len(proxy.connect_requests), len(waiter_proxy.connect_requests)) == handshakes
     assert waiter.token > holder.token
     assert holder.is_held_after is False
     for log in (holder_states, waiter_states):
