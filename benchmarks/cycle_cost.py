@@ -46,17 +46,16 @@ class Floor:  # a lock's stand-in: the true floor's create awaited, its delete u
     def __init__(self, zk, parent, name):
         from aiozklock._wire._protocol import CreateMode
         from aiozklock.testing import session_of
-        from benchmarks.clients.aiozklock_bench import _ignore, wire_ops
+        from benchmarks.clients.aiozklock_bench import wire_ops, write_unawaited
 
-        self.session, self.name, self.ignore = session_of(zk), name, _ignore
+        self.session, self.name, self.write_unawaited = session_of(zk), name, write_unawaited
         self.create, self.delete = wire_ops(zk, parent, CreateMode.EPHEMERAL)
 
     async def __aenter__(self):
         await self.session.call(self.create(self.name))
 
     async def __aexit__(self, *exc):
-        session = self.session
-        session.send((self.delete(self.name),), generation=session.generation, on_done=self.ignore)
+        self.write_unawaited(self.session, self.delete(self.name))
 
 def profile(frame, event, arg):
     if event in ("call", "c_call"):
@@ -76,11 +75,12 @@ async def main():
     async with aiozklock.connect(hosts, session_timeout=10.0) as zk:
         tasks = 1 if scenario == "uncontended" else concurrency
         parent = f"/bench/cost/{scenario}"
-        locks = [zk.lock(f"{parent}/{i}") for i in range(tasks)]
         if floor == "1":
             async with zk.lock(f"{parent}/made"):  # the parent, made by a lock
                 pass
             locks = [Floor(zk, parent, f"floor-{i}") for i in range(tasks)]
+        else:
+            locks = [zk.lock(f"{parent}/{i}") for i in range(tasks)]
         await run(locks, warmup)
         if count_calls == "1":
             sys.setprofile(profile)
