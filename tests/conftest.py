@@ -19,7 +19,7 @@ import pytest
 import aiozklock
 from aiozklock._recipes._core._queue import Queue
 from aiozklock._recipes._core._waiting import Wakeup
-from aiozklock.testing import FaultProxy, wait_for_children
+from aiozklock.testing import FaultProxy, ZooKeeperCluster, wait_for_children
 from tests._order import reorder
 from tests._sync_kit import open_sync, szk, szk2  # noqa: F401 (the sync tests' fixtures)
 
@@ -65,6 +65,16 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Run every ``@pytest.mark.anyio`` test on asyncio and on trio."""
     backend: str = request.param
     return backend
+
+
+@pytest.fixture(scope="session")
+def quiet_zk_hosts() -> Iterator[str]:
+    """A server of this worker's own, started on first use, for tests whose claim needs no
+    other session's transaction between two of ours (a re-join proven alone, ``_alone.py``):
+    on the shared server, earlier tests' sessions write at any time (an expiry, a janitor's
+    delete). A module overrides ``zk_hosts`` with it; its tests close every session they open."""
+    with ZooKeeperCluster() as cluster:
+        yield cluster.hosts
 
 
 @pytest.fixture

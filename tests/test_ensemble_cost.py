@@ -37,7 +37,7 @@ from aiozklock.testing import (
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ensemble]
 
-T = 2.0  # the holder probes every T/8 = 0.25 s; before issue 38 every session did
+T = 4.0  # the holder probes every T/8 = 0.5 s; before issue 38 every session did
 WINDOW = 2.0  # the counting window (a duration measured, not an event awaited)
 IDLE, QUEUED = 4, 2
 
@@ -71,7 +71,9 @@ async def test_idle_and_queued_sessions_commit_no_transaction(ensemble: ZooKeepe
     member = ensemble.members[0]
     async with (
         FaultProxy(member.address) as proxy,
-        aiozklock.connect(proxy.address, session_timeout=T) as holder,
+        # Kept through a probe answered late on a loaded machine (it suspends, goes on
+        # probing): what is counted is the transactions, not whether the holding survives.
+        aiozklock.connect(proxy.address, session_timeout=T, loss_policy="expired") as holder,
         clients(ensemble.hosts, IDLE + QUEUED) as others,
         anyio.create_task_group() as tg,
     ):
@@ -99,10 +101,10 @@ async def test_idle_and_queued_sessions_commit_no_transaction(ensemble: ZooKeepe
         zxid_after = leader_zxid(ensemble)
         probes_after = proxy.count(Opcode.MULTI)
         committed, probes = zxid_after - zxid_before, probes_after - probes_before
-        # The holder proves itself (about WINDOW / (T/8) = 8 probes) ...
+        # The holder proves itself (about WINDOW / (T/8) = 4 probes) ...
         assert probes >= 2, (committed, probes)
         # ... and the ensemble committed nothing else: 6 other sessions probing as before
-        # issue 38 would have added about 48.
+        # issue 38 would have added about 24.
         assert probes - 1 <= committed <= probes + 1, (committed, probes)
         done.set()
 

@@ -31,6 +31,13 @@ LEAST_ANSWER = 20  # a frame's length and a reply header
 HELD = 3600.0  # the proxy holds requests until told otherwise
 
 
+@pytest.fixture(scope="module")
+def zk_hosts(quiet_zk_hosts: str) -> str:
+    """A quiet server (``quiet_zk_hosts``): the mark is raised only when the re-join is
+    proven alone (no listing, no watch), which another session's transaction would fail."""
+    return quiet_zk_hosts
+
+
 def low_water(client: aiozklock.ZooKeeperClient) -> int:
     conn = session_of(client)._conn
     assert conn is not None

@@ -9,13 +9,12 @@ parent deleted and created again (its sequence count restarted), is listed and w
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import anyio
 import pytest
 
 from aiozklock._recipes._core._alone import Backoff
-from aiozklock.testing import FaultProxy, Opcode, ZooKeeperCluster
+from aiozklock.testing import FaultProxy, Opcode
 from tests.conftest import ClientFactory, gone, wait_for_children, wait_for_queue
 
 pytestmark = [pytest.mark.anyio]
@@ -26,12 +25,10 @@ DELETE, CREATE2 = Opcode.DELETE, Opcode.CREATE2
 
 
 @pytest.fixture(scope="module")
-def zk_hosts() -> Iterator[str]:
-    """A server of this module's own (for ``proxy`` and ``open_client``): any other
-    session's transaction between a re-join's creates fails its proof, and on the shared
-    server other tests' sessions write at any time (an expiry, a janitor's delete)."""
-    with ZooKeeperCluster() as cluster:
-        yield cluster.hosts
+def zk_hosts(quiet_zk_hosts: str) -> str:
+    """A quiet server (``quiet_zk_hosts``), for ``proxy`` and ``open_client``: any other
+    session's transaction between a re-join's creates fails its proof."""
+    return quiet_zk_hosts
 
 
 async def test_an_uncontended_rejoin_is_proven_alone_without_a_listing(
