@@ -197,7 +197,8 @@ async def test_a_slow_zookeeper_answers_409_after_one_round_trip(
 ) -> None:
     """Every request takes ``delay`` (> the timeout) to reach the server: the 409 comes
     after the one round trip that finds the lock held; nothing more is sent and waited for
-    once the time is up (it took three round trips)."""
+    once the time is up (it took three round trips). Told by the requests, not by a clock:
+    a loaded machine may take longer anywhere, never send more."""
     timeout, delay = 1.0, 2.0
     app, _ = order_app(proxy, chroot, timeout=timeout)
     with anyio.fail_after(SESSION_TIMEOUT + 10):
@@ -205,10 +206,21 @@ async def test_a_slow_zookeeper_answers_409_after_one_round_trip(
             proxy.set_delay(delay)
             started = time.monotonic()
             response = await http.post("/orders/7")
-            elapsed = time.monotonic() - started
+            answered = time.monotonic()
+            await proxy.wait_for_request(Opcode.DELETE)  # written before the answer came
             proxy.set_delay(0)
     assert response.status_code == 409
-    assert elapsed < delay + timeout, elapsed
+    sent = [
+        (request.opcode, request.t)
+        for request in proxy.requests
+        if request.t >= started and request.opcode not in (Opcode.PING, Opcode.CLOSE)
+    ]
+    # The one round trip (the create and the listing, written together), then the cleanup.
+    assert [opcode for opcode, _ in sent] == [Opcode.CREATE2, Opcode.GET_CHILDREN, Opcode.DELETE]
+    (_, create_at), (_, listed_at), (_, delete_at) = sent
+    assert listed_at - create_at < timeout  # both before the time was up
+    assert delete_at >= create_at + delay  # the cleanup needed the create's answer
+    assert answered < delete_at + delay  # and the 409 did not wait for the cleanup's
 
 
 @dataclass
