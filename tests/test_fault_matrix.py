@@ -77,6 +77,22 @@ def connection_of(session: Any) -> object | None:
     return session._conn
 
 
+def sent_upon_reconnect(proxy: FaultProxy, opcode: int) -> bool:
+    """Whether the client wrote ``opcode`` on its last connection through ``proxy`` before
+    any ping there: upon the reconnect, not after a silence (the session pings once idle for
+    a third of its timeout). Prompt by cause, not by a clock: a loaded machine delays the
+    reconnect's work and the ping's timer alike."""
+    last = proxy.connect_requests[-1].connection_index
+    sent = [request.opcode for request in proxy.requests if request.connection_index == last]
+    pinged = sent.index(Opcode.PING) if Opcode.PING in sent else len(sent)
+    return opcode in sent[:pinged]
+
+
+# A waiter is woken only by its watch or by a change of its session's state (no polling): a
+# wake-up lost hangs it, and the bound on waiting for its grant fails. So a grant's promptness
+# is told by that bound, not by a clock's verdict on a loaded machine.
+
+
 async def guid_nodes(conn: RawZooKeeperConnection, parent: str, guid: str) -> list[str]:
     """Children of ``parent`` (a server path) that carry ``guid``, as the observer sees them."""
     return nodes_of(await conn.get_children(parent), guid)
@@ -122,8 +138,8 @@ async def test_lost_create_reply_then_timeout_or_cancel_leaves_no_node(
     """F2: the create is executed but its reply lost; the acquire then ends by timeout or
     cancellation, either while waiting on the predecessor (after the node was found by GUID)
     or while still disconnected (outcome of the create unknown). The observer sees our node
-    deleted within 1 s (of the end, or of the reconnect), in the same session; no watch leaks;
-    the same lock object acquires afterwards."""
+    deleted by the end (or, disconnected, by the first business of the reconnect), in the
+    same session; no watch leaks; the same lock object acquires afterwards."""
     end, where = case.split("-")
     holder_client = await open_client(session_timeout=STEADY_TIMEOUT)
     client = await open_client(proxy, session_timeout=STEADY_TIMEOUT)
@@ -207,7 +223,8 @@ async def test_lost_create_reply_then_timeout_or_cancel_leaves_no_node(
         )
     assert proxy.swallowed_replies == 1
     assert proxy.count(Opcode.CREATE2) == 1  # never resent blindly
-    assert cleanup < 1.0
+    if where == "disconnected":  # (waiting: seen gone by the time the acquire ended, above)
+        assert sent_upon_reconnect(proxy, Opcode.DELETE)
     # Deleted by us, in a session that stayed alive: not by an expiry.
     assert client.session_id == session_id
     assert states.first(is_state(SessionState.LOST)) is None, states.changes
@@ -247,8 +264,8 @@ async def test_release_right_after_connection_drop(
     the client tears the connection down (it has read the reset, not yet reported SUSPENDED);
     or once it has reported SUSPENDED. Either release returns and the node is already gone, or it
     raises ``LockLost`` (the "suspended" policy gave the lock up first) and the node is deleted
-    within 1 s of the reconnect, in the same session. The queued client acquires either way:
-    the lock is never left held by nobody."""
+    on the reconnect (its first business), in the same session. The queued client acquires
+    either way: the lock is never left held by nobody."""
     client = await open_client(proxy, session_timeout=STEADY_TIMEOUT, loss_policy=policy)
     other = await open_client(session_timeout=STEADY_TIMEOUT)
     session_id = client.session_id
@@ -312,7 +329,9 @@ async def test_release_right_after_connection_drop(
     elif when == "after-suspended":
         assert outcome == "lost"  # given up at SUSPENDED, before release() was called
     assert not lock.is_held
-    assert deletion.deleted_at - reconnected.at < 1.0
+    # Deleted on the connection it came back on (one reconnect), as its first business.
+    assert len(proxy.connect_requests) == 2
+    assert sent_upon_reconnect(proxy, Opcode.DELETE)
     assert waiter.acquired_at - release_called < STEADY_TIMEOUT / 2  # far from any expiry
     assert waiter.token > token
     # The session survived: the node was deleted by us, not by an expiry.
@@ -408,8 +427,14 @@ async def test_release_during_short_partition(
     )
     assert held_while_partitioned == [True]
     assert not lock.is_held
-    assert returned_at - lifted_at[0] < 1.0
-    assert waiter.acquired_at - returned_at < 1.0
+    assert returned_at > lifted_at[0]
+    # Handshakes since the partition began: none (the held delete answered on the same
+    # connection), or the one reconnect whose first business was the delete.
+    if lift == "before-silence":
+        assert proxy.connect_requests == []
+    else:
+        assert len(proxy.connect_requests) == 1
+        assert sent_upon_reconnect(proxy, Opcode.DELETE)
     assert waiter.token > token
     assert client.session_id == session_id
     assert states.first(is_state(SessionState.LOST)) is None, states.changes
@@ -607,7 +632,8 @@ async def test_predecessor_gone_between_check_and_wait(
     (node there, watch set) and its wait, via ``on_wait`` (tests/conftest.py): either its
     holder is told to release at that instant, or the hook blocks the waiter's event loop until the
     server has deleted it (the NodeDeleted is then already queued for the waiter). No
-    wake-up is lost: the waiter acquires within 1 s, and no watch is left behind."""
+    wake-up is lost: the waiter acquires (a lost one would hang it: see the note above
+    ``guid_nodes``), and no watch is left behind."""
     client = await open_client(session_timeout=STEADY_TIMEOUT)
     holder_client = await open_client(session_timeout=STEADY_TIMEOUT)
     history = History()
@@ -659,7 +685,6 @@ async def test_predecessor_gone_between_check_and_wait(
     assert len(gone_at) == 1
     report("F15-race", how=how, gone_to_acquired=waiter.acquired_at - gone_at[0])
     assert waiter.acquired_at >= hook_calls[0]
-    assert waiter.acquired_at - gone_at[0] < 1.0
     assert session_of(client).watcher_count() == baseline_watchers
     report_ = history.check()
     assert report_.ok, str(report_)
@@ -1041,7 +1066,6 @@ async def test_frozen_follower_clients_fail_over(
     assert not holder.body_cancelled
     assert holder.held_at_release is True
     assert waiter.acquired_at > released_at
-    assert waiter.acquired_at - released_at < 1.0
     assert waiter.token > holder.token
     report_ = history.check()
     assert report_.ok, str(report_)
