@@ -343,7 +343,9 @@ async def test_waiter_connection_drop_keeps_session_and_wakes_after_release(
         released_at = time.monotonic()
         history.record("holder", holder.fencing_token, holder_enter, released_at)
         await holder.release()
-        with anyio.fail_after(5):  # a hang bound: the promptness is asserted below
+        # A hang bound: a waiter is woken only by its watch or a state change (no polling),
+        # so a lost wake-up hangs; granted on the connection it came back on (below).
+        with anyio.fail_after(5):
             await outcome.acquired.wait()
     report(
         "F4",
@@ -352,7 +354,7 @@ async def test_waiter_connection_drop_keeps_session_and_wakes_after_release(
         set_watches=proxy.set_watches_seen,
     )
     assert outcome.acquired_at > released_at
-    assert outcome.acquired_at - released_at < 1.0
+    assert len(proxy.connect_requests) == 2  # no other reconnect
     assert waiter_client.session_id == session_id
     assert [c.state for c in states.changes] == [SessionState.SUSPENDED, SessionState.CONNECTED]
     report_ = history.check()
@@ -926,7 +928,9 @@ async def test_server_restart_within_session_timeout_keeps_session_and_lock(chro
 
                 released_at = time.monotonic()
                 release.set()
-                with anyio.fail_after(5):  # a hang bound: the promptness is asserted below
+                # A hang bound: a waiter is woken only by its watch or a state change (no
+                # polling), so a lost wake-up hangs; the states below show no other reconnect.
+                with anyio.fail_after(5):
                     await waiter.acquired.wait()
             report(
                 "F10",
@@ -938,7 +942,6 @@ async def test_server_restart_within_session_timeout_keeps_session_and_lock(chro
             assert holder.error is None
             assert not holder.body_cancelled
             assert waiter.acquired_at > released_at
-            assert waiter.acquired_at - released_at < 1.0
             assert waiter.token > holder.token
             for log in logs:
                 assert [c.state for c in log.changes] == [
