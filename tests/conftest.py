@@ -20,6 +20,7 @@ import aiozklock
 from aiozklock._recipes._core._queue import Queue
 from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock.testing import FaultProxy, ZooKeeperCluster, wait_for_children
+from tests._jvm_archive import use_class_archive
 from tests._order import reorder
 from tests._sync_kit import open_sync, szk, szk2  # noqa: F401 (the sync tests' fixtures)
 
@@ -51,6 +52,13 @@ _cache_subprocess_bytecode()
 #: started by the suite's subprocesses (nemesis, ``aiozklock server``) get them too.
 QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:-UsePerfData"
 os.environ.setdefault("AIOZKLOCK_ZK_JVM_OPTIONS", QUICK_JVM_OPTIONS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The servers' class-data archive (tests/_jvm_archive.py), made or found by the process
+    that runs the session, before any worker starts (they inherit it)."""
+    if not hasattr(config, "workerinput"):
+        use_class_archive(QUICK_JVM_OPTIONS)
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected: xdist's slices are counts
