@@ -25,8 +25,9 @@
 # AIOZKLOCK_DOCS_SITE (set by 'test' for pytest: the site it built, which
 # tests/test_docs_api.py reads instead of building its own),
 # AIOZKLOCK_TEST_TIMEOUT (bound for the whole pytest run in seconds, default 2700; 0: none),
-# AIOZKLOCK_TEST_WORKERS (pytest-xdist workers, default 5, each with its own ZooKeeper: the
-# tests mostly wait on servers and clocks; with 4 the 2 cores were 72 % busy; 0: one process).
+# AIOZKLOCK_TEST_WORKERS (pytest-xdist workers, default 4, each with its own ZooKeeper: the
+# tests mostly wait on servers and clocks, so 4 fit on 2 cores; 5 stalled event loops and
+# servers past a 2 s session's silence bound; 0: one process).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -311,7 +312,7 @@ run_tests() {
         runner=(timeout --signal=INT --kill-after=60 "$bound")
     fi
     # Workers first: a '-n' among the caller's arguments wins.
-    local workers=(-n "${AIOZKLOCK_TEST_WORKERS:-5}" --dist worksteal)
+    local workers=(-n "${AIOZKLOCK_TEST_WORKERS:-4}" --dist worksteal)
     "${runner[@]}" "${docs_site[@]}" "$VENV/bin/python" -m pytest "${workers[@]}" "$@" || rc=$?
     rm -rf "$site"
     case "$rc" in
