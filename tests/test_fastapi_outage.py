@@ -261,11 +261,13 @@ def committing_app(proxy: FaultProxy, chroot: str, gate: Gate, **options: Any) -
     return app
 
 
-async def answered_before_expiry(answered: anyio.Event, proxy: FaultProxy) -> None:
+async def answered_before_expiry(
+    answered: anyio.Event, proxy: FaultProxy, session_timeout: float = SESSION_TIMEOUT
+) -> None:
     """What the HTTP client needs: the answer before the server could have expired the
     session (a session timeout after ZooKeeper went silent). Else the outage is ended, so
     that the request (and the test) can end, and the test fails."""
-    with anyio.move_on_after(SESSION_TIMEOUT):
+    with anyio.move_on_after(session_timeout):
         await answered.wait()
     if not answered.is_set():
         proxy.blackhole(False)
@@ -303,6 +305,7 @@ async def posted(app: FastAPI, gate: Gate, zk: aiozklock.ZooKeeperClient) -> Asy
 
 
 OUTAGE_ENDS = ("the delete delivered", "the delete dropped", "the session expired")
+EXPIRING_TIMEOUT = 4.0
 
 
 @pytest.mark.parametrize("end", OUTAGE_ENDS)
@@ -321,19 +324,21 @@ async def test_an_answer_does_not_wait_out_an_outage_for_its_release(
     is sent again once reconnected; or the server expires the session, and nothing is
     left."""
     gate = Gate()
-    app = committing_app(proxy, chroot, gate)
+    # The expiry is waited for: a shorter session, still 4 x the lock's timeout.
+    timeout = EXPIRING_TIMEOUT if end == "the session expired" else SESSION_TIMEOUT
+    app = committing_app(proxy, chroot, gate, session_timeout=timeout)
     with anyio.fail_after(3 * SESSION_TIMEOUT):
         async with posted(app, gate, zk) as request:
             states, node, answered = request.states, request.node, request.answered
             proxy.blackhole(True)  # silence: the session does not know yet
             gate.go.set()
-            await answered_before_expiry(answered, proxy)
+            await answered_before_expiry(answered, proxy, timeout)
             assert states.first(is_state(SessionState.LOST)) is None
             assert await zk.exists(node) is not None  # the release is not applied yet
             if end == "the delete dropped":
                 await proxy.drop_all()  # the held delete is discarded with the connection
             elif end == "the session expired":
-                await node_gone(zk, node, within=2 * SESSION_TIMEOUT)  # by the server
+                await node_gone(zk, node, within=2 * timeout)  # by the server
             proxy.blackhole(False)
             await node_gone(zk, node, within=SESSION_TIMEOUT)  # released after the outage
             if end == "the session expired":
