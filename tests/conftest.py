@@ -36,8 +36,8 @@ MYPY_CACHE = str(Path(__file__).resolve().parent.parent / ".mypy_cache")
 def _cache_subprocess_bytecode() -> None:
     """Let the suite's Python subprocesses (nemesis children, benchmark workers, CLI runs,
     pytest runs of samples: hundreds) cache their bytecode outside the tree instead of each
-    compiling aiozklock again (``PYTHONDONTWRITEBYTECODE``, which .ci/dev.sh exports, keeps
-    the tree clean; ``PYTHONPYCACHEPREFIX`` does too)."""
+    compiling aiozklock again, the tree kept clean: what .ci/dev.sh exports for every step
+    (its ``PYTHONPYCACHEPREFIX``), for a plain ``pytest`` run too."""
     if not os.environ.get("PYTHONPYCACHEPREFIX"):
         prefix = Path(tempfile.gettempdir()) / f"aiozklock-pycache-{getpass.getuser()}"
         os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
