@@ -40,7 +40,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 # Bytecode goes to a cache outside the tree (the tree stays clean), pytest's rewritten modules
 # too: its workers then load them instead of each rewriting about 440 (its plugins'
 # distributions, aiozklock's included, and the tests): 19 -> 4 s of collection each.
+# (PYTHONDONTWRITEBYTECODE, which a CI machine's environment may set, would keep it empty.)
 export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-${TMPDIR:-/tmp}/aiozklock-pycache-$(id -un)}"
+unset PYTHONDONTWRITEBYTECODE
 
 if [ -t 2 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
 say() { printf '%s==> %s%s\n' "$BOLD" "$*" "$PLAIN" >&2; }
