@@ -20,7 +20,7 @@ import aiozklock
 from aiozklock._recipes._core._queue import Queue
 from aiozklock._recipes._core._waiting import Wakeup
 from aiozklock.testing import FaultProxy, ZooKeeperCluster, wait_for_children
-from tests._jvm_archive import use_class_archive
+from tests._jvm_archive import JVM_OPTIONS_ENV, use_class_archive
 from tests._order import reorder
 from tests._sync_kit import open_sync, szk, szk2  # noqa: F401 (the sync tests' fixtures)
 
@@ -51,7 +51,7 @@ _cache_subprocess_bytecode()
 #: and CPU (measured: 0.7 -> 0.4 s of CPU per standalone start). Exported, so that servers
 #: started by the suite's subprocesses (nemesis, ``aiozklock server``) get them too.
 QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:-UsePerfData"
-os.environ.setdefault("AIOZKLOCK_ZK_JVM_OPTIONS", QUICK_JVM_OPTIONS)
+os.environ.setdefault(JVM_OPTIONS_ENV, QUICK_JVM_OPTIONS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
